@@ -1,0 +1,142 @@
+// The one seam through which kvtier touches files.
+//
+// Every byte kvtier reads or writes, every fsync, rename, directory sync and
+// lock goes through a FileSystem. The default (DefaultFileSystem) talks to the
+// kernel with io_uring when it is available and pread/pwrite otherwise; tests
+// substitute wrappers that inject errors or simulate power loss.
+//
+// Contract
+// - All paths are absolute or relative to the process's working directory.
+// - Files are opened without following symlinks in the final component
+//   (O_NOFOLLOW); a symlink yields an IOError naming the path.
+// - A File is safe to use from several threads at once for positional I/O.
+//   IoQueue is NOT thread-safe: one queue per thread (like one ring per thread).
+// - Short reads/writes never surface as success: ReadAt/WriteAt either transfer
+//   exactly `n` bytes or return an error (a read past end of file is
+//   Corruption, "short read").
+// - Errors carry the path and the errno text.
+#ifndef KVTIER_IO_H_
+#define KVTIER_IO_H_
+
+#include <sys/uio.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kvtier/status.h"
+
+namespace kvtier {
+
+class File {
+ public:
+  virtual ~File() = default;
+  virtual const std::string& path() const = 0;
+  // Reads exactly n bytes at offset into buf. With direct I/O, buf, offset and
+  // n must be multiples of 4096 (the caller guarantees it).
+  virtual Status ReadAt(uint64_t offset, void* buf, size_t n) = 0;
+  // Writes exactly n bytes at offset. Not durable until Sync() returns OK.
+  virtual Status WriteAt(uint64_t offset, const void* buf, size_t n) = 0;
+  // fdatasync: data written before the call is durable when it returns OK.
+  // After a failed Sync the written data must be treated as lost.
+  virtual Status Sync() = 0;
+  // Reserves [offset, offset+len) (fallocate mode 0). Not durable until Sync.
+  virtual Status Allocate(uint64_t offset, uint64_t len) = 0;
+  // Releases [offset, offset+len) to the device (punch hole, keep size). Reads
+  // of the range return zeros afterwards. NotSupported where the file system
+  // cannot; callers treat that as a no-op.
+  virtual Status PunchHole(uint64_t offset, uint64_t len) = 0;
+  virtual Result<uint64_t> Size() = 0;
+  virtual Status Truncate(uint64_t size) = 0;
+  // The kernel descriptor, or -1 for files that have none (simulations).
+  virtual int fd() const { return -1; }
+  virtual bool direct() const { return false; }
+};
+
+// One batched I/O on an IoQueue.
+struct IoRequest {
+  enum class Op : uint8_t { kRead, kWrite };
+  Op op = Op::kRead;
+  File* file = nullptr;
+  uint64_t offset = 0;
+  void* buf = nullptr;  // for writes the bytes are only read
+  size_t len = 0;
+  Status status;        // filled in by Submit
+};
+
+// A submission queue owned by one thread: io_uring ring, or a loop of
+// pread/pwrite with identical results.
+class IoQueue {
+ public:
+  virtual ~IoQueue() = default;
+  // Issues every request (keeping up to depth() in flight), waits for all of
+  // them, and sets each request's status. Returns OK when all succeeded, else
+  // the first failure (the others' statuses are still filled in).
+  virtual Status Submit(std::span<IoRequest> requests) = 0;
+  // Registers memory regions for fixed-buffer I/O. Requests whose buffer lies
+  // wholly inside a registered region use it. Best effort: an error means the
+  // regions are simply used unregistered.
+  virtual Status RegisterBuffers(std::span<const iovec> regions) { (void)regions; return Status::OK(); }
+  virtual unsigned depth() const = 0;
+  // "io_uring" or "posix" (or a test wrapper's name).
+  virtual const char* backend() const = 0;
+};
+
+struct OpenFlags {
+  bool create = false;     // O_CREAT
+  bool exclusive = false;  // O_EXCL (with create)
+  bool read_only = false;  // O_RDONLY instead of O_RDWR
+  bool direct = false;     // O_DIRECT; falls back to buffered if the fs refuses, see File::direct()
+  unsigned mode = 0600;    // permission bits for new files
+};
+
+// An advisory whole-store lock (flock). Released when destroyed.
+class FileLock {
+ public:
+  virtual ~FileLock() = default;
+};
+
+class FileSystem {
+ public:
+  virtual ~FileSystem() = default;
+  virtual Result<std::unique_ptr<File>> Open(const std::string& path, OpenFlags flags) = 0;
+  virtual Status CreateDir(const std::string& path, unsigned mode) = 0;  // OK if it exists
+  virtual Status SyncDir(const std::string& path) = 0;
+  // Atomically replaces `to` with `from` (rename(2)). Durable after SyncDir.
+  virtual Status Rename(const std::string& from, const std::string& to) = 0;
+  virtual Status Remove(const std::string& path) = 0;
+  virtual Result<bool> Exists(const std::string& path) = 0;
+  // Names (not paths) of the entries of a directory, without "." and "..".
+  virtual Result<std::vector<std::string>> ListDir(const std::string& path) = 0;
+  // Takes an exclusive (or shared) flock on `path`, creating it. When the lock
+  // is held elsewhere, returns Busy. With exclusive locks the holder's pid is
+  // written into the file and named in the error: "store is in use by pid N".
+  virtual Result<std::unique_ptr<FileLock>> Lock(const std::string& path, bool exclusive) = 0;
+  // Bytes free to unprivileged users on the file system holding `path`.
+  virtual Result<uint64_t> FreeSpace(const std::string& path) = 0;
+  // A queue for batched I/O on files of this FileSystem; one per thread.
+  virtual Result<std::unique_ptr<IoQueue>> NewIoQueue(unsigned depth) = 0;
+  // Name of the backend NewIoQueue hands out: "io_uring" or "posix".
+  virtual std::string IoBackendName() const = 0;
+};
+
+enum class IoBackend : uint8_t {
+  kAuto,     // io_uring when the kernel allows it, else posix
+  kIoUring,  // io_uring or fail at Open with NotSupported
+  kPosix,    // pread/pwrite
+};
+
+// The kernel-backed file system. kAuto probes io_uring once (it can be
+// disabled by sysctl or seccomp) and picks posix when it is unavailable.
+// Thread-safe; share one instance.
+std::shared_ptr<FileSystem> DefaultFileSystem(IoBackend backend = IoBackend::kAuto);
+
+// True when io_uring_setup succeeds in this process.
+bool IoUringAvailable();
+
+}  // namespace kvtier
+
+#endif  // KVTIER_IO_H_

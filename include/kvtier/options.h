@@ -1,0 +1,90 @@
+// Options for opening a Store. Every field has a default that suits a single
+// NVMe drive; units are in the names.
+#ifndef KVTIER_OPTIONS_H_
+#define KVTIER_OPTIONS_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "kvtier/io.h"
+
+namespace kvtier {
+
+struct Options {
+  // --- Store folder ---------------------------------------------------------
+  // Create the folder and a new store when `dir` holds none.
+  bool create_if_missing = true;
+  // Fail when a store already exists in `dir`.
+  bool error_if_exists = false;
+  // Open for reading only: no lock is taken, nothing is written, no recovery
+  // runs (records acknowledged after the last index checkpoint of a crashed
+  // store stay invisible until a read-write open). For tools.
+  bool read_only = false;
+  // New files 0660 and folders 0770 instead of 0600 / 0700.
+  bool group_access = false;
+
+  // --- Layout (fixed when the store is created; ignored afterwards) ----------
+  // Size of each segment file. A multiple of 1 MiB, at least 1 MiB.
+  uint64_t segment_size_bytes = 256ull << 20;
+
+  // --- Capacity ------------------------------------------------------------
+  // Byte budget for segment files. When the writer needs a new segment and the
+  // budget is used, the oldest segment is reclaimed whole (FIFO). Rounded down
+  // to whole segments; at least 2 segments. 0 means 8 GiB.
+  uint64_t capacity_bytes = 0;
+  // Reinsert blocks read since they were written when their segment is
+  // reclaimed (hot-block reinsertion), at most this fraction of a segment.
+  bool reinsert_hot_blocks = true;
+  double reinsert_max_fraction = 0.25;
+  // Release reclaimed space to the device (fallocate punch hole / TRIM).
+  bool punch_holes = true;
+
+  // --- Admission (SSD endurance) --------------------------------------------
+  // Maximum payload bytes written per day (a token bucket that refills
+  // continuously; its burst is one hour's worth or 1 GiB, whichever is
+  // larger). Puts beyond it complete with NotAdmitted. 0 = unlimited.
+  uint64_t write_budget_bytes_per_day = 0;
+  // Admit a key only the second time it is put within a window of recent
+  // first puts (a bounded set of key hashes). The first put returns
+  // NotAdmitted.
+  bool admit_on_second_put = false;
+  uint32_t second_put_window = 1u << 20;
+
+  // --- I/O -------------------------------------------------------------------
+  // The file system all I/O goes through; null means DefaultFileSystem(io_backend).
+  std::shared_ptr<FileSystem> file_system;
+  IoBackend io_backend = IoBackend::kAuto;
+  // Open segment files with O_DIRECT (falls back to buffered where refused).
+  bool use_direct_io = true;
+  // I/Os in flight per queue.
+  uint32_t queue_depth = 32;
+  // Threads serving reads (each with its own queue).
+  uint32_t read_threads = 4;
+  // Largest single write submitted to the device; larger runs are split so
+  // that reads do not queue behind one huge write.
+  uint32_t max_write_chunk_bytes = 4u << 20;
+
+  // --- Back-pressure ----------------------------------------------------------
+  // Bytes of records waiting to be written (the write ring). Async puts that
+  // do not fit complete at once with NotAdmitted; blocking puts wait. Also
+  // bounds the largest record. Rounded up to 1 MiB.
+  uint64_t write_queue_bytes = 256ull << 20;
+  // A group commit writes and syncs up to this many bytes at once.
+  uint64_t group_commit_bytes = 64ull << 20;
+  // Async gets waiting for a read thread; beyond it they complete as a miss.
+  uint32_t max_pending_reads = 4096;
+
+  // --- Limits ----------------------------------------------------------------
+  // Largest payload accepted by Put (at most write_queue_bytes and segment
+  // size minus one page).
+  uint64_t max_payload_bytes = 128ull << 20;
+
+  // --- Recovery ---------------------------------------------------------------
+  // Write an index checkpoint (so recovery needs no scan before it) every time
+  // this many bytes have been appended, and when a segment is sealed.
+  uint64_t checkpoint_interval_bytes = 1ull << 30;
+};
+
+}  // namespace kvtier
+
+#endif  // KVTIER_OPTIONS_H_

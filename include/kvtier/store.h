@@ -1,0 +1,277 @@
+// kvtier::Store: a persistent, crash-safe store of immutable KV-cache blocks.
+//
+// A block is an immutable byte string (4 KiB .. max_payload_bytes) stored
+// under (namespace, key). Blocks are appended to fixed-size segment files on
+// disk (O_DIRECT, io_uring) and indexed in RocksDB.
+//
+// Durability contract
+// - A Put that returns OK (or whose callback receives OK) is durable: its
+//   record was written and fdatasync'd, then its index entry was committed.
+//   A crash at any instant loses at most puts not yet acknowledged.
+// - Flush() returns when every put submitted before it has completed.
+// - Every read verifies the record header, the full key, the namespace, the
+//   segment generation and the payload checksum. A mismatch is reported as a
+//   miss (NotFound, counted in checksum_failures) and the entry is dropped;
+//   wrong bytes are never returned.
+// - Remove() is durable when it returns.
+//
+// Cache semantics
+// - capacity_bytes is a budget: when it is reached the oldest segment is
+//   reclaimed whole (FIFO), optionally reinserting blocks read since written.
+//   Any block may therefore disappear; a Get of an evicted block is a miss.
+// - Putting an existing key replaces its entry (blocks are immutable, so the
+//   bytes are expected to be equal; the newest wins).
+//
+// Thread safety
+// - All methods are safe to call concurrently from any number of threads.
+// - Callbacks run on kvtier's internal threads (or inline on the caller's
+//   thread when the request is rejected at once). They must not block for
+//   long and must not call Close().
+//
+// Buffers
+// - Put copies the payload before returning (blocking forms) or before
+//   PutAsync returns (async forms): the caller may reuse its buffer at once.
+// - Get writes into caller buffers: for GetAsync they must stay valid until
+//   the callback has run. After a deadline miss kvtier never touches them.
+#ifndef KVTIER_STORE_H_
+#define KVTIER_STORE_H_
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvtier/namespace.h"
+#include "kvtier/options.h"
+#include "kvtier/status.h"
+
+namespace kvtier {
+
+// A read-only piece of a payload (gathered in order on Put).
+struct Fragment {
+  const void* data = nullptr;
+  size_t size = 0;
+};
+// A writable piece of a destination (filled in order on Get).
+struct MutableFragment {
+  void* data = nullptr;
+  size_t size = 0;
+};
+
+struct PutItem {
+  std::string_view key;
+  std::span<const Fragment> payload;
+};
+
+struct GetItem {
+  std::string_view key;
+  // Destination. The payload is scattered across the fragments in order;
+  // their total size must be >= the payload size (else BufferTooSmall).
+  std::span<const MutableFragment> out;
+};
+
+using Clock = std::chrono::steady_clock;
+// No deadline.
+inline constexpr Clock::time_point kNoDeadline = Clock::time_point::max();
+
+// Completion of a put: OK (durable), NotAdmitted (declined, nothing stored),
+// or an error.
+using PutCallback = std::function<void(Status)>;
+// Completion of a get: the payload size, or NotFound (miss), TimedOut
+// (deadline passed: treat as a miss), BufferTooSmall, or an error.
+using GetCallback = std::function<void(Result<size_t>)>;
+
+// Where a block lives, as recorded in the index.
+struct BlockInfo {
+  NamespaceId ns = 0;
+  std::string key;
+  uint32_t segment = 0;
+  uint32_t generation = 0;
+  uint64_t offset = 0;          // byte offset of the record in its segment file
+  uint64_t payload_bytes = 0;
+  uint64_t record_bytes = 0;    // on-disk size including header and padding
+  uint64_t payload_checksum = 0;  // XXH3-64
+  uint64_t sequence = 0;
+  uint64_t written_unix_ms = 0;
+  uint32_t hits = 0;            // reads since written (this process's view)
+};
+
+struct NamespaceInfo {
+  NamespaceId id = 0;
+  NamespaceSpec spec;
+  uint64_t blocks = 0;   // counted from the index
+  uint64_t payload_bytes = 0;
+};
+
+enum class SegmentState : uint8_t { kFree, kOpen, kSealed };
+
+struct SegmentInfo {
+  uint32_t id = 0;
+  uint32_t generation = 0;
+  uint64_t epoch = 0;  // write order (FIFO); 0 for free segments
+  SegmentState state = SegmentState::kFree;
+  uint64_t used_bytes = 0;  // bytes appended (records + padding)
+};
+
+struct Stats {
+  // Operations.
+  uint64_t puts = 0, put_bytes = 0;              // acknowledged durable
+  uint64_t puts_not_admitted = 0;                // queue full or admission policy
+  uint64_t puts_failed = 0;
+  uint64_t gets = 0;
+  uint64_t hits_ram = 0, hits_disk = 0, misses = 0;
+  uint64_t bytes_read_ram = 0, bytes_read_disk = 0;
+  uint64_t get_deadline_misses = 0;
+  uint64_t checksum_failures = 0;                // records that failed a check on read
+  uint64_t stale_entries_dropped = 0;            // index entries pointing at reused space
+  uint64_t lookups = 0, contains = 0, removes = 0;
+  // Device.
+  uint64_t device_bytes_written = 0, device_bytes_read = 0;
+  uint64_t syncs = 0, group_commits = 0;
+  double write_amplification = 0;                // device bytes written / payload bytes put
+  // Capacity.
+  uint64_t evictions = 0, evicted_blocks = 0, evicted_bytes = 0;
+  uint64_t reinsertions = 0, reinserted_bytes = 0;
+  uint64_t capacity_bytes = 0, used_bytes = 0, live_payload_bytes = 0, blocks = 0;
+  uint32_t segments_total = 0, segments_sealed = 0, segments_free = 0;
+  // Open and recovery.
+  bool recovered_from_crash = false;
+  uint64_t recovery_scanned_bytes = 0, recovery_reindexed = 0, recovery_torn_bytes = 0;
+  double open_seconds = 0;
+  std::string io_backend;  // "io_uring" or "posix"
+};
+
+// Result of Verify().
+struct VerifyReport {
+  uint64_t records_scanned = 0, records_ok = 0, records_corrupt = 0;
+  uint64_t index_entries = 0;
+  uint64_t entries_without_record = 0;  // index -> nothing valid on disk
+  uint64_t records_without_entry = 0;   // valid record, no (or an older) index entry
+  uint64_t stale_entries = 0;           // entry names an old generation
+  uint64_t bytes_scanned = 0;
+  std::vector<std::string> problems;    // first few, human-readable
+  bool ok() const {
+    return records_corrupt == 0 && entries_without_record == 0 && stale_entries == 0;
+  }
+};
+
+struct VerifyOptions {
+  // Read every payload and check its checksum (else headers only).
+  bool deep = false;
+  // Called now and then with (bytes done, bytes total).
+  std::function<void(uint64_t, uint64_t)> progress;
+};
+
+struct RepairReport {
+  uint64_t records_scanned = 0, records_indexed = 0, records_dropped = 0;
+  uint64_t entries_before = 0, entries_after = 0;
+};
+
+// Information read from a store folder without opening it for I/O.
+struct StoreDescription {
+  uint32_t format_version = 0;
+  std::string store_id;  // 32 hex digits
+  uint64_t segment_size_bytes = 0;
+  uint64_t created_unix_ms = 0;
+  bool clean_shutdown = false;
+};
+
+class Store {
+ public:
+  // Opens (or creates, per options) the store in folder `dir`.
+  // Errors: Busy ("store is in use by pid N"), NotFound (no store and
+  // create_if_missing=false), InvalidArgument (not a store folder, bad
+  // options), NotSupported (newer format), Corruption (both superblock copies
+  // bad), IOError/NoSpace.
+  [[nodiscard]] static Result<std::unique_ptr<Store>> Open(const std::string& dir,
+                                                           const Options& options);
+  // Reads the superblock only.
+  [[nodiscard]] static Result<StoreDescription> Describe(const std::string& dir);
+  // Rebuilds the index from the segment files: drops every entry, rescans
+  // every segment, re-indexes what verifies. The store must not be open.
+  [[nodiscard]] static Result<RepairReport> Repair(
+      const std::string& dir, const Options& options,
+      std::function<void(uint64_t, uint64_t)> progress = nullptr);
+
+  virtual ~Store() = default;  // closes if still open (errors are dropped)
+
+  // --- Namespaces ----------------------------------------------------------
+  // Registers spec (idempotent): returns its id, the same across restarts.
+  virtual Result<NamespaceId> RegisterNamespace(const NamespaceSpec& spec) = 0;
+  // Finds a namespace by display name or by 16-hex-digit id.
+  virtual Result<NamespaceId> FindNamespace(std::string_view name_or_hex) = 0;
+  virtual Result<std::vector<NamespaceInfo>> ListNamespaces() = 0;
+  // Drops every block of a namespace and the namespace itself.
+  virtual Status RemoveNamespace(NamespaceId ns) = 0;
+
+  // --- Writes (blocking) -----------------------------------------------------
+  virtual Status Put(NamespaceId ns, std::string_view key, std::span<const Fragment> payload) = 0;
+  Status Put(NamespaceId ns, std::string_view key, const void* data, size_t size) {
+    Fragment f{data, size};
+    return Put(ns, key, std::span<const Fragment>(&f, 1));
+  }
+  // One status per item, in order. Items are committed in groups.
+  virtual std::vector<Status> PutBatch(NamespaceId ns, std::span<const PutItem> items) = 0;
+
+  // --- Writes (async) ----------------------------------------------------------
+  // Copies the payload, queues the record and returns. `done` runs once, with
+  // OK when durable. A full write queue or the admission policy completes it
+  // at once (inline) with NotAdmitted: this never blocks.
+  virtual void PutAsync(NamespaceId ns, std::string_view key, std::span<const Fragment> payload,
+                        PutCallback done) = 0;
+
+  // --- Reads ---------------------------------------------------------------------
+  // Returns the payload size written into `out`.
+  virtual Result<size_t> Get(NamespaceId ns, std::string_view key,
+                             std::span<const MutableFragment> out) = 0;
+  Result<size_t> Get(NamespaceId ns, std::string_view key, void* buf, size_t cap) {
+    MutableFragment f{buf, cap};
+    return Get(ns, key, std::span<const MutableFragment>(&f, 1));
+  }
+  // Reads a whole block into a new vector.
+  virtual Result<std::vector<uint8_t>> GetVector(NamespaceId ns, std::string_view key) = 0;
+  // Reads issued together (one submission per read thread); one result each.
+  virtual std::vector<Result<size_t>> GetBatch(NamespaceId ns, std::span<const GetItem> items) = 0;
+  // Queues a read; `done` runs once. When `deadline` passes first, `done`
+  // gets TimedOut (counted as a deadline miss) and `out` is never touched.
+  virtual void GetAsync(NamespaceId ns, std::string_view key, std::span<const MutableFragment> out,
+                        Clock::time_point deadline, GetCallback done) = 0;
+
+  // --- Lookups (index only, no disk read of payloads) ---------------------------
+  virtual Result<bool> Contains(NamespaceId ns, std::string_view key) = 0;
+  // How many leading keys are present (engines' prefix match).
+  virtual Result<size_t> LookupPrefix(NamespaceId ns, std::span<const std::string_view> keys) = 0;
+  virtual Result<BlockInfo> Stat(NamespaceId ns, std::string_view key) = 0;
+  // Visits index entries of one namespace (ns = 0: all) in key order. Return
+  // false from `fn` to stop.
+  virtual Status ListBlocks(NamespaceId ns, std::string_view key_prefix,
+                            const std::function<bool(const BlockInfo&)>& fn) = 0;
+
+  // --- Removal, durability, capacity -------------------------------------------
+  // Removes a key. OK also when it was absent.
+  virtual Status Remove(NamespaceId ns, std::string_view key) = 0;
+  // Returns when every put submitted before the call has completed.
+  virtual Status Flush() = 0;
+  // Reclaims oldest segments until used bytes <= target.
+  virtual Status EvictTo(uint64_t target_used_bytes) = 0;
+
+  // --- Inspection -----------------------------------------------------------------
+  virtual Stats GetStats() = 0;
+  virtual std::vector<SegmentInfo> Segments() = 0;
+  virtual Result<VerifyReport> Verify(const VerifyOptions& options) = 0;
+  virtual const std::string& dir() const = 0;
+  virtual StoreDescription Description() const = 0;
+
+  // Completes queued work, writes a clean-shutdown checkpoint (so the next
+  // open scans nothing) and releases the lock. Later calls return Closed.
+  virtual Status Close() = 0;
+};
+
+}  // namespace kvtier
+
+#endif  // KVTIER_STORE_H_

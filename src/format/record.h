@@ -1,0 +1,119 @@
+// On-disk structures: superblock, segment header, record header, index value.
+//
+// Pure functions only (no I/O) so they can be fuzzed. All integers are
+// little-endian on disk; the structs below are the in-memory form and their
+// encoded sizes are fixed (checked with static_assert). Drawn in docs/format.md.
+#ifndef KVTIER_SRC_FORMAT_RECORD_H_
+#define KVTIER_SRC_FORMAT_RECORD_H_
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "kvtier/status.h"
+
+namespace kvtier::format {
+
+inline constexpr uint32_t kFormatVersion = 1;
+inline constexpr size_t kPage = 4096;           // alignment of every record and write
+inline constexpr size_t kMaxKeyBytes = 255;
+inline constexpr uint64_t kMinSegmentBytes = 1ull << 20;
+inline constexpr uint64_t kMaxSegmentBytes = 64ull << 30;
+
+inline constexpr uint64_t AlignUp(uint64_t v, uint64_t a = kPage) { return (v + a - 1) / a * a; }
+
+// ---- Superblock: file SUPERBLOCK, two identical 4 KiB copies at 0 and 4096 ----
+inline constexpr uint32_t kSuperMagic = 0x4253564Bu;  // "KVSB"
+inline constexpr size_t kSuperblockEncodedBytes = 64;
+inline constexpr size_t kSuperblockFileBytes = 2 * kPage;
+
+struct Superblock {
+  uint32_t format_version = kFormatVersion;
+  std::array<uint8_t, 16> store_id{};
+  uint64_t segment_size = 0;
+  uint64_t created_unix_ms = 0;
+  uint64_t flags = 0;  // reserved, 0
+};
+// Writes one copy (kSuperblockEncodedBytes, checksummed) into out[0..64).
+void EncodeSuperblock(const Superblock& sb, std::span<uint8_t, kSuperblockEncodedBytes> out);
+// Corruption on bad magic/checksum; NotSupported on a newer format version.
+Result<Superblock> DecodeSuperblock(std::span<const uint8_t> in);
+std::string StoreIdHex(const std::array<uint8_t, 16>& id);
+
+// ---- Segment header: first 4 KiB of every segment file ----
+inline constexpr uint32_t kSegmentMagic = 0x4753564Bu;  // "KVSG"
+inline constexpr size_t kSegmentHeaderEncodedBytes = 72;
+inline constexpr uint64_t kSegmentDataStart = kPage;  // first record offset
+
+struct SegmentHeader {
+  uint32_t segment_id = 0;
+  uint32_t generation = 0;  // bumped each time the segment is reclaimed
+  uint64_t epoch = 0;       // write order among segments; FIFO eviction key
+  std::array<uint8_t, 16> store_id{};
+  uint64_t segment_size = 0;
+  uint64_t opened_unix_ms = 0;
+};
+void EncodeSegmentHeader(const SegmentHeader& h, std::span<uint8_t, kSegmentHeaderEncodedBytes> out);
+Result<SegmentHeader> DecodeSegmentHeader(std::span<const uint8_t> in);
+
+// ---- Record: header, key, payload, zero padding to a 4 KiB multiple ----
+inline constexpr uint32_t kRecordMagic = 0x5254564Bu;  // "KVTR"
+inline constexpr size_t kRecordHeaderBytes = 72;
+
+struct RecordHeader {
+  uint16_t flags = 0;  // reserved, 0
+  uint16_t key_len = 0;
+  uint32_t segment_id = 0;
+  uint32_t generation = 0;
+  uint64_t ns_id = 0;
+  uint64_t sequence = 0;
+  uint64_t payload_len = 0;
+  uint64_t payload_checksum = 0;  // XXH3-64 of the payload
+  uint64_t written_unix_ms = 0;
+};
+
+// Bytes a record occupies on disk (header + key + payload, page aligned).
+inline uint64_t RecordBytes(size_t key_len, uint64_t payload_len) {
+  return AlignUp(kRecordHeaderBytes + key_len + payload_len);
+}
+// Offset of the payload from the start of the record.
+inline uint64_t PayloadOffset(size_t key_len) { return kRecordHeaderBytes + key_len; }
+
+// Writes header + key at dst (dst must hold PayloadOffset(key.size()) bytes).
+// The header checksum covers the header fields and the key.
+void EncodeRecordHeader(const RecordHeader& h, std::string_view key, uint8_t* dst);
+
+// Parses and checks the header at in[0..) (magic, version, header checksum,
+// key length, payload length <= max_payload). `in` must hold at least
+// kRecordHeaderBytes; the key is checked only if it fits in `in`, otherwise
+// Corruption. On success `key_out` views the key inside `in`.
+Result<RecordHeader> DecodeRecordHeader(std::span<const uint8_t> in, uint64_t max_payload,
+                                        std::string_view* key_out);
+
+// XXH3-64 helpers (the one checksum used everywhere).
+uint64_t Checksum(const void* data, size_t n);
+
+// ---- Index value (RocksDB), 56 bytes ----
+inline constexpr size_t kIndexValueBytes = 56;
+struct IndexValue {
+  uint32_t segment = 0;
+  uint32_t generation = 0;
+  uint64_t offset = 0;        // record start within the segment file
+  uint64_t payload_len = 0;
+  uint64_t payload_checksum = 0;
+  uint64_t sequence = 0;
+  uint64_t written_unix_ms = 0;
+  uint16_t key_len = 0;       // to derive the record size
+  uint16_t flags = 0;
+  uint32_t reserved = 0;
+  uint64_t RecordBytes() const { return format::RecordBytes(key_len, payload_len); }
+};
+std::string EncodeIndexValue(const IndexValue& v);
+Result<IndexValue> DecodeIndexValue(std::string_view in);
+
+}  // namespace kvtier::format
+
+#endif  // KVTIER_SRC_FORMAT_RECORD_H_

@@ -1,0 +1,128 @@
+// The block index: (namespace, key) -> where the record lives, in RocksDB.
+//
+// Column families
+//   default     'K' ns(8, big-endian) key        -> format::IndexValue (56 bytes)
+//               'N' ns(8, big-endian)            -> NamespaceSpec::Encode()
+//               'M' name                         -> metadata (checkpoint, ...)
+//   by_segment  segment(4 BE) generation(4 BE) offset(8 BE) -> ns(8 BE) key
+//               (which keys a segment generation holds: reclaim and verify
+//               walk it instead of reading the segment)
+//
+// Durability: the index is a cache of what the segments say. Its WAL is not
+// synced per commit; entries lost in a crash are re-created by the recovery
+// scan of everything after the last checkpoint. WriteCheckpoint syncs the WAL
+// first, so a checkpoint never claims entries that could still be lost.
+//
+// Thread safety: all methods are thread-safe (RocksDB is).
+#ifndef KVTIER_SRC_INDEX_INDEX_H_
+#define KVTIER_SRC_INDEX_INDEX_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "format/record.h"
+#include "kvtier/namespace.h"
+#include "kvtier/status.h"
+
+namespace kvtier {
+
+// Up to this point (segment epoch, byte offset in that segment) every record
+// appended has its index entry durable. Recovery scans from here.
+struct Checkpoint {
+  uint64_t epoch = 0;          // epoch of the segment being written at the checkpoint
+  uint64_t offset = 0;         // append offset within that segment
+  uint64_t next_sequence = 1;  // first sequence number not yet used
+  bool clean = false;          // written by Close(): nothing after it
+};
+
+// A batch of index changes committed atomically.
+class IndexBatch {
+ public:
+  IndexBatch();
+  ~IndexBatch();
+  IndexBatch(IndexBatch&&) noexcept;
+  IndexBatch& operator=(IndexBatch&&) noexcept;
+  // Adds/replaces the entry for (ns, key) and its by_segment row.
+  void Put(NamespaceId ns, std::string_view key, const format::IndexValue& v);
+  // Deletes (ns, key) and the by_segment row of `old` (the entry being deleted).
+  void Delete(NamespaceId ns, std::string_view key, const format::IndexValue& old);
+  // Deletes only a by_segment row.
+  void DeleteSegmentRow(uint32_t segment, uint32_t generation, uint64_t offset);
+  size_t count() const;
+  bool empty() const { return count() == 0; }
+  struct Rep;
+  Rep* rep() { return rep_.get(); }
+
+ private:
+  std::unique_ptr<Rep> rep_;
+};
+
+struct IndexOpenOptions {
+  bool read_only = false;
+  bool create_if_missing = true;
+  unsigned dir_mode = 0700;  // applied to the index folder
+};
+
+class Index {
+ public:
+  // Opens (creating when allowed) the RocksDB database at `path`.
+  // Errors: Busy if RocksDB's own LOCK is held, Corruption, IOError.
+  static Result<std::unique_ptr<Index>> Open(const std::string& path, const IndexOpenOptions& o);
+  ~Index();
+
+  // Commits atomically. sync=true also syncs RocksDB's WAL.
+  Status Commit(IndexBatch& batch, bool sync);
+  Result<std::optional<format::IndexValue>> Get(NamespaceId ns, std::string_view key);
+  // One lookup for many keys of one namespace (RocksDB MultiGet). out[i] is
+  // nullopt for absent keys. Corrupt values are reported as Corruption in
+  // the returned status for that slot.
+  Status MultiGet(NamespaceId ns, std::span<const std::string_view> keys,
+                  std::vector<std::optional<format::IndexValue>>* out);
+  // Visits entries of namespace ns (0 = all namespaces) whose key starts with
+  // `prefix`, in (ns, key) order, until fn returns false.
+  Status ForEach(NamespaceId ns, std::string_view prefix,
+                 const std::function<bool(NamespaceId, std::string_view key,
+                                          const format::IndexValue&)>& fn);
+  // Visits by_segment rows of (segment, generation) in offset order.
+  Status ForEachInSegment(uint32_t segment, uint32_t generation,
+                          const std::function<bool(uint64_t offset, NamespaceId,
+                                                   std::string_view key)>& fn);
+  // Deletes by_segment rows of `segment` with generation < below_generation
+  // (left over when a crash interrupted a reclaim).
+  Status DropSegmentRowsBelow(uint32_t segment, uint32_t below_generation);
+
+  // Namespaces.
+  Status PutNamespace(NamespaceId id, const NamespaceSpec& spec, bool sync);
+  Result<std::optional<NamespaceSpec>> GetNamespace(NamespaceId id);
+  Result<std::vector<std::pair<NamespaceId, NamespaceSpec>>> ListNamespaces();
+  Status DeleteNamespace(NamespaceId id, bool sync);
+
+  // Checkpoint: SyncWAL, then write and sync the checkpoint record.
+  Status WriteCheckpoint(const Checkpoint& cp);
+  // nullopt on a fresh index.
+  Result<std::optional<Checkpoint>> ReadCheckpoint();
+  Status SyncWAL();
+
+  // Removes every 'K' entry and every by_segment row (repair starts here).
+  // Namespaces and metadata stay.
+  Status DropAllEntries();
+  // RocksDB's estimate of the number of keys.
+  uint64_t ApproximateEntries();
+  // Flushes memtables so the next open replays little WAL.
+  Status FlushMemtables();
+
+ private:
+  Index();
+  struct Rep;
+  std::unique_ptr<Rep> rep_;
+};
+
+}  // namespace kvtier
+
+#endif  // KVTIER_SRC_INDEX_INDEX_H_
