@@ -137,7 +137,8 @@ struct Stats {
   // Capacity.
   uint64_t evictions = 0, evicted_blocks = 0, evicted_bytes = 0;
   uint64_t reinsertions = 0, reinserted_bytes = 0;
-  uint64_t capacity_bytes = 0, used_bytes = 0, live_payload_bytes = 0, blocks = 0;
+  uint64_t capacity_bytes = 0, used_bytes = 0;
+  uint64_t blocks_estimate = 0;                  // RocksDB's estimate of index entries
   uint32_t segments_total = 0, segments_sealed = 0, segments_free = 0;
   // Open and recovery.
   bool recovered_from_crash = false;
@@ -178,7 +179,6 @@ struct StoreDescription {
   std::string store_id;  // 32 hex digits
   uint64_t segment_size_bytes = 0;
   uint64_t created_unix_ms = 0;
-  bool clean_shutdown = false;
 };
 
 class Store {

@@ -1,0 +1,253 @@
+#include "log/segment_table.h"
+
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+
+#include "util/aligned_buffer.h"
+#include "util/clock.h"
+
+namespace kvtier {
+
+std::string SegmentTable::FileName(uint32_t id) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "seg-%06" PRIu32 ".kvs", id);
+  return buf;
+}
+
+static bool ParseFileName(const std::string& name, uint32_t* id) {
+  unsigned v = 0;
+  char tail[8] = {0};
+  if (name.size() != 14 || std::sscanf(name.c_str(), "seg-%6u.%3s", &v, tail) != 2) return false;
+  if (std::strcmp(tail, "kvs") != 0 || v > 0xFFFFFF) return false;
+  *id = v;
+  return true;
+}
+
+SegmentTable::Seg* SegmentTable::Find(uint32_t id) {
+  return id < segs_.size() ? segs_[id].get() : nullptr;
+}
+const SegmentTable::Seg* SegmentTable::Find(uint32_t id) const {
+  return id < segs_.size() ? segs_[id].get() : nullptr;
+}
+
+Status SegmentTable::Load() {
+  auto names = c_.fs->ListDir(c_.dir);
+  if (!names.ok()) return names.status();
+  AlignedBuffer page(format::kPage);
+  for (const std::string& name : *names) {
+    uint32_t id;
+    if (!ParseFileName(name, &id)) continue;
+    OpenFlags f;
+    f.read_only = c_.read_only;
+    f.direct = c_.direct;
+    auto file = c_.fs->Open(PathOf(id), f);
+    if (!file.ok()) return file.status();
+    auto seg = std::make_unique<Seg>();
+    seg->info.id = id;
+    seg->file = std::move(file).value();
+    Status st = seg->file->ReadAt(0, page.data(), format::kPage);
+    Result<format::SegmentHeader> h =
+        st.ok() ? format::DecodeSegmentHeader({page.data(), format::kSegmentHeaderEncodedBytes})
+                : Result<format::SegmentHeader>(st);
+    if (h.ok() && h->segment_id == id && h->store_id == c_.store_id &&
+        h->segment_size == c_.segment_size && h->epoch != 0) {
+      seg->info.generation = h->generation;
+      seg->info.epoch = h->epoch;
+      seg->info.state = SegmentState::kSealed;
+      seg->info.used_bytes = c_.segment_size;  // refined by recovery for the newest
+      seg->next_generation = h->generation + 1;
+    } else {
+      // Unknown previous generation: pick one no index entry can name. Entries
+      // are checked against the record's own header anyway.
+      seg->info.state = SegmentState::kFree;
+      seg->info.generation = 0;
+      seg->next_generation = static_cast<uint32_t>(NowUnixMs() & 0x7FFFFFFF) | 1u;
+    }
+    if (segs_.size() <= id) segs_.resize(id + 1);
+    segs_[id] = std::move(seg);
+  }
+  return Status::OK();
+}
+
+File* SegmentTable::Pin(uint32_t seg, uint32_t gen) {
+  std::lock_guard<std::mutex> l(mu_);
+  Seg* s = Find(seg);
+  if (s == nullptr || s->reclaiming || s->info.state == SegmentState::kFree ||
+      s->info.generation != gen)
+    return nullptr;
+  ++s->readers;
+  return s->file.get();
+}
+
+void SegmentTable::Unpin(uint32_t seg) {
+  std::lock_guard<std::mutex> l(mu_);
+  Seg* s = Find(seg);
+  if (s != nullptr && --s->readers == 0 && s->reclaiming) readers_gone_.notify_all();
+}
+
+bool SegmentTable::IsLive(uint32_t seg, uint32_t gen) const {
+  std::lock_guard<std::mutex> l(mu_);
+  const Seg* s = Find(seg);
+  return s != nullptr && !s->reclaiming && s->info.state != SegmentState::kFree &&
+         s->info.generation == gen;
+}
+
+uint32_t SegmentTable::CountFiles() const {
+  std::lock_guard<std::mutex> l(mu_);
+  uint32_t n = 0;
+  for (const auto& s : segs_) n += s != nullptr;
+  return n;
+}
+
+Result<uint32_t> SegmentTable::CreateSegmentFile() {
+  uint32_t id;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    id = 0;
+    while (id < segs_.size() && segs_[id] != nullptr) ++id;
+  }
+  OpenFlags f;
+  f.create = true;
+  f.direct = c_.direct;
+  f.mode = c_.file_mode;
+  std::string path = PathOf(id);
+  auto file = c_.fs->Open(path, f);
+  if (!file.ok()) return file.status();
+  Status st = (*file)->Allocate(0, c_.segment_size);
+  if (!st.ok()) {
+    file->reset();
+    c_.fs->Remove(path).IgnoreError();
+    return st.WithContext("preallocating " + path);
+  }
+  auto seg = std::make_unique<Seg>();
+  seg->info.id = id;
+  seg->file = std::move(file).value();
+  seg->next_generation = 1;
+  std::lock_guard<std::mutex> l(mu_);
+  if (segs_.size() <= id) segs_.resize(id + 1);
+  segs_[id] = std::move(seg);
+  return id;
+}
+
+uint32_t SegmentTable::AnyFree() const {
+  std::lock_guard<std::mutex> l(mu_);
+  for (const auto& s : segs_)
+    if (s != nullptr && s->info.state == SegmentState::kFree) return s->info.id;
+  return UINT32_MAX;
+}
+
+uint32_t SegmentTable::OldestSealed() const {
+  std::lock_guard<std::mutex> l(mu_);
+  uint32_t best = UINT32_MAX;
+  uint64_t best_epoch = UINT64_MAX;
+  for (const auto& s : segs_)
+    if (s != nullptr && s->info.state == SegmentState::kSealed && s->info.epoch < best_epoch) {
+      best_epoch = s->info.epoch;
+      best = s->info.id;
+    }
+  return best;
+}
+
+void SegmentTable::BeginReclaim(uint32_t seg) {
+  std::unique_lock<std::mutex> l(mu_);
+  Seg* s = Find(seg);
+  if (s == nullptr) return;
+  s->reclaiming = true;
+  readers_gone_.wait(l, [s] { return s->readers == 0; });
+}
+
+Result<uint32_t> SegmentTable::Activate(uint32_t seg, uint64_t epoch) {
+  File* file;
+  uint32_t gen;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    Seg* s = Find(seg);
+    if (s == nullptr) return Status::InvalidArgument("no segment " + std::to_string(seg));
+    file = s->file.get();
+    gen = s->next_generation;
+    if (gen == 0) gen = 1;
+  }
+  format::SegmentHeader h;
+  h.segment_id = seg;
+  h.generation = gen;
+  h.epoch = epoch;
+  h.store_id = c_.store_id;
+  h.segment_size = c_.segment_size;
+  h.opened_unix_ms = NowUnixMs();
+  AlignedBuffer page(format::kPage);
+  std::memset(page.data(), 0, page.size());
+  format::EncodeSegmentHeader(h, std::span<uint8_t, format::kSegmentHeaderEncodedBytes>(
+                                     page.data(), format::kSegmentHeaderEncodedBytes));
+  // The new generation must be durable before any record of it is written,
+  // so entries of the old life can never match the new contents.
+  Status st = file->WriteAt(0, page.data(), page.size());
+  if (st.ok()) st = file->Sync();
+  std::lock_guard<std::mutex> l(mu_);
+  Seg* s = Find(seg);
+  if (!st.ok()) {
+    s->info.state = SegmentState::kFree;
+    s->reclaiming = false;
+    return st.WithContext("activating " + PathOf(seg));
+  }
+  s->info.generation = gen;
+  s->next_generation = gen + 1;
+  s->info.epoch = epoch;
+  s->info.state = SegmentState::kOpen;
+  s->info.used_bytes = format::kSegmentDataStart;
+  s->reclaiming = false;
+  return gen;
+}
+
+void SegmentTable::Seal(uint32_t seg, uint64_t used) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (Seg* s = Find(seg)) {
+    s->info.state = SegmentState::kSealed;
+    s->info.used_bytes = used;
+  }
+}
+
+void SegmentTable::SetUsed(uint32_t seg, uint64_t used) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (Seg* s = Find(seg)) s->info.used_bytes = used;
+}
+
+void SegmentTable::MarkFree(uint32_t seg) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (Seg* s = Find(seg)) {
+    s->info.state = SegmentState::kFree;
+    s->info.epoch = 0;
+    s->info.used_bytes = 0;
+    s->reclaiming = false;
+  }
+}
+
+File* SegmentTable::file(uint32_t seg) const {
+  std::lock_guard<std::mutex> l(mu_);
+  const Seg* s = Find(seg);
+  return s != nullptr ? s->file.get() : nullptr;
+}
+
+SegmentInfo SegmentTable::Info(uint32_t seg) const {
+  std::lock_guard<std::mutex> l(mu_);
+  const Seg* s = Find(seg);
+  return s != nullptr ? s->info : SegmentInfo{};
+}
+
+std::vector<SegmentInfo> SegmentTable::Snapshot() const {
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<SegmentInfo> out;
+  for (const auto& s : segs_)
+    if (s != nullptr) out.push_back(s->info);
+  return out;
+}
+
+uint64_t SegmentTable::MaxEpoch() const {
+  std::lock_guard<std::mutex> l(mu_);
+  uint64_t m = 0;
+  for (const auto& s : segs_)
+    if (s != nullptr && s->info.epoch > m) m = s->info.epoch;
+  return m;
+}
+
+}  // namespace kvtier

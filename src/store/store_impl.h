@@ -1,0 +1,232 @@
+// StoreImpl: wires the write ring, the segment log, the index and the read
+// threads into the public Store.
+//
+// Threads
+//   writer (1)     the only thread that appends to segments, commits index
+//                  changes, reclaims segments and writes checkpoints. Every
+//                  index mutation goes through it, so "read entry, then
+//                  delete it if unchanged" needs no further locking.
+//   readers (N)    serve gets in batches, each with its own IoQueue.
+//   timer (1)      completes gets whose deadline passed as misses.
+//
+// The way of a put: caller validates, passes admission, reserves ring space,
+// encodes key + payload into it and computes the payload checksum (on its
+// own thread), then queues the op. The writer places queued records in the
+// open segment, writes contiguous runs with one I/O each, fdatasyncs every
+// segment it touched, commits all index entries in one WriteBatch and only
+// then completes the callbacks.
+#ifndef KVTIER_SRC_STORE_STORE_IMPL_H_
+#define KVTIER_SRC_STORE_STORE_IMPL_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "format/record.h"
+#include "index/index.h"
+#include "kvtier/store.h"
+#include "log/scanner.h"
+#include "log/segment_table.h"
+#include "log/write_ring.h"
+#include "store/admission.h"
+#include "store/counters.h"
+#include "util/aligned_buffer.h"
+
+namespace kvtier {
+
+class StoreImpl final : public Store {
+ public:
+  StoreImpl(std::string dir, Options options);
+  ~StoreImpl() override;
+
+  // Opens or creates the store folder and runs recovery (store_open.cc).
+  Status OpenImpl();
+
+  using Store::Get;
+  using Store::Put;
+
+  Result<NamespaceId> RegisterNamespace(const NamespaceSpec& spec) override;
+  Result<NamespaceId> FindNamespace(std::string_view name_or_hex) override;
+  Result<std::vector<NamespaceInfo>> ListNamespaces() override;
+  Status RemoveNamespace(NamespaceId ns) override;
+
+  Status Put(NamespaceId ns, std::string_view key, std::span<const Fragment> payload) override;
+  std::vector<Status> PutBatch(NamespaceId ns, std::span<const PutItem> items) override;
+  void PutAsync(NamespaceId ns, std::string_view key, std::span<const Fragment> payload,
+                PutCallback done) override;
+
+  Result<size_t> Get(NamespaceId ns, std::string_view key,
+                     std::span<const MutableFragment> out) override;
+  Result<std::vector<uint8_t>> GetVector(NamespaceId ns, std::string_view key) override;
+  std::vector<Result<size_t>> GetBatch(NamespaceId ns, std::span<const GetItem> items) override;
+  void GetAsync(NamespaceId ns, std::string_view key, std::span<const MutableFragment> out,
+                Clock::time_point deadline, GetCallback done) override;
+
+  Result<bool> Contains(NamespaceId ns, std::string_view key) override;
+  Result<size_t> LookupPrefix(NamespaceId ns, std::span<const std::string_view> keys) override;
+  Result<BlockInfo> Stat(NamespaceId ns, std::string_view key) override;
+  Status ListBlocks(NamespaceId ns, std::string_view key_prefix,
+                    const std::function<bool(const BlockInfo&)>& fn) override;
+
+  Status Remove(NamespaceId ns, std::string_view key) override;
+  Status Flush() override;
+  Status EvictTo(uint64_t target_used_bytes) override;
+
+  Stats GetStats() override;
+  std::vector<SegmentInfo> Segments() override;
+  Result<VerifyReport> Verify(const VerifyOptions& options) override;
+  const std::string& dir() const override { return dir_; }
+  StoreDescription Description() const override { return description_; }
+  Status Close() override;
+
+  // For Repair (store_verify.cc): drops every entry and re-indexes every
+  // record that verifies. Must be called before any I/O threads start.
+  Result<RepairReport> RebuildIndex(const std::function<void(uint64_t, uint64_t)>& progress);
+  // Open without recovery or threads, for Repair.
+  void set_repair_mode() { repair_mode_ = true; }
+
+ private:
+  // ---- Write path ----
+  struct WriteOp {
+    enum class Kind : uint8_t { kRecord, kFlush, kRemove, kDrop, kRemoveNamespace, kEvictTo };
+    Kind kind = Kind::kRecord;
+    NamespaceId ns = 0;
+    std::string key;
+    uint64_t alloc_id = 0;
+    WriteRing::Allocation alloc;
+    uint64_t payload_len = 0, checksum = 0, written_ms = 0;
+    uint64_t arg = 0;  // kDrop: the entry's sequence; kEvictTo: target bytes
+    PutCallback done;
+    // Filled in by the writer.
+    uint32_t segment = 0, generation = 0;
+    uint64_t offset = 0, sequence = 0;
+    Status status;
+  };
+  enum class Place : uint8_t { kPlaced, kEndGroup, kFailed };
+
+  Status Validate(NamespaceId ns, std::string_view key, uint64_t payload_len);
+  void SubmitPut(NamespaceId ns, std::string_view key, std::span<const Fragment> payload,
+                 bool blocking, PutCallback done);
+  // Queues a non-record op and waits for its status.
+  Status RunOnWriter(WriteOp op);
+  void ReleaseRing(uint64_t alloc_id);
+
+  void WriterLoop();
+  void WriteGroup(std::vector<WriteOp>& group);
+  Place PlaceRecord(WriteOp& op, const std::unordered_set<uint32_t>& touched);
+  // Makes a segment ready for appending: a free one, a new file, or the
+  // oldest sealed one reclaimed.
+  Status OpenNextSegment(const std::unordered_set<uint32_t>& touched);
+  Status ReclaimSegment(uint32_t seg, bool reuse);
+  void DoRemove(WriteOp& op);
+  void DoDrop(WriteOp& op);
+  void DoRemoveNamespace(WriteOp& op);
+  void DoEvictTo(WriteOp& op);
+  Status CheckpointNow(bool clean);
+  uint64_t UsedBytes() const;
+
+  // ---- Read path ----
+  struct ReadOp {
+    NamespaceId ns = 0;
+    std::string key;
+    std::vector<MutableFragment> out;
+    size_t out_total = 0;
+    Clock::time_point deadline;
+    GetCallback done;
+    std::atomic<int> state{0};  // 0 pending, 1 completing, 2 expired
+  };
+  void ReaderLoop(unsigned index);
+  void ExecuteReads(IoQueue* queue, std::vector<std::shared_ptr<ReadOp>>& ops,
+                    std::vector<AlignedBuffer>& bufs);
+  void Complete(const std::shared_ptr<ReadOp>& op, Result<size_t> r);
+  void TimerLoop();
+  void RequestDrop(NamespaceId ns, std::string_view key, uint64_t sequence);
+  void NoteHit(uint32_t seg, uint64_t offset);
+
+  // ---- Open / recovery (store_open.cc) ----
+  Status CreateOrLoadSuperblock(bool* created);
+  Status LoadNamespaces();
+  Status WriteNamespaceFile(NamespaceId id, const NamespaceSpec& spec);
+  Status RemoveNamespaceFile(NamespaceId id);
+  Status Recover();
+  void StartThreads();
+  Result<NamespaceSpec> SpecOf(NamespaceId ns);
+
+  std::string dir_;
+  Options opt_;
+  std::shared_ptr<FileSystem> fs_;
+  std::unique_ptr<FileLock> lock_;
+  std::unique_ptr<Index> index_;
+  std::unique_ptr<SegmentTable> table_;
+  std::unique_ptr<Admission> admission_;
+  StoreDescription description_;
+  std::array<uint8_t, 16> store_id_{};
+  uint64_t max_segments_ = 0;
+  std::chrono::steady_clock::time_point open_started_;
+  Counters c_;
+  bool repair_mode_ = false;
+
+  // Namespaces.
+  std::shared_mutex ns_mu_;
+  std::unordered_map<NamespaceId, NamespaceSpec> namespaces_;
+
+  // Queue shared by callers and the writer.
+  std::mutex mu_;
+  std::condition_variable work_cv_, space_cv_;
+  std::deque<WriteOp> queue_;
+  WriteRing ring_;
+  struct Slot {
+    uint64_t id;
+    WriteRing::Allocation alloc;
+    bool freed;
+  };
+  std::deque<Slot> slots_;  // ring allocations in allocation order
+  uint64_t next_alloc_id_ = 1;
+  bool closing_ = false, writer_stop_ = false;
+  bool closed_ = false;
+
+  // Writer-thread state (touched only by the writer after open).
+  std::unique_ptr<IoQueue> write_queue_;
+  uint32_t cur_seg_ = UINT32_MAX, cur_gen_ = 0;
+  uint64_t cur_off_ = 0;
+  uint64_t epoch_ = 0, next_seq_ = 1;
+  uint64_t bytes_since_checkpoint_ = 0;
+  bool sealed_since_checkpoint_ = false;
+  std::mutex checkpoint_mu_;
+
+  // Readers.
+  std::mutex read_mu_;
+  std::condition_variable read_cv_;
+  std::deque<std::shared_ptr<ReadOp>> reads_;
+  bool readers_stop_ = false;
+
+  // Deadlines.
+  std::mutex timer_mu_;
+  std::condition_variable timer_cv_;
+  struct Timed {
+    Clock::time_point when;
+    std::weak_ptr<ReadOp> op;
+    bool operator>(const Timed& o) const { return when > o.when; }
+  };
+  std::vector<Timed> timers_;  // min-heap on when
+  bool timer_stop_ = false;
+
+  // Hot blocks: reads per (segment, offset) since written, for reinsertion.
+  std::mutex hits_mu_;
+  std::unordered_map<uint32_t, std::unordered_map<uint64_t, uint32_t>> hits_;
+
+  std::thread writer_, timer_;
+  std::vector<std::thread> readers_;
+};
+
+}  // namespace kvtier
+
+#endif  // KVTIER_SRC_STORE_STORE_IMPL_H_

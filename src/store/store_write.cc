@@ -1,0 +1,662 @@
+// The write path: admission, ring reservation, the writer thread's group
+// commit, segment rollover and reclaim, removes and checkpoints.
+#include <algorithm>
+#include <cstring>
+#include <future>
+
+#include "store/store_impl.h"
+#include "util/clock.h"
+
+namespace kvtier {
+
+namespace {
+// Completes `done` exactly once, tolerating an empty callback.
+void Finish(const PutCallback& done, Status st) {
+  if (done) done(std::move(st));
+}
+}  // namespace
+
+Status StoreImpl::Validate(NamespaceId ns, std::string_view key, uint64_t payload_len) {
+  if (key.empty() || key.size() > format::kMaxKeyBytes)
+    return Status::InvalidArgument("key length " + std::to_string(key.size()) +
+                                   " is outside 1.." + std::to_string(format::kMaxKeyBytes));
+  if (payload_len == 0 || payload_len > opt_.max_payload_bytes)
+    return Status::InvalidArgument("payload of " + std::to_string(payload_len) +
+                                   " bytes is outside 1.." + std::to_string(opt_.max_payload_bytes));
+  std::shared_lock<std::shared_mutex> l(ns_mu_);
+  auto it = namespaces_.find(ns);
+  if (it == namespaces_.end())
+    return Status::NotFound("unknown namespace " + NamespaceIdToHex(ns));
+  if (it->second.block_bytes != 0 && it->second.block_bytes != payload_len)
+    return Status::InvalidArgument("namespace " + it->second.DisplayName() + " takes blocks of " +
+                                   std::to_string(it->second.block_bytes) + " bytes, got " +
+                                   std::to_string(payload_len));
+  return Status::OK();
+}
+
+void StoreImpl::SubmitPut(NamespaceId ns, std::string_view key, std::span<const Fragment> payload,
+                          bool blocking, PutCallback done) {
+  if (opt_.read_only) return Finish(done, Status::NotSupported("store opened read-only"));
+  uint64_t payload_len = 0;
+  for (const Fragment& f : payload) {
+    if (f.data == nullptr && f.size != 0)
+      return Finish(done, Status::InvalidArgument("fragment with null data"));
+    payload_len += f.size;
+  }
+  Status st = Validate(ns, key, payload_len);
+  if (!st.ok()) {
+    c_.puts_failed.Add();
+    return Finish(done, st);
+  }
+  if (!admission_->Admit(ns, key, payload_len)) {
+    c_.puts_not_admitted.Add();
+    return Finish(done, Status::NotAdmitted("declined by the admission policy"));
+  }
+  const uint64_t rec_bytes = format::RecordBytes(key.size(), payload_len);
+  WriteOp op;
+  {
+    std::unique_lock<std::mutex> l(mu_);
+    for (;;) {
+      if (closing_) {
+        l.unlock();
+        admission_->Refund(payload_len);
+        return Finish(done, Status::Closed("store is closing"));
+      }
+      op.alloc = ring_.Allocate(rec_bytes);
+      if (op.alloc.data != nullptr) break;
+      if (!blocking) {
+        l.unlock();
+        admission_->Refund(payload_len);
+        c_.puts_not_admitted.Add();
+        return Finish(done, Status::NotAdmitted("write queue full"));
+      }
+      space_cv_.wait(l);
+    }
+    op.alloc_id = next_alloc_id_++;
+    slots_.push_back(Slot{op.alloc_id, op.alloc, false});
+  }
+  // Encode outside the lock: the copy and the checksum run on the caller's
+  // thread, in parallel with other callers and the writer.
+  uint8_t* rec = op.alloc.data;
+  uint8_t* p = rec + format::PayloadOffset(key.size());
+  for (const Fragment& f : payload) {
+    if (f.size != 0) std::memcpy(p, f.data, f.size);
+    p += f.size;
+  }
+  std::memset(p, 0, rec + rec_bytes - p);  // padding never leaks old memory
+  op.kind = WriteOp::Kind::kRecord;
+  op.ns = ns;
+  op.key.assign(key);
+  op.payload_len = payload_len;
+  op.checksum = format::Checksum(rec + format::PayloadOffset(key.size()), payload_len);
+  op.written_ms = NowUnixMs();
+  op.done = std::move(done);
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    queue_.push_back(std::move(op));
+  }
+  work_cv_.notify_one();
+}
+
+Status StoreImpl::Put(NamespaceId ns, std::string_view key, std::span<const Fragment> payload) {
+  std::promise<Status> p;
+  auto f = p.get_future();
+  SubmitPut(ns, key, payload, /*blocking=*/true, [&p](Status st) { p.set_value(std::move(st)); });
+  return f.get();
+}
+
+std::vector<Status> StoreImpl::PutBatch(NamespaceId ns, std::span<const PutItem> items) {
+  std::vector<Status> out(items.size());
+  std::mutex m;
+  std::condition_variable cv;
+  size_t left = items.size();
+  for (size_t i = 0; i < items.size(); ++i) {
+    SubmitPut(ns, items[i].key, items[i].payload, /*blocking=*/true, [&, i](Status st) {
+      std::lock_guard<std::mutex> l(m);
+      out[i] = std::move(st);
+      if (--left == 0) cv.notify_one();
+    });
+  }
+  std::unique_lock<std::mutex> l(m);
+  cv.wait(l, [&] { return left == 0; });
+  return out;
+}
+
+void StoreImpl::PutAsync(NamespaceId ns, std::string_view key, std::span<const Fragment> payload,
+                         PutCallback done) {
+  SubmitPut(ns, key, payload, /*blocking=*/false, std::move(done));
+}
+
+Status StoreImpl::RunOnWriter(WriteOp op) {
+  if (opt_.read_only) return Status::NotSupported("store opened read-only");
+  std::promise<Status> p;
+  auto f = p.get_future();
+  op.done = [&p](Status st) { p.set_value(std::move(st)); };
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (closing_) return Status::Closed("store is closing");
+    queue_.push_back(std::move(op));
+  }
+  work_cv_.notify_one();
+  return f.get();
+}
+
+Status StoreImpl::Flush() {
+  WriteOp op;
+  op.kind = WriteOp::Kind::kFlush;
+  return RunOnWriter(std::move(op));
+}
+
+Status StoreImpl::Remove(NamespaceId ns, std::string_view key) {
+  if (key.empty() || key.size() > format::kMaxKeyBytes)
+    return Status::InvalidArgument("key length out of range");
+  c_.removes.Add();
+  WriteOp op;
+  op.kind = WriteOp::Kind::kRemove;
+  op.ns = ns;
+  op.key.assign(key);
+  return RunOnWriter(std::move(op));
+}
+
+Status StoreImpl::RemoveNamespace(NamespaceId ns) {
+  WriteOp op;
+  op.kind = WriteOp::Kind::kRemoveNamespace;
+  op.ns = ns;
+  return RunOnWriter(std::move(op));
+}
+
+Status StoreImpl::EvictTo(uint64_t target_used_bytes) {
+  WriteOp op;
+  op.kind = WriteOp::Kind::kEvictTo;
+  op.arg = target_used_bytes;
+  return RunOnWriter(std::move(op));
+}
+
+void StoreImpl::RequestDrop(NamespaceId ns, std::string_view key, uint64_t sequence) {
+  if (opt_.read_only) return;
+  WriteOp op;
+  op.kind = WriteOp::Kind::kDrop;
+  op.ns = ns;
+  op.key.assign(key);
+  op.arg = sequence;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (closing_) return;
+    queue_.push_back(std::move(op));
+  }
+  work_cv_.notify_one();
+}
+
+void StoreImpl::ReleaseRing(uint64_t alloc_id) {
+  // Caller holds mu_. Ring space is freed strictly in allocation order.
+  for (Slot& s : slots_)
+    if (s.id == alloc_id) {
+      s.freed = true;
+      break;
+    }
+  while (!slots_.empty() && slots_.front().freed) {
+    ring_.Release(slots_.front().alloc);
+    slots_.pop_front();
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Writer thread
+
+void StoreImpl::WriterLoop() {
+  std::vector<WriteOp> group;
+  for (;;) {
+    group.clear();
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      work_cv_.wait(l, [this] { return !queue_.empty() || writer_stop_; });
+      if (queue_.empty() && writer_stop_) return;
+      // A group: records up to group_commit_bytes, ended early by any other op
+      // (which then runs after the records before it, keeping queue order).
+      uint64_t bytes = 0;
+      while (!queue_.empty()) {
+        WriteOp& front = queue_.front();
+        if (front.kind != WriteOp::Kind::kRecord) {
+          if (group.empty()) {
+            group.push_back(std::move(front));
+            queue_.pop_front();
+          }
+          break;
+        }
+        if (!group.empty() && bytes + front.alloc.bytes > opt_.group_commit_bytes) break;
+        bytes += front.alloc.bytes;
+        group.push_back(std::move(front));
+        queue_.pop_front();
+      }
+    }
+    WriteOp& first = group.front();
+    switch (first.kind) {
+      case WriteOp::Kind::kRecord: WriteGroup(group); break;
+      case WriteOp::Kind::kFlush: Finish(first.done, Status::OK()); break;
+      case WriteOp::Kind::kRemove: DoRemove(first); break;
+      case WriteOp::Kind::kDrop: DoDrop(first); break;
+      case WriteOp::Kind::kRemoveNamespace: DoRemoveNamespace(first); break;
+      case WriteOp::Kind::kEvictTo: DoEvictTo(first); break;
+    }
+  }
+}
+
+StoreImpl::Place StoreImpl::PlaceRecord(WriteOp& op, const std::unordered_set<uint32_t>& touched) {
+  const uint64_t seg_size = table_->segment_size();
+  if (cur_seg_ == UINT32_MAX || cur_off_ + op.alloc.bytes > seg_size) {
+    if (cur_seg_ != UINT32_MAX) {
+      table_->Seal(cur_seg_, cur_off_);
+      sealed_since_checkpoint_ = true;
+      cur_seg_ = UINT32_MAX;
+    }
+    Status st = OpenNextSegment(touched);
+    if (st.code() == Code::kAborted) return Place::kEndGroup;  // victim is in this group
+    if (!st.ok()) {
+      op.status = st;
+      return Place::kFailed;
+    }
+  }
+  op.segment = cur_seg_;
+  op.generation = cur_gen_;
+  op.offset = cur_off_;
+  op.sequence = next_seq_++;
+  cur_off_ += op.alloc.bytes;
+  format::RecordHeader h;
+  h.key_len = static_cast<uint16_t>(op.key.size());
+  h.segment_id = op.segment;
+  h.generation = op.generation;
+  h.ns_id = op.ns;
+  h.sequence = op.sequence;
+  h.payload_len = op.payload_len;
+  h.payload_checksum = op.checksum;
+  h.written_unix_ms = op.written_ms;
+  format::EncodeRecordHeader(h, op.key, op.alloc.data);
+  return Place::kPlaced;
+}
+
+void StoreImpl::WriteGroup(std::vector<WriteOp>& group) {
+  std::unordered_set<uint32_t> touched;
+  size_t placed_end = 0;  // ops [0, placed_end) were handled in this pass
+  std::vector<IoRequest> reqs;
+  while (placed_end < group.size()) {
+    size_t begin = placed_end;
+    touched.clear();
+    reqs.clear();
+    // 1. Place records; stop early when rollover would reclaim a segment this
+    //    pass is still writing.
+    for (; placed_end < group.size(); ++placed_end) {
+      WriteOp& op = group[placed_end];
+      Place r = PlaceRecord(op, touched);
+      if (r == Place::kEndGroup) break;
+      if (r == Place::kPlaced) touched.insert(op.segment);
+    }
+    if (placed_end == begin) {  // could not place even one: reclaim is blocked
+      group[placed_end].status = Status::NoSpace("no segment can be reclaimed");
+      ++placed_end;
+      continue;
+    }
+    // 2. One I/O per run that is contiguous on disk and in the ring.
+    for (size_t i = begin; i < placed_end; ++i) {
+      WriteOp& op = group[i];
+      if (!op.status.ok()) continue;
+      File* file = table_->file(op.segment);
+      IoRequest* last = reqs.empty() ? nullptr : &reqs.back();
+      if (last != nullptr && last->file == file && last->offset + last->len == op.offset &&
+          static_cast<uint8_t*>(last->buf) + last->len == op.alloc.data &&
+          last->len + op.alloc.bytes <= opt_.max_write_chunk_bytes) {
+        last->len += op.alloc.bytes;
+        continue;
+      }
+      // A record larger than a chunk is split so reads can slip between.
+      for (uint64_t done = 0; done < op.alloc.bytes;) {
+        uint64_t n = std::min<uint64_t>(op.alloc.bytes - done, opt_.max_write_chunk_bytes);
+        IoRequest rq;
+        rq.op = IoRequest::Op::kWrite;
+        rq.file = file;
+        rq.offset = op.offset + done;
+        rq.buf = op.alloc.data + done;
+        rq.len = n;
+        reqs.push_back(rq);
+        done += n;
+      }
+    }
+    Status io = reqs.empty() ? Status::OK() : write_queue_->Submit(reqs);
+    std::unordered_map<File*, Status> failed;
+    for (const IoRequest& rq : reqs) {
+      if (!rq.status.ok() && !failed.count(rq.file)) failed[rq.file] = rq.status;
+      if (rq.status.ok()) c_.device_bytes_written.Add(rq.len);
+    }
+    // 3. fdatasync each touched segment: the data is durable before its index
+    //    entries exist.
+    for (uint32_t seg : touched) {
+      File* f = table_->file(seg);
+      if (failed.count(f)) continue;
+      Status s = f->Sync();
+      c_.syncs.Add();
+      if (!s.ok()) failed[f] = s;
+    }
+    (void)io;
+    // A failed write or sync poisons its segment: seal it where it stands so
+    // nothing more is appended after a hole of unknown content.
+    for (auto& [f, st] : failed) {
+      for (size_t i = begin; i < placed_end; ++i)
+        if (group[i].status.ok() && table_->file(group[i].segment) == f)
+          group[i].status = st.WithContext("writing record");
+    }
+    if (!failed.empty() && cur_seg_ != UINT32_MAX && failed.count(table_->file(cur_seg_))) {
+      table_->Seal(cur_seg_, cur_off_);
+      sealed_since_checkpoint_ = true;
+      cur_seg_ = UINT32_MAX;
+    }
+    // 4. Index entries in one batch.
+    IndexBatch batch;
+    for (size_t i = begin; i < placed_end; ++i) {
+      WriteOp& op = group[i];
+      if (!op.status.ok()) continue;
+      format::IndexValue v;
+      v.segment = op.segment;
+      v.generation = op.generation;
+      v.offset = op.offset;
+      v.payload_len = op.payload_len;
+      v.payload_checksum = op.checksum;
+      v.sequence = op.sequence;
+      v.written_unix_ms = op.written_ms;
+      v.key_len = static_cast<uint16_t>(op.key.size());
+      batch.Put(op.ns, op.key, v);
+    }
+    if (!batch.empty()) {
+      Status s = index_->Commit(batch, /*sync=*/false);
+      if (!s.ok())
+        for (size_t i = begin; i < placed_end; ++i)
+          if (group[i].status.ok()) group[i].status = s.WithContext("committing index");
+    }
+    c_.group_commits.Add();
+    if (cur_seg_ != UINT32_MAX) table_->SetUsed(cur_seg_, cur_off_);
+    for (size_t i = begin; i < placed_end; ++i) {
+      WriteOp& op = group[i];
+      if (op.status.ok()) {
+        c_.puts.Add();
+        c_.put_bytes.Add(op.payload_len);
+        bytes_since_checkpoint_ += op.alloc.bytes;
+      } else {
+        c_.puts_failed.Add();
+      }
+    }
+    if (sealed_since_checkpoint_ || bytes_since_checkpoint_ >= opt_.checkpoint_interval_bytes) {
+      CheckpointNow(false).IgnoreError();  // a failed checkpoint only lengthens recovery
+    }
+  }
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (WriteOp& op : group) ReleaseRing(op.alloc_id);
+  }
+  space_cv_.notify_all();
+  for (WriteOp& op : group) Finish(op.done, op.status);
+}
+
+Status StoreImpl::OpenNextSegment(const std::unordered_set<uint32_t>& touched) {
+  uint32_t seg = table_->AnyFree();
+  if (seg == UINT32_MAX && table_->CountFiles() < max_segments_) {
+    auto created = table_->CreateSegmentFile();
+    if (created.ok()) {
+      seg = *created;
+    } else if (created.status().code() != Code::kNoSpace || table_->OldestSealed() == UINT32_MAX) {
+      return created.status();
+    }
+    // Out of disk before the budget: fall through and reclaim instead.
+  }
+  if (seg == UINT32_MAX) {
+    seg = table_->OldestSealed();
+    if (seg == UINT32_MAX) return Status::NoSpace("capacity holds no segment to reclaim");
+    if (touched.count(seg)) return Status::Aborted("victim segment is being written");
+    return ReclaimSegment(seg, /*reuse=*/true);
+  }
+  auto gen = table_->Activate(seg, ++epoch_);
+  if (!gen.ok()) return gen.status();
+  cur_seg_ = seg;
+  cur_gen_ = *gen;
+  cur_off_ = format::kSegmentDataStart;
+  return Status::OK();
+}
+
+// Reclaims `seg` whole. With reuse it becomes the open segment (new
+// generation, new epoch) and its hot blocks are written again at its start;
+// without, it is left free (its header zeroed).
+Status StoreImpl::ReclaimSegment(uint32_t seg, bool reuse) {
+  const SegmentInfo info = table_->Info(seg);
+  const uint32_t old_gen = info.generation;
+  table_->BeginReclaim(seg);
+
+  struct Row {
+    uint64_t offset;
+    NamespaceId ns;
+    std::string key;
+  };
+  std::vector<Row> rows;
+  Status st = index_->ForEachInSegment(seg, old_gen, [&](uint64_t off, NamespaceId ns, std::string_view key) {
+    rows.push_back(Row{off, ns, std::string(key)});
+    return true;
+  });
+  if (!st.ok()) {
+    table_->Seal(seg, info.used_bytes);  // un-mark: stays readable
+    return st;
+  }
+  std::unordered_map<uint64_t, uint32_t> hot;
+  {
+    std::lock_guard<std::mutex> l(hits_mu_);
+    auto it = hits_.find(seg);
+    if (it != hits_.end()) {
+      hot.swap(it->second);
+      hits_.erase(it);
+    }
+  }
+  // Read the hot records back before the space is reused.
+  struct Reinsert {
+    AlignedBuffer rec;
+    uint64_t bytes;
+    NamespaceId ns;
+    std::string key;
+    format::RecordHeader h;
+  };
+  std::vector<Reinsert> reinserts;
+  File* file = table_->file(seg);
+  if (reuse && opt_.reinsert_hot_blocks && !hot.empty()) {
+    uint64_t budget = static_cast<uint64_t>(opt_.reinsert_max_fraction *
+                                            static_cast<double>(table_->segment_size()));
+    for (const Row& r : rows) {
+      if (!hot.count(r.offset)) continue;
+      auto e = index_->Get(r.ns, r.key);
+      if (!e.ok() || !e->has_value()) continue;
+      const format::IndexValue& v = **e;
+      if (v.segment != seg || v.generation != old_gen || v.offset != r.offset) continue;
+      uint64_t bytes = v.RecordBytes();
+      if (bytes > budget) continue;
+      Reinsert ri{AlignedBuffer(bytes), bytes, r.ns, r.key, {}};
+      if (!file->ReadAt(r.offset, ri.rec.data(), bytes).ok()) continue;
+      c_.device_bytes_read.Add(bytes);
+      std::string_view k;
+      auto h = format::DecodeRecordHeader({ri.rec.data(), bytes}, opt_.max_payload_bytes, &k);
+      if (!h.ok() || k != r.key || h->ns_id != r.ns || h->payload_checksum != v.payload_checksum ||
+          format::Checksum(ri.rec.data() + format::PayloadOffset(k.size()), h->payload_len) !=
+              h->payload_checksum)
+        continue;
+      ri.h = *h;
+      budget -= bytes;
+      reinserts.push_back(std::move(ri));
+    }
+  }
+
+  uint32_t new_gen = 0;
+  if (reuse) {
+    auto g = table_->Activate(seg, ++epoch_);  // durable new generation first
+    if (!g.ok()) return g.status();
+    new_gen = *g;
+  } else {
+    AlignedBuffer zero(format::kPage);
+    std::memset(zero.data(), 0, zero.size());
+    st = file->WriteAt(0, zero.data(), zero.size());
+    if (st.ok()) st = file->Sync();
+    if (!st.ok()) {
+      table_->Seal(seg, info.used_bytes);
+      return st.WithContext("invalidating segment header");
+    }
+    table_->MarkFree(seg);
+  }
+  // The old generation's entries are now stale whatever happens next; drop
+  // them (a crash here leaves stale entries that reads detect and drop).
+  IndexBatch batch;
+  uint64_t evicted = 0, evicted_bytes = 0;
+  for (const Row& r : rows) {
+    auto e = index_->Get(r.ns, r.key);
+    if (e.ok() && e->has_value() && (*e)->segment == seg && (*e)->generation == old_gen &&
+        (*e)->offset == r.offset) {
+      batch.Delete(r.ns, r.key, **e);
+      ++evicted;
+      evicted_bytes += (*e)->payload_len;
+    } else {
+      batch.DeleteSegmentRow(seg, old_gen, r.offset);
+    }
+  }
+  if (!batch.empty()) index_->Commit(batch, false).IgnoreError();
+  index_->DropSegmentRowsBelow(seg, reuse ? new_gen : old_gen + 1).IgnoreError();
+  c_.evictions.Add();
+  c_.evicted_blocks.Add(evicted);
+  c_.evicted_bytes.Add(evicted_bytes);
+  if (opt_.punch_holes) {
+    file->PunchHole(format::kSegmentDataStart, table_->segment_size() - format::kSegmentDataStart)
+        .IgnoreError();  // NotSupported on some file systems: space is reused anyway
+  }
+  if (!reuse) return Status::OK();
+
+  cur_seg_ = seg;
+  cur_gen_ = new_gen;
+  cur_off_ = format::kSegmentDataStart;
+  if (reinserts.empty()) return Status::OK();
+  // Hot blocks go first in the new life of the segment, with new sequence
+  // numbers (an index entry written meanwhile by a newer put wins below).
+  IndexBatch re;
+  uint64_t written = 0;
+  for (Reinsert& ri : reinserts) {
+    format::RecordHeader h = ri.h;
+    h.segment_id = seg;
+    h.generation = new_gen;
+    h.sequence = next_seq_++;
+    format::EncodeRecordHeader(h, ri.key, ri.rec.data());
+    if (!file->WriteAt(cur_off_, ri.rec.data(), ri.bytes).ok()) break;
+    format::IndexValue v;
+    v.segment = seg;
+    v.generation = new_gen;
+    v.offset = cur_off_;
+    v.payload_len = h.payload_len;
+    v.payload_checksum = h.payload_checksum;
+    v.sequence = h.sequence;
+    v.written_unix_ms = h.written_unix_ms;
+    v.key_len = static_cast<uint16_t>(ri.key.size());
+    auto e = index_->Get(ri.ns, ri.key);
+    if (e.ok() && !e->has_value()) re.Put(ri.ns, ri.key, v);  // not replaced or removed meanwhile
+    cur_off_ += ri.bytes;
+    written += ri.bytes;
+    c_.reinsertions.Add();
+    c_.reinserted_bytes.Add(h.payload_len);
+  }
+  c_.device_bytes_written.Add(written);
+  if (written > 0) {
+    Status s = file->Sync();
+    c_.syncs.Add();
+    if (s.ok() && !re.empty()) index_->Commit(re, false).IgnoreError();
+  }
+  table_->SetUsed(seg, cur_off_);
+  return Status::OK();
+}
+
+Status StoreImpl::CheckpointNow(bool clean) {
+  Checkpoint cp;
+  cp.epoch = epoch_;
+  cp.offset = cur_seg_ == UINT32_MAX ? table_->segment_size() : cur_off_;
+  cp.next_sequence = next_seq_;
+  cp.clean = clean;
+  Status st = index_->WriteCheckpoint(cp);
+  if (st.ok()) {
+    bytes_since_checkpoint_ = 0;
+    sealed_since_checkpoint_ = false;
+  }
+  return st;
+}
+
+void StoreImpl::DoRemove(WriteOp& op) {
+  auto e = index_->Get(op.ns, op.key);
+  Status st = e.status();
+  if (e.ok() && e->has_value()) {
+    IndexBatch b;
+    b.Delete(op.ns, op.key, **e);
+    st = index_->Commit(b, false);
+    // Move the checkpoint past the record so recovery can never re-index it;
+    // this also makes the delete durable (the WAL is synced first).
+    if (st.ok()) st = CheckpointNow(false);
+  }
+  Finish(op.done, st);
+}
+
+void StoreImpl::DoDrop(WriteOp& op) {
+  auto e = index_->Get(op.ns, op.key);
+  if (e.ok() && e->has_value() && (*e)->sequence == op.arg) {
+    IndexBatch b;
+    b.Delete(op.ns, op.key, **e);
+    if (index_->Commit(b, false).ok()) c_.stale_entries_dropped.Add();
+  }
+}
+
+void StoreImpl::DoRemoveNamespace(WriteOp& op) {
+  {
+    std::shared_lock<std::shared_mutex> l(ns_mu_);
+    if (!namespaces_.count(op.ns))
+      return Finish(op.done, Status::NotFound("unknown namespace " + NamespaceIdToHex(op.ns)));
+  }
+  Status st;
+  for (;;) {
+    IndexBatch b;
+    st = index_->ForEach(op.ns, "", [&](NamespaceId ns, std::string_view key, const format::IndexValue& v) {
+      b.Delete(ns, key, v);
+      return b.count() < 10000;
+    });
+    if (!st.ok() || b.empty()) break;
+    st = index_->Commit(b, false);
+    if (!st.ok()) break;
+  }
+  // The file goes first: once it is gone a crash cannot resurrect the
+  // namespace's records through recovery or repair.
+  if (st.ok()) st = RemoveNamespaceFile(op.ns);
+  if (st.ok()) st = index_->DeleteNamespace(op.ns, false);
+  if (st.ok()) st = CheckpointNow(false);
+  if (st.ok()) {
+    std::unique_lock<std::shared_mutex> l(ns_mu_);
+    namespaces_.erase(op.ns);
+  }
+  Finish(op.done, st);
+}
+
+void StoreImpl::DoEvictTo(WriteOp& op) {
+  Status st;
+  while (st.ok() && UsedBytes() > op.arg) {
+    uint32_t seg = table_->OldestSealed();
+    if (seg == UINT32_MAX) {
+      // Only the open segment is left: seal it so it can go too.
+      if (cur_seg_ == UINT32_MAX) break;
+      table_->Seal(cur_seg_, cur_off_);
+      cur_seg_ = UINT32_MAX;
+      continue;
+    }
+    st = ReclaimSegment(seg, /*reuse=*/false);
+  }
+  if (st.ok()) st = CheckpointNow(false);
+  Finish(op.done, st);
+}
+
+uint64_t StoreImpl::UsedBytes() const {
+  uint64_t used = 0;
+  for (const SegmentInfo& s : table_->Snapshot())
+    if (s.state != SegmentState::kFree) used += s.used_bytes;
+  return used;
+}
+
+}  // namespace kvtier

@@ -1,0 +1,83 @@
+#include "store/store_test_util.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <stdexcept>
+
+#include "format/record.h"
+
+namespace kvtier::testing {
+
+TempDir::TempDir() {
+  const char* base = std::getenv("TMPDIR");
+  std::string tmpl = std::string(base != nullptr ? base : "/tmp") + "/kvtier-test-XXXXXX";
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back('\0');
+  if (mkdtemp(buf.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+  path_ = buf.data();
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+NamespaceSpec TestSpec(const std::string& model, uint32_t tp_rank) {
+  NamespaceSpec s;
+  s.model_id = model;
+  s.model_revision = "r1";
+  s.dtype = "bf16";
+  s.layout = "test-layout";
+  s.block_tokens = 16;
+  s.tp_rank = tp_rank;
+  s.tp_size = 2;
+  s.hash_scheme = "sha256_cbor";
+  return s;
+}
+
+std::vector<uint8_t> Payload(NamespaceId ns, const std::string& key, size_t size, uint32_t version) {
+  std::vector<uint8_t> v(size);
+  uint64_t x = format::Checksum(key.data(), key.size()) ^ (ns * 0x9E3779B97F4A7C15ull) ^ version;
+  for (size_t i = 0; i < size; i += 8) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    std::memcpy(v.data() + i, &x, std::min<size_t>(8, size - i));
+  }
+  return v;
+}
+
+std::string Key(uint64_t i) {
+  std::string k(32, '\0');
+  uint64_t h = format::Checksum(&i, sizeof i);
+  for (int j = 0; j < 4; ++j) std::memcpy(&k[j * 8], &h, 8), h = h * 31 + i + j;
+  return k;
+}
+
+Options SmallOptions(IoBackend backend) {
+  Options o;
+  o.segment_size_bytes = 1 << 20;
+  o.capacity_bytes = 16 << 20;
+  o.write_queue_bytes = 8 << 20;
+  o.group_commit_bytes = 2 << 20;
+  o.io_backend = backend;
+  o.read_threads = 2;
+  o.queue_depth = 16;
+  return o;
+}
+
+void FlipBit(const std::string& path, uint64_t offset, int bit) {
+  int fd = ::open(path.c_str(), O_RDWR);
+  if (fd < 0) throw std::runtime_error("open " + path);
+  uint8_t b;
+  if (pread(fd, &b, 1, static_cast<off_t>(offset)) != 1) throw std::runtime_error("pread");
+  b ^= static_cast<uint8_t>(1u << bit);
+  if (pwrite(fd, &b, 1, static_cast<off_t>(offset)) != 1) throw std::runtime_error("pwrite");
+  ::close(fd);
+}
+
+}  // namespace kvtier::testing

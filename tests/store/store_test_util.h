@@ -1,0 +1,39 @@
+// Shared helpers for store tests: temporary folders, namespaces and
+// deterministic payloads (a payload is a function of namespace, key and
+// version, so any returned block can be checked).
+#ifndef KVTIER_TESTS_STORE_STORE_TEST_UTIL_H_
+#define KVTIER_TESTS_STORE_STORE_TEST_UTIL_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kvtier/store.h"
+
+namespace kvtier::testing {
+
+// A fresh folder under $TMPDIR (or /tmp), removed with its contents on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::string& path() const { return path_; }
+  std::string Sub(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+NamespaceSpec TestSpec(const std::string& model = "test/model", uint32_t tp_rank = 0);
+// Deterministic bytes for (ns, key, version).
+std::vector<uint8_t> Payload(NamespaceId ns, const std::string& key, size_t size, uint32_t version = 0);
+std::string Key(uint64_t i);  // 32-byte engine-style key
+// Options for small, fast test stores.
+Options SmallOptions(IoBackend backend = IoBackend::kAuto);
+
+// Flips one bit of a file at `offset`.
+void FlipBit(const std::string& path, uint64_t offset, int bit = 0);
+
+}  // namespace kvtier::testing
+
+#endif  // KVTIER_TESTS_STORE_STORE_TEST_UTIL_H_
