@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "format/coding.h"
 #include "store/store_impl.h"
 #include "util/clock.h"
 
@@ -223,8 +224,7 @@ Status StoreImpl::LoadNamespaces() {
     if (*size < 8 || *size > (1u << 20)) return Status::Corruption(nsdir + "/" + n + ": bad size");
     std::string buf(*size, '\0');
     KVTIER_RETURN_IF_ERROR((*file)->ReadAt(0, buf.data(), buf.size()));
-    uint64_t sum;
-    std::memcpy(&sum, buf.data() + buf.size() - 8, 8);
+    uint64_t sum = format::GetFixed64(reinterpret_cast<const uint8_t*>(buf.data() + buf.size() - 8));
     buf.resize(buf.size() - 8);
     if (format::Checksum(buf.data(), buf.size()) != sum)
       return Status::Corruption(nsdir + "/" + n + ": checksum mismatch");
@@ -246,7 +246,7 @@ Status StoreImpl::WriteNamespaceFile(NamespaceId id, const NamespaceSpec& spec) 
   KVTIER_RETURN_IF_ERROR(fs_->CreateDir(nsdir, opt_.group_access ? 0770 : 0700));
   std::string buf = spec.Encode();
   uint64_t sum = format::Checksum(buf.data(), buf.size());
-  buf.append(reinterpret_cast<const char*>(&sum), 8);
+  format::AppendFixed64(&buf, sum);
   const std::string path = nsdir + "/" + NamespaceIdToHex(id) + ".ns";
   OpenFlags f;
   f.create = true;
