@@ -1,0 +1,239 @@
+/* kvtier C ABI: a stable C interface over kvtier::Store (libkvtier.so).
+ *
+ * Stability rules
+ * - kvtier_abi_version() returns KVTIER_ABI_VERSION of the library actually
+ *   loaded. Callers compare it with the KVTIER_ABI_VERSION they were compiled
+ *   against: the major part (version >> 16) must be equal; the library's
+ *   minor part (version & 0xffff) must be >= the caller's.
+ * - Within one major version, functions are only added, never removed or
+ *   changed; enum values are only added; structs passed in by the caller
+ *   start with a `struct_size` field (set it to sizeof(the struct)) and only
+ *   grow at the end, so an older caller's smaller struct stays valid.
+ * - Structs the library fills in (kvtier_completion) never change layout
+ *   within a major version.
+ *
+ * Errors
+ * - Every fallible call returns an int status: KVTIER_OK (0) or a
+ *   kvtier_code, equal to kvtier::Code of the C++ API.
+ * - kvtier_last_error() returns the message of the last call that failed on
+ *   the calling thread ("" after a success), e.g. "unknown namespace ...".
+ * - No C++ exception and no abort crosses this boundary: running out of
+ *   memory is reported as KVTIER_NO_SPACE ("out of memory").
+ *
+ * Thread safety
+ * - A kvtier_store may be used from any number of threads at once, except
+ *   kvtier_free(), which must be the last call on the handle.
+ * - kvtier_close() may race with other calls: they return KVTIER_CLOSED.
+ *
+ * Buffers
+ * - Puts copy the payload before they return (async ones too): the caller
+ *   may reuse its buffers at once.
+ * - Gets write into caller buffers; for kvtier_get_async they must stay
+ *   valid until its completion has been returned by kvtier_poll().
+ *
+ * Keys are opaque byte strings of 1..255 bytes (not NUL-terminated).
+ */
+#ifndef KVTIER_C_API_H_
+#define KVTIER_C_API_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KVTIER_ABI_VERSION ((1u << 16) | 0u) /* 1.0 */
+#define KVTIER_MAX_KEY_BYTES 255
+
+/* Status codes: equal to kvtier::Code. */
+enum kvtier_code {
+  KVTIER_OK = 0,
+  KVTIER_NOT_FOUND = 1,          /* key, namespace or file absent (a miss too) */
+  KVTIER_CORRUPTION = 2,
+  KVTIER_IO_ERROR = 3,
+  KVTIER_NO_SPACE = 4,           /* also: out of memory */
+  KVTIER_INVALID_ARGUMENT = 5,
+  KVTIER_BUSY = 6,               /* store folder in use by another opener */
+  KVTIER_NOT_SUPPORTED = 7,
+  KVTIER_TIMED_OUT = 8,          /* get deadline passed: treat as a miss */
+  KVTIER_NOT_ADMITTED = 9,       /* put declined (queue full, admission) */
+  KVTIER_CLOSED = 10,
+  KVTIER_BUFFER_TOO_SMALL = 11,
+  KVTIER_ABORTED = 12
+};
+
+typedef struct kvtier_store kvtier_store; /* opaque */
+typedef uint64_t kvtier_ns;               /* namespace id, never 0 */
+
+/* A read-only piece of a payload (gathered in order on put). */
+typedef struct kvtier_fragment {
+  const void* data;
+  size_t size;
+} kvtier_fragment;
+
+/* A writable piece of a destination (filled in order on get). */
+typedef struct kvtier_mut_fragment {
+  void* data;
+  size_t size;
+} kvtier_mut_fragment;
+
+/* A key: `size` bytes at `data`. */
+typedef struct kvtier_key {
+  const void* data;
+  size_t size;
+} kvtier_key;
+
+typedef struct kvtier_put_item {
+  kvtier_key key;
+  const kvtier_fragment* frags;
+  size_t num_frags;
+} kvtier_put_item;
+
+typedef struct kvtier_get_item {
+  kvtier_key key;
+  const kvtier_mut_fragment* frags; /* total size must hold the payload */
+  size_t num_frags;
+} kvtier_get_item;
+
+/* What a namespace's bytes mean (see kvtier/namespace.h). NULL strings are
+ * empty. Every field but `name` is part of the namespace's identity. */
+typedef struct kvtier_namespace_spec {
+  uint32_t struct_size; /* sizeof(kvtier_namespace_spec) */
+  uint32_t block_tokens;
+  const char* name;
+  const char* model_id;
+  const char* model_revision;
+  const char* weights_fingerprint;
+  const char* tokenizer;
+  const char* adapter;
+  const char* dtype;
+  const char* layout;
+  uint64_t block_bytes; /* exact payload size, 0 = variable */
+  uint32_t tp_rank;
+  uint32_t tp_size;     /* 0 is taken as 1 */
+  const char* hash_scheme;
+  uint64_t hash_seed;
+  const char* tenant_salt;
+} kvtier_namespace_spec;
+
+enum kvtier_op { KVTIER_OP_PUT = 1, KVTIER_OP_GET = 2 };
+
+/* One finished async operation, returned by kvtier_poll(). */
+typedef struct kvtier_completion {
+  uint64_t user_data; /* as passed at submission */
+  uint64_t size;      /* get: payload bytes written; put: payload bytes */
+  int32_t status;     /* kvtier_code */
+  uint32_t op;        /* kvtier_op */
+} kvtier_completion;
+
+/* ---- Library ------------------------------------------------------------ */
+uint32_t kvtier_abi_version(void);
+/* Short stable name of a code ("NotFound"); "Unknown" outside the enum. */
+const char* kvtier_code_name(int code);
+/* Message of the last failed call on this thread; valid until the thread's
+ * next kvtier call. Never NULL. */
+const char* kvtier_last_error(void);
+
+/* ---- Open / close ---------------------------------------------------------
+ * options_json: NULL or a JSON object whose keys are kvtier::Options field
+ * names (e.g. {"capacity_bytes": 1073741824, "io_backend": "posix"});
+ * io_backend is "auto", "io_uring" or "posix". Unknown keys and wrong types
+ * are KVTIER_INVALID_ARGUMENT naming the key. A folder opened elsewhere
+ * (this process included) is KVTIER_BUSY. */
+int kvtier_open(const char* dir, const char* options_json, kvtier_store** out);
+/* Completes queued work, checkpoints, releases the folder. The handle stays
+ * valid: later calls return KVTIER_CLOSED. Closing twice is OK. Completions
+ * of async calls already submitted can still be polled. */
+int kvtier_close(kvtier_store* s);
+/* Closes if needed, waits for outstanding async calls and frees the handle.
+ * NULL is ignored. */
+void kvtier_free(kvtier_store* s);
+
+/* ---- Namespaces ----------------------------------------------------------- */
+int kvtier_register_namespace(kvtier_store* s, const kvtier_namespace_spec* spec, kvtier_ns* out);
+/* spec_json: an object with the kvtier_namespace_spec field names. */
+int kvtier_register_namespace_json(kvtier_store* s, const char* spec_json, kvtier_ns* out);
+/* By display name or by the 16-hex-digit id. */
+int kvtier_find_namespace(kvtier_store* s, const char* name_or_hex, kvtier_ns* out);
+/* Drops every block of the namespace and the namespace. */
+int kvtier_remove_namespace(kvtier_store* s, kvtier_ns ns);
+
+/* ---- Blocking I/O ----------------------------------------------------------- */
+/* OK when durable. */
+int kvtier_put(kvtier_store* s, kvtier_ns ns, const void* key, size_t key_len, const void* data,
+               size_t size);
+int kvtier_putv(kvtier_store* s, kvtier_ns ns, const void* key, size_t key_len,
+                const kvtier_fragment* frags, size_t num_frags);
+/* Writes the payload into buf; *out_size (may be NULL) gets its size. A miss
+ * is KVTIER_NOT_FOUND; a buffer too small is KVTIER_BUFFER_TOO_SMALL. */
+int kvtier_get(kvtier_store* s, kvtier_ns ns, const void* key, size_t key_len, void* buf,
+               size_t cap, uint64_t* out_size);
+int kvtier_getv(kvtier_store* s, kvtier_ns ns, const void* key, size_t key_len,
+                const kvtier_mut_fragment* frags, size_t num_frags, uint64_t* out_size);
+/* Batches: statuses[i] (and sizes[i] for gets; either may be NULL) per item.
+ * Returns KVTIER_OK when every item succeeded, else the first failed item's
+ * code (a miss is KVTIER_NOT_FOUND). Argument errors (NULL items with n > 0)
+ * fill nothing. */
+int kvtier_put_batch(kvtier_store* s, kvtier_ns ns, const kvtier_put_item* items, size_t n,
+                     int32_t* statuses);
+int kvtier_get_batch(kvtier_store* s, kvtier_ns ns, const kvtier_get_item* items, size_t n,
+                     int32_t* statuses, uint64_t* sizes);
+
+/* ---- Lookups (index only) ------------------------------------------------------ */
+int kvtier_contains(kvtier_store* s, kvtier_ns ns, const void* key, size_t key_len,
+                    int* out_present);
+/* *out_count: how many leading keys are present. */
+int kvtier_lookup_prefix(kvtier_store* s, kvtier_ns ns, const kvtier_key* keys, size_t n,
+                         size_t* out_count);
+/* Payload size of a present key (KVTIER_NOT_FOUND when absent). */
+int kvtier_block_size(kvtier_store* s, kvtier_ns ns, const void* key, size_t key_len,
+                      uint64_t* out_size);
+
+/* Visits the keys of namespace ns (0: every namespace) that start with
+ * prefix (prefix_len 0: all), in key order. fn gets each key and its payload
+ * size; returning non-zero stops the walk. fn must not call into the store. */
+typedef int (*kvtier_key_visitor)(void* ctx, kvtier_ns ns, const void* key, size_t key_len,
+                                  uint64_t payload_size);
+int kvtier_list_keys(kvtier_store* s, kvtier_ns ns, const void* prefix, size_t prefix_len,
+                     kvtier_key_visitor fn, void* ctx);
+
+/* ---- Removal, durability, statistics -------------------------------------------- */
+/* OK also when the key was absent. */
+int kvtier_remove(kvtier_store* s, kvtier_ns ns, const void* key, size_t key_len);
+/* Returns when every put submitted before it has completed. */
+int kvtier_flush(kvtier_store* s);
+/* kvtier::Stats as a JSON object (field names as in kvtier/store.h), NUL
+ * terminated. *out_len gets the length without the NUL; when cap is too
+ * small the call returns KVTIER_BUFFER_TOO_SMALL and *out_len the length
+ * needed. */
+int kvtier_stats_json(kvtier_store* s, char* buf, size_t cap, size_t* out_len);
+
+/* ---- Async ------------------------------------------------------------------------
+ * Submissions never block the caller. Each one that returns KVTIER_OK yields
+ * exactly one kvtier_completion carrying user_data (a rejection at once, e.g.
+ * queue full, is a completion too, with its code). A non-OK return (bad
+ * arguments, closed store) yields no completion. */
+int kvtier_put_async(kvtier_store* s, kvtier_ns ns, const void* key, size_t key_len,
+                     const kvtier_fragment* frags, size_t num_frags, uint64_t user_data);
+/* timeout_us: 0 = no deadline; else a deadline that long from now, after
+ * which the completion is KVTIER_TIMED_OUT and the buffers are untouched. */
+int kvtier_get_async(kvtier_store* s, kvtier_ns ns, const void* key, size_t key_len,
+                     const kvtier_mut_fragment* frags, size_t num_frags, uint64_t timeout_us,
+                     uint64_t user_data);
+/* Moves up to max finished completions into out[] and returns how many
+ * (>= 0), or a negative -kvtier_code on error. timeout_ms: 0 returns at once,
+ * > 0 waits up to that long for at least one, -1 waits without limit. */
+int kvtier_poll(kvtier_store* s, kvtier_completion* out, size_t max, int timeout_ms);
+/* An eventfd (non-blocking) that is readable while completions are waiting.
+ * Wait on it with poll/epoll, then call kvtier_poll; kvtier_poll clears it.
+ * Owned by the handle: do not close or read it. */
+int kvtier_event_fd(kvtier_store* s);
+/* Async operations submitted and not yet polled. */
+uint64_t kvtier_pending(kvtier_store* s);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVTIER_C_API_H_ */

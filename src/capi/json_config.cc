@@ -1,0 +1,185 @@
+#include "capi/json_config.h"
+
+#include <cmath>
+#include <limits>
+
+#include <nlohmann/json.hpp>
+
+namespace kvtier::capi {
+
+using nlohmann::json;
+
+namespace {
+
+Status TypeError(const std::string& key, const char* expected) {
+  return Status::InvalidArgument("option '" + key + "' must be " + expected);
+}
+
+Status GetBool(const std::string& key, const json& v, bool* out) {
+  if (!v.is_boolean()) return TypeError(key, "true or false");
+  *out = v.get<bool>();
+  return Status::OK();
+}
+
+template <typename T>
+Status GetUnsigned(const std::string& key, const json& v, T* out) {
+  uint64_t x = 0;
+  if (v.is_number_unsigned()) {
+    x = v.get<uint64_t>();
+  } else if (v.is_number_integer() && v.get<int64_t>() >= 0) {
+    x = static_cast<uint64_t>(v.get<int64_t>());
+  } else if (v.is_number_float() && v.get<double>() >= 0 && std::floor(v.get<double>()) == v.get<double>() &&
+             v.get<double>() < 1.8e19) {
+    x = static_cast<uint64_t>(v.get<double>());
+  } else {
+    return TypeError(key, "a non-negative integer");
+  }
+  if (x > std::numeric_limits<T>::max()) return TypeError(key, "a smaller integer");
+  *out = static_cast<T>(x);
+  return Status::OK();
+}
+
+Status GetDouble(const std::string& key, const json& v, double* out) {
+  if (!v.is_number()) return TypeError(key, "a number");
+  *out = v.get<double>();
+  return Status::OK();
+}
+
+Status GetString(const std::string& key, const json& v, std::string* out) {
+  if (v.is_null()) {
+    out->clear();
+    return Status::OK();
+  }
+  if (!v.is_string()) return TypeError(key, "a string");
+  *out = v.get<std::string>();
+  return Status::OK();
+}
+
+}  // namespace
+
+Result<json> ParseObject(std::string_view text, std::string_view what) {
+  if (text.empty()) return json::object();
+  json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return Status::InvalidArgument(std::string(what) + " is not valid JSON");
+  if (!j.is_object()) return Status::InvalidArgument(std::string(what) + " must be a JSON object");
+  return j;
+}
+
+Status SetOption(Options* o, const std::string& k, const json& v) {
+  if (k == "create_if_missing") return GetBool(k, v, &o->create_if_missing);
+  if (k == "error_if_exists") return GetBool(k, v, &o->error_if_exists);
+  if (k == "read_only") return GetBool(k, v, &o->read_only);
+  if (k == "group_access") return GetBool(k, v, &o->group_access);
+  if (k == "segment_size_bytes") return GetUnsigned(k, v, &o->segment_size_bytes);
+  if (k == "capacity_bytes") return GetUnsigned(k, v, &o->capacity_bytes);
+  if (k == "reinsert_hot_blocks") return GetBool(k, v, &o->reinsert_hot_blocks);
+  if (k == "reinsert_max_fraction") return GetDouble(k, v, &o->reinsert_max_fraction);
+  if (k == "punch_holes") return GetBool(k, v, &o->punch_holes);
+  if (k == "write_budget_bytes_per_day") return GetUnsigned(k, v, &o->write_budget_bytes_per_day);
+  if (k == "admit_on_second_put") return GetBool(k, v, &o->admit_on_second_put);
+  if (k == "second_put_window") return GetUnsigned(k, v, &o->second_put_window);
+  if (k == "use_direct_io") return GetBool(k, v, &o->use_direct_io);
+  if (k == "queue_depth") return GetUnsigned(k, v, &o->queue_depth);
+  if (k == "read_threads") return GetUnsigned(k, v, &o->read_threads);
+  if (k == "max_write_chunk_bytes") return GetUnsigned(k, v, &o->max_write_chunk_bytes);
+  if (k == "write_queue_bytes") return GetUnsigned(k, v, &o->write_queue_bytes);
+  if (k == "group_commit_bytes") return GetUnsigned(k, v, &o->group_commit_bytes);
+  if (k == "max_pending_reads") return GetUnsigned(k, v, &o->max_pending_reads);
+  if (k == "max_payload_bytes") return GetUnsigned(k, v, &o->max_payload_bytes);
+  if (k == "checkpoint_interval_bytes") return GetUnsigned(k, v, &o->checkpoint_interval_bytes);
+  if (k == "io_backend") {
+    std::string b;
+    KVTIER_RETURN_IF_ERROR(GetString(k, v, &b));
+    if (b == "auto" || b.empty()) o->io_backend = IoBackend::kAuto;
+    else if (b == "io_uring") o->io_backend = IoBackend::kIoUring;
+    else if (b == "posix") o->io_backend = IoBackend::kPosix;
+    else return TypeError(k, "\"auto\", \"io_uring\" or \"posix\"");
+    return Status::OK();
+  }
+  return Status::NotFound("unknown option '" + k + "'");
+}
+
+Status OptionsFromJson(const json& obj, Options* o) {
+  for (auto it = obj.begin(); it != obj.end(); ++it) {
+    Status st = SetOption(o, it.key(), it.value());
+    if (st.IsNotFound()) return Status::InvalidArgument(st.message());
+    KVTIER_RETURN_IF_ERROR(st);
+  }
+  return Status::OK();
+}
+
+Status SetSpecField(NamespaceSpec* s, const std::string& k, const json& v) {
+  if (k == "name") return GetString(k, v, &s->name);
+  if (k == "model_id") return GetString(k, v, &s->model_id);
+  if (k == "model_revision") return GetString(k, v, &s->model_revision);
+  if (k == "weights_fingerprint") return GetString(k, v, &s->weights_fingerprint);
+  if (k == "tokenizer") return GetString(k, v, &s->tokenizer);
+  if (k == "adapter") return GetString(k, v, &s->adapter);
+  if (k == "dtype") return GetString(k, v, &s->dtype);
+  if (k == "layout") return GetString(k, v, &s->layout);
+  if (k == "block_tokens") return GetUnsigned(k, v, &s->block_tokens);
+  if (k == "block_bytes") return GetUnsigned(k, v, &s->block_bytes);
+  if (k == "tp_rank") return GetUnsigned(k, v, &s->tp_rank);
+  if (k == "tp_size") return GetUnsigned(k, v, &s->tp_size);
+  if (k == "hash_scheme") return GetString(k, v, &s->hash_scheme);
+  if (k == "hash_seed") return GetUnsigned(k, v, &s->hash_seed);
+  if (k == "tenant_salt") return GetString(k, v, &s->tenant_salt);
+  return Status::NotFound("unknown namespace field '" + k + "'");
+}
+
+Status SpecFromJson(const json& obj, NamespaceSpec* spec) {
+  for (auto it = obj.begin(); it != obj.end(); ++it) {
+    Status st = SetSpecField(spec, it.key(), it.value());
+    if (st.IsNotFound()) return Status::InvalidArgument(st.message());
+    KVTIER_RETURN_IF_ERROR(st);
+  }
+  return Status::OK();
+}
+
+std::string StatsToJson(const Stats& s) {
+  json j = {
+      {"puts", s.puts},
+      {"put_bytes", s.put_bytes},
+      {"puts_not_admitted", s.puts_not_admitted},
+      {"puts_failed", s.puts_failed},
+      {"gets", s.gets},
+      {"hits_ram", s.hits_ram},
+      {"hits_disk", s.hits_disk},
+      {"misses", s.misses},
+      {"bytes_read_ram", s.bytes_read_ram},
+      {"bytes_read_disk", s.bytes_read_disk},
+      {"get_deadline_misses", s.get_deadline_misses},
+      {"checksum_failures", s.checksum_failures},
+      {"stale_entries_dropped", s.stale_entries_dropped},
+      {"lookups", s.lookups},
+      {"contains", s.contains},
+      {"removes", s.removes},
+      {"device_bytes_written", s.device_bytes_written},
+      {"device_bytes_read", s.device_bytes_read},
+      {"syncs", s.syncs},
+      {"group_commits", s.group_commits},
+      {"write_amplification", s.write_amplification},
+      {"evictions", s.evictions},
+      {"evicted_blocks", s.evicted_blocks},
+      {"evicted_bytes", s.evicted_bytes},
+      {"reinsertions", s.reinsertions},
+      {"reinserted_bytes", s.reinserted_bytes},
+      {"capacity_bytes", s.capacity_bytes},
+      {"used_bytes", s.used_bytes},
+      {"blocks_estimate", s.blocks_estimate},
+      {"segments_total", s.segments_total},
+      {"segments_sealed", s.segments_sealed},
+      {"segments_free", s.segments_free},
+      {"recovered_from_crash", s.recovered_from_crash},
+      {"recovery_scanned_bytes", s.recovery_scanned_bytes},
+      {"recovery_reindexed", s.recovery_reindexed},
+      {"recovery_torn_bytes", s.recovery_torn_bytes},
+      {"open_seconds", s.open_seconds},
+      {"io_backend", s.io_backend},
+  };
+  // Non-finite doubles would be written as null; keep them numbers.
+  if (!std::isfinite(s.write_amplification)) j["write_amplification"] = 0.0;
+  return j.dump();
+}
+
+}  // namespace kvtier::capi

@@ -1,0 +1,102 @@
+"""Turns Python values into (address, size) fragments for the C ABI.
+
+Accepted payload forms:
+- any object with the buffer protocol (bytes, bytearray, memoryview, numpy
+  arrays, array.array); it must be C-contiguous; gets need a writable one;
+- an object with data_ptr() (a torch tensor, without importing torch): its
+  size is numel() * element_size() unless given; it must be contiguous;
+- a raw address (int) with an explicit size;
+- an (address, size) tuple;
+- a list of the above: a gather list on put, a scatter list on get.
+"""
+import ctypes
+
+from ._errors import Code, KvtierError
+from ._lib import Fragment
+
+
+def _invalid(msg):
+    return KvtierError(Code.INVALID_ARGUMENT, msg)
+
+
+def bytes_address(b):
+    """Address of a bytes object's internal buffer (no copy)."""
+    return ctypes.cast(ctypes.c_char_p(b), ctypes.c_void_p).value
+
+
+def key_bytes(key):
+    if isinstance(key, str):
+        key = key.encode()
+    elif isinstance(key, (bytearray, memoryview)):
+        key = bytes(key)
+    elif not isinstance(key, bytes):
+        raise _invalid(f"a key must be str or bytes, not {type(key).__name__}")
+    if not 1 <= len(key) <= 255:
+        raise _invalid(f"key length {len(key)} is outside 1..255")
+    return key
+
+
+def one(obj, writable, size=None):
+    """Returns (address, nbytes, keepalive) for one payload piece."""
+    if isinstance(obj, bool):
+        raise _invalid("a payload cannot be a bool")
+    if isinstance(obj, int):
+        if size is None:
+            raise _invalid("a raw address needs size=")
+        if obj <= 0 or obj >= 1 << 64 or size < 0:
+            raise _invalid("raw address must be a positive 64-bit value and size >= 0")
+        return obj, int(size), None
+    if isinstance(obj, tuple) and len(obj) == 2 and all(isinstance(x, int) for x in obj):
+        return one(obj[0], writable, obj[1])
+    if hasattr(obj, "data_ptr") and callable(obj.data_ptr):
+        if hasattr(obj, "is_contiguous") and not obj.is_contiguous():
+            raise _invalid("tensor must be contiguous")
+        if getattr(getattr(obj, "device", None), "type", "cpu") != "cpu":
+            raise _invalid("tensor must be in host memory (device 'cpu')")
+        n = size if size is not None else obj.numel() * obj.element_size()
+        addr = obj.data_ptr()
+        if n and not addr:
+            raise _invalid("tensor has no storage")
+        return addr, int(n), obj
+    try:
+        mv = memoryview(obj)
+    except TypeError:
+        raise _invalid(f"{type(obj).__name__} is not a buffer, tensor or address") from None
+    if not mv.c_contiguous:
+        raise _invalid("buffer must be C-contiguous")
+    n = mv.nbytes
+    if size is not None:
+        if size > n or size < 0:
+            raise _invalid(f"size {size} is outside the buffer's {n} bytes")
+        n = size
+    if n == 0:
+        return None, 0, mv
+    if not mv.readonly:
+        arr = (ctypes.c_char * mv.nbytes).from_buffer(mv.cast("B"))
+        return ctypes.addressof(arr), n, arr
+    if writable:
+        raise _invalid("the destination buffer is read-only")
+    if isinstance(obj, bytes):
+        return bytes_address(obj), n, obj
+    iface = getattr(obj, "__array_interface__", None)
+    if iface is not None and iface.get("data"):
+        return iface["data"][0], n, obj
+    b = mv.tobytes()  # a read-only buffer of another kind: copy once
+    return bytes_address(b), n, b
+
+
+def fragments(value, writable, size=None):
+    """Returns (Fragment array, count, total bytes, keepalive list)."""
+    if isinstance(value, list):
+        if size is not None:
+            raise _invalid("size= applies to a single buffer, not a list")
+        parts = [one(v, writable) for v in value]
+    else:
+        parts = [one(value, writable, size)]
+    arr = (Fragment * max(1, len(parts)))()
+    total = 0
+    for i, (addr, n, _) in enumerate(parts):
+        arr[i].data = addr
+        arr[i].size = n
+        total += n
+    return arr, len(parts), total, [p[2] for p in parts]

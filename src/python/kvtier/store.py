@@ -1,0 +1,394 @@
+"""Store and Namespace: the Python face of kvtier.
+
+Thread safety: a Store may be used from any number of threads. Blocking
+calls release the GIL while kvtier works. Async calls return
+concurrent.futures.Future objects completed by one poller thread per Store,
+which sleeps on the store's eventfd.
+
+Errors: every failure raises KvtierError carrying a Code; bad Python input
+(wrong types, sizes, read-only destinations) is Code.INVALID_ARGUMENT.
+A miss is not an error: get()/get_into() return None.
+"""
+import concurrent.futures
+import ctypes
+import itertools
+import json
+import os
+import select
+import threading
+
+from . import _buffers
+from ._errors import Code, KvtierError
+from ._lib import GetItem, Key, Completion, KEY_VISITOR, PutItem, lib
+
+_MISS = (Code.NOT_FOUND, Code.TIMED_OUT)
+
+
+def _raise(rc):
+    msg = lib.kvtier_last_error()
+    raise KvtierError(rc, msg.decode(errors="replace") if msg else "")
+
+
+def _check(rc):
+    if rc != 0:
+        _raise(rc)
+
+
+class Store:
+    """An open kvtier store folder. Options are kvtier::Options field names,
+    e.g. Store(path, capacity_bytes=1 << 30, io_backend="posix")."""
+
+    def __init__(self, path, **options):
+        handle = ctypes.c_void_p()
+        try:
+            opts = json.dumps(options).encode()
+        except (TypeError, ValueError) as e:
+            raise KvtierError(Code.INVALID_ARGUMENT, f"options: {e}") from None
+        if not isinstance(path, (str, bytes, os.PathLike)):
+            raise KvtierError(Code.INVALID_ARGUMENT, "path must be a str or path")
+        self._h = None
+        self._lock = threading.Lock()
+        self._inflight = {}  # user_data -> (future, kind, keepalive)
+        self._ids = itertools.count(1)
+        self._poller = None
+        self._stop = False
+        _check(lib.kvtier_open(os.fsencode(path), opts, ctypes.byref(handle)))
+        self._h = handle.value
+        self.path = os.fsdecode(path)
+
+    # ---- lifetime -------------------------------------------------------
+    def _handle(self):
+        h = self._h
+        if h is None:
+            raise KvtierError(Code.CLOSED, "store is closed")
+        return h
+
+    def close(self):
+        """Completes queued work, checkpoints and releases the folder."""
+        h = self._h
+        if h is None:
+            return
+        rc = lib.kvtier_close(h)
+        poller = self._poller
+        self._stop = True
+        if poller is not None:
+            poller.join()
+        self._drain(h)
+        with self._lock:
+            left, self._inflight = self._inflight, {}
+        for fut, _, _ in left.values():
+            if not fut.done():
+                fut.set_exception(KvtierError(Code.CLOSED, "store closed"))
+        self._h = None
+        lib.kvtier_free(h)
+        if rc != 0:
+            _raise(rc)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    @property
+    def closed(self):
+        return self._h is None
+
+    # ---- namespaces -----------------------------------------------------
+    def register_namespace(self, **spec):
+        """Registers (idempotently) the namespace of a NamespaceSpec's fields:
+        name, model_id, model_revision, weights_fingerprint, tokenizer, adapter,
+        dtype, layout, block_tokens, block_bytes, tp_rank, tp_size,
+        hash_scheme, hash_seed, tenant_salt."""
+        try:
+            text = json.dumps(spec).encode()
+        except (TypeError, ValueError) as e:
+            raise KvtierError(Code.INVALID_ARGUMENT, f"namespace spec: {e}") from None
+        out = ctypes.c_uint64()
+        _check(lib.kvtier_register_namespace_json(self._handle(), text, ctypes.byref(out)))
+        return Namespace(self, out.value, spec.get("name", ""))
+
+    def namespace(self, name_or_hex):
+        """Finds a registered namespace by display name or 16-hex-digit id."""
+        if not isinstance(name_or_hex, str):
+            raise KvtierError(Code.INVALID_ARGUMENT, "namespace name must be a str")
+        out = ctypes.c_uint64()
+        _check(lib.kvtier_find_namespace(self._handle(), name_or_hex.encode(), ctypes.byref(out)))
+        return Namespace(self, out.value, name_or_hex)
+
+    def remove_namespace(self, ns):
+        _check(lib.kvtier_remove_namespace(self._handle(), _ns_id(ns)))
+
+    # ---- store-wide -------------------------------------------------------
+    def flush(self):
+        """Returns when every put submitted before it has completed."""
+        _check(lib.kvtier_flush(self._handle()))
+
+    def stats(self):
+        """kvtier::Stats as a dict."""
+        h = self._handle()
+        need = ctypes.c_size_t()
+        cap = 4096
+        while True:
+            buf = ctypes.create_string_buffer(cap)
+            rc = lib.kvtier_stats_json(h, buf, cap, ctypes.byref(need))
+            if rc == Code.BUFFER_TOO_SMALL:
+                cap = need.value + 1
+                continue
+            _check(rc)
+            return json.loads(buf.value.decode())
+
+    def pending(self):
+        """Async operations not yet completed."""
+        with self._lock:
+            return len(self._inflight)
+
+    # ---- async machinery ---------------------------------------------------
+    def _submit(self, kind, keepalive, submit):
+        fut = concurrent.futures.Future()
+        fut.set_running_or_notify_cancel()
+        uid = next(self._ids)
+        with self._lock:
+            self._inflight[uid] = (fut, kind, keepalive)
+            if self._poller is None:
+                self._poller = threading.Thread(target=self._poll_loop, args=(self._h,),
+                                                name="kvtier-poller", daemon=True)
+                self._poller.start()
+        rc = submit(uid)
+        if rc != 0:
+            with self._lock:
+                self._inflight.pop(uid, None)
+            _raise(rc)
+        return fut
+
+    def _poll_loop(self, h):
+        p = select.poll()
+        p.register(lib.kvtier_event_fd(h), select.POLLIN)
+        while not self._stop:
+            p.poll(100)
+            self._drain(h)
+
+    def _drain(self, h):
+        batch = (Completion * 64)()
+        while True:
+            n = lib.kvtier_poll(h, batch, 64, 0)
+            if n <= 0:
+                return
+            for i in range(n):
+                c = batch[i]
+                with self._lock:
+                    entry = self._inflight.pop(c.user_data, None)
+                if entry is None:
+                    continue
+                fut, kind, _ = entry
+                status = Code.of(c.status)
+                if kind == "put":
+                    if status == Code.OK:
+                        fut.set_result(True)
+                    elif status == Code.NOT_ADMITTED:
+                        fut.set_result(False)
+                    else:
+                        fut.set_exception(KvtierError(status, "async put failed"))
+                else:
+                    if status == Code.OK:
+                        fut.set_result(c.size)
+                    elif status in _MISS:
+                        fut.set_result(None)
+                    else:
+                        fut.set_exception(KvtierError(status, "async get failed"))
+            if n < 64:
+                return
+
+
+def _ns_id(ns):
+    if isinstance(ns, Namespace):
+        return ns.id
+    if isinstance(ns, int) and not isinstance(ns, bool) and 0 <= ns < 1 << 64:
+        return ns
+    raise KvtierError(Code.INVALID_ARGUMENT, "namespace must be a Namespace or an id")
+
+
+class Namespace:
+    """Blocks of one namespace of a Store. Keys are str (UTF-8) or bytes of
+    1..255 bytes. Payloads: see kvtier._buffers (buffers, tensors via
+    data_ptr(), raw addresses with size=, or lists of them as fragments)."""
+
+    def __init__(self, store, ns_id, name=""):
+        self.store = store
+        self.id = ns_id
+        self.name = name
+
+    def __repr__(self):
+        return f"Namespace({self.name!r}, id={self.id:016x})"
+
+    # ---- writes -------------------------------------------------------------
+    def put(self, key, value, size=None):
+        """Stores value under key; returns when durable. Returns False when
+        the put was declined (admission policy or full queue), else True."""
+        k = _buffers.key_bytes(key)
+        frags, n, _, keep = _buffers.fragments(value, False, size)
+        rc = lib.kvtier_putv(self.store._handle(), self.id, k, len(k), frags, n)
+        if rc == Code.NOT_ADMITTED:
+            return False
+        _check(rc)
+        del keep
+        return True
+
+    def put_batch(self, keys, values, sizes=None):
+        """Stores many blocks, committed in groups. Returns a Code per item."""
+        keys = [_buffers.key_bytes(k) for k in keys]
+        values = list(values)
+        if len(values) != len(keys):
+            raise KvtierError(Code.INVALID_ARGUMENT, "keys and values differ in length")
+        sizes = list(sizes) if sizes is not None else [None] * len(keys)
+        if len(sizes) != len(keys):
+            raise KvtierError(Code.INVALID_ARGUMENT, "keys and sizes differ in length")
+        items = (PutItem * max(1, len(keys)))()
+        keep = []
+        for i, (k, v, s) in enumerate(zip(keys, values, sizes)):
+            frags, n, _, kl = _buffers.fragments(v, False, s)
+            keep.append((frags, kl))
+            items[i].key = Key(_buffers.bytes_address(k), len(k))
+            items[i].frags = frags
+            items[i].num_frags = n
+        st = (ctypes.c_int32 * max(1, len(keys)))()
+        rc = lib.kvtier_put_batch(self.store._handle(), self.id, items, len(keys), st)
+        if rc == Code.CLOSED or (rc == Code.INVALID_ARGUMENT and not keys):
+            _raise(rc)
+        return [Code.of(st[i]) for i in range(len(keys))]
+
+    def put_async(self, key, value, size=None):
+        """Queues a put (the payload is copied before this returns). The
+        Future's result is True when durable, False when declined."""
+        k = _buffers.key_bytes(key)
+        frags, n, _, keep = _buffers.fragments(value, False, size)
+        h = self.store._handle()
+        return self.store._submit("put", None, lambda uid: lib.kvtier_put_async(h, self.id, k, len(k), frags, n, uid))
+
+    # ---- reads ----------------------------------------------------------------
+    def get_into(self, key, out, size=None):
+        """Reads the block into out (buffer, tensor, address with size=, or a
+        list of them). Returns the payload size, or None on a miss."""
+        k = _buffers.key_bytes(key)
+        frags, n, _, keep = _buffers.fragments(out, True, size)
+        got = ctypes.c_uint64()
+        rc = lib.kvtier_getv(self.store._handle(), self.id, k, len(k), frags, n, ctypes.byref(got))
+        del keep
+        if rc in _MISS:
+            return None
+        _check(rc)
+        return got.value
+
+    def get(self, key):
+        """Returns the block as bytes, or None on a miss."""
+        k = _buffers.key_bytes(key)
+        for _ in range(3):  # the block may be replaced between size and read
+            size = self.block_size(k)
+            if size is None:
+                return None
+            buf = bytearray(size)
+            try:
+                got = self.get_into(k, buf)
+            except KvtierError as e:
+                if e.code == Code.BUFFER_TOO_SMALL:
+                    continue
+                raise
+            return None if got is None else bytes(buf[:got])
+        raise KvtierError(Code.ABORTED, "block kept changing size during get")
+
+    def get_batch(self, keys, outs, sizes=None, return_codes=False):
+        """Reads many blocks (issued together). Returns a list of payload
+        sizes, None for misses (and, with return_codes, the Codes too)."""
+        keys = [_buffers.key_bytes(k) for k in keys]
+        outs = list(outs)
+        if len(outs) != len(keys):
+            raise KvtierError(Code.INVALID_ARGUMENT, "keys and outs differ in length")
+        sizes = list(sizes) if sizes is not None else [None] * len(keys)
+        if len(sizes) != len(keys):
+            raise KvtierError(Code.INVALID_ARGUMENT, "keys and sizes differ in length")
+        items = (GetItem * max(1, len(keys)))()
+        keep = []
+        for i, (k, o, s) in enumerate(zip(keys, outs, sizes)):
+            frags, n, _, kl = _buffers.fragments(o, True, s)
+            keep.append((frags, kl))
+            items[i].key = Key(_buffers.bytes_address(k), len(k))
+            items[i].frags = frags
+            items[i].num_frags = n
+        st = (ctypes.c_int32 * max(1, len(keys)))()
+        got = (ctypes.c_uint64 * max(1, len(keys)))()
+        rc = lib.kvtier_get_batch(self.store._handle(), self.id, items, len(keys), st, got)
+        if rc == Code.CLOSED:
+            _raise(rc)
+        codes = [Code.of(st[i]) for i in range(len(keys))]
+        result = [got[i] if codes[i] == Code.OK else None for i in range(len(keys))]
+        return (result, codes) if return_codes else result
+
+    def get_async(self, key, out, size=None, timeout=None):
+        """Queues a read into out, which must stay alive and untouched until
+        the Future completes (the Future keeps a reference). Result: payload
+        size, or None on a miss or when `timeout` seconds pass first."""
+        k = _buffers.key_bytes(key)
+        frags, n, _, keep = _buffers.fragments(out, True, size)
+        if timeout is not None and timeout < 0:
+            raise KvtierError(Code.INVALID_ARGUMENT, "timeout must be >= 0")
+        us = 0 if timeout is None else max(1, int(timeout * 1e6))
+        h = self.store._handle()
+        return self.store._submit(
+            "get", (frags, keep, out),
+            lambda uid: lib.kvtier_get_async(h, self.id, k, len(k), frags, n, us, uid))
+
+    # ---- lookups --------------------------------------------------------------
+    def contains(self, key):
+        k = _buffers.key_bytes(key)
+        present = ctypes.c_int()
+        _check(lib.kvtier_contains(self.store._handle(), self.id, k, len(k), ctypes.byref(present)))
+        return bool(present.value)
+
+    def __contains__(self, key):
+        return self.contains(key)
+
+    def lookup_prefix(self, keys):
+        """How many leading keys are present (index only)."""
+        keys = [_buffers.key_bytes(k) for k in keys]
+        arr = (Key * max(1, len(keys)))()
+        for i, k in enumerate(keys):
+            arr[i] = Key(_buffers.bytes_address(k), len(k))
+        out = ctypes.c_size_t()
+        _check(lib.kvtier_lookup_prefix(self.store._handle(), self.id, arr, len(keys), ctypes.byref(out)))
+        return out.value
+
+    def block_size(self, key):
+        """Payload size of a present key, or None."""
+        k = _buffers.key_bytes(key)
+        out = ctypes.c_uint64()
+        rc = lib.kvtier_block_size(self.store._handle(), self.id, k, len(k), ctypes.byref(out))
+        if rc == Code.NOT_FOUND:
+            return None
+        _check(rc)
+        return out.value
+
+    def keys(self, prefix=b""):
+        """Keys (bytes) starting with prefix, in key order."""
+        if isinstance(prefix, str):
+            prefix = prefix.encode()
+        found = []
+
+        def visit(ctx, ns, key, key_len, size):
+            found.append(ctypes.string_at(key, key_len))
+            return 0
+
+        cb = KEY_VISITOR(visit)
+        _check(lib.kvtier_list_keys(self.store._handle(), self.id, prefix or None, len(prefix), cb, None))
+        return found
+
+    # ---- removal --------------------------------------------------------------
+    def remove(self, key):
+        """Removes key (no error when absent)."""
+        k = _buffers.key_bytes(key)
+        _check(lib.kvtier_remove(self.store._handle(), self.id, k, len(k)))

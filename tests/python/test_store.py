@@ -1,0 +1,192 @@
+import array
+import threading
+
+import numpy as np
+import pytest
+
+import kvtier
+from kvtier import Code, KvtierError
+from conftest import SMALL
+
+
+def open_store(path):
+    return kvtier.Store(path, **SMALL)
+
+
+def test_abi_version():
+    assert kvtier.abi_version()[0] == 1
+
+
+def test_put_get_forms(store_dir):
+    with open_store(store_dir) as s:
+        ns = s.register_namespace(name="t", model_id="m", dtype="bf16")
+        a = np.arange(4096, dtype=np.float32)
+        assert ns.put("np", a)
+        assert ns.put(b"bytes", b"x" * 5000)
+        assert ns.put("bytearray", bytearray(b"y" * 100))
+        assert ns.put("mv", memoryview(a)[:10])
+        assert ns.put("array", array.array("i", range(50)))
+        ro = np.frombuffer(b"z" * 64, dtype=np.uint8)  # read-only numpy view
+        assert ns.put("ro", ro)
+        # raw pointers, as torch's data_ptr() would give
+        assert ns.put("raw", a.ctypes.data, size=a.nbytes)
+        # fragments: gathered on put, scattered on get
+        assert ns.put("frags", [a[:100], b"abc", (a.ctypes.data, 16)])
+        out = np.zeros_like(a)
+        assert ns.get_into("raw", out) == a.nbytes and np.array_equal(out, a)
+        assert ns.get("bytes") == b"x" * 5000
+        assert ns.get("ro") == b"z" * 64
+        parts = [bytearray(200), bytearray(300)]
+        assert ns.get_into("frags", parts) == 400 + 3 + 16
+        assert bytes(parts[0][:200]) == a[:50].tobytes()
+        out2 = np.zeros(4096, dtype=np.float32)
+        assert ns.get_into("np", out2.ctypes.data, size=out2.nbytes) == a.nbytes
+        assert np.array_equal(out2, a)
+        assert ns.get("missing") is None and ns.get_into("missing", out) is None
+
+
+class FakeTensor:
+    """What the package needs from a torch tensor, without torch."""
+
+    def __init__(self, arr):
+        self.arr = arr
+
+    def data_ptr(self):
+        return self.arr.ctypes.data
+
+    def numel(self):
+        return self.arr.size
+
+    def element_size(self):
+        return self.arr.itemsize
+
+    def is_contiguous(self):
+        return self.arr.flags.c_contiguous
+
+
+def test_tensor_like(store_dir):
+    with open_store(store_dir) as s:
+        ns = s.register_namespace(name="t")
+        src = FakeTensor(np.arange(1000, dtype=np.int64))
+        assert ns.put("t", src)
+        dst = FakeTensor(np.zeros(1000, dtype=np.int64))
+        assert ns.get_into("t", dst) == 8000
+        assert np.array_equal(dst.arr, src.arr)
+
+
+def test_batch_lookup_remove(store_dir):
+    with open_store(store_dir) as s:
+        ns = s.register_namespace(name="t")
+        vals = [np.full(2048, i, dtype=np.uint8) for i in range(5)]
+        keys = [f"k{i}" for i in range(5)]
+        assert ns.put_batch(keys[:4], vals[:4]) == [Code.OK] * 4
+        outs = [np.zeros(2048, dtype=np.uint8) for _ in range(5)]
+        sizes, codes = ns.get_batch(keys, outs, return_codes=True)
+        assert sizes == [2048] * 4 + [None]
+        assert codes[4] == Code.NOT_FOUND
+        assert all(np.array_equal(o, v) for o, v in zip(outs[:4], vals[:4]))
+        assert ns.lookup_prefix(keys) == 4
+        assert ns.lookup_prefix(["k0", "zz", "k1"]) == 1
+        assert "k2" in ns and not ns.contains("zz")
+        assert ns.block_size("k1") == 2048 and ns.block_size("zz") is None
+        assert ns.keys(prefix="k") == [k.encode() for k in keys[:4]]
+        ns.remove("k1")
+        ns.remove("k1")
+        assert ns.lookup_prefix(keys) == 1
+        s.flush()
+        st = s.stats()
+        assert st["puts"] >= 4 and "io_backend" in st
+
+
+def test_async(store_dir):
+    with open_store(store_dir) as s:
+        ns = s.register_namespace(name="t")
+        vals = [np.full(4096, i, dtype=np.uint8) for i in range(20)]
+        futs = [ns.put_async(f"a{i}", v) for i, v in enumerate(vals)]
+        assert all(f.result(timeout=10) is True for f in futs)
+        outs = [np.zeros(4096, dtype=np.uint8) for _ in range(21)]
+        gets = [ns.get_async(f"a{i}", outs[i]) for i in range(20)]
+        gets.append(ns.get_async("absent", outs[20]))
+        assert [g.result(timeout=10) for g in gets] == [4096] * 20 + [None]
+        assert all(np.array_equal(outs[i], vals[i]) for i in range(20))
+        # a deadline yields the size or None (miss), never an exception
+        assert ns.get_async("a0", outs[0], timeout=1e-6).result(timeout=10) in (4096, None)
+        # many threads at once
+        errors = []
+
+        def worker(t):
+            try:
+                for i in range(10):
+                    k = f"t{t}-{i}"
+                    ns.put(k, vals[i])
+                    assert ns.get(k) == vals[i].tobytes()
+            except Exception as e:  # pragma: no cover - reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=worker, args=(t,)) for t in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors
+
+
+def test_errors(store_dir):
+    with pytest.raises(KvtierError) as e:
+        kvtier.Store(store_dir, no_such_option=1)
+    assert e.value.code == Code.INVALID_ARGUMENT and "no_such_option" in str(e.value)
+    with pytest.raises(KvtierError):
+        kvtier.Store(store_dir, capacity_bytes="lots")
+    s = open_store(store_dir)
+    with pytest.raises(KvtierError) as e:
+        open_store(store_dir)  # folder in use
+    assert e.value.code == Code.BUSY
+    ns = s.register_namespace(name="t")
+    with pytest.raises(KvtierError) as e:
+        ns.put("k" * 300, b"x")
+    assert e.value.code == Code.INVALID_ARGUMENT
+    with pytest.raises(KvtierError) as e:
+        ns.put("", b"x")
+    ns.put("k", b"x" * 1000)
+    with pytest.raises(KvtierError) as e:
+        ns.get_into("k", bytearray(10))
+    assert e.value.code == Code.BUFFER_TOO_SMALL
+    with pytest.raises(KvtierError) as e:
+        ns.get_into("k", b"immutable" * 200)
+    assert e.value.code == Code.INVALID_ARGUMENT
+    for bad in (3.5, object(), None, True):
+        with pytest.raises(KvtierError):
+            ns.put("k", bad)
+    with pytest.raises(KvtierError):
+        ns.put("k", 12345)  # raw address without size
+    with pytest.raises(KvtierError):
+        ns.put("k", np.arange(10)[::2])  # not contiguous
+    with pytest.raises(KvtierError) as e:
+        kvtier.Namespace(s, 42).put("k", b"x")
+    assert e.value.code == Code.NOT_FOUND
+    with pytest.raises(KvtierError) as e:
+        s.namespace("nobody")
+    assert e.value.code == Code.NOT_FOUND
+    with pytest.raises(KvtierError):
+        s.register_namespace(tp_rank=3, tp_size=2)
+    with pytest.raises(KvtierError):
+        s.register_namespace(colour="red")
+    s.close()
+    s.close()
+    with pytest.raises(KvtierError) as e:
+        ns.get("k")
+    assert e.value.code == Code.CLOSED
+    with pytest.raises(KvtierError):
+        s.flush()
+
+
+def test_survives_reopen(store_dir):
+    with open_store(store_dir) as s:
+        ns = s.register_namespace(name="keep", model_id="m")
+        ns.put("k", b"v" * 4096)
+        nsid = ns.id
+    with open_store(store_dir) as s:
+        ns = s.namespace("keep")
+        assert ns.id == nsid
+        assert ns.get("k") == b"v" * 4096
+        assert s.register_namespace(name="keep", model_id="m").id == nsid
