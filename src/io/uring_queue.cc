@@ -1,0 +1,410 @@
+#include "io/uring_queue.h"
+
+#include <liburing.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "io/io_errors.h"
+#include "io/posix_io_queue.h"
+
+namespace kvtier {
+
+namespace {
+
+constexpr unsigned kMaxDepth = 32768;         // IORING_MAX_ENTRIES
+constexpr unsigned kMaxRequestRetries = 1000;  // -EINTR/-EAGAIN completions of one request
+constexpr unsigned kMaxEnterRetries = 100000;  // transient io_uring_enter failures in a row
+constexpr size_t kDirectAlign = 4096;
+
+// Ring setup flags, best first. SINGLE_ISSUER|DEFER_TASKRUN (6.1) runs
+// completion work only when we wait, in our thread; R_DISABLED delays binding
+// the ring to a thread until its first user enables it. COOP_TASKRUN (5.19)
+// at least avoids interrupting the thread for completions.
+constexpr unsigned kSetupFlags[] = {
+    IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_R_DISABLED,
+    IORING_SETUP_COOP_TASKRUN,
+    0,
+};
+
+// Creates `ring` with the best flags the kernel accepts. Returns 0 or -errno.
+int InitRing(unsigned entries, io_uring* ring, unsigned* flags_used) {
+  int ret = -EINVAL;
+  for (unsigned flags : kSetupFlags) {
+    io_uring_params params;
+    std::memset(&params, 0, sizeof(params));
+    params.flags = flags;
+    ret = io_uring_queue_init_params(entries, ring, &params);
+    if (ret == 0) {
+      *flags_used = flags;
+      return 0;
+    }
+    if (ret != -EINVAL) return ret;  // only "unknown flag" is worth another try
+  }
+  return ret;
+}
+
+// io_uring_enable_rings() is missing from liburing 2.3's shared-library
+// exports, so issue the register call it wraps ourselves. Returns 0 or -errno.
+int EnableRing(io_uring* ring) {
+  const long r = ::syscall(__NR_io_uring_register, ring->ring_fd, IORING_REGISTER_ENABLE_RINGS, nullptr, 0);
+  return r < 0 ? -errno : 0;
+}
+
+bool TransientEnterError(int err) { return err == EINTR || err == EAGAIN || err == EBUSY; }
+
+class UringIoQueue final : public IoQueue {
+ public:
+  UringIoQueue(unsigned depth, size_t max_transfer) : depth_(depth), max_transfer_(max_transfer) {}
+
+  ~UringIoQueue() override {
+    if (ring_live_) io_uring_queue_exit(&ring_);
+  }
+
+  UringIoQueue(const UringIoQueue&) = delete;
+  UringIoQueue& operator=(const UringIoQueue&) = delete;
+
+  Status CreateRing() {
+    const int ret = InitRing(depth_, &ring_, &stats_.setup_flags);
+    if (ret < 0) return Status::FromErrno(-ret, "io_uring_setup (" + std::to_string(depth_) + " entries)");
+    ring_live_ = true;
+    enabled_ = false;
+    return Status::OK();
+  }
+
+  Status Submit(std::span<IoRequest> requests) override;
+  Status RegisterBuffers(std::span<const iovec> regions) override;
+  unsigned depth() const override { return depth_; }
+  const char* backend() const override { return "io_uring"; }
+
+  const UringQueueStats& stats() const { return stats_; }
+
+ private:
+  Status Bind();
+  int FixedIndex(const void* buf, size_t len) const;
+  void Prep(io_uring_sqe* sqe, std::span<IoRequest> reqs, uint32_t i);
+  void Complete(std::span<IoRequest> reqs, uint32_t i, int res);
+  Status Run(std::span<IoRequest> reqs);
+
+  const unsigned depth_;
+  const size_t max_transfer_;
+  io_uring ring_;
+  bool ring_live_ = false;
+  bool enabled_ = false;
+  std::thread::id owner_;
+  // Once the ring fails in a way we cannot recover from, every later call
+  // reports this.
+  Status broken_;
+
+  std::vector<iovec> regions_;    // registered, in registration order (= buffer index)
+  std::vector<uint32_t> by_base_;  // indices into regions_, sorted by base address
+
+  // Per-Submit scratch, kept across calls to avoid allocating each time.
+  std::vector<size_t> done_;       // bytes transferred so far
+  std::vector<int> fixed_;         // registered buffer index or -1
+  std::vector<unsigned> retries_;  // -EINTR/-EAGAIN completions seen
+  std::vector<uint8_t> finished_;  // status is final
+  std::vector<uint32_t> work_;     // request indices to (re)issue, consumed from work_head_
+  size_t work_head_ = 0;
+
+  UringQueueStats stats_;
+};
+
+Status UringIoQueue::Bind() {
+  if (!broken_.ok()) return broken_;
+  const std::thread::id me = std::this_thread::get_id();
+  const bool single_issuer = (stats_.setup_flags & IORING_SETUP_SINGLE_ISSUER) != 0;
+  if (enabled_ && (owner_ == me || !single_issuer)) return Status::OK();
+  bool rebuilt = false;
+  if (enabled_) {
+    // A single-issuer ring refuses every thread but its owner (-EEXIST).
+    // Nothing is in flight between calls, so a fresh ring is equivalent.
+    io_uring_queue_exit(&ring_);
+    ring_live_ = false;
+    Status s = CreateRing();
+    if (!s.ok()) {
+      broken_ = s;
+      return s;
+    }
+    ++stats_.ring_rebuilds;
+    rebuilt = true;
+  }
+  if (stats_.setup_flags & IORING_SETUP_R_DISABLED) {
+    const int ret = EnableRing(&ring_);
+    if (ret < 0) {
+      broken_ = Status::FromErrno(-ret, "io_uring enable rings");
+      return broken_;
+    }
+  }
+  enabled_ = true;
+  owner_ = me;
+  if (rebuilt && !regions_.empty()) {
+    // Best effort, as RegisterBuffers promises: without them requests simply
+    // run unregistered.
+    if (io_uring_register_buffers(&ring_, regions_.data(), static_cast<unsigned>(regions_.size())) < 0) {
+      regions_.clear();
+      by_base_.clear();
+    }
+  }
+  return Status::OK();
+}
+
+Status UringIoQueue::RegisterBuffers(std::span<const iovec> regions) {
+  KVTIER_RETURN_IF_ERROR(Bind());
+  if (!regions_.empty()) {
+    (void)io_uring_unregister_buffers(&ring_);
+    regions_.clear();
+    by_base_.clear();
+  }
+  if (regions.empty()) return Status::OK();
+  const int ret = io_uring_register_buffers(&ring_, regions.data(), static_cast<unsigned>(regions.size()));
+  if (ret < 0) {
+    uint64_t bytes = 0;
+    for (const iovec& v : regions) bytes += v.iov_len;
+    std::string context = "io_uring_register_buffers (" + std::to_string(regions.size()) + " regions, " +
+                          std::to_string(bytes) + " bytes)";
+    if (ret == -ENOMEM) context += " [RLIMIT_MEMLOCK too low?]";
+    return Status::FromErrno(-ret, context);
+  }
+  regions_.assign(regions.begin(), regions.end());
+  by_base_.resize(regions_.size());
+  for (uint32_t i = 0; i < by_base_.size(); ++i) by_base_[i] = i;
+  std::sort(by_base_.begin(), by_base_.end(), [this](uint32_t a, uint32_t b) {
+    return regions_[a].iov_base < regions_[b].iov_base;
+  });
+  return Status::OK();
+}
+
+// The registered region holding [buf, buf+len), found by the nearest base at
+// or below buf. Overlapping regions may hide a match; the request then just
+// runs unregistered.
+int UringIoQueue::FixedIndex(const void* buf, size_t len) const {
+  if (by_base_.empty()) return -1;
+  const auto* p = static_cast<const char*>(buf);
+  auto it = std::upper_bound(by_base_.begin(), by_base_.end(), p, [this](const char* q, uint32_t idx) {
+    return q < static_cast<const char*>(regions_[idx].iov_base);
+  });
+  if (it == by_base_.begin()) return -1;
+  const uint32_t idx = *(it - 1);
+  const auto* base = static_cast<const char*>(regions_[idx].iov_base);
+  const size_t offset = static_cast<size_t>(p - base);
+  if (offset > regions_[idx].iov_len || len > regions_[idx].iov_len - offset) return -1;
+  return static_cast<int>(idx);
+}
+
+void UringIoQueue::Prep(io_uring_sqe* sqe, std::span<IoRequest> reqs, uint32_t i) {
+  IoRequest& r = reqs[i];
+  const size_t done = done_[i];
+  const auto chunk = static_cast<unsigned>(std::min(r.len - done, max_transfer_));
+  char* p = static_cast<char*>(r.buf) + done;
+  const uint64_t off = r.offset + done;
+  const int fd = r.file->fd();
+  const int fixed = fixed_[i];
+  if (r.op == IoRequest::Op::kRead) {
+    if (fixed >= 0) {
+      io_uring_prep_read_fixed(sqe, fd, p, chunk, off, fixed);
+    } else {
+      io_uring_prep_read(sqe, fd, p, chunk, off);
+    }
+  } else {
+    if (fixed >= 0) {
+      io_uring_prep_write_fixed(sqe, fd, p, chunk, off, fixed);
+    } else {
+      io_uring_prep_write(sqe, fd, p, chunk, off);
+    }
+  }
+  io_uring_sqe_set_data64(sqe, i);
+  ++stats_.sqes;
+  if (fixed >= 0) ++stats_.fixed_sqes;
+}
+
+void UringIoQueue::Complete(std::span<IoRequest> reqs, uint32_t i, int res) {
+  IoRequest& r = reqs[i];
+  const bool write = r.op == IoRequest::Op::kWrite;
+  if (res < 0) {
+    const int err = -res;
+    if ((err == EINTR || err == EAGAIN) && ++retries_[i] < kMaxRequestRetries) {
+      work_.push_back(i);
+      ++stats_.resubmissions;
+      return;
+    }
+    r.status = TransferError(err, write, r.file->path(), r.offset, r.len);
+  } else if (res == 0) {
+    r.status = write ? StalledWriteError(r.file->path(), r.offset, r.len, done_[i])
+                     : ShortReadError(r.file->path(), r.offset, r.len, done_[i]);
+  } else {
+    done_[i] += static_cast<size_t>(res);
+    if (done_[i] >= r.len) {
+      r.status = Status::OK();
+    } else if (!write && r.file->direct() && done_[i] % kDirectAlign != 0) {
+      // A direct read stops short of a block boundary only at end of file;
+      // asking for the rest at an unaligned offset would just fail EINVAL.
+      r.status = ShortReadError(r.file->path(), r.offset, r.len, done_[i]);
+    } else {
+      work_.push_back(i);
+      ++stats_.resubmissions;
+      return;
+    }
+  }
+  finished_[i] = 1;
+}
+
+Status UringIoQueue::Run(std::span<IoRequest> reqs) {
+  size_t in_flight = 0;
+  unsigned enter_failures = 0;
+  io_uring_cqe* cqes[64];
+  while (work_head_ < work_.size() || in_flight > 0) {
+    while (in_flight < depth_ && work_head_ < work_.size()) {
+      io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+      if (sqe == nullptr) break;  // cannot happen: the SQ holds >= depth_ entries
+      Prep(sqe, reqs, work_[work_head_++]);
+      ++in_flight;
+    }
+    const int ret = io_uring_submit_and_wait(&ring_, 1);
+    if (ret < 0) {
+      if (TransientEnterError(-ret) && ++enter_failures < kMaxEnterRetries) continue;
+      // Entries still in the SQ were never seen by the kernel and never will
+      // be (the queue is broken from now on); wait for those it did take so
+      // that no buffer is in use when we return.
+      broken_ = Status::FromErrno(-ret, "io_uring_enter");
+      size_t taken = in_flight - std::min<size_t>(in_flight, io_uring_sq_ready(&ring_));
+      while (taken > 0) {
+        io_uring_cqe* cqe = nullptr;
+        const int w = io_uring_wait_cqe(&ring_, &cqe);
+        if (w == -EINTR) continue;
+        if (w < 0) break;  // nothing more we can do; the ring is abandoned
+        const auto i = static_cast<uint32_t>(io_uring_cqe_get_data64(cqe));
+        const int res = cqe->res;
+        io_uring_cqe_seen(&ring_, cqe);
+        --taken;
+        Complete(reqs, i, res);
+      }
+      return broken_;
+    }
+    enter_failures = 0;
+    unsigned got;
+    while ((got = io_uring_peek_batch_cqe(&ring_, cqes, 64)) > 0) {
+      for (unsigned k = 0; k < got; ++k) {
+        Complete(reqs, static_cast<uint32_t>(io_uring_cqe_get_data64(cqes[k])), cqes[k]->res);
+      }
+      io_uring_cq_advance(&ring_, got);
+      in_flight -= got;
+    }
+  }
+  return Status::OK();
+}
+
+Status UringIoQueue::Submit(std::span<IoRequest> reqs) {
+  const size_t n = reqs.size();
+  done_.assign(n, 0);
+  fixed_.assign(n, -1);
+  retries_.assign(n, 0);
+  finished_.assign(n, 1);
+  work_.clear();
+  work_head_ = 0;
+  for (size_t i = 0; i < n; ++i) {
+    IoRequest& r = reqs[i];
+    r.status = ValidateRequest(r);
+    if (!r.status.ok() || r.len == 0) continue;
+    if (r.file->fd() < 0) {
+      ++stats_.sync_fallbacks;
+      (void)RunRequestSync(r);
+      continue;
+    }
+    fixed_[i] = FixedIndex(r.buf, r.len);
+    finished_[i] = 0;
+    work_.push_back(static_cast<uint32_t>(i));
+  }
+  if (!work_.empty()) {
+    Status s = Bind();
+    if (s.ok()) s = Run(reqs);
+    if (!s.ok()) {
+      for (size_t i = 0; i < n; ++i) {
+        if (!finished_[i]) reqs[i].status = s;
+      }
+    }
+  }
+  for (const IoRequest& r : reqs) {
+    if (!r.status.ok()) return r.status;
+  }
+  return Status::OK();
+}
+
+struct ProbeResult {
+  bool ok = false;
+  std::string reason;
+};
+
+ProbeResult RunProbe() {
+  io_uring ring;
+  int ret = io_uring_queue_init(2, &ring, 0);
+  if (ret < 0) return {false, std::string("io_uring_setup: ") + std::strerror(-ret)};
+  ProbeResult out{true, ""};
+  io_uring_probe* probe = io_uring_get_probe_ring(&ring);
+  if (probe == nullptr) {
+    out = {false, "no opcode probe (kernel older than 5.6)"};
+  } else {
+    for (int op : {IORING_OP_READ, IORING_OP_WRITE, IORING_OP_READ_FIXED, IORING_OP_WRITE_FIXED}) {
+      if (!io_uring_opcode_supported(probe, op)) out = {false, "opcode " + std::to_string(op) + " unsupported"};
+    }
+    io_uring_free_probe(probe);
+  }
+  if (out.ok) {
+    // A seccomp filter may allow io_uring_setup yet refuse io_uring_enter.
+    io_uring_sqe* sqe = io_uring_get_sqe(&ring);
+    io_uring_prep_nop(sqe);
+    do {
+      ret = io_uring_submit_and_wait(&ring, 1);
+    } while (ret == -EINTR);
+    io_uring_cqe* cqe = nullptr;
+    if (ret >= 0) {
+      do {
+        ret = io_uring_wait_cqe(&ring, &cqe);
+      } while (ret == -EINTR);
+    }
+    if (ret < 0) {
+      out = {false, std::string("io_uring_enter: ") + std::strerror(-ret)};
+    } else {
+      io_uring_cqe_seen(&ring, cqe);
+    }
+  }
+  io_uring_queue_exit(&ring);
+  return out;
+}
+
+const ProbeResult& Probe() {
+  static const ProbeResult* const result = new ProbeResult(RunProbe());
+  return *result;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<IoQueue>> NewUringIoQueue(unsigned depth, size_t max_transfer) {
+  if (depth == 0 || depth > kMaxDepth) {
+    return Status::InvalidArgument("io_uring depth " + std::to_string(depth) + " outside [1, " +
+                                   std::to_string(kMaxDepth) + "]");
+  }
+  if (max_transfer < kDirectAlign || max_transfer % kDirectAlign != 0 || max_transfer > kUringMaxTransfer) {
+    return Status::InvalidArgument("io_uring max transfer " + std::to_string(max_transfer) +
+                                   " must be a multiple of 4096 in [4096, 1 GiB]");
+  }
+  auto q = std::make_unique<UringIoQueue>(depth, max_transfer);
+  KVTIER_RETURN_IF_ERROR(q->CreateRing());
+  return std::unique_ptr<IoQueue>(std::move(q));
+}
+
+UringQueueStats GetUringQueueStats(const IoQueue& queue) {
+  const auto* q = dynamic_cast<const UringIoQueue*>(&queue);
+  return q != nullptr ? q->stats() : UringQueueStats{};
+}
+
+bool IoUringAvailable() { return Probe().ok; }
+
+std::string IoUringUnavailableReason() { return Probe().reason; }
+
+}  // namespace kvtier

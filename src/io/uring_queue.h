@@ -1,0 +1,57 @@
+// The "io_uring" IoQueue (liburing).
+//
+// One ring per queue. Submit keeps up to depth() requests in flight, reaps
+// completions in bulk, resubmits the rest of short transfers and retries
+// -EINTR/-EAGAIN; it returns only when the kernel is done with every buffer.
+// Requests of one Submit run concurrently and in no particular order, so they
+// must not overlap in the file when one of them writes.
+//
+// Requests whose File has no descriptor (fd() < 0: simulations and wrappers)
+// run synchronously through File::ReadAt/WriteAt instead.
+//
+// The ring is created with IORING_SETUP_SINGLE_ISSUER|DEFER_TASKRUN where the
+// kernel has them (else COOP_TASKRUN, else no flags). Such a ring belongs to
+// one thread: it is bound to the first thread that calls Submit or
+// RegisterBuffers, and if a later call comes from another thread the ring is
+// rebuilt for it (slow, but correct). Not thread-safe: one queue per thread.
+#ifndef KVTIER_IO_URING_QUEUE_H_
+#define KVTIER_IO_URING_QUEUE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "kvtier/io.h"
+
+namespace kvtier {
+
+// Largest transfer one submission entry asks for; longer requests are
+// split (the kernel caps a read or write near 2 GiB anyway).
+inline constexpr size_t kUringMaxTransfer = size_t{1} << 30;
+
+// Counters of one UringIoQueue, for tests and diagnostics.
+struct UringQueueStats {
+  uint64_t sqes = 0;             // submission entries issued
+  uint64_t fixed_sqes = 0;       // ... of which used a registered buffer
+  uint64_t resubmissions = 0;    // short transfers continued, EINTR/EAGAIN retried
+  uint64_t sync_fallbacks = 0;   // requests run through File::ReadAt/WriteAt
+  uint64_t ring_rebuilds = 0;    // rings recreated for a new thread
+  unsigned setup_flags = 0;      // IORING_SETUP_* the ring was created with
+};
+
+// Creates an io_uring queue of `depth` (>= 1) entries. `max_transfer` (a
+// multiple of 4096) caps one submission entry; tests lower it to force
+// continuation of partial transfers. Errors: FromErrno of io_uring_setup
+// (e.g. ENOSYS, EPERM when disabled, ENOMEM).
+Result<std::unique_ptr<IoQueue>> NewUringIoQueue(unsigned depth, size_t max_transfer = kUringMaxTransfer);
+
+// Counters of a queue made by NewUringIoQueue; zeros for any other queue.
+UringQueueStats GetUringQueueStats(const IoQueue& queue);
+
+// Why IoUringAvailable() is false ("" when it is true).
+std::string IoUringUnavailableReason();
+
+}  // namespace kvtier
+
+#endif  // KVTIER_IO_URING_QUEUE_H_
