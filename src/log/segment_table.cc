@@ -46,6 +46,17 @@ Status SegmentTable::Load() {
     auto seg = std::make_unique<Seg>();
     seg->info.id = id;
     seg->file = std::move(file).value();
+    if (!c_.read_only) {
+      // A crash between creating a segment file and preallocating it leaves
+      // it short; restore the full size so scans never read past its end.
+      auto size = seg->file->Size();
+      if (!size.ok()) return size.status();
+      if (*size < c_.segment_size) {
+        Status a = seg->file->Allocate(0, c_.segment_size);
+        if (a.ok()) a = seg->file->Sync();
+        if (!a.ok()) return a.WithContext("preallocating " + PathOf(id));
+      }
+    }
     Status st = seg->file->ReadAt(0, page.data(), format::kPage);
     Result<format::SegmentHeader> h =
         st.ok() ? format::DecodeSegmentHeader({page.data(), format::kSegmentHeaderEncodedBytes})
@@ -115,6 +126,9 @@ Result<uint32_t> SegmentTable::CreateSegmentFile() {
   auto file = c_.fs->Open(path, f);
   if (!file.ok()) return file.status();
   Status st = (*file)->Allocate(0, c_.segment_size);
+  // The new name must be durable before records in the file are acknowledged:
+  // fdatasync of the file does not persist its directory entry.
+  if (st.ok()) st = c_.fs->SyncDir(c_.dir);
   if (!st.ok()) {
     file->reset();
     c_.fs->Remove(path).IgnoreError();
