@@ -13,6 +13,11 @@
 //   [32,40) format::Checksum (XXH3-64) of bytes [0,32)
 #include "index/index.h"
 
+#include <atomic>
+#include <thread>
+
+#include "index/presence_map.h"
+
 #include <rocksdb/cache.h>
 #include <rocksdb/comparator.h>
 #include <rocksdb/convenience.h>
@@ -258,6 +263,8 @@ struct MultiGetScratch {
 
 struct IndexBatch::Rep {
   rocksdb::WriteBatch batch;
+  // (hash, location or kAbsent) to apply to the presence map after commit.
+  std::vector<std::pair<uint64_t, uint64_t>> presence;
   std::string key;    // scratch for the key being added
   std::string value;  // scratch for a by_segment row value
   size_t count = 0;   // logical operations (Put/Delete/DeleteSegmentRow)
@@ -285,6 +292,7 @@ void IndexBatch::Put(NamespaceId ns, std::string_view key, const format::IndexVa
   AppendBE64(&r.value, ns);
   r.value.append(key.data(), key.size());
   r.batch.Put(BySegmentHandleForBatch(), r.key, r.value).PermitUncheckedError();
+  r.presence.emplace_back(PresenceMap::Hash(ns, key), PresenceMap::Location(v.segment, v.generation));
   ++r.count;
 }
 
@@ -297,6 +305,7 @@ void IndexBatch::Delete(NamespaceId ns, std::string_view key, const format::Inde
   r.key.clear();
   AppendSegmentRowKey(&r.key, old.segment, old.generation, old.offset);
   r.batch.Delete(BySegmentHandleForBatch(), r.key).PermitUncheckedError();
+  r.presence.emplace_back(PresenceMap::Hash(ns, key), PresenceMap::kAbsent);
   ++r.count;
 }
 
@@ -320,6 +329,9 @@ struct Index::Rep {
   rocksdb::DB* db = nullptr;
   rocksdb::ColumnFamilyHandle* entries = nullptr;     // "default"
   rocksdb::ColumnFamilyHandle* by_segment = nullptr;
+  PresenceMap presence;
+  std::thread loader;
+  std::atomic<bool> stop_loader{false};
 
   Status CheckWritable(std::string_view what) const {
     if (!read_only) return Status::OK();
@@ -343,6 +355,8 @@ Index::Index() : rep_(std::make_unique<Rep>()) {}
 
 Index::~Index() {
   if (rep_ == nullptr || rep_->db == nullptr) return;
+  rep_->stop_loader.store(true);
+  if (rep_->loader.joinable()) rep_->loader.join();
   // Handles must go before the DB. Close() may report a failed final sync of
   // the WAL; the index is a cache that recovery rebuilds, and a destructor
   // has nobody to tell, so it is dropped.
@@ -420,15 +434,47 @@ Result<std::unique_ptr<Index>> Index::Open(const std::string& path, const IndexO
       return Status::FromErrno(errno, "chmod index folder " + path);
     }
   }
+  // Fill the presence map in the background: open stays fast with millions
+  // of entries, and lookups use RocksDB until the map is ready.
+  r.presence.BeginLoad();
+  Index* self = index.get();
+  r.loader = std::thread([self] {
+    Rep& rr = *self->rep_;
+    Status st = self->ForEach(0, "", [&rr](NamespaceId ns, std::string_view key, const format::IndexValue& v) {
+      rr.presence.LoadIfAbsent(PresenceMap::Hash(ns, key), PresenceMap::Location(v.segment, v.generation));
+      return !rr.stop_loader.load(std::memory_order_relaxed);
+    });
+    if (st.ok() && !rr.stop_loader.load()) rr.presence.FinishLoad();
+  });
   return index;
 }
+
+bool Index::FindLocations(NamespaceId ns, std::span<const std::string_view> keys,
+                          std::vector<uint64_t>* out) {
+  if (!rep_->presence.Ready()) return false;
+  out->resize(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) (*out)[i] = rep_->presence.Find(PresenceMap::Hash(ns, keys[i]));
+  return true;
+}
+
+bool Index::PresenceReady() const { return rep_->presence.Ready(); }
 
 Status Index::Commit(IndexBatch& batch, bool sync) {
   KVTIER_RETURN_IF_ERROR(rep_->CheckWritable("Commit"));
   if (batch.empty()) return Status::OK();
   rocksdb::WriteOptions wo;
   wo.sync = sync;
-  return FromRocks(rep_->db->Write(wo, &batch.rep()->batch), rep_->Context("commit"));
+  Status st = FromRocks(rep_->db->Write(wo, &batch.rep()->batch), rep_->Context("commit"));
+  if (st.ok()) {
+    for (const auto& [hash, loc] : batch.rep()->presence) {
+      if (loc == PresenceMap::kAbsent) {
+        rep_->presence.Erase(hash);
+      } else {
+        rep_->presence.Set(hash, loc);
+      }
+    }
+  }
+  return st;
 }
 
 Result<std::optional<format::IndexValue>> Index::Get(NamespaceId ns, std::string_view key) {
@@ -717,7 +763,13 @@ Status Index::DropAllEntries() {
                                    rep_->Context("drop by_segment rows")));
   rocksdb::WriteOptions wo;
   wo.sync = true;
+  // The background loader may still be filling the map from an older view:
+  // stop it; the now empty map is complete.
+  rep_->stop_loader.store(true);
+  if (rep_->loader.joinable()) rep_->loader.join();
   KVTIER_RETURN_IF_ERROR(FromRocks(rep_->db->Write(wo, &wb), rep_->Context("drop all entries")));
+  rep_->presence.Clear();
+  rep_->presence.FinishLoad();
 
   // Range tombstones hide the old entries at once; compacting the ranges
   // reclaims their space and spares later reads from skipping them.

@@ -79,9 +79,16 @@ class Index {
   // Commits atomically. sync=true also syncs RocksDB's WAL.
   Status Commit(IndexBatch& batch, bool sync);
   Result<std::optional<format::IndexValue>> Get(NamespaceId ns, std::string_view key);
+  // Locations (PresenceMap::Location(segment, generation), or
+  // PresenceMap::kAbsent) of many keys from the in-memory presence map.
+  // Returns false, filling nothing, while the map is still loading after
+  // open; callers then use MultiGet. A 64-bit hash collision can make an
+  // absent key look present (see presence_map.h); never the reverse.
+  bool FindLocations(NamespaceId ns, std::span<const std::string_view> keys, std::vector<uint64_t>* out);
+  bool PresenceReady() const;
   // One lookup for many keys of one namespace (RocksDB MultiGet). out[i] is
-  // nullopt for absent keys. Corrupt values are reported as Corruption in
-  // the returned status for that slot.
+  // nullopt for absent keys. A corrupt value leaves its slot empty and the
+  // first such error (naming the key) is returned.
   Status MultiGet(NamespaceId ns, std::span<const std::string_view> keys,
                   std::vector<std::optional<format::IndexValue>>* out);
   // Visits entries of namespace ns (0 = all namespaces) whose key starts with
