@@ -1,0 +1,82 @@
+// kvtier rm DIR --ns N [KEY...]: remove keys, or the whole namespace when no
+// key is given (takes the lock).
+#include <iostream>
+
+#include "commands.h"
+
+namespace kvtier::cli {
+
+namespace {
+
+struct Rm {
+  StoreArgs a;
+  std::string ns;
+  std::vector<std::string> keys;
+};
+
+int Run(const Rm& in) {
+  std::vector<std::string> keys;
+  for (const std::string& h : in.keys) {
+    std::string k;
+    Status p = ParseHexKey(h, &k);
+    if (!p.ok()) return Fail("rm", kExitUsage, p.message());
+    keys.push_back(std::move(k));
+  }
+  int rc = kExitOk;
+  auto store = OpenStore("rm", in.a, OpenMode::kWrite, &rc);
+  if (!store) return rc;
+  NamespaceId ns;
+  if (!ResolveNamespace("rm", store.get(), in.ns, &ns)) return kExitProblems;
+  uint64_t removed = 0, absent = 0;
+  nlohmann::json out{{"dir", in.a.dir}, {"ns_id", NamespaceIdToHex(ns)}};
+  if (keys.empty()) {
+    uint64_t blocks = 0;
+    auto list = store->ListNamespaces();
+    if (list.ok())
+      for (const NamespaceInfo& n : *list)
+        if (n.id == ns) blocks = n.blocks;
+    Status st = store->RemoveNamespace(ns);
+    if (!st.ok()) return Fail("rm", kExitProblems, in.a.dir + ": removing namespace " + in.ns + ": " + st.ToString());
+    removed = blocks;
+    out["namespace_removed"] = true;
+  } else {
+    for (const std::string& k : keys) {
+      auto present = store->Contains(ns, k);
+      if (!present.ok()) return Fail("rm", kExitProblems, in.a.dir + ": " + present.status().ToString());
+      if (!*present) {
+        ++absent;
+        continue;
+      }
+      Status st = store->Remove(ns, k);
+      if (!st.ok()) return Fail("rm", kExitProblems, in.a.dir + ": removing " + ToHex(k) + ": " + st.ToString());
+      ++removed;
+    }
+    out["namespace_removed"] = false;
+  }
+  Status cs = store->Close();
+  if (!cs.ok()) return Fail("rm", kExitProblems, in.a.dir + ": closing: " + cs.ToString());
+  out["blocks_removed"] = removed;
+  out["keys_absent"] = absent;
+  if (in.a.json) {
+    PrintJson(out);
+  } else if (keys.empty()) {
+    std::cout << "removed namespace " << in.ns << " (" << NamespaceIdToHex(ns) << ") and its " << removed << " blocks\n";
+  } else {
+    std::cout << "removed " << removed << " blocks" << (absent ? ", " + std::to_string(absent) + " keys were absent" : "") << "\n";
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+Command AddRm(CLI::App& root) {
+  auto in = std::make_shared<Rm>();
+  CLI::App* sub = root.add_subcommand("rm", "Remove blocks by key, or drop a whole namespace when no key is given (takes the lock)");
+  AddDirArg(sub, &in->a);
+  sub->add_option("KEY", in->keys, "Keys as hex (none: drop the namespace)");
+  sub->add_option("--ns", in->ns, "Namespace (display name or 16-hex id)")->required();
+  AddJsonFlag(sub, &in->a.json);
+  return {sub, [in] { return Run(*in); }};
+}
+
+}  // namespace kvtier::cli

@@ -1,0 +1,28 @@
+// The subcommands of `kvtier`, one per cmd_<name>.cc. Each adds itself to the
+// root app and returns the Command that main() runs when it was parsed.
+#ifndef KVTIER_TOOLS_KVTIER_COMMANDS_H_
+#define KVTIER_TOOLS_KVTIER_COMMANDS_H_
+
+#include "cli.h"
+
+namespace kvtier::cli {
+
+Command AddInfo(CLI::App& root);
+Command AddNs(CLI::App& root);
+Command AddLs(CLI::App& root);
+Command AddGet(CLI::App& root);
+Command AddShow(CLI::App& root);
+Command AddPut(CLI::App& root);
+Command AddVerify(CLI::App& root);
+Command AddRepair(CLI::App& root);
+Command AddEvict(CLI::App& root);
+Command AddRm(CLI::App& root);
+Command AddExport(CLI::App& root);
+Command AddImport(CLI::App& root);
+Command AddStats(CLI::App& root);
+Command AddDemo(CLI::App& root);
+Command AddBench(CLI::App& root);
+
+}  // namespace kvtier::cli
+
+#endif  // KVTIER_TOOLS_KVTIER_COMMANDS_H_
