@@ -1,0 +1,505 @@
+#include "harness/designs.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <mutex>
+#include <string_view>
+#include <thread>
+
+#include <rocksdb/db.h>
+#include <rocksdb/options.h>
+
+#include "kvtier/store.h"
+
+namespace kvbench {
+namespace {
+
+std::string ErrnoText(const std::string& what, int err) {
+  return what + ": " + std::strerror(err);
+}
+
+// Runs fn(op index, thread index) for every op on `threads` threads, each
+// taking the next op when it is done with one (queue depth = threads).
+template <typename Fn>
+void RunOnThreads(uint32_t threads, size_t n, Fn fn) {
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> ts;
+  for (uint32_t t = 0; t < threads; ++t)
+    ts.emplace_back([&, t] {
+      for (size_t i; (i = next.fetch_add(1)) < n;) fn(i, t);
+    });
+  for (auto& t : ts) t.join();
+}
+
+// Collects errors from worker threads.
+struct ErrorSink {
+  std::mutex mu;
+  std::atomic<uint64_t> bad{0}, misses{0};
+  std::string first;
+  void Fail(const std::string& e) {
+    bad.fetch_add(1);
+    std::lock_guard<std::mutex> l(mu);
+    if (first.empty()) first = e;
+  }
+  void Into(RunStats* s) {
+    s->bad = bad.load();
+    s->misses = misses.load();
+    s->first_error = first;
+  }
+};
+
+// Returns false for an unknown name or a bad value.
+bool ApplyOverride(const std::string& kv, kvtier::Options* o) {
+  const size_t eq = kv.find('=');
+  if (eq == std::string::npos) return false;
+  const std::string k = kv.substr(0, eq);
+  auto v = ParseBytes(kv.substr(eq + 1));
+  if (!v) return false;
+  if (k == "read_threads") o->read_threads = static_cast<uint32_t>(*v);
+  else if (k == "queue_depth") o->queue_depth = static_cast<uint32_t>(*v);
+  else if (k == "max_write_chunk_bytes") o->max_write_chunk_bytes = static_cast<uint32_t>(*v);
+  else if (k == "group_commit_bytes") o->group_commit_bytes = *v;
+  else if (k == "write_queue_bytes") o->write_queue_bytes = *v;
+  else if (k == "segment_size_bytes") o->segment_size_bytes = *v;
+  else return false;
+  return true;
+}
+
+// ---------------------------------------------------------------------------
+class KvtierDesign final : public Design {
+ public:
+  explicit KvtierDesign(const DesignConfig& c) : cfg_(c) {}
+  ~KvtierDesign() override {
+    if (store_) store_->Close().IgnoreError();
+  }
+  const char* name() const override { return "kvtier"; }
+
+  Status Open(const std::string& dir) override {
+    kvtier::Options o;
+    if (cfg_.kvtier_capacity_bytes > 0) o.capacity_bytes = cfg_.kvtier_capacity_bytes;
+    for (const std::string& kv : cfg_.kvtier_overrides) ApplyOverride(kv, &o);
+    auto s = kvtier::Store::Open(dir, o);
+    if (!s.ok()) return s.status();
+    store_ = std::move(s).value();
+    kvtier::NamespaceSpec spec;
+    spec.name = "bench";
+    spec.model_id = "kvtier-bench";
+    spec.dtype = "bf16";
+    auto ns = store_->RegisterNamespace(spec);
+    if (!ns.ok()) return ns.status();
+    ns_ = *ns;
+    return Status::OK();
+  }
+
+  Status Close() override {
+    if (!store_) return Status::OK();
+    Status s = store_->Close();
+    store_.reset();
+    return s;
+  }
+
+  RunStats Put(const std::vector<uint64_t>& ids, size_t size, const Payloads& payloads) override {
+    RunStats rs;
+    rs.lat_us.assign(ids.size(), 0);
+    const size_t window =
+        std::max<size_t>(cfg_.queue_depth, std::max<uint64_t>(1, cfg_.put_inflight_bytes / size));
+    ErrorSink errs;
+    std::mutex mu;
+    std::condition_variable cv;
+    size_t inflight = 0;
+    AlignedBuf scratch(size);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      {
+        std::unique_lock<std::mutex> l(mu);
+        cv.wait(l, [&] { return inflight < window; });
+        ++inflight;
+      }
+      payloads.Fill(ids[i], size, scratch.data());
+      const std::string key = MakeKey(cfg_.key_seed, ids[i]);
+      kvtier::Fragment f{scratch.data(), size};
+      const auto t0 = SteadyClock::now();
+      store_->PutAsync(ns_, key, std::span<const kvtier::Fragment>(&f, 1), [&, i, t0](Status st) {
+        rs.lat_us[i] = MicrosSince(t0);
+        if (!st.ok()) errs.Fail("put: " + st.ToString());
+        std::lock_guard<std::mutex> l(mu);
+        --inflight;
+        cv.notify_one();
+      });
+    }
+    std::unique_lock<std::mutex> l(mu);
+    cv.wait(l, [&] { return inflight == 0; });
+    errs.Into(&rs);
+    return rs;
+  }
+
+  RunStats Get(const std::vector<uint64_t>& ids, size_t size, const Payloads& payloads) override {
+    RunStats rs;
+    rs.lat_us.assign(ids.size(), 0);
+    const uint32_t qd = std::max<uint32_t>(1, cfg_.queue_depth);
+    std::vector<AlignedBuf> bufs;
+    std::vector<kvtier::MutableFragment> frags(qd);
+    for (uint32_t s = 0; s < qd; ++s) {
+      bufs.emplace_back(size);
+      frags[s] = {bufs[s].data(), size};
+    }
+    struct Done {
+      uint32_t slot;
+      size_t i;
+      Result<size_t> r;
+    };
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<Done> done;
+    std::vector<uint32_t> free_slots;
+    for (uint32_t s = 0; s < qd; ++s) free_slots.push_back(s);
+    size_t next = 0, inflight = 0;
+    while (next < ids.size() || inflight > 0) {
+      while (next < ids.size() && !free_slots.empty()) {
+        const uint32_t slot = free_slots.back();
+        free_slots.pop_back();
+        const size_t i = next++;
+        ++inflight;
+        const std::string key = MakeKey(cfg_.key_seed, ids[i]);
+        const auto t0 = SteadyClock::now();
+        store_->GetAsync(ns_, key, std::span<const kvtier::MutableFragment>(&frags[slot], 1),
+                         kvtier::kNoDeadline, [&, slot, i, t0](Result<size_t> r) {
+                           rs.lat_us[i] = MicrosSince(t0);
+                           std::lock_guard<std::mutex> l(mu);
+                           done.push_back(Done{slot, i, std::move(r)});
+                           cv.notify_one();
+                         });
+      }
+      std::deque<Done> batch;
+      {
+        std::unique_lock<std::mutex> l(mu);
+        cv.wait(l, [&] { return !done.empty(); });
+        batch.swap(done);
+      }
+      for (Done& d : batch) {
+        --inflight;
+        if (!d.r.ok()) {
+          if (d.r.status().IsNotFound()) ++rs.misses;
+          ++rs.bad;
+          if (rs.first_error.empty()) rs.first_error = "get: " + d.r.status().ToString();
+        } else if (*d.r != size || !payloads.Verify(ids[d.i], size, bufs[d.slot].data())) {
+          ++rs.bad;
+          if (rs.first_error.empty()) rs.first_error = "get: block did not verify";
+        }
+        free_slots.push_back(d.slot);
+      }
+    }
+    return rs;
+  }
+
+  Result<size_t> LookupPrefix(const std::vector<std::string>& keys) override {
+    std::vector<std::string_view> views(keys.begin(), keys.end());
+    return store_->LookupPrefix(ns_, views);
+  }
+
+  void TierBytes(uint64_t* ram, uint64_t* disk) override {
+    const kvtier::Stats st = store_->GetStats();
+    *ram = st.bytes_read_ram;
+    *disk = st.bytes_read_disk;
+  }
+
+ private:
+  DesignConfig cfg_;
+  std::unique_ptr<kvtier::Store> store_;
+  kvtier::NamespaceId ns_ = 0;
+};
+
+// ---------------------------------------------------------------------------
+class FilePerBlockDesign final : public Design {
+ public:
+  FilePerBlockDesign(const DesignConfig& c, bool fsync) : cfg_(c), fsync_(fsync) {}
+  const char* name() const override { return fsync_ ? "file-per-block-fsync" : "file-per-block"; }
+
+  Status Open(const std::string& dir) override {
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) return Status::IOError("create " + dir + ": " + ec.message());
+    dir_ = dir;
+    return Status::OK();
+  }
+  Status Close() override { return Status::OK(); }
+
+  RunStats Put(const std::vector<uint64_t>& ids, size_t size, const Payloads& payloads) override {
+    RunStats rs;
+    rs.lat_us.assign(ids.size(), 0);
+    ErrorSink errs;
+    const uint32_t threads = std::max<uint32_t>(1, cfg_.queue_depth);
+    std::vector<AlignedBuf> bufs;
+    for (uint32_t t = 0; t < threads; ++t) bufs.emplace_back(size);
+    RunOnThreads(threads, ids.size(), [&](size_t i, uint32_t t) {
+      payloads.Fill(ids[i], size, bufs[t].data());
+      const auto t0 = SteadyClock::now();
+      std::string err = WriteOne(ids[i], bufs[t].data(), size, t);
+      rs.lat_us[i] = MicrosSince(t0);
+      if (!err.empty()) errs.Fail(err);
+    });
+    errs.Into(&rs);
+    return rs;
+  }
+
+  RunStats Get(const std::vector<uint64_t>& ids, size_t size, const Payloads& payloads) override {
+    RunStats rs;
+    rs.lat_us.assign(ids.size(), 0);
+    ErrorSink errs;
+    const uint32_t threads = std::max<uint32_t>(1, cfg_.queue_depth);
+    std::vector<AlignedBuf> bufs;
+    for (uint32_t t = 0; t < threads; ++t) bufs.emplace_back(size);
+    RunOnThreads(threads, ids.size(), [&](size_t i, uint32_t t) {
+      const auto t0 = SteadyClock::now();
+      std::string err = ReadOne(ids[i], bufs[t].data(), size);
+      rs.lat_us[i] = MicrosSince(t0);
+      if (!err.empty()) {
+        if (err == "miss") errs.misses.fetch_add(1);
+        errs.Fail(err);
+      } else if (!payloads.Verify(ids[i], size, bufs[t].data())) {
+        errs.Fail("get: block did not verify");
+      }
+    });
+    errs.Into(&rs);
+    return rs;
+  }
+
+  Result<size_t> LookupPrefix(const std::vector<std::string>& keys) override {
+    size_t n = 0;
+    for (const std::string& k : keys) {
+      struct stat st;
+      if (::stat(PathOfKey(k).c_str(), &st) != 0) break;
+      ++n;
+    }
+    return n;
+  }
+
+ private:
+  // dir/ab/abcd...: 256 hash-sharded folders (flat files in each), so even
+  // 2M blocks stay below 10k entries per folder.
+  std::string PathOf(uint64_t id) const { return PathOfKey(MakeKey(cfg_.key_seed, id)); }
+  std::string PathOfKey(const std::string& k) const {
+    static const char* hex = "0123456789abcdef";
+    std::string h(64, '0');
+    for (size_t i = 0; i < 32; ++i) {
+      h[2 * i] = hex[static_cast<uint8_t>(k[i]) >> 4];
+      h[2 * i + 1] = hex[static_cast<uint8_t>(k[i]) & 15];
+    }
+    return dir_ + "/" + h.substr(0, 2) + "/" + h;
+  }
+
+  static int OpenMaybeDirect(const std::string& path, int flags, mode_t mode) {
+    int fd = ::open(path.c_str(), flags | O_DIRECT | O_CLOEXEC, mode);
+    if (fd < 0 && errno == EINVAL) fd = ::open(path.c_str(), flags | O_CLOEXEC, mode);
+    return fd;
+  }
+
+  std::string WriteOne(uint64_t id, const uint8_t* data, size_t size, uint32_t t) {
+    const std::string path = PathOf(id);
+    const std::string tmp = path + ".tmp" + std::to_string(t);
+    int fd = OpenMaybeDirect(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0 && errno == ENOENT) {
+      std::error_code ec;
+      std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+      if (ec) return "mkdir for " + path + ": " + ec.message();
+      fd = OpenMaybeDirect(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    }
+    if (fd < 0) return ErrnoText("open " + tmp, errno);
+    size_t done = 0;
+    while (done < size) {
+      const ssize_t n = ::pwrite(fd, data + done, size - done, static_cast<off_t>(done));
+      if (n <= 0) {
+        const int e = n < 0 ? errno : EIO;
+        ::close(fd);
+        return ErrnoText("write " + tmp, e);
+      }
+      done += static_cast<size_t>(n);
+    }
+    if (fsync_ && ::fdatasync(fd) != 0) {
+      const int e = errno;
+      ::close(fd);
+      return ErrnoText("fdatasync " + tmp, e);
+    }
+    ::close(fd);
+    if (::rename(tmp.c_str(), path.c_str()) != 0) return ErrnoText("rename " + tmp, errno);
+    if (fsync_) {
+      const std::string parent = std::filesystem::path(path).parent_path().string();
+      const int dfd = ::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      if (dfd < 0) return ErrnoText("open " + parent, errno);
+      const int rc = ::fsync(dfd);
+      const int e = errno;
+      ::close(dfd);
+      if (rc != 0) return ErrnoText("fsync " + parent, e);
+    }
+    return "";
+  }
+
+  std::string ReadOne(uint64_t id, uint8_t* buf, size_t size) {
+    const std::string path = PathOf(id);
+    const int fd = OpenMaybeDirect(path, O_RDONLY, 0);
+    if (fd < 0) return errno == ENOENT ? "miss" : ErrnoText("open " + path, errno);
+    size_t done = 0;
+    while (done < size) {
+      const ssize_t n = ::pread(fd, buf + done, size - done, static_cast<off_t>(done));
+      if (n < 0) {
+        const int e = errno;
+        ::close(fd);
+        return ErrnoText("read " + path, e);
+      }
+      if (n == 0) break;
+      done += static_cast<size_t>(n);
+    }
+    ::close(fd);
+    if (done != size) return "short read " + path;
+    return "";
+  }
+
+  DesignConfig cfg_;
+  bool fsync_;
+  std::string dir_;
+};
+
+// ---------------------------------------------------------------------------
+class RocksBlobDesign final : public Design {
+ public:
+  explicit RocksBlobDesign(const DesignConfig& c) : cfg_(c) {}
+  ~RocksBlobDesign() override { Close().IgnoreError(); }
+  const char* name() const override { return "rocksdb-blob"; }
+
+  Status Open(const std::string& dir) override {
+    rocksdb::Options o;
+    o.create_if_missing = true;
+    o.enable_blob_files = true;
+    o.min_blob_size = 0;
+    o.blob_file_size = 256ull << 20;
+    o.compression = rocksdb::kNoCompression;
+    o.blob_compression_type = rocksdb::kNoCompression;
+    // Cold reads must come from disk, as for the other designs.
+    o.use_direct_reads = true;
+    o.max_background_jobs = 2;
+    rocksdb::DB* db = nullptr;
+    rocksdb::Status s = rocksdb::DB::Open(o, dir, &db);
+    if (!s.ok()) return Status::IOError("rocksdb open " + dir + ": " + s.ToString());
+    db_.reset(db);
+    return Status::OK();
+  }
+
+  Status Close() override {
+    if (!db_) return Status::OK();
+    rocksdb::Status s = db_->Close();
+    db_.reset();
+    if (!s.ok()) return Status::IOError("rocksdb close: " + s.ToString());
+    return Status::OK();
+  }
+
+  RunStats Put(const std::vector<uint64_t>& ids, size_t size, const Payloads& payloads) override {
+    RunStats rs;
+    rs.lat_us.assign(ids.size(), 0);
+    ErrorSink errs;
+    const uint32_t threads = std::max<uint32_t>(1, cfg_.queue_depth);
+    std::vector<std::vector<uint8_t>> bufs(threads, std::vector<uint8_t>(size));
+    rocksdb::WriteOptions wo;
+    wo.sync = true;
+    RunOnThreads(threads, ids.size(), [&](size_t i, uint32_t t) {
+      payloads.Fill(ids[i], size, bufs[t].data());
+      const std::string key = MakeKey(cfg_.key_seed, ids[i]);
+      const auto t0 = SteadyClock::now();
+      rocksdb::Status s =
+          db_->Put(wo, key, rocksdb::Slice(reinterpret_cast<const char*>(bufs[t].data()), size));
+      rs.lat_us[i] = MicrosSince(t0);
+      if (!s.ok()) errs.Fail("rocksdb put: " + s.ToString());
+    });
+    errs.Into(&rs);
+    return rs;
+  }
+
+  RunStats Get(const std::vector<uint64_t>& ids, size_t size, const Payloads& payloads) override {
+    RunStats rs;
+    rs.lat_us.assign(ids.size(), 0);
+    ErrorSink errs;
+    const uint32_t threads = std::max<uint32_t>(1, cfg_.queue_depth);
+    std::vector<std::vector<uint8_t>> bufs(threads, std::vector<uint8_t>(size));
+    RunOnThreads(threads, ids.size(), [&](size_t i, uint32_t t) {
+      const std::string key = MakeKey(cfg_.key_seed, ids[i]);
+      const auto t0 = SteadyClock::now();
+      rocksdb::PinnableSlice v;
+      rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), db_->DefaultColumnFamily(), key, &v);
+      // Served into the caller's buffer, as the other designs do.
+      if (s.ok() && v.size() == size) std::memcpy(bufs[t].data(), v.data(), size);
+      rs.lat_us[i] = MicrosSince(t0);
+      if (s.IsNotFound()) {
+        errs.misses.fetch_add(1);
+        errs.Fail("rocksdb get: miss");
+      } else if (!s.ok()) {
+        errs.Fail("rocksdb get: " + s.ToString());
+      } else if (v.size() != size || !payloads.Verify(ids[i], size, bufs[t].data())) {
+        errs.Fail("rocksdb get: block did not verify");
+      }
+    });
+    errs.Into(&rs);
+    return rs;
+  }
+
+  Result<size_t> LookupPrefix(const std::vector<std::string>&) override {
+    return Status::NotSupported("rocksdb-blob: existence needs a value read");
+  }
+
+ private:
+  DesignConfig cfg_;
+  std::unique_ptr<rocksdb::DB> db_;
+};
+
+}  // namespace
+
+std::string CheckKvtierOverride(const std::string& kv) {
+  kvtier::Options o;
+  return ApplyOverride(kv, &o) ? "" : "bad --kvtier-option '" + kv + "' (want name=value; names: "
+      "read_threads, queue_depth, max_write_chunk_bytes, group_commit_bytes, write_queue_bytes, "
+      "segment_size_bytes)";
+}
+
+std::unique_ptr<Design> MakeDesign(const std::string& name, const DesignConfig& config) {
+  if (name == "kvtier") return std::make_unique<KvtierDesign>(config);
+  if (name == "file-per-block") return std::make_unique<FilePerBlockDesign>(config, false);
+  if (name == "file-per-block-fsync") return std::make_unique<FilePerBlockDesign>(config, true);
+  if (name == "rocksdb-blob") return std::make_unique<RocksBlobDesign>(config);
+  return nullptr;
+}
+
+const std::vector<std::string>& AllDesignNames() {
+  static const std::vector<std::string> names = {"kvtier", "file-per-block", "file-per-block-fsync",
+                                                 "rocksdb-blob"};
+  return names;
+}
+
+void DropPageCache(const std::string& dir) {
+  // No sync first: every design here writes with O_DIRECT or syncs what it
+  // writes (RocksDB's WAL and blob files), so the cached pages are clean and
+  // DONTNEED drops them; a sync per file costs milliseconds on this disk.
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(dir, ec)) {
+    const int fd = ::open(dir.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+      ::close(fd);
+    }
+    return;
+  }
+  for (auto it = std::filesystem::recursive_directory_iterator(dir, ec);
+       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    if (!it->is_regular_file(ec)) continue;
+    const int fd = ::open(it->path().c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+  }
+}
+
+}  // namespace kvbench

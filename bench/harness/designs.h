@@ -1,0 +1,86 @@
+// The store designs compared by kvtier-bench, behind one interface:
+//   kvtier               this project, default options (capacity raised to fit)
+//   file-per-block       vLLM's / SGLang's file tier: one file per block in
+//                        hash-sharded folders, temp file + rename, O_DIRECT
+//   file-per-block-fsync the same with fdatasync of the file and fsync of its
+//                        folder (durable like a kvtier put)
+//   rocksdb-blob         blocks as RocksDB values with enable_blob_files,
+//                        WAL synced on every write
+//
+// Every design moves blocks with the same queue depth: kvtier through its
+// async API with a window of requests in flight, the others with one thread
+// per queue slot (they have no async API). A design object is used by one
+// harness thread at a time.
+#ifndef KVTIER_BENCH_HARNESS_DESIGNS_H_
+#define KVTIER_BENCH_HARNESS_DESIGNS_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "harness/common.h"
+#include "kvtier/status.h"
+
+namespace kvbench {
+
+using kvtier::Result;
+using kvtier::Status;
+
+struct DesignConfig {
+  uint32_t queue_depth = 16;
+  // kvtier keeps this many payload bytes of puts in flight (at least
+  // queue_depth puts), as an engine offloading a prefill does.
+  uint64_t put_inflight_bytes = 64ull << 20;
+  // kvtier capacity (0: kvtier's default); the harness raises it to fit.
+  uint64_t kvtier_capacity_bytes = 0;
+  uint64_t key_seed = 1;
+  // Experiments only (--kvtier-option): overrides of kvtier Options as
+  // "name=value" (read_threads, queue_depth, max_write_chunk_bytes,
+  // group_commit_bytes, write_queue_bytes, segment_size_bytes).
+  std::vector<std::string> kvtier_overrides;
+};
+
+// Checks one --kvtier-option; empty when fine, else the problem.
+std::string CheckKvtierOverride(const std::string& kv);
+
+// Per-op results of a batch run.
+struct RunStats {
+  std::vector<double> lat_us;  // one per op
+  uint64_t bad = 0;            // failed or did not verify
+  uint64_t misses = 0;         // NotFound
+  std::string first_error;
+};
+
+class Design {
+ public:
+  virtual ~Design() = default;
+  virtual const char* name() const = 0;
+  // Opens (creating if needed) the design's store in `dir`.
+  [[nodiscard]] virtual Status Open(const std::string& dir) = 0;
+  // Clean shutdown.
+  [[nodiscard]] virtual Status Close() = 0;
+  // Writes blocks `ids` (contents from `payloads`), each `size` bytes, durably
+  // for the designs that promise it. Returns when all are acknowledged.
+  virtual RunStats Put(const std::vector<uint64_t>& ids, size_t size, const Payloads& payloads) = 0;
+  // Reads blocks `ids` and verifies each against `payloads`.
+  virtual RunStats Get(const std::vector<uint64_t>& ids, size_t size, const Payloads& payloads) = 0;
+  // How many leading keys are stored (an engine's prefix match); keys come
+  // from MakeKey(config.key_seed, id). NotSupported where the design has no
+  // existence check short of reading the value.
+  [[nodiscard]] virtual Result<size_t> LookupPrefix(const std::vector<std::string>& keys) = 0;
+  // Bytes served from RAM and from disk since Open (where the design knows).
+  virtual void TierBytes(uint64_t* ram, uint64_t* disk) { *ram = *disk = 0; }
+};
+
+// Known names: "kvtier", "file-per-block", "file-per-block-fsync", "rocksdb-blob".
+std::unique_ptr<Design> MakeDesign(const std::string& name, const DesignConfig& config);
+const std::vector<std::string>& AllDesignNames();
+
+// Drops the page cache of every file under `dir` (or of the file `dir`) with
+// posix_fadvise DONTNEED, so reads that follow come from disk.
+void DropPageCache(const std::string& dir);
+
+}  // namespace kvbench
+
+#endif  // KVTIER_BENCH_HARNESS_DESIGNS_H_

@@ -1,0 +1,82 @@
+#include "harness/fio.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+namespace kvbench {
+
+std::string FindFio() {
+  const char* path = std::getenv("PATH");
+  std::string p = path ? path : "/usr/bin:/bin";
+  size_t start = 0;
+  while (start <= p.size()) {
+    size_t end = p.find(':', start);
+    if (end == std::string::npos) end = p.size();
+    const std::string cand = p.substr(start, end - start) + "/fio";
+    if (::access(cand.c_str(), X_OK) == 0) return cand;
+    start = end + 1;
+  }
+  return "";
+}
+
+kvtier::Status RunFio(const std::string& fio, const std::string& file, const std::string& rw,
+                      uint64_t block_bytes, uint64_t file_bytes, uint32_t queue_depth,
+                      Measurement* m) {
+  m->design = "fio";
+  m->op = rw == "write" ? "put" : "get";
+  const std::string out = file + ".json";
+  std::string cmd = fio + " --name=kvtier-bench --filename=" + file + " --rw=" + rw +
+                    " --bs=" + std::to_string(block_bytes) + " --size=" +
+                    std::to_string(file_bytes) + " --ioengine=io_uring --direct=1 --iodepth=" +
+                    std::to_string(queue_depth) +
+                    " --numjobs=1 --group_reporting --output-format=json --output=" + out +
+                    " >/dev/null 2>" + file + ".err";
+  const int rc = std::system(cmd.c_str());
+  if (rc != 0) {
+    std::string err;
+    if (FILE* f = std::fopen((file + ".err").c_str(), "r")) {
+      char buf[512];
+      size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+      buf[n] = 0;
+      err = buf;
+      std::fclose(f);
+    }
+    return kvtier::Status::IOError("fio failed (exit " + std::to_string(WEXITSTATUS(rc)) +
+                                   "): " + cmd + ": " + err);
+  }
+  std::filesystem::remove(file + ".err");
+  FILE* f = std::fopen(out.c_str(), "r");
+  if (f == nullptr) return kvtier::Status::IOError("fio wrote no output to " + out);
+  nlohmann::json j = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
+  std::fclose(f);
+  std::filesystem::remove(out);
+  if (j.is_discarded() || !j.contains("jobs") || j["jobs"].empty())
+    return kvtier::Status::Corruption("fio output is not the expected JSON: " + out);
+  const auto& job = j["jobs"][0];
+  const auto& side = job[rw == "write" ? "write" : "read"];
+  const double bw = side.value("bw_bytes", 0.0);
+  const double iops = side.value("iops", 0.0);
+  const double runtime_s = side.value("runtime", 0.0) / 1000.0;
+  if (bw <= 0) return kvtier::Status::Corruption("fio reported no bandwidth for " + rw);
+  m->gbps = bw / 1e9;
+  m->ops_per_s = iops;
+  m->ops = side.value("total_ios", uint64_t{0});
+  if (side.contains("clat_ns") && side["clat_ns"].contains("percentile")) {
+    const auto& p = side["clat_ns"]["percentile"];
+    auto get = [&](const char* k) { return p.contains(k) ? p[k].get<double>() / 1000.0 : 0.0; };
+    m->p50_us = get("50.000000");
+    m->p99_us = get("99.000000");
+    m->p999_us = get("99.900000");
+  }
+  const double cpu_pct = job.value("usr_cpu", 0.0) + job.value("sys_cpu", 0.0);
+  const double bytes = side.value("io_bytes", 0.0);
+  if (bytes > 0 && runtime_s > 0) m->cpu_s_per_gb = cpu_pct / 100.0 * runtime_s / (bytes / 1e9);
+  return kvtier::Status::OK();
+}
+
+}  // namespace kvbench

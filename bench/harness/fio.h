@@ -1,0 +1,26 @@
+// Runs fio (the drive's limit) as a subprocess on a file in the bench folder:
+// io_uring, O_DIRECT, the same block size and queue depth as the designs.
+#ifndef KVTIER_BENCH_HARNESS_FIO_H_
+#define KVTIER_BENCH_HARNESS_FIO_H_
+
+#include <cstdint>
+#include <string>
+
+#include "harness/common.h"
+#include "kvtier/status.h"
+
+namespace kvbench {
+
+// Path of the fio binary, or "" when it is not on PATH.
+std::string FindFio();
+
+// rw: "write" (sequential) or "randread". Writes/reads `file_bytes` of
+// `file` once (time_based off). Fills gbps, ops_per_s, latency percentiles
+// (completion latency) and cpu_s_per_gb (fio's usr+sys) of `m`.
+[[nodiscard]] kvtier::Status RunFio(const std::string& fio, const std::string& file,
+                                    const std::string& rw, uint64_t block_bytes,
+                                    uint64_t file_bytes, uint32_t queue_depth, Measurement* m);
+
+}  // namespace kvbench
+
+#endif  // KVTIER_BENCH_HARNESS_FIO_H_
