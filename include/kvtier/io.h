@@ -65,6 +65,11 @@ struct IoRequest {
   void* buf = nullptr;  // for writes the bytes are only read
   size_t len = 0;
   Status status;        // filled in by Submit
+  // Optional: called once, on the submitting thread inside Submit, as soon as
+  // this request's status is final, so a caller can act on early completions
+  // while the rest of the batch is still in flight.
+  void (*on_done)(IoRequest&) = nullptr;
+  void* user = nullptr;  // for on_done
 };
 
 // A submission queue owned by one thread: io_uring ring, or a loop of

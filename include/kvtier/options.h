@@ -79,6 +79,18 @@ struct Options {
   // size minus one page).
   uint64_t max_payload_bytes = 128ull << 20;
 
+  // --- Host RAM tier (docs/ram_tier.md) ----------------------------------------
+  // Bytes of host memory holding copies of blocks in front of the disk: a Put
+  // is copied in and written through to the log (so RAM eviction never loses
+  // data); a Get is served from it when present, else from disk and then
+  // admitted. Eviction is S3-FIFO. 0 (the default) turns the tier off.
+  uint64_t ram_tier_bytes = 0;
+  // Keep the tier in /dev/shm/kvtier-<store id>.ram so that it survives a
+  // process restart (not a reboot): the next open adopts every block whose
+  // checksum and index entry still verify. Used only where /dev/shm has room
+  // for the whole tier (else anonymous memory); never for read-only opens.
+  bool ram_tier_shared_memory = true;
+
   // --- Recovery ---------------------------------------------------------------
   // Write an index checkpoint (so recovery needs no scan before it) every time
   // this many bytes have been appended, and when a segment is sealed.

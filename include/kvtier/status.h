@@ -56,7 +56,8 @@ class [[nodiscard]] Status {
   static Status Closed(std::string m) { return {Code::kClosed, std::move(m)}; }
   static Status BufferTooSmall(std::string m) { return {Code::kBufferTooSmall, std::move(m)}; }
   static Status Aborted(std::string m) { return {Code::kAborted, std::move(m)}; }
-  // From an errno value: ENOSPC/EDQUOT -> NoSpace, ENOENT -> NotFound, else IOError.
+  // From an errno value: ENOSPC/EDQUOT -> NoSpace, ENOENT -> NotFound, EINVAL ->
+  // InvalidArgument, EWOULDBLOCK -> Busy, else IOError.
   static Status FromErrno(int err, std::string_view context);
 
   bool ok() const { return code_ == Code::kOk; }

@@ -25,7 +25,8 @@
 // Thread safety
 // - All methods are safe to call concurrently from any number of threads.
 // - Callbacks run on kvtier's internal threads (or inline on the caller's
-//   thread when the request is rejected at once). They must not block for
+//   thread when the request is rejected at once, or when a get is served
+//   from the host RAM tier, see Options::ram_tier_bytes). They must not block for
 //   long and must not call Close().
 //
 // Buffers
@@ -126,6 +127,11 @@ struct Stats {
   uint64_t gets = 0;
   uint64_t hits_ram = 0, hits_disk = 0, misses = 0;
   uint64_t bytes_read_ram = 0, bytes_read_disk = 0;
+  // Host RAM tier (zeros when off).
+  uint64_t ram_capacity_bytes = 0, ram_used_bytes = 0, ram_blocks = 0;
+  uint64_t ram_evictions = 0, ram_evicted_bytes = 0;
+  uint64_t ram_adopted_blocks = 0, ram_adopt_dropped = 0;  // at open, from shared memory
+  bool ram_shared_memory = false;                          // tier lives in /dev/shm
   uint64_t get_deadline_misses = 0;
   uint64_t checksum_failures = 0;                // records that failed a check on read
   uint64_t stale_entries_dropped = 0;            // index entries pointing at reused space

@@ -6,12 +6,14 @@ namespace kvtier {
 
 Status RunRequestSync(IoRequest& r) {
   r.status = ValidateRequest(r);
-  if (!r.status.ok() || r.len == 0) return r.status;
-  if (r.op == IoRequest::Op::kRead) {
-    r.status = r.file->ReadAt(r.offset, r.buf, r.len);
-  } else {
-    r.status = r.file->WriteAt(r.offset, r.buf, r.len);
+  if (r.status.ok() && r.len != 0) {
+    if (r.op == IoRequest::Op::kRead) {
+      r.status = r.file->ReadAt(r.offset, r.buf, r.len);
+    } else {
+      r.status = r.file->WriteAt(r.offset, r.buf, r.len);
+    }
   }
+  if (r.on_done != nullptr) r.on_done(r);
   return r.status;
 }
 

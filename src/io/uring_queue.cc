@@ -252,6 +252,7 @@ void UringIoQueue::Complete(std::span<IoRequest> reqs, uint32_t i, int res) {
     }
   }
   finished_[i] = 1;
+  if (r.on_done != nullptr) r.on_done(r);
 }
 
 Status UringIoQueue::Run(std::span<IoRequest> reqs) {
@@ -310,10 +311,13 @@ Status UringIoQueue::Submit(std::span<IoRequest> reqs) {
   for (size_t i = 0; i < n; ++i) {
     IoRequest& r = reqs[i];
     r.status = ValidateRequest(r);
-    if (!r.status.ok() || r.len == 0) continue;
+    if (!r.status.ok() || r.len == 0) {
+      if (r.on_done != nullptr) r.on_done(r);
+      continue;
+    }
     if (r.file->fd() < 0) {
       ++stats_.sync_fallbacks;
-      (void)RunRequestSync(r);
+      (void)RunRequestSync(r);  // calls on_done
       continue;
     }
     fixed_[i] = FixedIndex(r.buf, r.len);
@@ -325,7 +329,10 @@ Status UringIoQueue::Submit(std::span<IoRequest> reqs) {
     if (s.ok()) s = Run(reqs);
     if (!s.ok()) {
       for (size_t i = 0; i < n; ++i) {
-        if (!finished_[i]) reqs[i].status = s;
+        if (!finished_[i]) {
+          reqs[i].status = s;
+          if (reqs[i].on_done != nullptr) reqs[i].on_done(reqs[i]);
+        }
       }
     }
   }

@@ -68,6 +68,10 @@ Status SegmentScanner::Scan(uint64_t start, bool verify_payload, bool resync,
       continue;
     }
     if (!valid) {
+      // Reading the whole record above may have moved or reallocated the
+      // window, so `page` can be stale: look the page up again (no I/O).
+      page = Window(off, format::kPage);
+      if (!page.ok()) return page.status();
       bool zero = AllZero(*page, format::kPage);
       if (!resync) {
         r->torn = !zero;

@@ -38,6 +38,7 @@
 #include "log/write_ring.h"
 #include "store/admission.h"
 #include "store/counters.h"
+#include "tier/ram_tier.h"
 #include "util/aligned_buffer.h"
 
 namespace kvtier {
@@ -93,6 +94,16 @@ class StoreImpl final : public Store {
   // Open without recovery or threads, for Repair.
   void set_repair_mode() { repair_mode_ = true; }
 
+  // The host RAM tier, or null when off. For the GPU path (src/cuda).
+  RamTier* ram_tier() { return ram_.get(); }
+  // For the GPU path: a put that waits for ring space (blocking) but not for
+  // durability; `done` reports durability. With a non-empty `reservation`
+  // (a RAM-tier block the caller filled, e.g. from the device), `payload` is
+  // ignored: the reservation's pieces are written through and it is
+  // committed to the tier instead of a copy.
+  void PutInternal(NamespaceId ns, std::string_view key, std::span<const Fragment> payload,
+                   RamTier::Pin reservation, bool blocking, PutCallback done);
+
  private:
   // ---- Write path ----
   struct WriteOp {
@@ -104,6 +115,7 @@ class StoreImpl final : public Store {
     WriteRing::Allocation alloc;
     uint64_t payload_len = 0, checksum = 0, written_ms = 0;
     uint64_t arg = 0;  // kDrop: the entry's sequence; kEvictTo: target bytes
+    uint64_t ram_token = 0;  // kRecord: the RAM-tier copy to undo if the put fails
     PutCallback done;
     // Filled in by the writer.
     uint32_t segment = 0, generation = 0;
@@ -113,8 +125,11 @@ class StoreImpl final : public Store {
   enum class Place : uint8_t { kPlaced, kEndGroup, kFailed };
 
   Status Validate(NamespaceId ns, std::string_view key, uint64_t payload_len);
+  // With `reserved`, the payload was written into that RAM-tier reservation
+  // (payload must describe its pieces), which is committed instead of copied.
   void SubmitPut(NamespaceId ns, std::string_view key, std::span<const Fragment> payload,
-                 bool blocking, PutCallback done);
+                 bool blocking, PutCallback done, RamTier::Pin* reserved = nullptr);
+  Status OpenRamTier();
   // Queues a non-record op and waits for its status.
   Status RunOnWriter(WriteOp op);
   void ReleaseRing(uint64_t alloc_id);
@@ -147,6 +162,8 @@ class StoreImpl final : public Store {
   void ExecuteReads(IoQueue* queue, std::vector<std::shared_ptr<ReadOp>>& ops,
                     std::vector<AlignedBuffer>& bufs);
   void Complete(const std::shared_ptr<ReadOp>& op, Result<size_t> r);
+  // Verifies a record read for `op` and completes it (from IoRequest::on_done).
+  void FinishRead(const std::shared_ptr<ReadOp>& op, const format::IndexValue& v, const IoRequest& rq);
   void TimerLoop();
   void RequestDrop(NamespaceId ns, std::string_view key, uint64_t sequence);
   void NoteHit(uint32_t seg, uint64_t offset);
@@ -167,6 +184,7 @@ class StoreImpl final : public Store {
   std::unique_ptr<Index> index_;
   std::unique_ptr<SegmentTable> table_;
   std::unique_ptr<Admission> admission_;
+  std::unique_ptr<RamTier> ram_;  // host RAM tier (Options::ram_tier_bytes), may be null
   StoreDescription description_;
   std::array<uint8_t, 16> store_id_{};
   uint64_t max_segments_ = 0;

@@ -97,8 +97,11 @@ Status StoreImpl::CreateOrLoadSuperblock(bool* created) {
       return Status::NotFound(dir_ + " holds no kvtier store (no SUPERBLOCK)");
     auto names = fs_->ListDir(dir_);
     if (!names.ok()) return names.status();
+    // Besides the lock, tolerate what a crash during an earlier creation can
+    // leave behind (the superblock is renamed into place last).
     for (const std::string& n : *names)
-      if (n != kLockName)
+      if (n != kLockName && n != std::string(kSuperblockName) + ".tmp" && n != kSegmentsDir &&
+          n != kNamespacesDir)
         return Status::InvalidArgument(dir_ + " is not a kvtier store and is not empty (found '" + n + "')");
     format::Superblock sb;
     if (getrandom(sb.store_id.data(), sb.store_id.size(), 0) != static_cast<ssize_t>(sb.store_id.size()))
@@ -197,6 +200,7 @@ Status StoreImpl::OpenImpl() {
   } else {
     epoch_ = table_->MaxEpoch();
   }
+  if (!repair_mode_) KVTIER_RETURN_IF_ERROR(OpenRamTier());  // store_ram.cc
   if (!repair_mode_) StartThreads();
   c_.open_seconds.store(SecondsSince(open_started_));
   return Status::OK();
@@ -401,6 +405,7 @@ Status StoreImpl::Close() {
     Status f = index_->FlushMemtables();
     if (st.ok()) st = f;
   }
+  ram_.reset();  // a shared-memory tier stays in its file for the next open
   index_.reset();
   table_.reset();
   lock_.reset();
@@ -515,6 +520,17 @@ Stats StoreImpl::GetStats() {
     }
   }
   if (index_) s.blocks_estimate = index_->ApproximateEntries();
+  if (ram_) {
+    RamTierStats r = ram_->GetStats();
+    s.ram_capacity_bytes = r.capacity_bytes;
+    s.ram_used_bytes = r.used_bytes;
+    s.ram_blocks = r.blocks;
+    s.ram_evictions = r.evictions;
+    s.ram_evicted_bytes = r.evicted_bytes;
+    s.ram_adopted_blocks = r.adopted_blocks;
+    s.ram_adopt_dropped = r.adopt_dropped;
+    s.ram_shared_memory = r.shared;
+  }
   return s;
 }
 

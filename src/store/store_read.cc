@@ -4,6 +4,7 @@
 #include <cstring>
 #include <future>
 
+#include "index/presence_map.h"
 #include "store/store_impl.h"
 
 namespace kvtier {
@@ -14,6 +15,20 @@ void StoreImpl::GetAsync(NamespaceId ns, std::string_view key, std::span<const M
   if (key.empty() || key.size() > format::kMaxKeyBytes) {
     done(Status::InvalidArgument("key length out of range"));
     return;
+  }
+  if (ram_ != nullptr) {
+    // Served inline from host memory: no queue, no I/O, no deadline to race.
+    auto r = ram_->Read(ns, key, out);
+    if (r.ok()) {
+      c_.hits_ram.Add();
+      c_.bytes_read_ram.Add(*r);
+      done(std::move(r));
+      return;
+    }
+    if (r.status().code() == Code::kBufferTooSmall) {
+      done(std::move(r));
+      return;
+    }
   }
   auto op = std::make_shared<ReadOp>();
   op->ns = ns;
@@ -112,7 +127,11 @@ void StoreImpl::ReaderLoop(unsigned index) {
       std::unique_lock<std::mutex> l(read_mu_);
       read_cv_.wait(l, [this] { return !reads_.empty() || readers_stop_; });
       if (reads_.empty() && readers_stop_) return;
-      while (!reads_.empty() && batch.size() < opt_.queue_depth) {
+      // Share the waiting reads among the threads (each keeps its own ring
+      // busy) rather than letting one thread take them all.
+      const size_t share = std::max<size_t>(
+          1, std::min<size_t>(opt_.queue_depth, (reads_.size() + opt_.read_threads - 1) / opt_.read_threads));
+      while (!reads_.empty() && batch.size() < share) {
         batch.push_back(std::move(reads_.front()));
         reads_.pop_front();
       }
@@ -127,12 +146,15 @@ void StoreImpl::ReaderLoop(unsigned index) {
 
 void StoreImpl::ExecuteReads(IoQueue* queue, std::vector<std::shared_ptr<ReadOp>>& ops,
                              std::vector<AlignedBuffer>& bufs) {
+  // Each read completes on its own (IoRequest::on_done) as soon as its I/O
+  // does, not when the whole batch has.
   struct Pending {
+    StoreImpl* self;
     std::shared_ptr<ReadOp> op;
     format::IndexValue v;
-    size_t buf;
   };
   std::vector<Pending> pending;
+  pending.reserve(ops.size());
   std::vector<IoRequest> reqs;
   const auto now = Clock::now();
   for (auto& op : ops) {
@@ -177,7 +199,7 @@ void StoreImpl::ExecuteReads(IoQueue* queue, std::vector<std::shared_ptr<ReadOp>
       Complete(op, Status::NoSpace("out of memory for a read buffer"));
       continue;
     }
-    pending.push_back(Pending{op, v, b});
+    pending.push_back(Pending{this, op, v});
     IoRequest rq;
     rq.op = IoRequest::Op::kRead;
     rq.file = file;
@@ -186,53 +208,73 @@ void StoreImpl::ExecuteReads(IoQueue* queue, std::vector<std::shared_ptr<ReadOp>
     rq.len = bytes;
     reqs.push_back(rq);
   }
-  if (!reqs.empty()) queue->Submit(reqs).IgnoreError();  // per-request statuses below
-  for (size_t i = 0; i < pending.size(); ++i) {
-    Pending& p = pending[i];
-    table_->Unpin(p.v.segment);
-    const IoRequest& rq = reqs[i];
-    if (!rq.status.ok()) {
-      c_.misses.Add();
-      if (rq.status.code() == Code::kCorruption) {  // short read: truncated segment
-        c_.checksum_failures.Add();
-        RequestDrop(p.op->ns, p.op->key, p.v.sequence);
-        Complete(p.op, Status::NotFound("record unreadable: " + rq.status.message()));
-      } else {
-        Complete(p.op, rq.status);
-      }
-      continue;
-    }
-    c_.device_bytes_read.Add(rq.len);
-    // Verify everything the record says against what the index expects.
-    const uint8_t* rec = bufs[p.buf].data();
-    std::string_view key;
-    auto h = format::DecodeRecordHeader({rec, rq.len}, opt_.max_payload_bytes, &key);
-    const uint8_t* payload = rec + format::kRecordHeaderBytes + (h.ok() ? h->key_len : 0);
-    bool good = h.ok() && key == p.op->key && h->ns_id == p.op->ns &&
-                h->segment_id == p.v.segment && h->generation == p.v.generation &&
-                h->payload_len == p.v.payload_len && h->payload_checksum == p.v.payload_checksum &&
-                format::Checksum(payload, h->payload_len) == h->payload_checksum;
-    if (!good) {
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    reqs[i].user = &pending[i];
+    reqs[i].on_done = [](IoRequest& rq) {
+      auto* p = static_cast<Pending*>(rq.user);
+      p->self->FinishRead(p->op, p->v, rq);
+    };
+  }
+  if (!reqs.empty()) queue->Submit(reqs).IgnoreError();  // each finished in on_done
+}
+
+void StoreImpl::FinishRead(const std::shared_ptr<ReadOp>& op, const format::IndexValue& v,
+                           const IoRequest& rq) {
+  table_->Unpin(v.segment);
+  if (!rq.status.ok()) {
+    c_.misses.Add();
+    if (rq.status.code() == Code::kCorruption) {  // short read: truncated segment
       c_.checksum_failures.Add();
-      c_.misses.Add();
-      RequestDrop(p.op->ns, p.op->key, p.v.sequence);
-      Complete(p.op, Status::NotFound("record failed verification (counted, entry dropped)"));
-      continue;
+      RequestDrop(op->ns, op->key, v.sequence);
+      Complete(op, Status::NotFound("record unreadable: " + rq.status.message()));
+    } else {
+      Complete(op, rq.status);
     }
-    int expected = 0;
-    if (!p.op->state.compare_exchange_strong(expected, 1)) continue;  // deadline won
-    uint64_t left = h->payload_len;
-    for (const MutableFragment& f : p.op->out) {
-      if (left == 0) break;
-      size_t n = std::min<uint64_t>(left, f.size);
-      std::memcpy(f.data, payload, n);
-      payload += n;
-      left -= n;
+    return;
+  }
+  c_.device_bytes_read.Add(rq.len);
+  // Verify everything the record says against what the index expects.
+  const uint8_t* rec = static_cast<const uint8_t*>(rq.buf);
+  std::string_view key;
+  auto h = format::DecodeRecordHeader({rec, rq.len}, opt_.max_payload_bytes, &key);
+  const uint8_t* payload = rec + format::kRecordHeaderBytes + (h.ok() ? h->key_len : 0);
+  bool good = h.ok() && key == op->key && h->ns_id == op->ns &&
+              h->segment_id == v.segment && h->generation == v.generation &&
+              h->payload_len == v.payload_len && h->payload_checksum == v.payload_checksum &&
+              format::Checksum(payload, h->payload_len) == h->payload_checksum;
+  if (!good) {
+    c_.checksum_failures.Add();
+    c_.misses.Add();
+    RequestDrop(op->ns, op->key, v.sequence);
+    Complete(op, Status::NotFound("record failed verification (counted, entry dropped)"));
+    return;
+  }
+  int expected = 0;
+  if (!op->state.compare_exchange_strong(expected, 1)) return;  // deadline won
+  uint64_t left = h->payload_len;
+  for (const MutableFragment& f : op->out) {
+    if (left == 0) break;
+    size_t n = std::min<uint64_t>(left, f.size);
+    std::memcpy(f.data, payload, n);
+    payload += n;
+    left -= n;
+  }
+  c_.hits_disk.Add();
+  c_.bytes_read_disk.Add(h->payload_len);
+  NoteHit(v.segment, v.offset);
+  op->done(static_cast<size_t>(h->payload_len));
+  if (ram_ != nullptr) {
+    // Admit after the caller has its bytes. A Remove (or disk eviction) that
+    // ran since the index lookup would not have seen this copy, so look
+    // again and take it back if the entry changed.
+    Fragment whole{rec + format::kRecordHeaderBytes + h->key_len, h->payload_len};
+    uint64_t token = ram_->Insert(op->ns, op->key, {&whole, 1}, h->payload_checksum,
+                                  /*only_if_absent=*/true);
+    if (token != 0) {
+      auto again = index_->Get(op->ns, op->key);
+      if (!again.ok() || !again->has_value() || (*again)->sequence != v.sequence)
+        ram_->EraseIf(op->ns, op->key, token);
     }
-    c_.hits_disk.Add();
-    c_.bytes_read_disk.Add(h->payload_len);
-    NoteHit(p.v.segment, p.v.offset);
-    p.op->done(static_cast<size_t>(h->payload_len));
   }
 }
 
@@ -268,6 +310,10 @@ void StoreImpl::TimerLoop() {
 
 Result<bool> StoreImpl::Contains(NamespaceId ns, std::string_view key) {
   c_.contains.Add();
+  thread_local std::vector<uint64_t> locs;
+  if (index_->FindLocations(ns, {&key, 1}, &locs))
+    return locs[0] != PresenceMap::kAbsent &&
+           table_->IsLive(static_cast<uint32_t>(locs[0] >> 32), static_cast<uint32_t>(locs[0]));
   auto e = index_->Get(ns, key);
   if (!e.ok()) return e.status();
   return e->has_value() && table_->IsLive((*e)->segment, (*e)->generation);
@@ -275,6 +321,14 @@ Result<bool> StoreImpl::Contains(NamespaceId ns, std::string_view key) {
 
 Result<size_t> StoreImpl::LookupPrefix(NamespaceId ns, std::span<const std::string_view> keys) {
   c_.lookups.Add();
+  thread_local std::vector<uint64_t> locs;
+  if (index_->FindLocations(ns, keys, &locs)) {
+    size_t n = 0;
+    while (n < locs.size() && locs[n] != PresenceMap::kAbsent &&
+           table_->IsLive(static_cast<uint32_t>(locs[n] >> 32), static_cast<uint32_t>(locs[n])))
+      ++n;
+    return n;
+  }
   std::vector<std::optional<format::IndexValue>> vals;
   Status st = index_->MultiGet(ns, keys, &vals);
   if (!st.ok()) return st;

@@ -35,7 +35,7 @@ Status StoreImpl::Validate(NamespaceId ns, std::string_view key, uint64_t payloa
 }
 
 void StoreImpl::SubmitPut(NamespaceId ns, std::string_view key, std::span<const Fragment> payload,
-                          bool blocking, PutCallback done) {
+                          bool blocking, PutCallback done, RamTier::Pin* reserved) {
   if (opt_.read_only) return Finish(done, Status::NotSupported("store opened read-only"));
   uint64_t payload_len = 0;
   for (const Fragment& f : payload) {
@@ -91,6 +91,16 @@ void StoreImpl::SubmitPut(NamespaceId ns, std::string_view key, std::span<const 
   op.checksum = format::Checksum(rec + format::PayloadOffset(key.size()), payload_len);
   op.written_ms = NowUnixMs();
   op.done = std::move(done);
+  if (ram_ != nullptr) {
+    // Write-through: the RAM copy is visible at once; the writer undoes it
+    // (by token) if the record cannot be made durable.
+    if (reserved != nullptr) {
+      op.ram_token = ram_->Commit(std::move(*reserved), op.checksum);
+    } else {
+      Fragment whole{rec + format::PayloadOffset(key.size()), payload_len};
+      op.ram_token = ram_->Insert(ns, key, {&whole, 1}, op.checksum);
+    }
+  }
   {
     std::lock_guard<std::mutex> l(mu_);
     queue_.push_back(std::move(op));
@@ -125,6 +135,14 @@ std::vector<Status> StoreImpl::PutBatch(NamespaceId ns, std::span<const PutItem>
 void StoreImpl::PutAsync(NamespaceId ns, std::string_view key, std::span<const Fragment> payload,
                          PutCallback done) {
   SubmitPut(ns, key, payload, /*blocking=*/false, std::move(done));
+}
+
+void StoreImpl::PutInternal(NamespaceId ns, std::string_view key, std::span<const Fragment> payload,
+                            RamTier::Pin reservation, bool blocking, PutCallback done) {
+  if (!reservation) return SubmitPut(ns, key, payload, blocking, std::move(done));
+  std::vector<Fragment> frags;
+  for (const RamTier::Piece& p : reservation.pieces()) frags.push_back(Fragment{p.data, p.size});
+  SubmitPut(ns, key, frags, blocking, std::move(done), &reservation);
 }
 
 Status StoreImpl::RunOnWriter(WriteOp op) {
@@ -391,7 +409,11 @@ void StoreImpl::WriteGroup(std::vector<WriteOp>& group) {
     for (WriteOp& op : group) ReleaseRing(op.alloc_id);
   }
   space_cv_.notify_all();
-  for (WriteOp& op : group) Finish(op.done, op.status);
+  for (WriteOp& op : group) {
+    // A put that did not become durable takes its RAM copy back.
+    if (!op.status.ok() && ram_ != nullptr && op.ram_token != 0) ram_->EraseIf(op.ns, op.key, op.ram_token);
+    Finish(op.done, op.status);
+  }
 }
 
 Status StoreImpl::OpenNextSegment(const std::unordered_set<uint32_t>& touched) {
@@ -460,11 +482,12 @@ Status StoreImpl::ReclaimSegment(uint32_t seg, bool reuse) {
   };
   std::vector<Reinsert> reinserts;
   File* file = table_->file(seg);
-  if (reuse && opt_.reinsert_hot_blocks && !hot.empty()) {
+  if (reuse && opt_.reinsert_hot_blocks && (!hot.empty() || ram_ != nullptr)) {
     uint64_t budget = static_cast<uint64_t>(opt_.reinsert_max_fraction *
                                             static_cast<double>(table_->segment_size()));
     for (const Row& r : rows) {
-      if (!hot.count(r.offset)) continue;
+      // Blocks in the RAM tier count as hot: their reads were served there.
+      if (!hot.count(r.offset) && !(ram_ != nullptr && ram_->Contains(r.ns, r.key))) continue;
       auto e = index_->Get(r.ns, r.key);
       if (!e.ok() || !e->has_value()) continue;
       const format::IndexValue& v = **e;
@@ -511,6 +534,12 @@ Status StoreImpl::ReclaimSegment(uint32_t seg, bool reuse) {
     if (e.ok() && e->has_value() && (*e)->segment == seg && (*e)->generation == old_gen &&
         (*e)->offset == r.offset) {
       batch.Delete(r.ns, r.key, **e);
+      // The RAM tier holds only what the disk has (reinserted blocks stay,
+      // below, unless their write fails).
+      if (ram_ != nullptr && std::none_of(reinserts.begin(), reinserts.end(), [&](const Reinsert& ri) {
+            return ri.ns == r.ns && ri.key == r.key;
+          }))
+        ram_->Erase(r.ns, r.key);
       ++evicted;
       evicted_bytes += (*e)->payload_len;
     } else {
@@ -536,13 +565,18 @@ Status StoreImpl::ReclaimSegment(uint32_t seg, bool reuse) {
   // numbers (an index entry written meanwhile by a newer put wins below).
   IndexBatch re;
   uint64_t written = 0;
-  for (Reinsert& ri : reinserts) {
+  for (size_t i = 0; i < reinserts.size(); ++i) {
+    Reinsert& ri = reinserts[i];
     format::RecordHeader h = ri.h;
     h.segment_id = seg;
     h.generation = new_gen;
     h.sequence = next_seq_++;
     format::EncodeRecordHeader(h, ri.key, ri.rec.data());
-    if (!file->WriteAt(cur_off_, ri.rec.data(), ri.bytes).ok()) break;
+    if (!file->WriteAt(cur_off_, ri.rec.data(), ri.bytes).ok()) {
+      if (ram_ != nullptr)
+        for (size_t j = i; j < reinserts.size(); ++j) ram_->Erase(reinserts[j].ns, reinserts[j].key);
+      break;
+    }
     format::IndexValue v;
     v.segment = seg;
     v.generation = new_gen;
@@ -594,6 +628,7 @@ void StoreImpl::DoRemove(WriteOp& op) {
     // this also makes the delete durable (the WAL is synced first).
     if (st.ok()) st = CheckpointNow(false);
   }
+  if (ram_ != nullptr) ram_->Erase(op.ns, op.key);
   Finish(op.done, st);
 }
 
@@ -603,6 +638,7 @@ void StoreImpl::DoDrop(WriteOp& op) {
     IndexBatch b;
     b.Delete(op.ns, op.key, **e);
     if (index_->Commit(b, false).ok()) c_.stale_entries_dropped.Add();
+    if (ram_ != nullptr) ram_->Erase(op.ns, op.key);
   }
 }
 
@@ -632,6 +668,7 @@ void StoreImpl::DoRemoveNamespace(WriteOp& op) {
     std::unique_lock<std::shared_mutex> l(ns_mu_);
     namespaces_.erase(op.ns);
   }
+  if (ram_ != nullptr) ram_->EraseNamespace(op.ns);
   Finish(op.done, st);
 }
 

@@ -1,0 +1,335 @@
+// kvtier_gpu_bench: the GPU data path against its limits, in one run.
+//
+//   kvtier_gpu_bench --dir /path/on/nvme [--data-mib 2048] [--iters 5] [--out result.json]
+//
+// Measures, with the same device and disk:
+//   limits   pinned cudaMemcpy H2D / D2H (256 MiB), cudaMemcpyBatchAsync over
+//            32 KiB pieces, and an io_uring O_DIRECT random-read loop over
+//            the store's own segment files (2 MiB, QD16: what fio measures)
+//   kvtier   RAM tier -> GPU (GetToDevice, all RAM hits), GPU -> RAM tier
+//            (PutFromDevice returning once in RAM and queued; and durable),
+//            disk -> GPU (GetToDevice on a store without a RAM tier),
+//            for 2 MiB cross-layer blocks and per-layer blocks of 56 x 32 KiB.
+// Prints one JSON object (also written to --out). Without a GPU it prints
+// {"skipped": reason} and exits 0.
+#include <cuda_runtime_api.h>
+#include <fcntl.h>
+#include <liburing.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kvtier/cuda.h"
+#include "kvtier/store.h"
+
+namespace {
+
+using kvtier::Status;
+using namespace kvtier::gpu;
+using Clock = std::chrono::steady_clock;
+
+std::string json;
+void Field(const std::string& k, double v) {
+  char b[128];
+  std::snprintf(b, sizeof b, "%s\"%s\": %.3f", json.size() > 1 ? ", " : "", k.c_str(), v);
+  json += b;
+}
+void FieldS(const std::string& k, const std::string& v) {
+  json += (json.size() > 1 ? ", \"" : "\"") + k + "\": \"" + v + "\"";
+}
+
+#define CK(x)                                                                    \
+  do {                                                                           \
+    cudaError_t _e = (x);                                                        \
+    if (_e != cudaSuccess) {                                                     \
+      std::fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(_e));              \
+      std::exit(1);                                                              \
+    }                                                                            \
+  } while (0)
+
+double Seconds(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+double GBps(double bytes, double s) { return bytes / s / 1e9; }
+
+struct Blocks {
+  std::vector<std::vector<DeviceFragment>> frags;
+  std::vector<std::string> keys;
+  std::vector<DeviceBlock> blocks;
+  size_t bytes = 0;
+};
+
+// n blocks; layers == 0: one fragment of `frag` bytes; else 2 x layers
+// fragments of `frag` bytes each, spread over the device buffer.
+Blocks Make(uint8_t* dev, int n, int layers, size_t frag, const char* prefix) {
+  Blocks b;
+  size_t per = layers == 0 ? 1 : 2 * static_cast<size_t>(layers);
+  for (int i = 0; i < n; ++i) {
+    std::vector<DeviceFragment> f;
+    for (size_t s = 0; s < per; ++s) {
+      // Per-layer layout: fragment s of every block lies in layer s's region.
+      size_t idx = layers == 0 ? static_cast<size_t>(i) : s * n + i;
+      f.push_back(DeviceFragment{dev + idx * frag, frag});
+      b.bytes += frag;
+    }
+    b.frags.push_back(std::move(f));
+    b.keys.push_back(std::string(prefix) + std::to_string(i));
+  }
+  for (int i = 0; i < n; ++i) b.blocks.push_back(DeviceBlock{b.keys[i], b.frags[i]});
+  return b;
+}
+
+void CheckAll(const std::vector<kvtier::Result<size_t>>& r, const char* what) {
+  for (const auto& x : r)
+    if (!x.ok()) {
+      std::fprintf(stderr, "%s: %s\n", what, x.status().ToString().c_str());
+      std::exit(1);
+    }
+}
+void CheckAll(const std::vector<Status>& r, const char* what) {
+  for (const auto& x : r)
+    if (!x.ok()) {
+      std::fprintf(stderr, "%s: %s\n", what, x.ToString().c_str());
+      std::exit(1);
+    }
+}
+
+// io_uring O_DIRECT random reads of `io` bytes at QD `qd` over `files`,
+// `total` bytes in all: the drive's limit measured like fio does.
+double UringRandomRead(const std::vector<std::string>& files, size_t io, unsigned qd, size_t total) {
+  std::vector<int> fds;
+  std::vector<uint64_t> sizes;
+  for (const auto& f : files) {
+    int fd = open(f.c_str(), O_RDONLY | O_DIRECT);
+    if (fd < 0) continue;
+    off_t sz = lseek(fd, 0, SEEK_END);
+    if (sz < static_cast<off_t>(2 * io)) {
+      close(fd);
+      continue;
+    }
+    fds.push_back(fd);
+    sizes.push_back(static_cast<uint64_t>(sz));
+  }
+  if (fds.empty()) return 0;
+  io_uring ring;
+  if (io_uring_queue_init(qd, &ring, 0) != 0) return 0;
+  void* buf = nullptr;
+  if (posix_memalign(&buf, 4096, io * qd) != 0) return 0;
+  std::mt19937_64 rng(1);
+  size_t issued = 0, done = 0;
+  unsigned inflight = 0;
+  auto t0 = Clock::now();
+  while (done < total) {
+    while (inflight < qd && issued < total) {
+      size_t k = rng() % fds.size();
+      uint64_t off = (rng() % (sizes[k] / io - 1)) * io;
+      io_uring_sqe* sqe = io_uring_get_sqe(&ring);
+      unsigned slot = static_cast<unsigned>((issued / io) % qd);
+      io_uring_prep_read(sqe, fds[k], static_cast<char*>(buf) + slot * io, io, off);
+      issued += io;
+      ++inflight;
+    }
+    io_uring_submit(&ring);
+    io_uring_cqe* cqe = nullptr;
+    if (io_uring_wait_cqe(&ring, &cqe) != 0) break;
+    io_uring_cqe_seen(&ring, cqe);
+    --inflight;
+    done += io;
+  }
+  double s = Seconds(t0);
+  io_uring_queue_exit(&ring);
+  free(buf);
+  for (int fd : fds) close(fd);
+  return GBps(static_cast<double>(total), s);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string dir = "/tmp/kvtier-gpu-bench", out;
+  size_t data_mib = 2048;
+  int iters = 5;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string a = argv[i];
+    if (a == "--dir") dir = argv[i + 1];
+    else if (a == "--data-mib") data_mib = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (a == "--iters") iters = std::atoi(argv[i + 1]);
+    else if (a == "--out") out = argv[i + 1];
+  }
+  json = "{";
+  char date[64];
+  std::time_t now = std::time(nullptr);
+  std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  FieldS("date", date);
+  Status dev = DeviceStatus();
+  if (!dev.ok()) {
+    FieldS("skipped", dev.ToString());
+    json += "}";
+    std::printf("%s\n", json.c_str());
+    return 0;
+  }
+  cudaDeviceProp prop{};
+  CK(cudaGetDeviceProperties(&prop, 0));
+  FieldS("device", prop.name);
+  FieldS("cuda_runtime", std::to_string(CUDART_VERSION));
+  const size_t data = data_mib << 20;
+  cudaStream_t stream;
+  CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+
+  // ---- Limits: pinned cudaMemcpy ----
+  {
+    const size_t n = 256u << 20;
+    void *h = nullptr, *d = nullptr;
+    CK(cudaHostAlloc(&h, n, cudaHostAllocDefault));
+    CK(cudaMalloc(&d, n));
+    std::memset(h, 1, n);
+    CK(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice));
+    auto t0 = Clock::now();
+    for (int i = 0; i < iters; ++i) CK(cudaMemcpyAsync(d, h, n, cudaMemcpyHostToDevice, stream));
+    CK(cudaStreamSynchronize(stream));
+    Field("limit_pinned_h2d_GBps", GBps(double(n) * iters, Seconds(t0)));
+    t0 = Clock::now();
+    for (int i = 0; i < iters; ++i) CK(cudaMemcpyAsync(h, d, n, cudaMemcpyDeviceToHost, stream));
+    CK(cudaStreamSynchronize(stream));
+    Field("limit_pinned_d2h_GBps", GBps(double(n) * iters, Seconds(t0)));
+#if CUDART_VERSION >= 13000
+    // The batch API over 32 KiB pieces (the per-layer fragment size).
+    const size_t piece = 32u << 10, count = n / piece;
+    std::vector<void*> dsts(count);
+    std::vector<const void*> srcs(count);
+    std::vector<size_t> sizes(count, piece);
+    for (size_t i = 0; i < count; ++i) {
+      dsts[i] = static_cast<char*>(d) + i * piece;
+      srcs[i] = static_cast<char*>(h) + i * piece;
+    }
+    cudaMemcpyAttributes attr{};
+    attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+    size_t idx = 0;
+    t0 = Clock::now();
+    for (int i = 0; i < iters; ++i)
+      CK(cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), count, &attr, &idx, 1, stream));
+    CK(cudaStreamSynchronize(stream));
+    Field("limit_batch_32KiB_h2d_GBps", GBps(double(n) * iters, Seconds(t0)));
+#endif
+    CK(cudaFreeHost(h));
+    CK(cudaFree(d));
+  }
+
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  uint8_t* dsrc = nullptr;
+  uint8_t* ddst = nullptr;
+  CK(cudaMalloc(reinterpret_cast<void**>(&dsrc), data));
+  CK(cudaMalloc(reinterpret_cast<void**>(&ddst), data));
+  CK(cudaMemset(dsrc, 0x5A, data));
+
+  struct Shape {
+    const char* name;
+    int layers;
+    size_t frag;
+  };
+  const Shape shapes[] = {{"2MiB_block", 0, 2u << 20}, {"per_layer_32KiB", 28, 32u << 10}};
+  for (const Shape& sh : shapes) {
+    const size_t block = sh.layers == 0 ? sh.frag : 2 * sh.layers * sh.frag;
+    const int n = static_cast<int>(data / block);
+    Blocks src = Make(dsrc, n, sh.layers, sh.frag, "b");
+    Blocks dst = Make(ddst, n, sh.layers, sh.frag, "b");
+    const std::string p = std::string(sh.name) + "_";
+
+    // RAM tier on: everything fits in RAM.
+    {
+      kvtier::Options o;
+      o.capacity_bytes = 4 * data;
+      o.ram_tier_bytes = data + data / 4;
+      o.ram_tier_shared_memory = false;
+      o.write_queue_bytes = data + (64u << 20);  // a whole batch can be queued
+      o.max_payload_bytes = 64u << 20;
+      auto store = kvtier::Store::Open(dir + "/ram-" + sh.name, o);
+      if (!store.ok()) {
+        std::fprintf(stderr, "open: %s\n", store.status().ToString().c_str());
+        return 1;
+      }
+      kvtier::NamespaceSpec spec;
+      spec.model_id = "bench";
+      auto ns = (*store)->RegisterNamespace(spec);
+      auto t = Transfer::Create(store->get());
+      if (!t.ok() || !ns.ok()) {
+        std::fprintf(stderr, "transfer: %s\n", t.status().ToString().c_str());
+        return 1;
+      }
+      auto t0 = Clock::now();
+      CheckAll((*t)->PutFromDevice(*ns, src.blocks, stream, /*wait_durable=*/true), "put");
+      Field(p + "gpu_to_store_durable_GBps", GBps(double(src.bytes), Seconds(t0)));
+      double best = 0;
+      for (int i = 0; i < iters; ++i) {
+        if (!(*store)->Flush().ok()) return 1;
+        t0 = Clock::now();
+        CheckAll((*t)->PutFromDevice(*ns, src.blocks, stream, /*wait_durable=*/false), "put");
+        best = std::max(best, GBps(double(src.bytes), Seconds(t0)));
+      }
+      Field(p + "gpu_to_ram_GBps", best);
+      if (!(*store)->Flush().ok()) return 1;
+      best = 0;
+      for (int i = 0; i < iters; ++i) {
+        t0 = Clock::now();
+        CheckAll((*t)->GetToDevice(*ns, dst.blocks, stream), "get");
+        CK(cudaStreamSynchronize(stream));
+        best = std::max(best, GBps(double(dst.bytes), Seconds(t0)));
+      }
+      Field(p + "ram_to_gpu_GBps", best);
+      TransferStats st = (*t)->GetStats();
+      Field(p + "ram_hits", double(st.ram_hits));
+      Field(p + "ram_tier_pinned", st.ram_tier_pinned ? 1 : 0);
+      Field(p + "kernel_calls", double(st.kernel_calls));
+      Field(p + "batch_calls", double(st.batch_calls));
+      t->reset();
+      if (!(*store)->Close().ok()) return 1;
+    }
+    // No RAM tier: disk -> GPU, then the drive's limit on the same files.
+    {
+      kvtier::Options o;
+      o.capacity_bytes = 4 * data;
+      o.ram_tier_bytes = 0;
+      o.max_payload_bytes = 64u << 20;
+      const std::string sdir = dir + "/disk-" + sh.name;
+      auto store = kvtier::Store::Open(sdir, o);
+      if (!store.ok()) return 1;
+      kvtier::NamespaceSpec spec;
+      spec.model_id = "bench";
+      auto ns = (*store)->RegisterNamespace(spec);
+      auto t = Transfer::Create(store->get());
+      if (!t.ok() || !ns.ok()) return 1;
+      CheckAll((*t)->PutFromDevice(*ns, src.blocks, stream, true), "put");
+      auto t0 = Clock::now();
+      CheckAll((*t)->GetToDevice(*ns, dst.blocks, stream), "get");
+      CK(cudaStreamSynchronize(stream));
+      Field(p + "disk_to_gpu_GBps", GBps(double(dst.bytes), Seconds(t0)));
+      t->reset();
+      if (!(*store)->Close().ok()) return 1;
+      std::vector<std::string> files;
+      for (const auto& e : std::filesystem::directory_iterator(sdir + "/segments"))
+        files.push_back(e.path().string());
+      Field(p + "limit_uring_randread_2MiB_qd16_GBps", UringRandomRead(files, 2u << 20, 16, data));
+    }
+  }
+  CK(cudaFree(dsrc));
+  CK(cudaFree(ddst));
+  std::filesystem::remove_all(dir);
+  json += "}";
+  std::printf("%s\n", json.c_str());
+  if (!out.empty()) {
+    FILE* f = std::fopen(out.c_str(), "w");
+    if (f != nullptr) {
+      std::fprintf(f, "%s\n", json.c_str());
+      std::fclose(f);
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,128 @@
+// kvtier GPU data path: moves KV blocks between device memory and a Store.
+//
+// Built into libkvtier_cuda only when the CUDA toolkit is found at build
+// time; it links the static CUDA runtime, so it loads on machines without a
+// driver, where every call returns NotSupported naming the cause.
+//
+// Data path (no GPUDirect): device <-> pinned host memory <-> store.
+// - With a RAM tier (Options::ram_tier_bytes), its memory is registered with
+//   CUDA (cudaHostRegister), so RAM hits are copied straight to the device
+//   and puts are copied from the device straight into RAM-tier chunks, which
+//   are then written through to the log.
+// - Blocks not in RAM are read from disk into pinned staging buffers; every
+//   read that completes is copied to the device at once while later reads
+//   are still running, so disk and PCIe overlap.
+// - Copies use cudaMemcpyBatchAsync (CUDA >= 12.8) or a cudaMemcpyAsync loop,
+//   or a copy kernel reading mapped host memory for small fragments (see
+//   CopyMethod).
+//
+// A block is a list of device fragments, in payload order: one fragment for
+// a cross-layer contiguous block, 2 x layers fragments for per-layer layouts.
+//
+// Thread safety: a Transfer may be used from several threads; its calls are
+// serialized (one staging area). Use one Transfer per thread for overlap.
+// The Transfer must be destroyed before its Store is closed.
+#ifndef KVTIER_CUDA_H_
+#define KVTIER_CUDA_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvtier/store.h"
+
+// The CUDA runtime's opaque handles, declared as cuda_runtime_api.h does.
+typedef struct CUstream_st* cudaStream_t;
+typedef struct CUevent_st* cudaEvent_t;
+
+namespace kvtier::gpu {
+
+// A piece of device memory (cudaMalloc, or any pointer the device can read
+// and write with cudaMemcpy).
+struct DeviceFragment {
+  void* ptr = nullptr;
+  size_t size = 0;
+};
+
+struct DeviceBlock {
+  std::string_view key;
+  std::span<const DeviceFragment> fragments;
+};
+
+enum class CopyMethod : uint8_t {
+  kAuto,    // batch API for pieces >= 256 KiB; kernel below when host memory is mapped; else batch/loop
+  kBatch,   // cudaMemcpyBatchAsync (falls back to kLoop before CUDA 12.8 or on the legacy stream)
+  kLoop,    // one cudaMemcpyAsync per piece
+  kKernel,  // a copy kernel over mapped pinned host memory (uses SMs)
+};
+
+struct TransferOptions {
+  int device = 0;
+  // Pinned staging for disk reads (and for puts when the RAM tier is off or
+  // full). Grown when one block needs more than a slot.
+  size_t staging_bytes = 256ull << 20;
+  // Disk reads in flight per GetToDevice.
+  unsigned pipeline_depth = 32;
+  CopyMethod method = CopyMethod::kAuto;
+  // Register the store's RAM tier with CUDA (needed for full-speed copies).
+  bool pin_ram_tier = true;
+};
+
+struct TransferStats {
+  uint64_t blocks_to_device = 0, bytes_to_device = 0;
+  uint64_t blocks_from_device = 0, bytes_from_device = 0;
+  uint64_t ram_hits = 0, disk_reads = 0, misses = 0;
+  uint64_t copies = 0;           // host<->device pieces after merging
+  uint64_t batch_calls = 0, loop_calls = 0, kernel_calls = 0;
+  bool ram_tier_pinned = false;  // the RAM tier is registered with CUDA
+  bool batch_api = false;        // cudaMemcpyBatchAsync is compiled in
+};
+
+// OK when a CUDA device can be used here; else NotSupported with the reason
+// ("no CUDA driver", "no CUDA device", ...).
+Status DeviceStatus();
+
+// Called once when the work of a call has completed on the device (Get) or
+// every put is durable (Put), on a kvtier thread, with the first error.
+using TransferDone = std::function<void(Status)>;
+
+class Transfer {
+ public:
+  // `store` must outlive the Transfer. Errors: NotSupported (no device, or
+  // a Store not made by Store::Open), CUDA failures as IOError.
+  [[nodiscard]] static Result<std::unique_ptr<Transfer>> Create(Store* store,
+                                                                const TransferOptions& options = {});
+  virtual ~Transfer() = default;
+
+  // Loads blocks into their device fragments. Copies are enqueued on
+  // `stream` (not the legacy default stream for the batch API): RAM hits at
+  // once, disk reads as they complete. Returns when every copy is enqueued,
+  // so work queued on `stream` afterwards sees the data; results[i] is the
+  // payload size, NotFound (miss), BufferTooSmall, or an error. When given,
+  // `done_event` is recorded after the last copy and `done` runs once the
+  // copies have finished.
+  virtual std::vector<Result<size_t>> GetToDevice(NamespaceId ns, std::span<const DeviceBlock> blocks,
+                                                  cudaStream_t stream, cudaEvent_t done_event = nullptr,
+                                                  TransferDone done = nullptr) = 0;
+
+  // Stores blocks from device memory. The device-to-host copies run on
+  // `stream` after the work already queued there (the producer of the KV).
+  // Returns when every block has left the device and is in the RAM tier (or
+  // the write queue); statuses[i] reports what failed by then. The puts are
+  // written through to the log; `done` runs when all are durable. With
+  // wait_durable the call itself returns only then, with the final statuses.
+  virtual std::vector<Status> PutFromDevice(NamespaceId ns, std::span<const DeviceBlock> blocks,
+                                            cudaStream_t stream, bool wait_durable = true,
+                                            TransferDone done = nullptr) = 0;
+
+  virtual TransferStats GetStats() = 0;
+};
+
+}  // namespace kvtier::gpu
+
+#endif  // KVTIER_CUDA_H_

@@ -1,0 +1,677 @@
+// kvtier::gpu::Transfer: the GPU <-> pinned host <-> store data path.
+// Host code compiled by the C++ compiler against the CUDA runtime headers;
+// the only device code is copy_kernel.cu.
+#include <cuda_runtime_api.h>
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "cuda/copy_kernel.h"
+#include "format/record.h"
+#include "kvtier/cuda.h"
+#include "store/store_impl.h"
+
+namespace kvtier::gpu {
+
+namespace {
+
+Status CudaError(cudaError_t e, const std::string& what) {
+  return Status::IOError(what + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
+}
+
+constexpr size_t kLargePiece = 256u << 10;  // copy engines reach the link from here up (limits.md)
+
+// Pieces where both sides continue the previous piece become one copy.
+void AddCopy(std::vector<CopyPiece>* v, void* dst, const void* src, size_t n) {
+  if (n == 0) return;
+  if (!v->empty()) {
+    CopyPiece& b = v->back();
+    if (static_cast<uint8_t*>(b.dst) + b.size == dst && static_cast<const uint8_t*>(b.src) + b.size == src) {
+      b.size += n;
+      return;
+    }
+  }
+  v->push_back(CopyPiece{dst, src, n});
+}
+
+// Copies that move `total` bytes from a list of (ptr, size) sources to a
+// list of destinations, both in payload order.
+template <typename Src, typename Dst>
+void Zip(const Src& src, const Dst& dst, size_t total, std::vector<CopyPiece>* out) {
+  size_t si = 0, so = 0, di = 0, dof = 0;
+  while (total > 0 && si < src.size() && di < dst.size()) {
+    size_t n = std::min({src[si].second - so, dst[di].second - dof, total});
+    AddCopy(out, static_cast<uint8_t*>(dst[di].first) + dof, static_cast<const uint8_t*>(src[si].first) + so, n);
+    so += n;
+    dof += n;
+    total -= n;
+    if (so == src[si].second) ++si, so = 0;
+    if (dof == dst[di].second) ++di, dof = 0;
+  }
+}
+
+using Span = std::pair<void*, size_t>;
+
+std::vector<Span> DeviceSpans(const DeviceBlock& b) {
+  std::vector<Span> v;
+  for (const DeviceFragment& f : b.fragments) v.push_back({f.ptr, f.size});
+  return v;
+}
+std::vector<Span> PieceSpans(const std::vector<RamTier::Piece>& pieces) {
+  std::vector<Span> v;
+  for (const RamTier::Piece& p : pieces) v.push_back({p.data, p.size});
+  return v;
+}
+
+size_t TotalBytes(const DeviceBlock& b, bool* bad) {
+  size_t t = 0;
+  for (const DeviceFragment& f : b.fragments) {
+    if (f.ptr == nullptr && f.size != 0) *bad = true;
+    t += f.size;
+  }
+  return t;
+}
+
+class TransferImpl final : public Transfer {
+ public:
+  TransferImpl(StoreImpl* store, const TransferOptions& o) : store_(store), ram_(store->ram_tier()), opt_(o) {}
+  ~TransferImpl() override;
+
+  Status Init();
+  std::vector<Result<size_t>> GetToDevice(NamespaceId ns, std::span<const DeviceBlock> blocks, cudaStream_t stream,
+                                          cudaEvent_t done_event, TransferDone done) override;
+  std::vector<Status> PutFromDevice(NamespaceId ns, std::span<const DeviceBlock> blocks, cudaStream_t stream,
+                                    bool wait_durable, TransferDone done) override;
+  TransferStats GetStats() override {
+    std::lock_guard<std::mutex> l(stats_mu_);
+    return stats_;
+  }
+
+ private:
+  struct Region {
+    uint8_t* host;
+    size_t len;
+    uint8_t* dev;  // mapped alias, or null
+  };
+  struct Slot {
+    size_t off;
+    cudaEvent_t ev;
+    bool busy;  // ev recorded after a copy out of / into the slot
+  };
+
+  Status Register(uint8_t* p, size_t n);
+  Status EnsureSlots(size_t slot_bytes);
+  void FreeStaging();
+  Status WaitSlot(Slot& s);
+  // Enqueues the copies on `stream` with the configured method.
+  Status Enqueue(std::vector<CopyPiece>& copies, bool to_device, cudaStream_t stream);
+  // Runs `fn` on the completion thread after the work queued on `stream` so far.
+  Status AfterStream(cudaStream_t stream, std::function<void()> fn);
+  static void CUDART_CB HostFunc(void* arg);
+  void CompletionLoop();
+  void AddStats(const std::function<void(TransferStats&)>& f) {
+    std::lock_guard<std::mutex> l(stats_mu_);
+    f(stats_);
+  }
+
+  StoreImpl* store_;
+  RamTier* ram_;
+  TransferOptions opt_;
+  std::mutex call_mu_;  // one call at a time: the staging area is shared
+  std::vector<Region> regions_;  // registered with CUDA
+  uint8_t* staging_ = nullptr;
+  size_t staging_len_ = 0, slot_bytes_ = 0;
+  std::vector<Slot> slots_;
+
+  std::mutex done_mu_;
+  std::condition_variable done_cv_;
+  std::deque<std::function<void()>> done_q_;
+  uint64_t outstanding_ = 0;  // host functions not yet run
+  bool stop_ = false;
+  std::thread completion_;
+
+  std::mutex stats_mu_;
+  TransferStats stats_;
+};
+
+struct HostFuncArg {
+  TransferImpl* self;
+  std::function<void()> fn;
+};
+
+}  // namespace
+
+Status DeviceStatus() {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess)
+    return Status::NotSupported(std::string("no usable CUDA device: ") + cudaGetErrorName(e) + " (" +
+                                cudaGetErrorString(e) + ")");
+  if (n == 0) return Status::NotSupported("no CUDA device present");
+  return Status::OK();
+}
+
+Result<std::unique_ptr<Transfer>> Transfer::Create(Store* store, const TransferOptions& options) {
+  KVTIER_RETURN_IF_ERROR(DeviceStatus());
+  auto* impl = dynamic_cast<StoreImpl*>(store);
+  if (impl == nullptr) return Status::NotSupported("the GPU path needs a Store made by Store::Open");
+  if (options.pipeline_depth == 0) return Status::InvalidArgument("pipeline_depth must be > 0");
+  auto t = std::make_unique<TransferImpl>(impl, options);
+  KVTIER_RETURN_IF_ERROR(t->Init());
+  return std::unique_ptr<Transfer>(std::move(t));
+}
+
+namespace {
+
+Status TransferImpl::Init() {
+  cudaError_t e = cudaSetDevice(opt_.device);
+  if (e != cudaSuccess) return CudaError(e, "cudaSetDevice(" + std::to_string(opt_.device) + ")");
+#if CUDART_VERSION >= 12080
+  stats_.batch_api = true;
+#endif
+  completion_ = std::thread([this] { CompletionLoop(); });
+  if (ram_ != nullptr && opt_.pin_ram_tier) {
+    bool all = true;
+    for (const iovec& r : ram_->Regions())
+      if (!Register(static_cast<uint8_t*>(r.iov_base), r.iov_len).ok()) all = false;
+    // Unpinned, copies still work (through the driver's bounce buffers, slowly).
+    stats_.ram_tier_pinned = all;
+  }
+  return Status::OK();
+}
+
+TransferImpl::~TransferImpl() {
+  {
+    std::unique_lock<std::mutex> l(done_mu_);
+    done_cv_.wait(l, [this] { return outstanding_ == 0 && done_q_.empty(); });
+    stop_ = true;
+  }
+  done_cv_.notify_all();
+  if (completion_.joinable()) completion_.join();
+  FreeStaging();
+  for (const Region& r : regions_) cudaHostUnregister(r.host);
+}
+
+Status TransferImpl::Register(uint8_t* p, size_t n) {
+  cudaError_t e = cudaHostRegister(p, n, cudaHostRegisterPortable | cudaHostRegisterMapped);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky-free error state
+    return CudaError(e, "cudaHostRegister of " + std::to_string(n) + " bytes");
+  }
+  void* dev = nullptr;
+  if (cudaHostGetDevicePointer(&dev, p, 0) != cudaSuccess) {
+    cudaGetLastError();
+    dev = nullptr;
+  }
+  regions_.push_back(Region{p, n, static_cast<uint8_t*>(dev)});
+  return Status::OK();
+}
+
+void TransferImpl::FreeStaging() {
+  for (Slot& s : slots_) {
+    if (s.busy) cudaEventSynchronize(s.ev);
+    cudaEventDestroy(s.ev);
+  }
+  slots_.clear();
+  if (staging_ != nullptr) {
+    for (size_t i = 0; i < regions_.size(); ++i)
+      if (regions_[i].host == staging_) {
+        cudaHostUnregister(staging_);
+        regions_.erase(regions_.begin() + static_cast<long>(i));
+        break;
+      }
+    munmap(staging_, staging_len_);
+  }
+  staging_ = nullptr;
+  staging_len_ = 0;
+  slot_bytes_ = 0;
+}
+
+Status TransferImpl::EnsureSlots(size_t slot_bytes) {
+  slot_bytes = format::AlignUp(std::max<size_t>(slot_bytes, 1), size_t{2} << 20);
+  if (slot_bytes <= slot_bytes_ && !slots_.empty()) return Status::OK();
+  FreeStaging();
+  size_t count = std::clamp<size_t>(opt_.staging_bytes / slot_bytes, 2, opt_.pipeline_depth);
+  size_t len = count * slot_bytes;
+  // Anonymous memory, then cudaHostRegister: quick to pin and accepted by
+  // io_uring buffer registration, unlike cudaHostAlloc memory (limits.md).
+  void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return Status::FromErrno(errno, "mmap of " + std::to_string(len) + " bytes of staging");
+  madvise(p, len, MADV_HUGEPAGE);
+  staging_ = static_cast<uint8_t*>(p);
+  staging_len_ = len;
+  Status st = Register(staging_, len);
+  if (!st.ok()) {
+    munmap(staging_, len);
+    staging_ = nullptr;
+    staging_len_ = 0;
+    return st.WithContext("pinning staging");
+  }
+  slot_bytes_ = slot_bytes;
+  for (size_t i = 0; i < count; ++i) {
+    Slot s{i * slot_bytes, nullptr, false};
+    cudaError_t e = cudaEventCreateWithFlags(&s.ev, cudaEventDisableTiming);
+    if (e != cudaSuccess) return CudaError(e, "cudaEventCreate");
+    slots_.push_back(s);
+  }
+  return Status::OK();
+}
+
+Status TransferImpl::WaitSlot(Slot& s) {
+  if (!s.busy) return Status::OK();
+  s.busy = false;
+  cudaError_t e = cudaEventSynchronize(s.ev);
+  return e == cudaSuccess ? Status::OK() : CudaError(e, "waiting for a staging copy");
+}
+
+Status TransferImpl::Enqueue(std::vector<CopyPiece>& copies, bool to_device, cudaStream_t stream) {
+  if (copies.empty()) return Status::OK();
+  const cudaMemcpyKind kind = to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
+  size_t total = 0;
+  for (const CopyPiece& c : copies) total += c.size;
+  CopyMethod m = opt_.method;
+  if (m == CopyMethod::kAuto) m = total / copies.size() >= kLargePiece ? CopyMethod::kBatch : CopyMethod::kKernel;
+  if (m == CopyMethod::kKernel) {
+    // The host side must be mapped: translate it to its device alias.
+    std::vector<CopyPiece> mapped = copies;
+    bool ok = true;
+    for (CopyPiece& c : mapped) {
+      uint8_t* host = static_cast<uint8_t*>(to_device ? const_cast<void*>(c.src) : c.dst);
+      const Region* r = nullptr;
+      for (const Region& x : regions_)
+        if (host >= x.host && host + c.size <= x.host + x.len) r = &x;
+      if (r == nullptr || r->dev == nullptr) {
+        ok = false;
+        break;
+      }
+      uint8_t* alias = r->dev + (host - r->host);
+      if (to_device) c.src = alias; else c.dst = alias;
+    }
+    if (ok) {
+      cudaError_t e = LaunchCopyKernel(mapped.data(), mapped.size(), stream);
+      if (e != cudaSuccess) return CudaError(e, "copy kernel");
+      AddStats([&](TransferStats& s) {
+        s.kernel_calls++;
+        s.copies += copies.size();
+      });
+      return Status::OK();
+    }
+    m = opt_.method == CopyMethod::kKernel ? CopyMethod::kLoop : CopyMethod::kBatch;
+  }
+#if CUDART_VERSION >= 12080
+  // The batch API rejects the legacy default stream.
+  if (m == CopyMethod::kBatch && stream != nullptr && stream != cudaStreamLegacy) {
+    constexpr size_t kMaxBatch = 4096;
+    std::vector<void*> dsts;
+    std::vector<const void*> srcs;
+    std::vector<size_t> sizes;
+    for (size_t i = 0; i < copies.size(); i += kMaxBatch) {
+      size_t n = std::min(kMaxBatch, copies.size() - i);
+      dsts.resize(n);
+      srcs.resize(n);
+      sizes.resize(n);
+      for (size_t j = 0; j < n; ++j) {
+        dsts[j] = copies[i + j].dst;
+        srcs[j] = copies[i + j].src;
+        sizes[j] = copies[i + j].size;
+      }
+      cudaMemcpyAttributes attr{};
+      attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+      attr.flags = cudaMemcpyFlagPreferOverlapWithCompute;
+      size_t attr_idx = 0;
+#if CUDART_VERSION >= 13000
+      cudaError_t e = cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), n, &attr, &attr_idx, 1, stream);
+#else
+      // 12.8 / 12.9: non-const source array and a failIdx argument.
+      size_t fail_idx = 0;
+      cudaError_t e = cudaMemcpyBatchAsync(dsts.data(), const_cast<void**>(srcs.data()), sizes.data(), n, &attr,
+                                           &attr_idx, 1, &fail_idx, stream);
+#endif
+      if (e != cudaSuccess) return CudaError(e, "cudaMemcpyBatchAsync");
+      AddStats([&](TransferStats& s) { s.batch_calls++; });
+    }
+    AddStats([&](TransferStats& s) { s.copies += copies.size(); });
+    return Status::OK();
+  }
+#endif
+  for (const CopyPiece& c : copies) {
+    cudaError_t e = cudaMemcpyAsync(c.dst, c.src, c.size, kind, stream);
+    if (e != cudaSuccess) return CudaError(e, "cudaMemcpyAsync");
+  }
+  AddStats([&](TransferStats& s) {
+    s.loop_calls++;
+    s.copies += copies.size();
+  });
+  return Status::OK();
+}
+
+void CUDART_CB TransferImpl::HostFunc(void* arg) {
+  // Runs on a CUDA thread, which must not call CUDA: hand over and return.
+  auto* a = static_cast<HostFuncArg*>(arg);
+  TransferImpl* self = a->self;
+  {
+    std::lock_guard<std::mutex> l(self->done_mu_);
+    self->done_q_.push_back(std::move(a->fn));
+    --self->outstanding_;
+  }
+  self->done_cv_.notify_all();
+  delete a;
+}
+
+Status TransferImpl::AfterStream(cudaStream_t stream, std::function<void()> fn) {
+  auto* a = new HostFuncArg{this, std::move(fn)};
+  {
+    std::lock_guard<std::mutex> l(done_mu_);
+    ++outstanding_;
+  }
+  cudaError_t e = cudaLaunchHostFunc(stream, &TransferImpl::HostFunc, a);
+  if (e == cudaSuccess) return Status::OK();
+  // Could not chain it: wait for the stream here instead.
+  cudaError_t w = cudaStreamSynchronize(stream);
+  {
+    std::lock_guard<std::mutex> l(done_mu_);
+    --outstanding_;
+  }
+  a->fn();
+  delete a;
+  if (w != cudaSuccess) return CudaError(w, "cudaStreamSynchronize");
+  return Status::OK();
+}
+
+void TransferImpl::CompletionLoop() {
+  std::unique_lock<std::mutex> l(done_mu_);
+  for (;;) {
+    done_cv_.wait(l, [this] { return stop_ || !done_q_.empty(); });
+    if (done_q_.empty()) return;
+    std::function<void()> fn = std::move(done_q_.front());
+    done_q_.pop_front();
+    l.unlock();
+    fn();
+    l.lock();
+    done_cv_.notify_all();
+  }
+}
+
+std::vector<Result<size_t>> TransferImpl::GetToDevice(NamespaceId ns, std::span<const DeviceBlock> blocks,
+                                                      cudaStream_t stream, cudaEvent_t done_event,
+                                                      TransferDone done) {
+  std::lock_guard<std::mutex> call(call_mu_);
+  std::vector<Result<size_t>> results(blocks.size(), Result<size_t>(Status::Aborted("not run")));
+  std::vector<size_t> totals(blocks.size());
+  Status first_error;
+  auto fail = [&](size_t i, Status st) {
+    if (first_error.ok()) first_error = st;
+    results[i] = std::move(st);
+  };
+  // 1. RAM hits: one enqueue for all of them; their pins are released after
+  //    the copies have run.
+  auto pins = std::make_shared<std::vector<RamTier::Pin>>();
+  std::vector<CopyPiece> copies;
+  std::vector<size_t> ram_blocks, misses;
+  uint64_t ram_bytes = 0;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    bool bad = false;
+    totals[i] = TotalBytes(blocks[i], &bad);
+    if (bad || blocks[i].key.empty()) {
+      fail(i, Status::InvalidArgument("block " + std::to_string(i) + ": empty key or null device fragment"));
+      continue;
+    }
+    RamTier::Pin pin = ram_ != nullptr ? ram_->Acquire(ns, blocks[i].key) : RamTier::Pin();
+    if (!pin) {
+      misses.push_back(i);
+      continue;
+    }
+    if (pin.size() > totals[i]) {
+      fail(i, Status::BufferTooSmall("block has " + std::to_string(pin.size()) + " bytes, device fragments " +
+                                     std::to_string(totals[i])));
+      continue;
+    }
+    Zip(PieceSpans(pin.pieces()), DeviceSpans(blocks[i]), pin.size(), &copies);
+    results[i] = static_cast<size_t>(pin.size());
+    ram_bytes += pin.size();
+    ram_blocks.push_back(i);
+    pins->push_back(std::move(pin));
+  }
+  if (!copies.empty()) {
+    Status st = Enqueue(copies, /*to_device=*/true, stream);
+    if (!st.ok())
+      for (size_t i : ram_blocks) fail(i, st);
+  }
+  if (!pins->empty()) AfterStream(stream, [pins] { pins->clear(); }).IgnoreError();
+  AddStats([&](TransferStats& s) { s.ram_hits += ram_blocks.size(); });
+
+  // 2. The rest from disk through staging slots: each read that completes is
+  //    copied to the device while the others are still being read.
+  uint64_t disk_bytes = 0, disk_blocks = 0, missing = 0;
+  if (!misses.empty()) {
+    size_t most = 0;
+    for (size_t i : misses) most = std::max(most, totals[i]);
+    Status st = EnsureSlots(most);
+    if (!st.ok()) {
+      for (size_t i : misses) fail(i, st);
+      misses.clear();
+    }
+    struct Completed {
+      size_t block, slot;
+      Result<size_t> r;
+    };
+    std::mutex m;
+    std::condition_variable cv;
+    std::deque<Completed> completed;
+    std::vector<size_t> free_slots;
+    for (size_t s = slots_.size(); s-- > 0;) free_slots.push_back(s);
+    size_t next = 0, inflight = 0;
+    while (next < misses.size() || inflight > 0) {
+      while (next < misses.size() && !free_slots.empty()) {
+        size_t s = free_slots.back();
+        free_slots.pop_back();
+        Status w = WaitSlot(slots_[s]);
+        size_t i = misses[next++];
+        if (!w.ok()) {
+          fail(i, w);
+          free_slots.push_back(s);
+          continue;
+        }
+        ++inflight;
+        MutableFragment out{staging_ + slots_[s].off, slot_bytes_};
+        store_->GetAsync(ns, blocks[i].key, {&out, 1}, kNoDeadline, [&, i, s](Result<size_t> r) {
+          {
+            std::lock_guard<std::mutex> l(m);
+            completed.push_back(Completed{i, s, std::move(r)});
+          }
+          cv.notify_one();
+        });
+      }
+      if (inflight == 0) continue;
+      std::unique_lock<std::mutex> l(m);
+      cv.wait(l, [&] { return !completed.empty(); });
+      Completed c = std::move(completed.front());
+      completed.pop_front();
+      l.unlock();
+      --inflight;
+      const size_t i = c.block;
+      if (!c.r.ok()) {
+        if (c.r.status().IsNotFound() || c.r.status().code() == Code::kTimedOut) {
+          ++missing;
+          results[i] = c.r.status();  // a miss is not an error of the call
+        } else {
+          fail(i, c.r.status());
+        }
+      } else if (*c.r > totals[i]) {
+        fail(i, Status::BufferTooSmall("block has " + std::to_string(*c.r) + " bytes, device fragments " +
+                                       std::to_string(totals[i])));
+      } else {
+        std::vector<CopyPiece> cp;
+        std::vector<Span> src = {{staging_ + slots_[c.slot].off, *c.r}};
+        Zip(src, DeviceSpans(blocks[i]), *c.r, &cp);
+        Status e = Enqueue(cp, /*to_device=*/true, stream);
+        cudaError_t r = e.ok() ? cudaEventRecord(slots_[c.slot].ev, stream) : cudaSuccess;
+        if (!e.ok()) {
+          fail(i, e);
+        } else if (r != cudaSuccess) {
+          fail(i, CudaError(r, "cudaEventRecord"));
+        } else {
+          slots_[c.slot].busy = true;
+          results[i] = *c.r;
+          disk_bytes += *c.r;
+          ++disk_blocks;
+        }
+      }
+      free_slots.push_back(c.slot);
+    }
+  }
+  AddStats([&](TransferStats& s) {
+    s.disk_reads += disk_blocks;
+    s.misses += missing;
+    s.blocks_to_device += ram_blocks.size() + disk_blocks;
+    s.bytes_to_device += ram_bytes + disk_bytes;
+  });
+  if (done_event != nullptr) {
+    cudaError_t e = cudaEventRecord(done_event, stream);
+    if (e != cudaSuccess && first_error.ok()) first_error = CudaError(e, "recording the done event");
+  }
+  if (done) {
+    Status fe = first_error;
+    Status st = AfterStream(stream, [done, fe] { done(fe); });
+    if (!st.ok()) done(st);
+  }
+  return results;
+}
+
+std::vector<Status> TransferImpl::PutFromDevice(NamespaceId ns, std::span<const DeviceBlock> blocks,
+                                                cudaStream_t stream, bool wait_durable, TransferDone done) {
+  std::lock_guard<std::mutex> call(call_mu_);
+  // Shared with the put callbacks, which may run after this call returns.
+  struct State {
+    std::mutex m;
+    std::condition_variable cv;
+    std::vector<Status> statuses;
+    size_t left = 0;
+    Status first_error;
+    TransferDone done;
+  };
+  auto state = std::make_shared<State>();
+  state->statuses.resize(blocks.size());
+  state->left = blocks.size();
+  state->done = std::move(done);
+  auto finish = [state](size_t i, Status st) {
+    TransferDone cb;
+    Status fe;
+    {
+      std::lock_guard<std::mutex> l(state->m);
+      if (!st.ok() && state->first_error.ok()) state->first_error = st;
+      state->statuses[i] = std::move(st);
+      if (--state->left == 0) {
+        cb = std::move(state->done);
+        fe = state->first_error;
+      }
+    }
+    state->cv.notify_all();
+    if (cb) cb(fe);
+  };
+  std::vector<size_t> totals(blocks.size());
+  std::vector<RamTier::Pin> reserved(blocks.size());
+  std::vector<size_t> via_staging, via_ram;
+  std::vector<CopyPiece> copies;
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    bool bad = false;
+    totals[i] = TotalBytes(blocks[i], &bad);
+    if (bad || totals[i] == 0 || blocks[i].key.empty()) {
+      finish(i, Status::InvalidArgument("block " + std::to_string(i) + ": empty key, no bytes or null fragment"));
+      continue;
+    }
+    if (ram_ != nullptr) reserved[i] = ram_->Reserve(ns, blocks[i].key, totals[i]);
+    if (!reserved[i]) {
+      via_staging.push_back(i);
+      continue;
+    }
+    std::vector<Span> dst = PieceSpans(reserved[i].pieces());
+    Zip(DeviceSpans(blocks[i]), dst, totals[i], &copies);
+    via_ram.push_back(i);
+  }
+  // 1. Straight into pinned RAM-tier chunks, all at once.
+  if (!via_ram.empty()) {
+    Status st = Enqueue(copies, /*to_device=*/false, stream);
+    if (st.ok()) {
+      cudaError_t e = cudaStreamSynchronize(stream);
+      if (e != cudaSuccess) st = CudaError(e, "waiting for device-to-host copies");
+    }
+    if (!st.ok()) {
+      for (size_t i : via_ram) {
+        reserved[i].Release();
+        finish(i, st);
+      }
+    } else {
+      // Each put copies its block into the write ring on the submitting
+      // thread; spread that memcpy over a few threads so it keeps up with
+      // the link.
+      for (size_t i : via_ram) bytes += totals[i];
+      auto submit = [&](size_t first, size_t step) {
+        for (size_t k = first; k < via_ram.size(); k += step) {
+          size_t i = via_ram[k];
+          store_->PutInternal(ns, blocks[i].key, {}, std::move(reserved[i]), /*blocking=*/true,
+                              [finish, i](Status s) { finish(i, std::move(s)); });
+        }
+      };
+      const size_t threads = std::clamp<size_t>(std::thread::hardware_concurrency() / 2, 1, 8);
+      const size_t step = std::min(threads, via_ram.size());
+      std::vector<std::thread> pool;
+      for (size_t t = 1; t < step; ++t) pool.emplace_back(submit, t, step);
+      submit(0, step);
+      for (std::thread& t : pool) t.join();
+    }
+  }
+  // 2. The others through staging, a slot-full at a time; the put copies the
+  //    bytes into the write queue (and RAM tier) before it returns.
+  if (!via_staging.empty()) {
+    size_t most = 0;
+    for (size_t i : via_staging) most = std::max(most, totals[i]);
+    Status st = EnsureSlots(most);
+    for (size_t at = 0; at < via_staging.size();) {
+      size_t n = st.ok() ? std::min(slots_.size(), via_staging.size() - at) : via_staging.size() - at;
+      std::vector<CopyPiece> cp;
+      if (st.ok()) {
+        for (size_t k = 0; k < n; ++k) {
+          size_t i = via_staging[at + k];
+          std::vector<Span> dst = {{staging_ + slots_[k].off, totals[i]}};
+          Zip(DeviceSpans(blocks[i]), dst, totals[i], &cp);
+        }
+        Status e = Enqueue(cp, /*to_device=*/false, stream);
+        if (e.ok()) {
+          cudaError_t w = cudaStreamSynchronize(stream);
+          if (w != cudaSuccess) e = CudaError(w, "waiting for device-to-host copies");
+        }
+        st = e;
+      }
+      for (size_t k = 0; k < n; ++k) {
+        size_t i = via_staging[at + k];
+        if (!st.ok()) {
+          finish(i, st);
+          continue;
+        }
+        bytes += totals[i];
+        Fragment f{staging_ + slots_[k].off, totals[i]};
+        store_->PutInternal(ns, blocks[i].key, {&f, 1}, RamTier::Pin(), /*blocking=*/true,
+                            [finish, i](Status s) { finish(i, std::move(s)); });
+      }
+      at += n;
+    }
+  }
+  AddStats([&](TransferStats& s) {
+    s.blocks_from_device += via_ram.size() + via_staging.size();
+    s.bytes_from_device += bytes;
+  });
+  std::unique_lock<std::mutex> l(state->m);
+  if (wait_durable) state->cv.wait(l, [&] { return state->left == 0; });
+  return state->statuses;
+}
+
+}  // namespace
+
+}  // namespace kvtier::gpu

@@ -1,0 +1,54 @@
+// Opening the host RAM tier of a store (Options::ram_tier_bytes).
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+
+#include "store/store_impl.h"
+
+namespace kvtier {
+
+namespace {
+// Whether /dev/shm can take a tier file of about `bytes` (counting the space
+// an existing file of this store already holds).
+bool ShmHasRoom(const std::string& path, uint64_t bytes) {
+  struct statvfs vfs {};
+  if (statvfs("/dev/shm", &vfs) != 0) return false;
+  uint64_t free_bytes = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+  struct stat st {};
+  if (stat(path.c_str(), &st) == 0) free_bytes += static_cast<uint64_t>(st.st_blocks) * 512;
+  return free_bytes >= bytes + bytes / 64 + (64u << 20);  // data + metadata + slack
+}
+}  // namespace
+
+Status StoreImpl::OpenRamTier() {
+  if (opt_.ram_tier_bytes == 0) return Status::OK();
+  RamTierOptions o;
+  o.capacity_bytes = opt_.ram_tier_bytes;
+  o.owner_id = store_id_;
+  o.file_mode = opt_.group_access ? 0660 : 0600;
+  // A read-only open runs beside a writer process: it never touches the file.
+  if (opt_.ram_tier_shared_memory && !opt_.read_only) {
+    std::string path = RamTierShmPath(description_.store_id);
+    if (ShmHasRoom(path, o.capacity_bytes)) o.shm_path = std::move(path);
+  }
+  // Adopt only blocks the index still names with the same size and checksum.
+  auto filter = [this](NamespaceId ns, std::string_view key, uint64_t len, uint64_t checksum) {
+    {
+      std::shared_lock<std::shared_mutex> l(ns_mu_);
+      if (!namespaces_.count(ns)) return false;
+    }
+    auto e = index_->Get(ns, key);
+    return e.ok() && e->has_value() && (*e)->payload_len == len && (*e)->payload_checksum == checksum &&
+           table_->IsLive((*e)->segment, (*e)->generation);
+  };
+  auto t = RamTier::Open(o, filter);
+  if (!t.ok() && !o.shm_path.empty()) {
+    // /dev/shm refused (full, permissions): anonymous memory still serves.
+    o.shm_path.clear();
+    t = RamTier::Open(o, filter);
+  }
+  if (!t.ok()) return t.status().WithContext("opening the RAM tier");
+  ram_ = std::move(t).value();
+  return Status::OK();
+}
+
+}  // namespace kvtier

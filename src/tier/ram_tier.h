@@ -1,0 +1,169 @@
+// RamTier: a byte-budgeted, sharded cache of KV blocks in host memory.
+//
+// Memory is one mapping: a metadata area followed by `capacity_bytes` of
+// data cut into fixed chunks (chunk_bytes, default 64 KiB). A block takes a
+// chain of chunks; its payload starts at a chunk boundary. The mapping is
+// either anonymous (MAP_ANONYMOUS, MADV_HUGEPAGE) or a file under /dev/shm
+// (MAP_SHARED) that outlives the process: Open() then adopts the blocks it
+// holds after checking the file's header (magic, version, owner id,
+// geometry), each block's descriptor and chunk chain, each payload's XXH3
+// checksum, and the caller's filter (the store checks its index). Anything
+// that fails is dropped; a header that does not match discards the file.
+//
+// Shards: a block's (namespace, key) hash picks its shard; each shard owns a
+// fixed range of chunks, its own map, eviction policy and mutex.
+//
+// Thread safety: every method may be called from any thread. A Pin keeps a
+// block's chunks from being reused while the holder reads (or, for a
+// reservation, fills) them; Erase of a pinned block hides it at once and
+// frees its chunks when the last pin goes.
+//
+// Write-through contract (kept by the store): the tier holds copies only;
+// evicting never loses data.
+#ifndef KVTIER_SRC_TIER_RAM_TIER_H_
+#define KVTIER_SRC_TIER_RAM_TIER_H_
+
+#include <sys/uio.h>
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvtier/namespace.h"
+#include "kvtier/status.h"
+#include "kvtier/store.h"
+#include "tier/eviction.h"
+
+namespace kvtier {
+
+struct RamTierOptions {
+  uint64_t capacity_bytes = 0;         // data bytes (rounded down to chunks); > 0
+  uint32_t chunk_bytes = 64u << 10;    // multiple of 4096
+  uint32_t shards = 0;                 // 0: up to 16, each >= 256 chunks
+  RamPolicy policy = RamPolicy::kS3Fifo;
+  // Empty: anonymous memory. Else the shared-memory file to create or adopt.
+  std::string shm_path;
+  std::array<uint8_t, 16> owner_id{};  // the store id; a file of another owner is discarded
+  unsigned file_mode = 0600;
+};
+
+struct RamTierStats {
+  uint64_t hits = 0, misses = 0, inserts = 0, insert_rejects = 0;
+  uint64_t evictions = 0, evicted_bytes = 0, erases = 0;
+  uint64_t blocks = 0, payload_bytes = 0, used_bytes = 0, capacity_bytes = 0;
+  uint64_t adopted_blocks = 0, adopted_bytes = 0, adopt_dropped = 0;
+  bool shared = false;        // backed by a /dev/shm file
+  bool adopted_file = false;  // that file was adopted at open
+};
+
+// Called at adoption for every block whose checksum verified; return false
+// to drop it.
+using RamAdoptFilter =
+    std::function<bool(NamespaceId ns, std::string_view key, uint64_t len, uint64_t checksum)>;
+
+class RamTier {
+ public:
+  struct Piece {
+    uint8_t* data;
+    size_t size;
+  };
+  struct Entry;
+  struct Shard;
+
+  // Holds a block's chunks. Move-only; releases on destruction.
+  class Pin {
+   public:
+    Pin() = default;
+    Pin(Pin&& o) noexcept;
+    Pin& operator=(Pin&& o) noexcept;
+    Pin(const Pin&) = delete;
+    Pin& operator=(const Pin&) = delete;
+    ~Pin() { Release(); }
+    explicit operator bool() const { return entry_ != nullptr; }
+    uint64_t size() const;
+    uint64_t checksum() const;
+    // The payload, in order: chunk runs (adjacent chunks merged).
+    const std::vector<Piece>& pieces() const;
+    void Release();
+
+   private:
+    friend class RamTier;
+    Pin(RamTier* t, Entry* e) : tier_(t), entry_(e) {}
+    RamTier* tier_ = nullptr;
+    Entry* entry_ = nullptr;
+  };
+
+  ~RamTier();
+  RamTier(const RamTier&) = delete;
+  RamTier& operator=(const RamTier&) = delete;
+
+  // Maps (and with shm_path, creates or adopts) the tier. Errors name the
+  // path: IOError (open/ftruncate/mmap), InvalidArgument (options).
+  [[nodiscard]] static Result<std::unique_ptr<RamTier>> Open(const RamTierOptions& options,
+                                                             const RamAdoptFilter& filter = nullptr);
+
+  // Copies the payload in. Returns a token (> 0) naming this version of the
+  // block, or 0 when it was not stored (larger than a shard, everything
+  // pinned, or only_if_absent and present).
+  uint64_t Insert(NamespaceId ns, std::string_view key, std::span<const Fragment> payload,
+                  uint64_t checksum, bool only_if_absent = false);
+  // Allocates chunks for a block of `len` bytes, invisible to lookups, for
+  // the caller to fill through pieces(); Commit publishes it.
+  Pin Reserve(NamespaceId ns, std::string_view key, uint64_t len);
+  // Publishes a reservation (replacing any older version). Returns its token,
+  // or 0 when the reservation was empty.
+  uint64_t Commit(Pin reservation, uint64_t checksum);
+
+  // Pins a block for reading; an empty Pin on a miss. Counts a hit or miss.
+  Pin Acquire(NamespaceId ns, std::string_view key);
+  // Copies a block into `out`: its size, NotFound, or BufferTooSmall.
+  Result<size_t> Read(NamespaceId ns, std::string_view key, std::span<const MutableFragment> out);
+  bool Contains(NamespaceId ns, std::string_view key);
+
+  void Erase(NamespaceId ns, std::string_view key);
+  // Erases only the version named by `token` (a failed put undoing itself).
+  void EraseIf(NamespaceId ns, std::string_view key, uint64_t token);
+  void EraseNamespace(NamespaceId ns);
+
+  RamTierStats GetStats() const;
+  // The mapped regions (metadata excluded), for io_uring / cudaHostRegister.
+  std::vector<iovec> Regions() const;
+  const std::string& shm_path() const { return opt_.shm_path; }
+  uint32_t chunk_bytes() const { return opt_.chunk_bytes; }
+
+ private:
+  explicit RamTier(const RamTierOptions& o);
+  Status Map(bool* adopt);
+  void Format();
+  void Adopt(const RamAdoptFilter& filter);
+  Shard& ShardFor(uint64_t hash) const;
+  Entry* AllocateLocked(Shard& s, NamespaceId ns, std::string_view key, uint64_t hash, uint64_t len);
+  void PublishLocked(Shard& s, Entry* e, uint64_t checksum);
+  void UnlinkLocked(Shard& s, Entry* e);
+  void FreeLocked(Shard& s, Entry* e);
+  void Unpin(Entry* e);
+  void WriteDescriptor(const Entry* e, bool valid);
+  uint8_t* ChunkData(uint32_t c) const;
+
+  RamTierOptions opt_;
+  uint8_t* map_ = nullptr;
+  size_t map_bytes_ = 0, meta_bytes_ = 0;
+  uint32_t chunks_ = 0;
+  std::vector<std::unique_ptr<Shard>> shards_;
+  std::atomic<uint64_t> next_token_{1};
+  RamTierStats base_;  // shared/adopted flags and adoption counts
+};
+
+// The default shared-memory file of a store: /dev/shm/kvtier-<store id>.ram.
+std::string RamTierShmPath(const std::string& store_id_hex);
+
+}  // namespace kvtier
+
+#endif  // KVTIER_SRC_TIER_RAM_TIER_H_

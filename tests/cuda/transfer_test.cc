@@ -1,0 +1,212 @@
+// GPU round trips through the store (label "gpu"). Skipped, with the reason,
+// where no CUDA device is usable.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <random>
+
+#include "kvtier/cuda.h"
+#include "kvtier/store.h"
+#include "tier/ram_tier.h"
+
+namespace kvtier::gpu {
+namespace {
+
+#define SKIP_WITHOUT_GPU()                                                   \
+  do {                                                                       \
+    Status _dev = DeviceStatus();                                            \
+    if (!_dev.ok()) GTEST_SKIP() << "GPU test skipped: " << _dev.ToString(); \
+  } while (0)
+
+TEST(Gpu, WithoutDeviceEveryCallSaysWhy) {
+  Status dev = DeviceStatus();
+  if (dev.ok()) GTEST_SKIP() << "a device is present: covered by the round-trip tests";
+  EXPECT_EQ(dev.code(), Code::kNotSupported);
+  EXPECT_FALSE(dev.message().empty());
+  auto t = Transfer::Create(nullptr);
+  EXPECT_EQ(t.status().code(), Code::kNotSupported);
+}
+
+class GpuStore : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SKIP_WITHOUT_GPU();
+    const char* base = std::getenv("TMPDIR");
+    std::string tmpl = std::string(base != nullptr ? base : "/tmp") + "/kvtier-gputest-XXXXXX";
+    std::vector<char> buf(tmpl.begin(), tmpl.end());
+    buf.push_back('\0');
+    ASSERT_NE(mkdtemp(buf.data()), nullptr);
+    dir_ = buf.data();
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), cudaSuccess);
+  }
+  void TearDown() override {
+    transfer_.reset();
+    store_.reset();
+    if (!shm_.empty()) unlink(shm_.c_str());
+    for (void* p : dev_) cudaFree(p);
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+    std::error_code ec;
+    if (!dir_.empty()) std::filesystem::remove_all(dir_, ec);
+  }
+  void Open(uint64_t ram_bytes, CopyMethod method) {
+    Options o;
+    o.segment_size_bytes = 64 << 20;
+    o.capacity_bytes = 4ull << 30;
+    o.ram_tier_bytes = ram_bytes;
+    o.ram_tier_shared_memory = false;
+    auto s = Store::Open(dir_, o);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    store_ = std::move(s).value();
+    shm_ = RamTierShmPath(store_->Description().store_id);
+    NamespaceSpec spec;
+    spec.model_id = "gpu-test";
+    spec.dtype = "bf16";
+    auto ns = store_->RegisterNamespace(spec);
+    ASSERT_TRUE(ns.ok());
+    ns_ = *ns;
+    TransferOptions to;
+    to.method = method;
+    auto t = Transfer::Create(store_.get(), to);
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    transfer_ = std::move(t).value();
+  }
+  void* DevAlloc(size_t n) {
+    void* p = nullptr;
+    EXPECT_EQ(cudaMalloc(&p, n), cudaSuccess);
+    dev_.push_back(p);
+    return p;
+  }
+  // Blocks of `layers` x 2 fragments of `frag` bytes each (per-layer layout),
+  // or one fragment (layers = 0), laid out in one device buffer with gaps.
+  struct Layout {
+    std::vector<std::vector<DeviceFragment>> frags;
+    std::vector<DeviceBlock> blocks;
+    std::vector<std::string> keys;
+    uint8_t* base = nullptr;
+    size_t bytes = 0;
+  };
+  Layout MakeLayout(int nblocks, int layers, size_t frag, const std::string& prefix) {
+    Layout l;
+    size_t per_block = layers == 0 ? frag : 2 * layers * frag;
+    size_t stride = layers == 0 ? frag : frag + 4096;  // gaps between fragments
+    size_t slots = layers == 0 ? 1 : 2 * layers;
+    l.bytes = nblocks * slots * stride;
+    l.base = static_cast<uint8_t*>(DevAlloc(l.bytes));
+    cudaMemset(l.base, 0, l.bytes);
+    for (int b = 0; b < nblocks; ++b) {
+      std::vector<DeviceFragment> f;
+      for (size_t s = 0; s < slots; ++s)
+        f.push_back(DeviceFragment{l.base + (static_cast<size_t>(b) * slots + s) * stride, per_block / slots});
+      l.frags.push_back(std::move(f));
+      std::string k(prefix);
+      k += std::to_string(b);
+      l.keys.push_back(std::move(k));
+    }
+    for (int b = 0; b < nblocks; ++b) l.blocks.push_back(DeviceBlock{l.keys[b], l.frags[b]});
+    return l;
+  }
+  static void Fill(Layout& l, uint64_t seed) {
+    std::vector<uint8_t> host(l.bytes);
+    std::mt19937_64 r(seed);
+    for (size_t i = 0; i + 8 <= host.size(); i += 8) {
+      uint64_t x = r();
+      std::memcpy(host.data() + i, &x, 8);
+    }
+    ASSERT_EQ(cudaMemcpy(l.base, host.data(), l.bytes, cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  // Compares the fragments of two layouts byte for byte on the device side
+  // (copied back to the host for the comparison).
+  static void ExpectSame(const Layout& a, const Layout& b) {
+    ASSERT_EQ(a.blocks.size(), b.blocks.size());
+    for (size_t i = 0; i < a.blocks.size(); ++i)
+      for (size_t f = 0; f < a.frags[i].size(); ++f) {
+        size_t n = a.frags[i][f].size;
+        std::vector<uint8_t> x(n), y(n);
+        ASSERT_EQ(cudaMemcpy(x.data(), a.frags[i][f].ptr, n, cudaMemcpyDeviceToHost), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(y.data(), b.frags[i][f].ptr, n, cudaMemcpyDeviceToHost), cudaSuccess);
+        ASSERT_EQ(x, y) << "block " << i << " fragment " << f;
+      }
+  }
+  void RoundTrip(uint64_t ram_bytes, CopyMethod method, int nblocks, int layers, size_t frag) {
+    Open(ram_bytes, method);
+    Layout src = MakeLayout(nblocks, layers, frag, "k");
+    Fill(src, 7);
+    auto put = transfer_->PutFromDevice(ns_, src.blocks, stream_, /*wait_durable=*/true);
+    for (size_t i = 0; i < put.size(); ++i) ASSERT_TRUE(put[i].ok()) << i << ": " << put[i].ToString();
+    Layout dst = MakeLayout(nblocks, layers, frag, "k");
+    cudaEvent_t ev;
+    ASSERT_EQ(cudaEventCreate(&ev), cudaSuccess);
+    std::atomic<int> done{0};
+    auto got = transfer_->GetToDevice(ns_, dst.blocks, stream_, ev, [&](Status st) {
+      EXPECT_TRUE(st.ok()) << st.ToString();
+      done++;
+    });
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_TRUE(got[i].ok()) << i << ": " << got[i].status().ToString();
+    ASSERT_EQ(cudaEventSynchronize(ev), cudaSuccess);
+    cudaEventDestroy(ev);
+    ExpectSame(src, dst);
+    for (int i = 0; i < 100 && done.load() == 0; ++i) usleep(10000);
+    EXPECT_EQ(done.load(), 1);
+  }
+
+  std::string dir_, shm_;
+  cudaStream_t stream_ = nullptr;
+  std::vector<void*> dev_;
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<Transfer> transfer_;
+  NamespaceId ns_ = 0;
+};
+
+TEST_F(GpuStore, CrossLayerBlocksThroughRam) { RoundTrip(256 << 20, CopyMethod::kAuto, 32, 0, 2 << 20); }
+TEST_F(GpuStore, PerLayerBlocksThroughRamBatchApi) { RoundTrip(256 << 20, CopyMethod::kBatch, 16, 28, 32 << 10); }
+TEST_F(GpuStore, PerLayerBlocksThroughRamKernel) { RoundTrip(256 << 20, CopyMethod::kKernel, 16, 28, 32 << 10); }
+TEST_F(GpuStore, PerLayerBlocksThroughRamLoop) { RoundTrip(256 << 20, CopyMethod::kLoop, 8, 28, 32 << 10); }
+TEST_F(GpuStore, WithoutRamTierThroughStaging) { RoundTrip(0, CopyMethod::kAuto, 16, 28, 32 << 10); }
+
+// A RAM tier much smaller than the data: most gets must come from disk.
+TEST_F(GpuStore, EvictionFromRamForcesDiskReads) {
+  Open(16 << 20, CopyMethod::kAuto);
+  Layout src = MakeLayout(64, 0, 2 << 20, "e");  // 128 MiB through a 16 MiB tier
+  Fill(src, 11);
+  auto put = transfer_->PutFromDevice(ns_, src.blocks, stream_, true);
+  for (const Status& s : put) ASSERT_TRUE(s.ok()) << s.ToString();
+  Layout dst = MakeLayout(64, 0, 2 << 20, "e");
+  auto got = transfer_->GetToDevice(ns_, dst.blocks, stream_);
+  for (auto& r : got) ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+  ExpectSame(src, dst);
+  TransferStats st = transfer_->GetStats();
+  EXPECT_GT(st.disk_reads, 40u);
+  EXPECT_GT(st.ram_hits, 0u);
+  EXPECT_TRUE(st.ram_tier_pinned);
+  // The same blocks after a restart: the RAM tier starts empty, reads hit disk.
+  transfer_.reset();
+  ASSERT_TRUE(store_->Close().ok());
+  Open(16 << 20, CopyMethod::kAuto);
+  Layout again = MakeLayout(64, 0, 2 << 20, "e");
+  got = transfer_->GetToDevice(ns_, again.blocks, stream_);
+  for (auto& r : got) ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+  ExpectSame(src, again);
+}
+
+TEST_F(GpuStore, MissesAndSmallBuffersAreReported) {
+  Open(64 << 20, CopyMethod::kAuto);
+  Layout src = MakeLayout(2, 0, 1 << 20, "m");
+  Fill(src, 3);
+  auto put = transfer_->PutFromDevice(ns_, src.blocks, stream_, true);
+  ASSERT_TRUE(put[0].ok() && put[1].ok());
+  Layout small = MakeLayout(1, 0, 4096, "m");
+  auto got = transfer_->GetToDevice(ns_, small.blocks, stream_);
+  EXPECT_EQ(got[0].status().code(), Code::kBufferTooSmall);
+  Layout absent = MakeLayout(1, 0, 1 << 20, "absent");
+  got = transfer_->GetToDevice(ns_, absent.blocks, stream_);
+  EXPECT_TRUE(got[0].status().IsNotFound());
+}
+
+}  // namespace
+}  // namespace kvtier::gpu

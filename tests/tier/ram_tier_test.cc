@@ -1,0 +1,286 @@
+#include "tier/ram_tier.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <thread>
+
+#include "format/record.h"
+
+namespace kvtier {
+namespace {
+
+std::vector<uint8_t> Bytes(size_t n, uint64_t seed) {
+  std::vector<uint8_t> v(n);
+  std::mt19937_64 r(seed);
+  for (size_t i = 0; i < n; i += 8) {
+    uint64_t x = r();
+    std::memcpy(v.data() + i, &x, std::min<size_t>(8, n - i));
+  }
+  return v;
+}
+
+uint64_t Put(RamTier& t, NamespaceId ns, const std::string& key, const std::vector<uint8_t>& v) {
+  Fragment f{v.data(), v.size()};
+  return t.Insert(ns, key, {&f, 1}, format::Checksum(v.data(), v.size()));
+}
+
+std::vector<uint8_t> Get(RamTier& t, NamespaceId ns, const std::string& key, size_t cap = 1 << 20) {
+  std::vector<uint8_t> out(cap);
+  MutableFragment f{out.data(), out.size()};
+  auto r = t.Read(ns, key, {&f, 1});
+  if (!r.ok()) return {};
+  out.resize(*r);
+  return out;
+}
+
+std::string Name(const char* prefix, int i) {
+  std::string s(prefix);
+  s += std::to_string(i);
+  return s;
+}
+
+RamTierOptions Small(uint64_t bytes, RamPolicy p = RamPolicy::kS3Fifo) {
+  RamTierOptions o;
+  o.capacity_bytes = bytes;
+  o.chunk_bytes = 4096;
+  o.shards = 1;
+  o.policy = p;
+  return o;
+}
+
+TEST(RamTier, InsertLookupAcrossChunksAndFragments) {
+  auto t = RamTier::Open(Small(1 << 20));
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  auto v = Bytes(10000, 1);  // 3 chunks, last one partial
+  // Insert from three uneven fragments.
+  Fragment fr[3] = {{v.data(), 100}, {v.data() + 100, 5000}, {v.data() + 5100, 4900}};
+  EXPECT_NE((*t)->Insert(7, "k", fr, format::Checksum(v.data(), v.size())), 0u);
+  EXPECT_EQ(Get(**t, 7, "k"), v);
+  EXPECT_TRUE(Get(**t, 8, "k").empty());  // other namespace
+  // Scatter into uneven destination fragments.
+  std::vector<uint8_t> a(333), b(20000);
+  MutableFragment out[2] = {{a.data(), a.size()}, {b.data(), b.size()}};
+  auto n = (*t)->Read(7, "k", out);
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, v.size());
+  EXPECT_EQ(0, std::memcmp(a.data(), v.data(), 333));
+  EXPECT_EQ(0, std::memcmp(b.data(), v.data() + 333, v.size() - 333));
+  MutableFragment tiny{a.data(), a.size()};
+  EXPECT_EQ((*t)->Read(7, "k", {&tiny, 1}).status().code(), Code::kBufferTooSmall);
+  auto st = (*t)->GetStats();
+  EXPECT_EQ(st.blocks, 1u);
+  EXPECT_EQ(st.payload_bytes, v.size());
+  EXPECT_EQ(st.used_bytes, 3u * 4096);
+  (*t)->Erase(7, "k");
+  EXPECT_TRUE(Get(**t, 7, "k").empty());
+  EXPECT_EQ((*t)->GetStats().used_bytes, 0u);
+}
+
+TEST(RamTier, ByteBudgetEvictsAndReplaceFreesOldCopy) {
+  for (RamPolicy p : {RamPolicy::kS3Fifo, RamPolicy::kLru}) {
+    auto t = RamTier::Open(Small(64 * 4096, p));
+    ASSERT_TRUE(t.ok());
+    for (int i = 0; i < 200; ++i) {
+      auto v = Bytes(8192, i);
+      EXPECT_NE(Put(**t, 1, Name("k", i), v), 0u);
+      auto st = (*t)->GetStats();
+      EXPECT_LE(st.used_bytes, 64u * 4096) << RamPolicyName(p);
+    }
+    auto st = (*t)->GetStats();
+    EXPECT_EQ(st.blocks, 32u);
+    EXPECT_EQ(st.evictions, 200u - 32u);
+    // The newest block is always present; replacing it keeps one copy.
+    auto v = Bytes(8192, 999);
+    EXPECT_NE(Put(**t, 1, "k199", v), 0u);
+    EXPECT_EQ(Get(**t, 1, "k199"), v);
+    // The new copy is reserved before the old one is freed (one more victim).
+    st = (*t)->GetStats();
+    EXPECT_EQ(st.blocks, 31u);
+    EXPECT_EQ(st.payload_bytes, 31u * 8192);
+    // Larger than the whole shard: refused, nothing evicted.
+    EXPECT_EQ(Put(**t, 1, "huge", Bytes(65 * 4096, 3)), 0u);
+    EXPECT_EQ((*t)->GetStats().blocks, 31u);
+  }
+}
+
+TEST(RamTier, PinnedBlocksSurviveEvictionAndErase) {
+  auto t = RamTier::Open(Small(4 * 4096, RamPolicy::kLru));
+  ASSERT_TRUE(t.ok());
+  auto v = Bytes(4096, 5);
+  ASSERT_NE(Put(**t, 1, "pinned", v), 0u);
+  RamTier::Pin pin = (*t)->Acquire(1, "pinned");
+  ASSERT_TRUE(pin);
+  for (int i = 0; i < 10; ++i) (void)Put(**t, 1, Name("x", i), Bytes(4096, i));
+  EXPECT_TRUE((*t)->Contains(1, "pinned"));  // LRU tail, but pinned
+  (*t)->Erase(1, "pinned");
+  EXPECT_FALSE((*t)->Contains(1, "pinned"));
+  EXPECT_EQ(0, std::memcmp(pin.pieces()[0].data, v.data(), v.size()));  // still readable
+  uint64_t used = (*t)->GetStats().used_bytes;
+  pin.Release();
+  EXPECT_EQ((*t)->GetStats().used_bytes, used - 4096);
+}
+
+TEST(RamTier, EraseIfTokenAndNamespace) {
+  auto t = RamTier::Open(Small(1 << 20));
+  ASSERT_TRUE(t.ok());
+  uint64_t t1 = Put(**t, 1, "a", Bytes(4096, 1));
+  uint64_t t2 = Put(**t, 1, "a", Bytes(4096, 2));
+  ASSERT_NE(t1, t2);
+  (*t)->EraseIf(1, "a", t1);  // stale token: no effect
+  EXPECT_TRUE((*t)->Contains(1, "a"));
+  (*t)->EraseIf(1, "a", t2);
+  EXPECT_FALSE((*t)->Contains(1, "a"));
+  for (int i = 0; i < 10; ++i) Put(**t, i % 2 + 1, Name("k", i), Bytes(4096, i));
+  (*t)->EraseNamespace(1);
+  EXPECT_EQ((*t)->GetStats().blocks, 5u);
+  EXPECT_TRUE((*t)->Contains(2, "k1"));
+  EXPECT_FALSE((*t)->Contains(1, "k0"));
+}
+
+TEST(RamTier, ReserveCommitAndAbandon) {
+  auto t = RamTier::Open(Small(1 << 20));
+  ASSERT_TRUE(t.ok());
+  auto v = Bytes(9000, 9);
+  RamTier::Pin r = (*t)->Reserve(3, "r", v.size());
+  ASSERT_TRUE(r);
+  EXPECT_FALSE((*t)->Contains(3, "r"));  // invisible until committed
+  size_t off = 0;
+  for (const auto& p : r.pieces()) std::memcpy(p.data, v.data() + off, p.size), off += p.size;
+  EXPECT_EQ(off, v.size());
+  EXPECT_NE((*t)->Commit(std::move(r), format::Checksum(v.data(), v.size())), 0u);
+  EXPECT_EQ(Get(**t, 3, "r"), v);
+  {
+    RamTier::Pin abandoned = (*t)->Reserve(3, "z", 5000);
+    EXPECT_TRUE(abandoned);
+  }
+  EXPECT_FALSE((*t)->Contains(3, "z"));
+  EXPECT_EQ((*t)->GetStats().used_bytes, 3u * 4096);
+}
+
+TEST(RamTier, ShardedUnderEightThreads) {
+  RamTierOptions o;
+  o.capacity_bytes = 8 << 20;
+  o.chunk_bytes = 4096;
+  o.shards = 8;
+  auto t = RamTier::Open(o);
+  ASSERT_TRUE(t.ok());
+  std::atomic<int> bad{0};
+  std::vector<std::thread> th;
+  for (int w = 0; w < 8; ++w)
+    th.emplace_back([&, w] {
+      std::mt19937 r(w);
+      for (int i = 0; i < 2000; ++i) {
+        int k = r() % 600;
+        std::string key = Name("k", k);
+        auto want = Bytes(4096 + (k % 3) * 4096, k);  // content depends on the key only
+        switch (r() % 4) {
+          case 0: Put(**t, 1, key, want); break;
+          case 1: (*t)->Erase(1, key); break;
+          default: {
+            auto got = Get(**t, 1, key, 16 << 10);
+            if (!got.empty() && got != want) bad++;
+          }
+        }
+      }
+    });
+  for (auto& x : th) x.join();
+  EXPECT_EQ(bad.load(), 0);
+  auto st = (*t)->GetStats();
+  EXPECT_LE(st.used_bytes, 8u << 20);
+  EXPECT_GT(st.hits, 0u);
+}
+
+// ---- Shared memory adoption ----
+
+class ShmTier : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = "/dev/shm/kvtier-test-" + std::to_string(getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".ram";
+    if (!std::filesystem::exists("/dev/shm")) GTEST_SKIP() << "no /dev/shm here";
+    opt_ = Small(1 << 20);
+    opt_.shm_path = path_;
+    opt_.owner_id[0] = 42;
+  }
+  void TearDown() override { unlink(path_.c_str()); }
+  std::string path_;
+  RamTierOptions opt_;
+};
+
+TEST_F(ShmTier, AdoptedAfterRestartDroppingCorruptBlock) {
+  std::vector<std::vector<uint8_t>> vals;
+  {
+    auto t = RamTier::Open(opt_);
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    EXPECT_TRUE((*t)->GetStats().shared);
+    EXPECT_FALSE((*t)->GetStats().adopted_file);
+    for (int i = 0; i < 10; ++i) {
+      vals.push_back(Bytes(6000 + i * 1000, i));
+      ASSERT_NE(Put(**t, 5, Name("k", i), vals.back()), 0u);
+    }
+    // Corrupt block 3's payload behind the tier's back (a torn write).
+    RamTier::Pin p = (*t)->Acquire(5, "k3");
+    p.pieces()[0].data[17] ^= 0xFF;
+    // The process "dies": the mapping goes, the file stays.
+  }
+  auto t = RamTier::Open(opt_, [](NamespaceId, std::string_view key, uint64_t, uint64_t) {
+    return key != "k7";  // the store's index no longer has k7
+  });
+  ASSERT_TRUE(t.ok());
+  auto st = (*t)->GetStats();
+  EXPECT_TRUE(st.adopted_file);
+  EXPECT_EQ(st.adopted_blocks, 8u);
+  EXPECT_EQ(st.adopt_dropped, 2u);
+  for (int i = 0; i < 10; ++i) {
+    auto got = Get(**t, 5, Name("k", i));
+    if (i == 3 || i == 7) {
+      EXPECT_TRUE(got.empty()) << i;
+    } else {
+      EXPECT_EQ(got, vals[i]) << i;
+    }
+  }
+  // Freed chunks are reusable and adopted ones are not handed out twice.
+  for (int i = 0; i < 20; ++i) Put(**t, 6, Name("n", i), Bytes(8192, 100 + i));
+  EXPECT_EQ(Get(**t, 5, "k0"), vals[0]);
+  EXPECT_EQ(Get(**t, 6, "n19"), Bytes(8192, 119));
+}
+
+TEST_F(ShmTier, OtherOwnerOrGeometryDiscardsFile) {
+  {
+    auto t = RamTier::Open(opt_);
+    ASSERT_TRUE(t.ok());
+    Put(**t, 1, "a", Bytes(4096, 1));
+  }
+  opt_.owner_id[0] = 43;
+  {
+    auto t = RamTier::Open(opt_);
+    ASSERT_TRUE(t.ok());
+    EXPECT_FALSE((*t)->GetStats().adopted_file);
+    EXPECT_FALSE((*t)->Contains(1, "a"));
+    Put(**t, 1, "b", Bytes(4096, 1));
+  }
+  opt_.capacity_bytes *= 2;
+  auto t = RamTier::Open(opt_);
+  ASSERT_TRUE(t.ok());
+  EXPECT_FALSE((*t)->GetStats().adopted_file);
+  EXPECT_FALSE((*t)->Contains(1, "b"));
+}
+
+TEST(RamTier, RejectsBadOptions) {
+  RamTierOptions o;
+  o.capacity_bytes = 1000;
+  EXPECT_EQ(RamTier::Open(o).status().code(), Code::kInvalidArgument);
+  o.capacity_bytes = 1 << 20;
+  o.chunk_bytes = 1000;
+  EXPECT_EQ(RamTier::Open(o).status().code(), Code::kInvalidArgument);
+  o.chunk_bytes = 4096;
+  o.shm_path = "/nonexistent-dir/x.ram";
+  EXPECT_NE(RamTier::Open(o).status().message().find("/nonexistent-dir/x.ram"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvtier
