@@ -176,6 +176,7 @@ struct VerifyOptions {
 
 struct RepairReport {
   uint64_t records_scanned = 0, records_indexed = 0, records_dropped = 0;
+  uint64_t regions_cleared = 0;  // corrupt regions zeroed (punched) in segments
   uint64_t entries_before = 0, entries_after = 0;
 };
 

@@ -87,6 +87,8 @@ Status SetOption(Options* o, const std::string& k, const json& v) {
   if (k == "max_pending_reads") return GetUnsigned(k, v, &o->max_pending_reads);
   if (k == "max_payload_bytes") return GetUnsigned(k, v, &o->max_payload_bytes);
   if (k == "checkpoint_interval_bytes") return GetUnsigned(k, v, &o->checkpoint_interval_bytes);
+  if (k == "ram_tier_bytes") return GetUnsigned(k, v, &o->ram_tier_bytes);
+  if (k == "ram_tier_shared_memory") return GetBool(k, v, &o->ram_tier_shared_memory);
   if (k == "io_backend") {
     std::string b;
     KVTIER_RETURN_IF_ERROR(GetString(k, v, &b));
@@ -176,6 +178,14 @@ std::string StatsToJson(const Stats& s) {
       {"recovery_torn_bytes", s.recovery_torn_bytes},
       {"open_seconds", s.open_seconds},
       {"io_backend", s.io_backend},
+      {"ram_capacity_bytes", s.ram_capacity_bytes},
+      {"ram_used_bytes", s.ram_used_bytes},
+      {"ram_blocks", s.ram_blocks},
+      {"ram_evictions", s.ram_evictions},
+      {"ram_evicted_bytes", s.ram_evicted_bytes},
+      {"ram_adopted_blocks", s.ram_adopted_blocks},
+      {"ram_adopt_dropped", s.ram_adopt_dropped},
+      {"ram_shared_memory", s.ram_shared_memory},
   };
   // Non-finite doubles would be written as null; keep them numbers.
   if (!std::isfinite(s.write_amplification)) j["write_amplification"] = 0.0;

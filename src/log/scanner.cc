@@ -77,7 +77,12 @@ Status SegmentScanner::Scan(uint64_t start, bool verify_payload, bool resync,
         r->torn = !zero;
         break;
       }
-      if (!zero && !in_bad_run) ++r->corrupt_regions;
+      if (!zero && !in_bad_run) {
+        ++r->corrupt_regions;
+        if (r->corrupt.size() < 1000) r->corrupt.emplace_back(off, 0);
+      }
+      if (!zero && !r->corrupt.empty() && r->corrupt.back().first + r->corrupt.back().second == off)
+        r->corrupt.back().second += format::kPage;
       in_bad_run = !zero;
       off += format::kPage;
       continue;

@@ -16,6 +16,8 @@
 #include <functional>
 #include <span>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "format/record.h"
 #include "kvtier/io.h"
@@ -37,6 +39,8 @@ struct ScanResult {
   uint64_t corrupt_regions = 0; // runs of non-zero pages that did not verify (resync only)
   uint64_t bytes_read = 0;
   bool torn = false;            // stopped at a non-zero page that did not verify
+  // (offset, bytes) of each corrupt region (resync only; the first 1000).
+  std::vector<std::pair<uint64_t, uint64_t>> corrupt;
 };
 
 class SegmentScanner {

@@ -134,8 +134,24 @@ class StoreImpl final : public Store {
   Status RunOnWriter(WriteOp op);
   void ReleaseRing(uint64_t alloc_id);
 
+  // A pass of written records on its way through fdatasync and the index.
+  struct CommitJob {
+    std::vector<WriteOp> ops;
+    std::vector<uint32_t> touched;  // segments written: each is synced once
+    bool sealed = false;            // a segment was sealed in this pass
+    Checkpoint frontier;            // append position after this pass
+  };
   void WriterLoop();
   void WriteGroup(std::vector<WriteOp>& group);
+  void HandOff(CommitJob job);
+  // Waits until every handed-off pass is committed and acknowledged. Writer
+  // ops that touch the index or checkpoint call it first.
+  void DrainSyncer();
+  void SyncerLoop();
+  void CommitPass(CommitJob& job);
+  void Poison(uint32_t seg);
+  bool IsPoisoned(uint32_t seg);
+  Status CheckpointAt(const Checkpoint& cp);
   Place PlaceRecord(WriteOp& op, const std::unordered_set<uint32_t>& touched);
   // Makes a segment ready for appending: a free one, a new file, or the
   // oldest sealed one reclaimed.
@@ -216,8 +232,15 @@ class StoreImpl final : public Store {
   uint32_t cur_seg_ = UINT32_MAX, cur_gen_ = 0;
   uint64_t cur_off_ = 0;
   uint64_t epoch_ = 0, next_seq_ = 1;
-  uint64_t bytes_since_checkpoint_ = 0;
-  bool sealed_since_checkpoint_ = false;
+  bool pass_sealed_ = false;
+  // Syncer stage.
+  std::mutex sync_mu_;
+  std::condition_variable sync_cv_, sync_done_cv_;
+  std::deque<CommitJob> sync_queue_;
+  bool syncer_busy_ = false, syncer_stop_ = false;
+  uint64_t bytes_since_checkpoint_ = 0;  // syncer-owned (writer only after DrainSyncer)
+  std::mutex poison_mu_;
+  std::unordered_set<uint32_t> poisoned_;  // segments with a failed write or sync
   std::mutex checkpoint_mu_;
 
   // Readers.
@@ -241,7 +264,7 @@ class StoreImpl final : public Store {
   std::mutex hits_mu_;
   std::unordered_map<uint32_t, std::unordered_map<uint64_t, uint32_t>> hits_;
 
-  std::thread writer_, timer_;
+  std::thread writer_, syncer_, timer_;
   std::vector<std::thread> readers_;
 };
 

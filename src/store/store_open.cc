@@ -194,11 +194,16 @@ Status StoreImpl::OpenImpl() {
     auto q = fs_->NewIoQueue(opt_.queue_depth);
     if (!q.ok()) return q.status();
     write_queue_ = std::move(q).value();
-    iovec region{ring_.base(), ring_.capacity()};
-    write_queue_->RegisterBuffers({&region, 1}).IgnoreError();  // unregistered I/O still works
     if (!repair_mode_) KVTIER_RETURN_IF_ERROR(Recover());
   } else {
     epoch_ = table_->MaxEpoch();
+    // Usage as the writer last recorded it (no recovery runs read-only).
+    auto cp = index_->ReadCheckpoint();
+    if (cp.ok() && cp->has_value())
+      for (const SegmentInfo& s : table_->Snapshot())
+        if (s.state != SegmentState::kFree && s.epoch == (*cp)->epoch &&
+            (*cp)->offset < description_.segment_size_bytes)
+          table_->SetUsed(s.id, (*cp)->offset);
   }
   if (!repair_mode_) KVTIER_RETURN_IF_ERROR(OpenRamTier());  // store_ram.cc
   if (!repair_mode_) StartThreads();
@@ -369,7 +374,10 @@ Status StoreImpl::Recover() {
 }
 
 void StoreImpl::StartThreads() {
-  if (!opt_.read_only) writer_ = std::thread([this] { WriterLoop(); });
+  if (!opt_.read_only) {
+    writer_ = std::thread([this] { WriterLoop(); });
+    syncer_ = std::thread([this] { SyncerLoop(); });
+  }
   for (unsigned i = 0; i < opt_.read_threads; ++i) readers_.emplace_back([this, i] { ReaderLoop(i); });
   timer_ = std::thread([this] { TimerLoop(); });
 }
@@ -385,6 +393,12 @@ Status StoreImpl::Close() {
   work_cv_.notify_all();
   space_cv_.notify_all();
   if (writer_.joinable()) writer_.join();
+  {
+    std::lock_guard<std::mutex> l(sync_mu_);
+    syncer_stop_ = true;
+  }
+  sync_cv_.notify_all();
+  if (syncer_.joinable()) syncer_.join();
   {
     std::lock_guard<std::mutex> l(read_mu_);
     readers_stop_ = true;

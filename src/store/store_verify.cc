@@ -170,6 +170,23 @@ Result<RepairReport> StoreImpl::RebuildIndex(const std::function<void(uint64_t, 
     if (!ist.ok()) return ist;
     rep.records_dropped += r.corrupt_regions;
     if (!batch.empty()) KVTIER_RETURN_IF_ERROR(index_->Commit(batch, false));
+    // Zero what does not verify, so later scans and Verify see unused space
+    // rather than the same damage again.
+    if (!r.corrupt.empty()) {
+      File* f = table_->file(s.id);
+      AlignedBuffer zero;
+      for (const auto& [off, len] : r.corrupt) {
+        Status ps = f->PunchHole(off, len);
+        if (ps.code() == Code::kNotSupported) {
+          if (zero.size() < len && !zero.Reset(len)) return Status::NoSpace("out of memory zeroing a region");
+          std::memset(zero.data(), 0, len);
+          ps = f->WriteAt(off, zero.data(), len);
+        }
+        if (!ps.ok()) return ps.WithContext("clearing a corrupt region of segment " + std::to_string(s.id));
+        ++rep.regions_cleared;
+      }
+      KVTIER_RETURN_IF_ERROR(f->Sync());
+    }
     table_->Seal(s.id, r.end);
   }
   // Records indexed twice (a key put again later) were replaced, not added.

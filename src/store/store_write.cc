@@ -222,6 +222,10 @@ void StoreImpl::ReleaseRing(uint64_t alloc_id) {
 // Writer thread
 
 void StoreImpl::WriterLoop() {
+  // Register the ring here, not in Open: pinning 256 MiB takes ~0.2 s, which
+  // would lengthen every reopen, and the ring binds to the thread that uses it.
+  iovec region{ring_.base(), ring_.capacity()};
+  write_queue_->RegisterBuffers({&region, 1}).IgnoreError();  // unregistered I/O still works
   std::vector<WriteOp> group;
   for (;;) {
     group.clear();
@@ -248,6 +252,8 @@ void StoreImpl::WriterLoop() {
       }
     }
     WriteOp& first = group.front();
+    // Everything but records needs the passes before it committed.
+    if (first.kind != WriteOp::Kind::kRecord) DrainSyncer();
     switch (first.kind) {
       case WriteOp::Kind::kRecord: WriteGroup(group); break;
       case WriteOp::Kind::kFlush: Finish(first.done, Status::OK()); break;
@@ -261,10 +267,10 @@ void StoreImpl::WriterLoop() {
 
 StoreImpl::Place StoreImpl::PlaceRecord(WriteOp& op, const std::unordered_set<uint32_t>& touched) {
   const uint64_t seg_size = table_->segment_size();
-  if (cur_seg_ == UINT32_MAX || cur_off_ + op.alloc.bytes > seg_size) {
+  if (cur_seg_ == UINT32_MAX || cur_off_ + op.alloc.bytes > seg_size || IsPoisoned(cur_seg_)) {
     if (cur_seg_ != UINT32_MAX) {
       table_->Seal(cur_seg_, cur_off_);
-      sealed_since_checkpoint_ = true;
+      pass_sealed_ = true;
       cur_seg_ = UINT32_MAX;
     }
     Status st = OpenNextSegment(touched);
@@ -292,14 +298,18 @@ StoreImpl::Place StoreImpl::PlaceRecord(WriteOp& op, const std::unordered_set<ui
   return Place::kPlaced;
 }
 
+// The writer stage: place a pass of records, write them, hand the pass to
+// the syncer. While the syncer fdatasyncs and commits pass N, the writer is
+// already writing pass N+1, so the device never idles waiting for a sync.
 void StoreImpl::WriteGroup(std::vector<WriteOp>& group) {
   std::unordered_set<uint32_t> touched;
-  size_t placed_end = 0;  // ops [0, placed_end) were handled in this pass
+  size_t placed_end = 0;  // ops [0, placed_end) were handled
   std::vector<IoRequest> reqs;
   while (placed_end < group.size()) {
     size_t begin = placed_end;
     touched.clear();
     reqs.clear();
+    pass_sealed_ = false;
     // 1. Place records; stop early when rollover would reclaim a segment this
     //    pass is still writing.
     for (; placed_end < group.size(); ++placed_end) {
@@ -311,7 +321,6 @@ void StoreImpl::WriteGroup(std::vector<WriteOp>& group) {
     if (placed_end == begin) {  // could not place even one: reclaim is blocked
       group[placed_end].status = Status::NoSpace("no segment can be reclaimed");
       ++placed_end;
-      continue;
     }
     // 2. One I/O per run that is contiguous on disk and in the ring.
     for (size_t i = begin; i < placed_end; ++i) {
@@ -338,78 +347,141 @@ void StoreImpl::WriteGroup(std::vector<WriteOp>& group) {
         done += n;
       }
     }
-    Status io = reqs.empty() ? Status::OK() : write_queue_->Submit(reqs);
+    if (!reqs.empty()) write_queue_->Submit(reqs).IgnoreError();  // per-request statuses below
     std::unordered_map<File*, Status> failed;
     for (const IoRequest& rq : reqs) {
       if (!rq.status.ok() && !failed.count(rq.file)) failed[rq.file] = rq.status;
       if (rq.status.ok()) c_.device_bytes_written.Add(rq.len);
     }
-    // 3. fdatasync each touched segment: the data is durable before its index
-    //    entries exist.
-    for (uint32_t seg : touched) {
-      File* f = table_->file(seg);
-      if (failed.count(f)) continue;
-      Status s = f->Sync();
-      c_.syncs.Add();
-      if (!s.ok()) failed[f] = s;
-    }
-    (void)io;
-    // A failed write or sync poisons its segment: seal it where it stands so
-    // nothing more is appended after a hole of unknown content.
-    for (auto& [f, st] : failed) {
-      for (size_t i = begin; i < placed_end; ++i)
-        if (group[i].status.ok() && table_->file(group[i].segment) == f)
-          group[i].status = st.WithContext("writing record");
-    }
-    if (!failed.empty() && cur_seg_ != UINT32_MAX && failed.count(table_->file(cur_seg_))) {
-      table_->Seal(cur_seg_, cur_off_);
-      sealed_since_checkpoint_ = true;
-      cur_seg_ = UINT32_MAX;
-    }
-    // 4. Index entries in one batch.
-    IndexBatch batch;
-    for (size_t i = begin; i < placed_end; ++i) {
-      WriteOp& op = group[i];
-      if (!op.status.ok()) continue;
-      format::IndexValue v;
-      v.segment = op.segment;
-      v.generation = op.generation;
-      v.offset = op.offset;
-      v.payload_len = op.payload_len;
-      v.payload_checksum = op.checksum;
-      v.sequence = op.sequence;
-      v.written_unix_ms = op.written_ms;
-      v.key_len = static_cast<uint16_t>(op.key.size());
-      batch.Put(op.ns, op.key, v);
-    }
-    if (!batch.empty()) {
-      Status s = index_->Commit(batch, /*sync=*/false);
-      if (!s.ok())
-        for (size_t i = begin; i < placed_end; ++i)
-          if (group[i].status.ok()) group[i].status = s.WithContext("committing index");
-    }
-    c_.group_commits.Add();
-    if (cur_seg_ != UINT32_MAX) table_->SetUsed(cur_seg_, cur_off_);
+    CommitJob job;
     for (size_t i = begin; i < placed_end; ++i) {
       WriteOp& op = group[i];
       if (op.status.ok()) {
-        c_.puts.Add();
-        c_.put_bytes.Add(op.payload_len);
-        bytes_since_checkpoint_ += op.alloc.bytes;
-      } else {
-        c_.puts_failed.Add();
+        auto f = failed.find(table_->file(op.segment));
+        if (f != failed.end()) {
+          op.status = f->second.WithContext("writing record");
+          Poison(op.segment);
+        }
       }
+      job.ops.push_back(std::move(op));
     }
-    if (sealed_since_checkpoint_ || bytes_since_checkpoint_ >= opt_.checkpoint_interval_bytes) {
-      CheckpointNow(false).IgnoreError();  // a failed checkpoint only lengthens recovery
+    job.touched.assign(touched.begin(), touched.end());
+    job.sealed = pass_sealed_;
+    if (cur_seg_ != UINT32_MAX) table_->SetUsed(cur_seg_, cur_off_);
+    job.frontier.epoch = epoch_;
+    job.frontier.offset = cur_seg_ == UINT32_MAX ? table_->segment_size() : cur_off_;
+    job.frontier.next_sequence = next_seq_;
+    HandOff(std::move(job));
+  }
+}
+
+void StoreImpl::Poison(uint32_t seg) {
+  std::lock_guard<std::mutex> l(poison_mu_);
+  poisoned_.insert(seg);
+}
+
+bool StoreImpl::IsPoisoned(uint32_t seg) {
+  std::lock_guard<std::mutex> l(poison_mu_);
+  return poisoned_.count(seg) != 0;
+}
+
+void StoreImpl::HandOff(CommitJob job) {
+  std::unique_lock<std::mutex> l(sync_mu_);
+  // At most two passes wait for the syncer: the writer runs one pass ahead.
+  sync_done_cv_.wait(l, [this] { return sync_queue_.size() < 2; });
+  sync_queue_.push_back(std::move(job));
+  sync_cv_.notify_one();
+}
+
+void StoreImpl::DrainSyncer() {
+  std::unique_lock<std::mutex> l(sync_mu_);
+  sync_done_cv_.wait(l, [this] { return sync_queue_.empty() && !syncer_busy_; });
+}
+
+void StoreImpl::SyncerLoop() {
+  for (;;) {
+    CommitJob job;
+    {
+      std::unique_lock<std::mutex> l(sync_mu_);
+      sync_cv_.wait(l, [this] { return !sync_queue_.empty() || syncer_stop_; });
+      if (sync_queue_.empty()) return;  // stopping, nothing left
+      job = std::move(sync_queue_.front());
+      sync_queue_.pop_front();
+      syncer_busy_ = true;
+      sync_done_cv_.notify_all();
     }
+    CommitPass(job);
+    {
+      std::lock_guard<std::mutex> l(sync_mu_);
+      syncer_busy_ = false;
+    }
+    sync_done_cv_.notify_all();
+  }
+}
+
+// The syncer stage: fdatasync, index commit, checkpoint, acknowledgement.
+void StoreImpl::CommitPass(CommitJob& job) {
+  // 3. fdatasync each touched segment: the data is durable before its index
+  //    entries exist. A failed sync poisons the segment: the writer seals it
+  //    and every pass that wrote there fails (never reported durable).
+  std::unordered_map<uint32_t, Status> failed;
+  for (uint32_t seg : job.touched) {
+    if (IsPoisoned(seg)) {
+      failed[seg] = Status::IOError("segment " + std::to_string(seg) + " failed an earlier write or sync");
+      continue;
+    }
+    Status s = table_->file(seg)->Sync();
+    c_.syncs.Add();
+    if (!s.ok()) {
+      Poison(seg);
+      failed[seg] = s;
+    }
+  }
+  for (WriteOp& op : job.ops) {
+    if (!op.status.ok()) continue;
+    auto f = failed.find(op.segment);
+    if (f != failed.end()) op.status = f->second.WithContext("syncing record");
+  }
+  // 4. Index entries in one batch.
+  IndexBatch batch;
+  for (WriteOp& op : job.ops) {
+    if (!op.status.ok()) continue;
+    format::IndexValue v;
+    v.segment = op.segment;
+    v.generation = op.generation;
+    v.offset = op.offset;
+    v.payload_len = op.payload_len;
+    v.payload_checksum = op.checksum;
+    v.sequence = op.sequence;
+    v.written_unix_ms = op.written_ms;
+    v.key_len = static_cast<uint16_t>(op.key.size());
+    batch.Put(op.ns, op.key, v);
+  }
+  if (!batch.empty()) {
+    Status s = index_->Commit(batch, /*sync=*/false);
+    if (!s.ok())
+      for (WriteOp& op : job.ops)
+        if (op.status.ok()) op.status = s.WithContext("committing index");
+  }
+  c_.group_commits.Add();
+  for (WriteOp& op : job.ops) {
+    if (op.status.ok()) {
+      c_.puts.Add();
+      c_.put_bytes.Add(op.payload_len);
+      bytes_since_checkpoint_ += op.alloc.bytes;
+    } else {
+      c_.puts_failed.Add();
+    }
+  }
+  if (job.sealed || bytes_since_checkpoint_ >= opt_.checkpoint_interval_bytes) {
+    CheckpointAt(job.frontier).IgnoreError();  // a failed checkpoint only lengthens recovery
   }
   {
     std::lock_guard<std::mutex> l(mu_);
-    for (WriteOp& op : group) ReleaseRing(op.alloc_id);
+    for (WriteOp& op : job.ops) ReleaseRing(op.alloc_id);
   }
   space_cv_.notify_all();
-  for (WriteOp& op : group) {
+  for (WriteOp& op : job.ops) {
     // A put that did not become durable takes its RAM copy back.
     if (!op.status.ok() && ram_ != nullptr && op.ram_token != 0) ram_->EraseIf(op.ns, op.key, op.ram_token);
     Finish(op.done, op.status);
@@ -431,6 +503,7 @@ Status StoreImpl::OpenNextSegment(const std::unordered_set<uint32_t>& touched) {
     seg = table_->OldestSealed();
     if (seg == UINT32_MAX) return Status::NoSpace("capacity holds no segment to reclaim");
     if (touched.count(seg)) return Status::Aborted("victim segment is being written");
+    DrainSyncer();  // earlier passes may still be committing into the victim
     return ReclaimSegment(seg, /*reuse=*/true);
   }
   auto gen = table_->Activate(seg, ++epoch_);
@@ -514,6 +587,8 @@ Status StoreImpl::ReclaimSegment(uint32_t seg, bool reuse) {
     auto g = table_->Activate(seg, ++epoch_);  // durable new generation first
     if (!g.ok()) return g.status();
     new_gen = *g;
+    std::lock_guard<std::mutex> l(poison_mu_);
+    poisoned_.erase(seg);  // a new life: what failed before is gone
   } else {
     AlignedBuffer zero(format::kPage);
     std::memset(zero.data(), 0, zero.size());
@@ -609,11 +684,13 @@ Status StoreImpl::CheckpointNow(bool clean) {
   cp.offset = cur_seg_ == UINT32_MAX ? table_->segment_size() : cur_off_;
   cp.next_sequence = next_seq_;
   cp.clean = clean;
+  return CheckpointAt(cp);
+}
+
+Status StoreImpl::CheckpointAt(const Checkpoint& cp) {
+  std::lock_guard<std::mutex> l(checkpoint_mu_);
   Status st = index_->WriteCheckpoint(cp);
-  if (st.ok()) {
-    bytes_since_checkpoint_ = 0;
-    sealed_since_checkpoint_ = false;
-  }
+  if (st.ok()) bytes_since_checkpoint_ = 0;
   return st;
 }
 

@@ -190,3 +190,15 @@ def test_survives_reopen(store_dir):
         assert ns.id == nsid
         assert ns.get("k") == b"v" * 4096
         assert s.register_namespace(name="keep", model_id="m").id == nsid
+
+
+def test_ram_tier_options_and_stats(store_dir):
+    opts = dict(SMALL, ram_tier_bytes=8 << 20, ram_tier_shared_memory=False)
+    with kvtier.Store(store_dir, **opts) as s:
+        ns = s.register_namespace(name="ram", model_id="m")
+        ns.put("k", b"r" * 8192)
+        assert ns.get("k") == b"r" * 8192
+        st = s.stats()
+        assert st["ram_capacity_bytes"] > 0
+        assert st["hits_ram"] == 1
+        assert st["ram_blocks"] == 1

@@ -37,13 +37,15 @@ int Run(const Repair& in) {
   const RepairReport& p = *r;
   if (in.a.json) {
     PrintJson({{"dir", in.a.dir}, {"records_scanned", p.records_scanned}, {"records_indexed", p.records_indexed},
-               {"records_dropped", p.records_dropped}, {"entries_before", p.entries_before},
+               {"records_dropped", p.records_dropped}, {"regions_cleared", p.regions_cleared},
+               {"entries_before", p.entries_before},
                {"entries_after", p.entries_after}, {"seconds", secs}});
   } else {
     Table t({"REPAIR", "COUNT"}, {1});
     t.Add({"records scanned", std::to_string(p.records_scanned)});
     t.Add({"records indexed", std::to_string(p.records_indexed)});
     t.Add({"dropped (corrupt or unknown namespace)", std::to_string(p.records_dropped)});
+    t.Add({"corrupt regions cleared", std::to_string(p.regions_cleared)});
     t.Add({"index entries before", std::to_string(p.entries_before)});
     t.Add({"index entries after", std::to_string(p.entries_after)});
     std::cout << t.Render() << "index rebuilt from the segments in " << secs << " s\n";
