@@ -33,6 +33,20 @@ struct ScannedRecord {
   std::span<const uint8_t> payload;   // valid during the callback (empty if !verify_payload)
 };
 
+// The index entry that names a scanned record.
+inline format::IndexValue IndexValueOf(const ScannedRecord& rec, uint32_t segment, uint32_t generation) {
+  format::IndexValue v;
+  v.segment = segment;
+  v.generation = generation;
+  v.offset = rec.offset;
+  v.payload_len = rec.header.payload_len;
+  v.payload_checksum = rec.header.payload_checksum;
+  v.sequence = rec.header.sequence;
+  v.written_unix_ms = rec.header.written_unix_ms;
+  v.key_len = rec.header.key_len;
+  return v;
+}
+
 struct ScanResult {
   uint64_t end = 0;             // offset after the last valid record (where writing may resume)
   uint64_t records = 0;         // valid records visited

@@ -183,6 +183,7 @@ class StoreImpl final : public Store {
   void TimerLoop();
   void RequestDrop(NamespaceId ns, std::string_view key, uint64_t sequence);
   void NoteHit(uint32_t seg, uint64_t offset);
+  BlockInfo ToBlockInfo(NamespaceId ns, std::string_view key, const format::IndexValue& v);
 
   // ---- Open / recovery (store_open.cc) ----
   Status CreateOrLoadSuperblock(bool* created);

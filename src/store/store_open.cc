@@ -324,16 +324,7 @@ Status StoreImpl::Recover() {
           return false;
         }
         if (e->has_value() && (*e)->sequence >= rec.header.sequence) return true;
-        format::IndexValue v;
-        v.segment = s.id;
-        v.generation = s.generation;
-        v.offset = rec.offset;
-        v.payload_len = rec.header.payload_len;
-        v.payload_checksum = rec.header.payload_checksum;
-        v.sequence = rec.header.sequence;
-        v.written_unix_ms = rec.header.written_unix_ms;
-        v.key_len = rec.header.key_len;
-        batch.Put(rec.header.ns_id, rec.key, v);
+        batch.Put(rec.header.ns_id, rec.key, IndexValueOf(rec, s.id, s.generation));
         c_.recovery_reindexed.Add();
         if (batch.count() >= 4096) {
           ist = index_->Commit(batch, false);

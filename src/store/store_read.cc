@@ -338,12 +338,7 @@ Result<size_t> StoreImpl::LookupPrefix(NamespaceId ns, std::span<const std::stri
   return n;
 }
 
-Result<BlockInfo> StoreImpl::Stat(NamespaceId ns, std::string_view key) {
-  auto e = index_->Get(ns, key);
-  if (!e.ok()) return e.status();
-  if (!e->has_value() || !table_->IsLive((*e)->segment, (*e)->generation))
-    return Status::NotFound("no such key");
-  const format::IndexValue& v = **e;
+BlockInfo StoreImpl::ToBlockInfo(NamespaceId ns, std::string_view key, const format::IndexValue& v) {
   BlockInfo b;
   b.ns = ns;
   b.key.assign(key);
@@ -364,29 +359,18 @@ Result<BlockInfo> StoreImpl::Stat(NamespaceId ns, std::string_view key) {
   return b;
 }
 
+Result<BlockInfo> StoreImpl::Stat(NamespaceId ns, std::string_view key) {
+  auto e = index_->Get(ns, key);
+  if (!e.ok()) return e.status();
+  if (!e->has_value() || !table_->IsLive((*e)->segment, (*e)->generation))
+    return Status::NotFound("no such key");
+  return ToBlockInfo(ns, key, **e);
+}
+
 Status StoreImpl::ListBlocks(NamespaceId ns, std::string_view key_prefix,
                              const std::function<bool(const BlockInfo&)>& fn) {
   return index_->ForEach(ns, key_prefix, [&](NamespaceId n, std::string_view key, const format::IndexValue& v) {
-    BlockInfo b;
-    b.ns = n;
-    b.key.assign(key);
-    b.segment = v.segment;
-    b.generation = v.generation;
-    b.offset = v.offset;
-    b.payload_bytes = v.payload_len;
-    b.record_bytes = v.RecordBytes();
-    b.payload_checksum = v.payload_checksum;
-    b.sequence = v.sequence;
-    b.written_unix_ms = v.written_unix_ms;
-    {
-      std::lock_guard<std::mutex> l(hits_mu_);
-      auto it = hits_.find(v.segment);
-      if (it != hits_.end()) {
-        auto h = it->second.find(v.offset);
-        if (h != it->second.end()) b.hits = h->second;
-      }
-    }
-    return fn(b);
+    return fn(ToBlockInfo(n, key, v));
   });
 }
 

@@ -148,16 +148,7 @@ Result<RepairReport> StoreImpl::RebuildIndex(const std::function<void(uint64_t, 
             }
             if (e->has_value() && (*e)->sequence >= rec.header.sequence) return true;
           }
-          format::IndexValue v;
-          v.segment = s.id;
-          v.generation = s.generation;
-          v.offset = rec.offset;
-          v.payload_len = rec.header.payload_len;
-          v.payload_checksum = rec.header.payload_checksum;
-          v.sequence = rec.header.sequence;
-          v.written_unix_ms = rec.header.written_unix_ms;
-          v.key_len = rec.header.key_len;
-          batch.Put(rec.header.ns_id, rec.key, v);
+          batch.Put(rec.header.ns_id, rec.key, IndexValueOf(rec, s.id, s.generation));
           pending[name] = rec.header.sequence;
           ++rep.records_indexed;
           return true;
