@@ -30,7 +30,7 @@ case "$mode" in
     targets=(kvtier_format_test kvtier_io_test kvtier_index_test kvtier_store_test
              kvtier_tier_test kvtier_crash_test kvtier_tools_test kvtier_c_api_test
              kvtier_lmcache_connector_test)
-    exclude='^(kvtier_python_test|kvtier_e2e_.*|kvtier_bench_test.*|install_consumer)$'
+    exclude='^(kvtier_python_test|kvtier_e2e_.*|kvtier_bench_test.*|install_consumer|.*_NOT_BUILT)$'
     # detect_leaks: the store owns every buffer it hands out, leaks are bugs.
     # Debian's RocksDB is uninstrumented: container-overflow checks would
     # misfire on std::vector/string crossing into it, so they stay off.
@@ -41,7 +41,7 @@ case "$mode" in
     sanitize="thread"
     targets=(kvtier_format_test kvtier_io_test kvtier_index_test kvtier_store_test
              kvtier_tier_test kvtier_crash_test kvtier_tools_test)
-    exclude='^(kvtier_python_test|kvtier_e2e_.*|kvtier_bench_test.*|install_consumer|kvtier_c_api_test|kvtier_lmcache_connector_test)$|KillTorture'
+    exclude='^(kvtier_python_test|kvtier_e2e_.*|kvtier_bench_test.*|install_consumer|kvtier_c_api_test|kvtier_lmcache_connector_test|.*_NOT_BUILT)$|KillTorture'
     export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:history_size=4}
     ;;
   *)
