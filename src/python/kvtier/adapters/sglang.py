@@ -174,13 +174,13 @@ class KvtierHiCacheStorage(HiCacheStorage):
     def batch_set_v1(self, keys, host_indices, extra_info=None):
         try:
             frags = self._page_frags(keys, host_indices)
-            todo = [i for i, k in enumerate(keys) if not self._ns.contains(k)]
-            codes = self._ns.put_batch([keys[i] for i in todo], [frags[i] for i in todo])
+            absent = [i for i, k in enumerate(keys) if not self._ns.contains(k)]
+            codes = self._ns.put_batch([keys[i] for i in absent], [frags[i] for i in absent])
         except KvtierError:
             return [False] * len(keys)
-        self._stats["sets"] += len(todo)
+        self._stats["sets"] += len(absent)
         ok = [True] * len(keys)
-        for i, c in zip(todo, codes):
+        for i, c in zip(absent, codes):
             ok[i] = c == Code.OK
         return ok
 
