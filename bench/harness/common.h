@@ -78,6 +78,8 @@ struct Measurement {
   std::string design;  // "fio" | "kvtier" | "file-per-block" | ...
   std::string op;      // "put" | "get" | "lookup" | "reopen"
   std::optional<double> gbps, ops_per_s, p50_us, p99_us, p999_us, write_amp, cpu_s_per_gb;
+  // Reads by tier (kvtier designs' gets): bytes served from RAM / from disk.
+  std::optional<double> bytes_read_ram, bytes_read_disk;
   uint64_t ops = 0;        // operations measured (for the table only)
   uint64_t bad = 0;        // reads that failed verification or errored
   std::string note;        // shown under the table

@@ -56,6 +56,26 @@ struct ErrorSink {
   }
 };
 
+// Per-queue-slot I/O buffers of one block size, kept across calls and
+// written once when allocated (see Design::Prepare).
+class SlotBufs {
+ public:
+  void Ensure(size_t slots, size_t size) {
+    if (bufs_.size() >= slots && size_ == size) return;
+    bufs_.clear();
+    size_ = size;
+    for (size_t i = 0; i < slots; ++i) {
+      bufs_.emplace_back(size);
+      std::memset(bufs_.back().data(), 0, size);
+    }
+  }
+  uint8_t* operator[](size_t i) const { return bufs_[i].data(); }
+
+ private:
+  std::vector<AlignedBuf> bufs_;
+  size_t size_ = 0;
+};
+
 // Returns false for an unknown name or a bad value.
 bool ApplyOverride(const std::string& kv, kvtier::Options* o) {
   const size_t eq = kv.find('=');
@@ -76,15 +96,23 @@ bool ApplyOverride(const std::string& kv, kvtier::Options* o) {
 // ---------------------------------------------------------------------------
 class KvtierDesign final : public Design {
  public:
-  explicit KvtierDesign(const DesignConfig& c) : cfg_(c) {}
+  KvtierDesign(const DesignConfig& c, bool ram) : cfg_(c), ram_(ram) {}
   ~KvtierDesign() override {
     if (store_) store_->Close().IgnoreError();
   }
-  const char* name() const override { return "kvtier"; }
+  const char* name() const override { return ram_ ? "kvtier-ram" : "kvtier"; }
 
   Status Open(const std::string& dir) override {
     kvtier::Options o;
     if (cfg_.kvtier_capacity_bytes > 0) o.capacity_bytes = cfg_.kvtier_capacity_bytes;
+    if (ram_) {
+      if (cfg_.kvtier_ram_bytes == 0) return Status::InvalidArgument("kvtier-ram: no RAM tier size");
+      o.ram_tier_bytes = cfg_.kvtier_ram_bytes;
+      // Anonymous memory: the bench deletes each design's folder, and a
+      // /dev/shm file would outlive it (and be adopted across the bench's
+      // own reopens, which must start cold).
+      o.ram_tier_shared_memory = false;
+    }
     for (const std::string& kv : cfg_.kvtier_overrides) ApplyOverride(kv, &o);
     auto s = kvtier::Store::Open(dir, o);
     if (!s.ok()) return s.status();
@@ -106,6 +134,8 @@ class KvtierDesign final : public Design {
     return s;
   }
 
+  void Prepare(size_t block_bytes) override { bufs_.Ensure(std::max<uint32_t>(1, cfg_.queue_depth), block_bytes); }
+
   RunStats Put(const std::vector<uint64_t>& ids, size_t size, const Payloads& payloads) override {
     RunStats rs;
     rs.lat_us.assign(ids.size(), 0);
@@ -115,16 +145,18 @@ class KvtierDesign final : public Design {
     std::mutex mu;
     std::condition_variable cv;
     size_t inflight = 0;
-    AlignedBuf scratch(size);
+    Prepare(size);
+    // PutAsync copies the payload before it returns, so one buffer serves.
+    uint8_t* const scratch = bufs_[0];
     for (size_t i = 0; i < ids.size(); ++i) {
       {
         std::unique_lock<std::mutex> l(mu);
         cv.wait(l, [&] { return inflight < window; });
         ++inflight;
       }
-      payloads.Fill(ids[i], size, scratch.data());
+      payloads.Fill(ids[i], size, scratch);
       const std::string key = MakeKey(cfg_.key_seed, ids[i]);
-      kvtier::Fragment f{scratch.data(), size};
+      kvtier::Fragment f{scratch, size};
       const auto t0 = SteadyClock::now();
       store_->PutAsync(ns_, key, std::span<const kvtier::Fragment>(&f, 1), [&, i, t0](Status st) {
         rs.lat_us[i] = MicrosSince(t0);
@@ -144,12 +176,9 @@ class KvtierDesign final : public Design {
     RunStats rs;
     rs.lat_us.assign(ids.size(), 0);
     const uint32_t qd = std::max<uint32_t>(1, cfg_.queue_depth);
-    std::vector<AlignedBuf> bufs;
+    Prepare(size);
     std::vector<kvtier::MutableFragment> frags(qd);
-    for (uint32_t s = 0; s < qd; ++s) {
-      bufs.emplace_back(size);
-      frags[s] = {bufs[s].data(), size};
-    }
+    for (uint32_t s = 0; s < qd; ++s) frags[s] = {bufs_[s], size};
     struct Done {
       uint32_t slot;
       size_t i;
@@ -189,7 +218,7 @@ class KvtierDesign final : public Design {
           if (d.r.status().IsNotFound()) ++rs.misses;
           ++rs.bad;
           if (rs.first_error.empty()) rs.first_error = "get: " + d.r.status().ToString();
-        } else if (*d.r != size || !payloads.Verify(ids[d.i], size, bufs[d.slot].data())) {
+        } else if (*d.r != size || !payloads.Verify(ids[d.i], size, bufs_[d.slot])) {
           ++rs.bad;
           if (rs.first_error.empty()) rs.first_error = "get: block did not verify";
         }
@@ -204,14 +233,20 @@ class KvtierDesign final : public Design {
     return store_->LookupPrefix(ns_, views);
   }
 
-  void TierBytes(uint64_t* ram, uint64_t* disk) override {
+  bool TierCounters(TierCounts* out) override {
     const kvtier::Stats st = store_->GetStats();
-    *ram = st.bytes_read_ram;
-    *disk = st.bytes_read_disk;
+    out->hits_ram = st.hits_ram;
+    out->hits_disk = st.hits_disk;
+    out->bytes_ram = st.bytes_read_ram;
+    out->bytes_disk = st.bytes_read_disk;
+    out->ram_evictions = st.ram_evictions;
+    return true;
   }
 
  private:
   DesignConfig cfg_;
+  bool ram_;
+  SlotBufs bufs_;
   std::unique_ptr<kvtier::Store> store_;
   kvtier::NamespaceId ns_ = 0;
 };
@@ -231,17 +266,18 @@ class FilePerBlockDesign final : public Design {
   }
   Status Close() override { return Status::OK(); }
 
+  void Prepare(size_t block_bytes) override { bufs_.Ensure(std::max<uint32_t>(1, cfg_.queue_depth), block_bytes); }
+
   RunStats Put(const std::vector<uint64_t>& ids, size_t size, const Payloads& payloads) override {
     RunStats rs;
     rs.lat_us.assign(ids.size(), 0);
     ErrorSink errs;
     const uint32_t threads = std::max<uint32_t>(1, cfg_.queue_depth);
-    std::vector<AlignedBuf> bufs;
-    for (uint32_t t = 0; t < threads; ++t) bufs.emplace_back(size);
+    Prepare(size);
     RunOnThreads(threads, ids.size(), [&](size_t i, uint32_t t) {
-      payloads.Fill(ids[i], size, bufs[t].data());
+      payloads.Fill(ids[i], size, bufs_[t]);
       const auto t0 = SteadyClock::now();
-      std::string err = WriteOne(ids[i], bufs[t].data(), size, t);
+      std::string err = WriteOne(ids[i], bufs_[t], size, t);
       rs.lat_us[i] = MicrosSince(t0);
       if (!err.empty()) errs.Fail(err);
     });
@@ -254,16 +290,15 @@ class FilePerBlockDesign final : public Design {
     rs.lat_us.assign(ids.size(), 0);
     ErrorSink errs;
     const uint32_t threads = std::max<uint32_t>(1, cfg_.queue_depth);
-    std::vector<AlignedBuf> bufs;
-    for (uint32_t t = 0; t < threads; ++t) bufs.emplace_back(size);
+    Prepare(size);
     RunOnThreads(threads, ids.size(), [&](size_t i, uint32_t t) {
       const auto t0 = SteadyClock::now();
-      std::string err = ReadOne(ids[i], bufs[t].data(), size);
+      std::string err = ReadOne(ids[i], bufs_[t], size);
       rs.lat_us[i] = MicrosSince(t0);
       if (!err.empty()) {
         if (err == "miss") errs.misses.fetch_add(1);
         errs.Fail(err);
-      } else if (!payloads.Verify(ids[i], size, bufs[t].data())) {
+      } else if (!payloads.Verify(ids[i], size, bufs_[t])) {
         errs.Fail("get: block did not verify");
       }
     });
@@ -364,6 +399,7 @@ class FilePerBlockDesign final : public Design {
   DesignConfig cfg_;
   bool fsync_;
   std::string dir_;
+  SlotBufs bufs_;
 };
 
 // ---------------------------------------------------------------------------
@@ -399,20 +435,22 @@ class RocksBlobDesign final : public Design {
     return Status::OK();
   }
 
+  void Prepare(size_t block_bytes) override { bufs_.Ensure(std::max<uint32_t>(1, cfg_.queue_depth), block_bytes); }
+
   RunStats Put(const std::vector<uint64_t>& ids, size_t size, const Payloads& payloads) override {
     RunStats rs;
     rs.lat_us.assign(ids.size(), 0);
     ErrorSink errs;
     const uint32_t threads = std::max<uint32_t>(1, cfg_.queue_depth);
-    std::vector<std::vector<uint8_t>> bufs(threads, std::vector<uint8_t>(size));
+    Prepare(size);
     rocksdb::WriteOptions wo;
     wo.sync = true;
     RunOnThreads(threads, ids.size(), [&](size_t i, uint32_t t) {
-      payloads.Fill(ids[i], size, bufs[t].data());
+      payloads.Fill(ids[i], size, bufs_[t]);
       const std::string key = MakeKey(cfg_.key_seed, ids[i]);
       const auto t0 = SteadyClock::now();
       rocksdb::Status s =
-          db_->Put(wo, key, rocksdb::Slice(reinterpret_cast<const char*>(bufs[t].data()), size));
+          db_->Put(wo, key, rocksdb::Slice(reinterpret_cast<const char*>(bufs_[t]), size));
       rs.lat_us[i] = MicrosSince(t0);
       if (!s.ok()) errs.Fail("rocksdb put: " + s.ToString());
     });
@@ -425,21 +463,21 @@ class RocksBlobDesign final : public Design {
     rs.lat_us.assign(ids.size(), 0);
     ErrorSink errs;
     const uint32_t threads = std::max<uint32_t>(1, cfg_.queue_depth);
-    std::vector<std::vector<uint8_t>> bufs(threads, std::vector<uint8_t>(size));
+    Prepare(size);
     RunOnThreads(threads, ids.size(), [&](size_t i, uint32_t t) {
       const std::string key = MakeKey(cfg_.key_seed, ids[i]);
       const auto t0 = SteadyClock::now();
       rocksdb::PinnableSlice v;
       rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), db_->DefaultColumnFamily(), key, &v);
       // Served into the caller's buffer, as the other designs do.
-      if (s.ok() && v.size() == size) std::memcpy(bufs[t].data(), v.data(), size);
+      if (s.ok() && v.size() == size) std::memcpy(bufs_[t], v.data(), size);
       rs.lat_us[i] = MicrosSince(t0);
       if (s.IsNotFound()) {
         errs.misses.fetch_add(1);
         errs.Fail("rocksdb get: miss");
       } else if (!s.ok()) {
         errs.Fail("rocksdb get: " + s.ToString());
-      } else if (v.size() != size || !payloads.Verify(ids[i], size, bufs[t].data())) {
+      } else if (v.size() != size || !payloads.Verify(ids[i], size, bufs_[t])) {
         errs.Fail("rocksdb get: block did not verify");
       }
     });
@@ -453,6 +491,7 @@ class RocksBlobDesign final : public Design {
 
  private:
   DesignConfig cfg_;
+  SlotBufs bufs_;
   std::unique_ptr<rocksdb::DB> db_;
 };
 
@@ -466,7 +505,8 @@ std::string CheckKvtierOverride(const std::string& kv) {
 }
 
 std::unique_ptr<Design> MakeDesign(const std::string& name, const DesignConfig& config) {
-  if (name == "kvtier") return std::make_unique<KvtierDesign>(config);
+  if (name == "kvtier") return std::make_unique<KvtierDesign>(config, false);
+  if (name == "kvtier-ram") return std::make_unique<KvtierDesign>(config, true);
   if (name == "file-per-block") return std::make_unique<FilePerBlockDesign>(config, false);
   if (name == "file-per-block-fsync") return std::make_unique<FilePerBlockDesign>(config, true);
   if (name == "rocksdb-blob") return std::make_unique<RocksBlobDesign>(config);
@@ -474,8 +514,8 @@ std::unique_ptr<Design> MakeDesign(const std::string& name, const DesignConfig& 
 }
 
 const std::vector<std::string>& AllDesignNames() {
-  static const std::vector<std::string> names = {"kvtier", "file-per-block", "file-per-block-fsync",
-                                                 "rocksdb-blob"};
+  static const std::vector<std::string> names = {"kvtier", "kvtier-ram", "file-per-block",
+                                                 "file-per-block-fsync", "rocksdb-blob"};
   return names;
 }
 

@@ -1,5 +1,7 @@
 // The store designs compared by kvtier-bench, behind one interface:
 //   kvtier               this project, default options (capacity raised to fit)
+//   kvtier-ram           the same with its host RAM tier on (ram_tier_bytes;
+//                        anonymous memory, so the run leaves nothing in /dev/shm)
 //   file-per-block       vLLM's / SGLang's file tier: one file per block in
 //                        hash-sharded folders, temp file + rename, O_DIRECT
 //   file-per-block-fsync the same with fdatasync of the file and fsync of its
@@ -34,6 +36,8 @@ struct DesignConfig {
   uint64_t put_inflight_bytes = 64ull << 20;
   // kvtier capacity (0: kvtier's default); the harness raises it to fit.
   uint64_t kvtier_capacity_bytes = 0;
+  // kvtier-ram's Options::ram_tier_bytes (> 0 for that design).
+  uint64_t kvtier_ram_bytes = 0;
   uint64_t key_seed = 1;
   // Experiments only (--kvtier-option): overrides of kvtier Options as
   // "name=value" (read_threads, queue_depth, max_write_chunk_bytes,
@@ -52,6 +56,13 @@ struct RunStats {
   std::string first_error;
 };
 
+// Reads served by each tier (kvtier Stats: hits_ram/hits_disk,
+// bytes_read_ram/bytes_read_disk).
+struct TierCounts {
+  uint64_t hits_ram = 0, hits_disk = 0, bytes_ram = 0, bytes_disk = 0;
+  uint64_t ram_evictions = 0;
+};
+
 class Design {
  public:
   virtual ~Design() = default;
@@ -60,6 +71,12 @@ class Design {
   [[nodiscard]] virtual Status Open(const std::string& dir) = 0;
   // Clean shutdown.
   [[nodiscard]] virtual Status Close() = 0;
+  // Allocates and touches the I/O buffers that Put/Get of `block_bytes`
+  // blocks use (one per queue slot; kept across calls), so timed calls do not
+  // pay first-touch page faults, which are expensive on the test VM (as an
+  // engine's buffers, they exist before the I/O). Put/Get do it themselves
+  // when it was not done.
+  virtual void Prepare(size_t block_bytes) = 0;
   // Writes blocks `ids` (contents from `payloads`), each `size` bytes, durably
   // for the designs that promise it. Returns when all are acknowledged.
   virtual RunStats Put(const std::vector<uint64_t>& ids, size_t size, const Payloads& payloads) = 0;
@@ -69,11 +86,15 @@ class Design {
   // from MakeKey(config.key_seed, id). NotSupported where the design has no
   // existence check short of reading the value.
   [[nodiscard]] virtual Result<size_t> LookupPrefix(const std::vector<std::string>& keys) = 0;
-  // Bytes served from RAM and from disk since Open (where the design knows).
-  virtual void TierBytes(uint64_t* ram, uint64_t* disk) { *ram = *disk = 0; }
+  // Reads served per tier since Open; false where the design does not know.
+  virtual bool TierCounters(TierCounts* out) {
+    *out = TierCounts{};
+    return false;
+  }
 };
 
-// Known names: "kvtier", "file-per-block", "file-per-block-fsync", "rocksdb-blob".
+// Known names: "kvtier", "kvtier-ram", "file-per-block", "file-per-block-fsync",
+// "rocksdb-blob".
 std::unique_ptr<Design> MakeDesign(const std::string& name, const DesignConfig& config);
 const std::vector<std::string>& AllDesignNames();
 

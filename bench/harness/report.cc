@@ -111,11 +111,164 @@ void PrintTable(const WorkloadResult& w) {
                   m.bad ? (std::to_string(m.bad) + " failed/unverified; ").c_str() : "",
                   m.note.c_str());
   for (const std::string& n : w.notes) std::printf("   note: %s\n", n.c_str());
+  for (const PolicyResult& p : w.policies)
+    std::printf("   RAM-tier policy %-8s tier %s of working set %s (%.2f): hit ratio %.3f, served %s from "
+                "RAM, %s from disk\n",
+                p.policy.c_str(), HumanBytes(p.ram_bytes).c_str(), HumanBytes(p.working_set_bytes).c_str(),
+                p.working_set_bytes ? double(p.ram_bytes) / double(p.working_set_bytes) : 0.0, p.hit_ratio,
+                HumanBytes(p.bytes_ram).c_str(), HumanBytes(p.bytes_disk).c_str());
+  if (!w.policies.empty())
+    std::printf("   (policy lines: the same trace replayed on kvtier's RAM tier alone, no disk I/O; "
+                "the store itself runs S3-FIFO)\n");
   std::printf("\n");
   std::fflush(stdout);
 }
 
-nlohmann::json ToJson(const nlohmann::json& machine, const std::vector<WorkloadResult>& ws) {
+namespace {
+
+const WorkloadResult* FindWorkload(const std::vector<WorkloadResult>& ws, const std::string& name,
+                                   uint64_t block) {
+  for (const WorkloadResult& w : ws)
+    if (w.name == name && w.block_bytes == block) return &w;
+  return nullptr;
+}
+
+const Measurement* FindResult(const WorkloadResult& w, const std::string& design, const std::string& op) {
+  for (const Measurement& m : w.results)
+    if (m.design == design && m.op == op && m.bad == 0) return &m;
+  return nullptr;
+}
+
+std::string Ratio(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2fx", v);
+  return b;
+}
+
+void Judge(Target* t, const char* yes = "met", const char* no = "missed") {
+  if (!t->value) {
+    t->status = "not measured";
+    return;
+  }
+  const bool ok = t->at_most ? *t->value <= t->threshold : *t->value >= t->threshold;
+  t->status = ok ? yes : no;
+}
+
+}  // namespace
+
+std::vector<Target> EvaluateTargets(const std::vector<WorkloadResult>& ws) {
+  std::vector<Target> out;
+  constexpr uint64_t k2M = 2ull << 20, k64K = 64ull << 10;
+  bool seq_ran = false;
+  for (const WorkloadResult& w : ws) seq_ran |= w.name == "seq-put";
+  const std::string no_seq = "seq not in --workloads";
+  // At 2 MiB: kvtier against fio and against the durable peers.
+  for (const char* wname : {"seq-put", "cold-get"}) {
+    const std::string op = std::string(wname) == "seq-put" ? "put" : "get";
+    const WorkloadResult* w = FindWorkload(ws, wname, k2M);
+    const struct {
+      const char* other;
+      double min;
+    } vs[] = {{"fio", 0.9}, {"file-per-block-fsync", 3.0}, {"rocksdb-blob", 2.0}};
+    for (const auto& v : vs) {
+      Target t;
+      t.workload = wname;
+      t.block_bytes = k2M;
+      t.target = "kvtier " + op + " >= " + Ratio(v.min) + " " + v.other;
+      t.threshold = v.min;
+      const Measurement* k = w ? FindResult(*w, "kvtier", op) : nullptr;
+      const Measurement* o = w ? FindResult(*w, v.other, op) : nullptr;
+      if (w == nullptr) {
+        t.detail = seq_ran ? "no 2 MiB run (--sizes)" : no_seq;
+      } else if (!k || !k->gbps) {
+        t.detail = "kvtier not run or failed";
+      } else if (!o || !o->gbps || *o->gbps <= 0) {
+        t.detail = std::string(v.other) + " not run or failed";
+      } else {
+        t.value = *k->gbps / *o->gbps;
+        char b[96];
+        std::snprintf(b, sizeof b, "%.3f vs %.3f GB/s", *k->gbps, *o->gbps);
+        t.detail = b;
+      }
+      Judge(&t);
+      out.push_back(t);
+    }
+  }
+  // Write amplification wherever kvtier put.
+  for (const WorkloadResult& w : ws) {
+    const Measurement* k = FindResult(w, "kvtier", "put");
+    if (!k || !k->write_amp) continue;
+    Target t;
+    t.workload = w.name;
+    t.block_bytes = w.block_bytes;
+    t.target = "kvtier write amplification <= 1.05";
+    t.threshold = 1.05;
+    t.at_most = true;
+    t.value = *k->write_amp;
+    t.detail = "device bytes written / payload bytes, puts + close";
+    Judge(&t);
+    out.push_back(t);
+  }
+  // 64 KiB against 2 MiB, per byte.
+  for (const char* wname : {"seq-put", "cold-get"}) {
+    const std::string op = std::string(wname) == "seq-put" ? "put" : "get";
+    const WorkloadResult* a = FindWorkload(ws, wname, k64K);
+    const WorkloadResult* b = FindWorkload(ws, wname, k2M);
+    for (const char* design : {"kvtier", "file-per-block", "file-per-block-fsync"}) {
+      const bool ours = std::string(design) == "kvtier";
+      Target t;
+      t.workload = wname;
+      t.block_bytes = k64K;
+      t.target = std::string(design) + " " + op + " at 64 KiB >= 0.80x its 2 MiB GB/s";
+      t.threshold = 0.8;
+      const Measurement* x = a ? FindResult(*a, design, op) : nullptr;
+      const Measurement* y = b ? FindResult(*b, design, op) : nullptr;
+      if (!a || !b) {
+        t.detail = seq_ran ? "needs both 64K and 2M in --sizes" : no_seq;
+      } else if (!x || !y || !x->gbps || !y->gbps || *y->gbps <= 0) {
+        t.detail = std::string(design) + " not run or failed";
+        if (!ours) continue;
+      } else {
+        t.value = *x->gbps / *y->gbps;
+        char buf[96];
+        std::snprintf(buf, sizeof buf, "%.3f vs %.3f GB/s", *x->gbps, *y->gbps);
+        t.detail = buf;
+      }
+      if (ours) {
+        Judge(&t);
+      } else {
+        t.target += " (issue expects not)";
+        Judge(&t, "holds", "does not hold");
+      }
+      out.push_back(t);
+    }
+  }
+  return out;
+}
+
+void PrintTargets(const std::vector<Target>& ts) {
+  std::printf("== targets (issue 5)\n");
+  std::string last;
+  for (const Target& t : ts) {
+    const std::string where = t.workload + " " + HumanBytes(t.block_bytes);
+    std::printf("   %-17s %-72s %7s  %-13s %s\n", where == last ? "" : where.c_str(), t.target.c_str(),
+                t.value ? (t.target.find("amplification") != std::string::npos
+                               ? Fmt(t.value, "%.3f")
+                               : Fmt(t.value, "%.2fx"))
+                              .c_str()
+                        : "-",
+                t.status == "met" || t.status == "holds" ? t.status.c_str()
+                : t.status == "not measured"             ? "not measured"
+                                                         : (t.status == "missed" ? "MISSED" : t.status.c_str()),
+                t.detail.c_str());
+    last = where;
+  }
+  std::printf("\n");
+  std::fflush(stdout);
+}
+
+nlohmann::json ToJson(const nlohmann::json& machine, const std::vector<WorkloadResult>& ws,
+                      const std::vector<Target>& targets) {
   nlohmann::json out;
   out["machine"] = machine;
   out["workloads"] = nlohmann::json::array();
@@ -140,9 +293,27 @@ nlohmann::json ToJson(const nlohmann::json& machine, const std::vector<WorkloadR
       put("p999_us", m.p999_us);
       put("write_amp", m.write_amp);
       put("cpu_s_per_gb", m.cpu_s_per_gb);
+      put("bytes_read_ram", m.bytes_read_ram);
+      put("bytes_read_disk", m.bytes_read_disk);
       jw["results"].push_back(std::move(r));
     }
+    for (const PolicyResult& p : w.policies)
+      jw["policies"].push_back({{"policy", p.policy},
+                                {"ram_bytes", p.ram_bytes},
+                                {"working_set_bytes", p.working_set_bytes},
+                                {"hit_ratio", p.hit_ratio},
+                                {"bytes_ram", p.bytes_ram},
+                                {"bytes_disk", p.bytes_disk}});
     out["workloads"].push_back(std::move(jw));
+  }
+  out["targets"] = nlohmann::json::array();
+  for (const Target& t : targets) {
+    nlohmann::json j = {{"workload", t.workload}, {"block_bytes", t.block_bytes},
+                        {"target", t.target},     {"threshold", t.threshold},
+                        {"at_most", t.at_most},   {"status", t.status}};
+    if (t.value) j["value"] = *t.value;
+    if (!t.detail.empty()) j["detail"] = t.detail;
+    out["targets"].push_back(std::move(j));
   }
   return out;
 }

@@ -10,6 +10,8 @@
 #include <random>
 
 #include "harness/fio.h"
+#include "harness/policy_replay.h"
+#include "harness/trash.h"
 
 namespace kvbench {
 namespace {
@@ -36,10 +38,34 @@ DesignConfig MakeDesignConfig(const BenchConfig& c) {
   return d;
 }
 
+// Bytes of RAM tier a block takes: whole 64 KiB chunks (docs/ram_tier.md).
+uint64_t RamFootprint(uint64_t block) { return (block + 65535) / 65536 * 65536; }
+
+// kvtier-ram's tier for `n` blocks of `size` in seq: twice their footprint
+// plus two blocks per shard (blocks hash to 16 shards of fixed size, so an
+// exact fit would still evict: 25 blocks of 5 MiB in a 2x tier hit 84%), at
+// most a quarter of the machine's memory.
+uint64_t SeqRamBytes(const BenchConfig& c, uint64_t n, uint64_t size) {
+  if (c.ram_tier_bytes > 0) return c.ram_tier_bytes;
+  const uint64_t mem = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+  const uint64_t want = (2 * n + 32) * RamFootprint(size) + (64ull << 20);
+  return std::min(want, std::max<uint64_t>(256ull << 20, mem / 4)) / (2ull << 20) * (2ull << 20);
+}
+
+// Finished designs' data goes here; set by RunAll.
+Trash* g_trash = nullptr;
+
 void RemoveAll(const std::string& p) {
+  if (g_trash != nullptr) {
+    g_trash->Add(p);
+    return;
+  }
   std::error_code ec;
   fs::remove_all(p, ec);
 }
+
+// Held around every timed section: the background deleter waits.
+Trash::Guard Quiet() { return g_trash->Hold(); }
 
 std::vector<uint64_t> Iota(uint64_t n) {
   std::vector<uint64_t> v(n);
@@ -55,6 +81,8 @@ Measurement Measure(Design* d, const std::string& op, const std::vector<uint64_t
   Measurement m;
   m.design = d->name();
   m.op = op;
+  d->Prepare(size);
+  auto quiet = Quiet();
   const ProcCounters c0 = ProcCounters::Now();
   const auto t0 = SteadyClock::now();
   RunStats rs = op == "put" ? d->Put(ids, size, payloads) : d->Get(ids, size, payloads);
@@ -85,6 +113,25 @@ Status Cool(Design* d, const std::string& path) {
   return d->Open(path);
 }
 
+void AddNote(Measurement* m, const std::string& text) {
+  if (!m->note.empty()) m->note += "; ";
+  m->note += text;
+}
+
+// Reads served by the RAM tier and the disk between two snapshots, as a note
+// and as the result's tier fields.
+void NoteTiers(const TierCounts& a, const TierCounts& b, Measurement* m) {
+  const uint64_t hr = b.hits_ram - a.hits_ram, hd = b.hits_disk - a.hits_disk;
+  m->bytes_read_ram = double(b.bytes_ram - a.bytes_ram);
+  m->bytes_read_disk = double(b.bytes_disk - a.bytes_disk);
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "served from RAM %s (%llu gets), from disk %s (%llu gets): RAM hit ratio %.3f",
+                HumanBytes(b.bytes_ram - a.bytes_ram).c_str(), static_cast<unsigned long long>(hr),
+                HumanBytes(b.bytes_disk - a.bytes_disk).c_str(), static_cast<unsigned long long>(hd),
+                hr + hd ? double(hr) / double(hr + hd) : 0.0);
+  AddNote(m, buf);
+}
+
 uint64_t CapFor(const BenchConfig& c, const std::string& design, uint64_t n) {
   uint64_t cap = 0;
   if (design == "file-per-block") cap = c.fpb_max_files;
@@ -97,29 +144,59 @@ std::string Step(int* step, const std::string& what) {
   return "[" + std::to_string(++*step) + "] " + what;
 }
 
+// The designs that get less data in the quick preset: RocksDB's synced puts
+// are slow, and every file-per-block file costs a TRIM to delete.
+bool SlowDesign(const std::string& design) {
+  return design == "file-per-block" || design == "file-per-block-fsync" || design == "rocksdb-blob";
+}
+
+// Blocks of `size` a design moves in seq: --seq-bytes, or --seq-bytes-capped
+// for the slow designs (their rates settle on less data).
+uint64_t SeqBlocks(const BenchConfig& c, const std::string& design, uint64_t size) {
+  uint64_t bytes = c.seq_bytes;
+  if (c.seq_bytes_capped > 0 && SlowDesign(design)) bytes = std::min(bytes, c.seq_bytes_capped);
+  return std::max<uint64_t>(4, bytes / size);
+}
+
 // 1 and 2: sequential durable puts, then cold random gets of what was put.
+// kvtier-ram also reads everything back before closing (warm-get: served by
+// its RAM tier), then cold like the others (its tier is empty after reopen).
 void RunSequential(const BenchConfig& c, uint64_t size, const Payloads& payloads, int* step,
                    bool quiet, std::vector<WorkloadResult>* out) {
-  const uint64_t n = std::max<uint64_t>(4, c.seq_bytes / size);
-  WorkloadResult put, get;
+  const uint64_t n = SeqBlocks(c, "kvtier", size);
+  WorkloadResult put, get, warm;
   put.name = "seq-put";
   get.name = "cold-get";
-  put.block_bytes = get.block_bytes = size;
+  warm.name = "warm-get";
+  put.block_bytes = get.block_bytes = warm.block_bytes = size;
   put.params = get.params = std::to_string(n) + " blocks (" + HumanBytes(n * size) +
-                            ") per design, queue depth " + std::to_string(c.queue_depth) +
-                            ", kvtier puts in flight: " + HumanBytes(c.put_inflight_bytes);
+                            ") per design (fewer where ops says so), queue depth " +
+                            std::to_string(c.queue_depth) + ", kvtier puts in flight: " +
+                            HumanBytes(c.put_inflight_bytes);
+  warm.params = "kvtier-ram reads back what it just put, before any close: " + std::to_string(n) +
+                " blocks, RAM tier " + HumanBytes(SeqRamBytes(c, n, size)) + ", queue depth " +
+                std::to_string(c.queue_depth);
   if (c.fio.empty()) {
     put.notes.push_back("fio not found on PATH: no device-limit ratios (apt-get install fio)");
     get.notes = put.notes;
   } else {
+    // fio moves at most --fio-bytes per run: its rate settles within a
+    // second, and its start-up is the same either way.
+    const uint64_t fio_bytes =
+        c.fio_bytes == 0 ? n * size : std::min(n * size, std::max(c.fio_bytes / size, uint64_t{4}) * size);
     const std::string file = c.dir + "/fio.dat";
     Measurement w, r;
-    Progress(Step(step, "seq-put " + HumanBytes(size) + " fio write"));
-    Status s = RunFio(c.fio, file, "write", size, n * size, c.queue_depth, &w);
+    Status s;
+    {
+      auto q = Quiet();
+      Progress(Step(step, "seq-put " + HumanBytes(size) + " fio write"));
+      s = RunFio(c.fio, file, "write", size, fio_bytes, c.queue_depth, &w);
+    }
     if (s.ok()) {
       DropPageCache(c.dir + "/fio.dat");
+      auto q = Quiet();
       Progress(Step(step, "cold-get " + HumanBytes(size) + " fio randread"));
-      s = RunFio(c.fio, file, "randread", size, n * size, c.queue_depth, &r);
+      s = RunFio(c.fio, file, "randread", size, fio_bytes, c.queue_depth, &r);
     }
     RemoveAll(file);
     if (s.ok()) {
@@ -129,8 +206,11 @@ void RunSequential(const BenchConfig& c, uint64_t size, const Payloads& payloads
       put.notes.push_back("fio failed: " + s.ToString());
     }
   }
-  const DesignConfig dc = MakeDesignConfig(c);
   for (const std::string& name : c.designs) {
+    const bool ram = name == "kvtier-ram";
+    const uint64_t nd = SeqBlocks(c, name, size);
+    DesignConfig dc = MakeDesignConfig(c);
+    dc.kvtier_ram_bytes = SeqRamBytes(c, nd, size);
     const std::string path = c.dir + "/" + name;
     RemoveAll(path);
     auto d = MakeDesign(name, dc);
@@ -139,11 +219,32 @@ void RunSequential(const BenchConfig& c, uint64_t size, const Payloads& payloads
       put.results.push_back(Failed(name, "put", s));
       continue;
     }
-    std::vector<uint64_t> ids = Iota(n);
+    std::vector<uint64_t> ids = Iota(nd);
     Progress(Step(step, "seq-put " + HumanBytes(size) + " " + name));
     Status close_st;
-    Measurement pm = Measure(d.get(), "put", ids, size, payloads, [&] { close_st = d->Close(); });
-    put.results.push_back(pm);
+    if (!ram) {
+      put.results.push_back(
+          Measure(d.get(), "put", ids, size, payloads, [&] { close_st = d->Close(); }));
+    } else {
+      Measurement pm = Measure(d.get(), "put", ids, size, payloads);
+      std::vector<uint64_t> shuffled = ids;
+      std::shuffle(shuffled.begin(), shuffled.end(), std::mt19937_64(7));
+      TierCounts t0, t1;
+      d->TierCounters(&t0);
+      Progress(Step(step, "warm-get " + HumanBytes(size) + " " + name));
+      Measurement wm = Measure(d.get(), "get", shuffled, size, payloads);
+      d->TierCounters(&t1);
+      NoteTiers(t0, t1, &wm);
+      warm.results.push_back(wm);
+      // The put's write amplification includes the close, as for the others.
+      const ProcCounters c0 = ProcCounters::Now();
+      close_st = d->Close();
+      const ProcCounters c1 = ProcCounters::Now();
+      if (pm.write_amp)
+        *pm.write_amp += double(c1.write_bytes - c0.write_bytes) / double(nd * size);
+      put.results.push_back(pm);
+    }
+    if (nd != n) AddNote(&put.results.back(), "capped at " + HumanBytes(nd * size) + " (--seq-bytes-capped)");
     DropPageCache(path);
     s = close_st.ok() ? d->Open(path) : close_st;
     if (!s.ok()) {
@@ -151,7 +252,11 @@ void RunSequential(const BenchConfig& c, uint64_t size, const Payloads& payloads
     } else {
       std::shuffle(ids.begin(), ids.end(), std::mt19937_64(7));
       Progress(Step(step, "cold-get " + HumanBytes(size) + " " + name));
+      TierCounts t0, t1;
+      d->TierCounters(&t0);
       get.results.push_back(Measure(d.get(), "get", ids, size, payloads));
+      if (nd != n) AddNote(&get.results.back(), "capped at " + HumanBytes(nd * size) + " (--seq-bytes-capped)");
+      if (ram && d->TierCounters(&t1)) NoteTiers(t0, t1, &get.results.back());
       d->Close().IgnoreError();
     }
     d.reset();
@@ -161,9 +266,11 @@ void RunSequential(const BenchConfig& c, uint64_t size, const Payloads& payloads
   if (!quiet) {
     PrintTable(put);
     PrintTable(get);
+    if (!warm.results.empty()) PrintTable(warm);
   }
   out->push_back(std::move(put));
   out->push_back(std::move(get));
+  if (!warm.results.empty()) out->push_back(std::move(warm));
 }
 
 // Time from Open to the first verified block served.
@@ -172,11 +279,17 @@ Measurement TimeToFirstGet(Design* d, const std::string& path, uint64_t size,
   Measurement m;
   m.design = d->name();
   m.op = "reopen";
-  const auto t0 = SteadyClock::now();
-  Status s = d->Open(path);
-  if (!s.ok()) return Failed(d->name(), "reopen", s);
-  RunStats rs = d->Get({stored - 1}, size, payloads);
-  const double us = MicrosSince(t0);
+  double us = 0;
+  RunStats rs;
+  d->Prepare(size);
+  {
+    auto q = Quiet();
+    const auto t0 = SteadyClock::now();
+    Status s = d->Open(path);
+    if (!s.ok()) return Failed(d->name(), "reopen", s);
+    rs = d->Get({stored - 1}, size, payloads);
+    us = MicrosSince(t0);
+  }
   m.ops = 1;
   m.p50_us = m.p99_us = m.p999_us = us;
   m.bad = rs.bad;
@@ -218,6 +331,13 @@ void RunSmall(const BenchConfig& c, uint64_t size, uint64_t count, const Payload
                 "then _exit()s without closing; open (recovery) + first get";
   const DesignConfig dc = MakeDesignConfig(c);
   for (const std::string& name : c.designs) {
+    if (name == "kvtier-ram") {
+      // Its puts, lookups and reopen take kvtier's path (the tier is
+      // write-through, anonymous memory here); its reads are in seq/revisit.
+      wr.notes.push_back("kvtier-ram is not run here: same puts, lookups and reopen as kvtier; "
+                         "see warm-get and revisit");
+      continue;
+    }
     const uint64_t n = CapFor(c, name, count);
     const std::string path = c.dir + "/" + name;
     RemoveAll(path);
@@ -237,6 +357,8 @@ void RunSmall(const BenchConfig& c, uint64_t size, uint64_t count, const Payload
       m.op = "put";
       std::vector<double> lat;
       RunStats all;
+      d->Prepare(size);
+      auto q = Quiet();
       const ProcCounters c0 = ProcCounters::Now();
       const auto t0 = SteadyClock::now();
       const uint64_t slice = std::max<uint64_t>(10000, n / 10);
@@ -307,10 +429,12 @@ void RunSmall(const BenchConfig& c, uint64_t size, uint64_t count, const Payload
       // warm index.
       double cold_keys_per_s = 0;
       {
+        auto q = Quiet();
         const auto tc = SteadyClock::now();
         for (const auto& k : keys) d->LookupPrefix(k).status().IgnoreError();
         cold_keys_per_s = batches * b / SecondsSince(tc);
       }
+      auto q = Quiet();
       std::vector<double> lat;
       lat.reserve(batches);
       uint64_t found = 0;
@@ -402,20 +526,44 @@ void RunSmall(const BenchConfig& c, uint64_t size, uint64_t count, const Payload
 }
 
 // 4: documents put once (first visit), then revisited round-robin: each
-// revisit looks up the document's prefix and loads it.
+// revisit looks up the document's prefix and loads it. kvtier-ram's tier is
+// smaller than the working set (--revisit-ram-fraction of it), and it keeps
+// what the first visits wrote through (no close between visits); the other
+// designs are closed and reopened with a cold page cache first.
 void RunRevisit(const BenchConfig& c, const Payloads& payloads, int* step, bool quiet,
                 std::vector<WorkloadResult>* out) {
   const uint64_t block = uint64_t{c.block_tokens} * c.bytes_per_token;
   const uint64_t per_doc = c.revisit_doc_tokens / c.block_tokens;  // full blocks only
+  const uint64_t working_set = uint64_t{c.revisit_docs} * per_doc * block;
+  // Whole chunks, and whole 2 MiB so the tier's mapping is not rounded;
+  // at least one shard.
+  auto tier_for = [&](double fraction) {
+    return std::max<uint64_t>(
+        16ull << 20,
+        static_cast<uint64_t>(fraction * double(c.revisit_docs * per_doc * RamFootprint(block))) /
+            (2ull << 20) * (2ull << 20));
+  };
+  const uint64_t ram_bytes = tier_for(c.revisit_ram_fraction);
   WorkloadResult w;
   w.name = "revisit";
   w.block_bytes = block;
   w.params = std::to_string(c.revisit_docs) + " documents x " + std::to_string(c.revisit_doc_tokens) +
              " tokens (" + std::to_string(per_doc) + " blocks of " + std::to_string(c.block_tokens) +
-             " tokens, Qwen3-0.6B bf16), " + std::to_string(c.revisit_rounds) +
-             " rounds; put = first visit, get = one revisit (lookup + load of the prefix)";
-  const DesignConfig dc = MakeDesignConfig(c);
+             " tokens, Qwen3-0.6B bf16; working set " + HumanBytes(working_set) + "), " +
+             std::to_string(c.revisit_rounds) +
+             " rounds; put = first visit, get = one revisit (lookup + load of the prefix); "
+             "kvtier-ram's RAM tier " + HumanBytes(ram_bytes);
+  std::vector<std::vector<uint64_t>> docs(c.revisit_docs);
+  std::vector<uint64_t> all;
+  for (uint32_t i = 0; i < c.revisit_docs; ++i)
+    for (uint64_t j = 0; j < per_doc; ++j) {
+      docs[i].push_back(1'000'000ull * (i + 1) + j);
+      all.push_back(docs[i].back());
+    }
   for (const std::string& name : c.designs) {
+    const bool ram = name == "kvtier-ram";
+    DesignConfig dc = MakeDesignConfig(c);
+    dc.kvtier_ram_bytes = ram_bytes;
     const std::string path = c.dir + "/" + name;
     RemoveAll(path);
     auto d = MakeDesign(name, dc);
@@ -424,27 +572,40 @@ void RunRevisit(const BenchConfig& c, const Payloads& payloads, int* step, bool 
       w.results.push_back(Failed(name, "put", s));
       continue;
     }
-    std::vector<std::vector<uint64_t>> docs(c.revisit_docs);
-    std::vector<uint64_t> all;
-    for (uint32_t i = 0; i < c.revisit_docs; ++i)
-      for (uint64_t j = 0; j < per_doc; ++j) {
-        docs[i].push_back(1'000'000ull * (i + 1) + j);
-        all.push_back(docs[i].back());
-      }
+    // The slow designs may rotate fewer documents (--revisit-docs-capped).
+    const size_t ndocs = c.revisit_docs_capped > 0 && SlowDesign(name)
+                             ? std::min<size_t>(docs.size(), c.revisit_docs_capped)
+                             : docs.size();
+    const std::vector<std::vector<uint64_t>> my_docs(docs.begin(), docs.begin() + ndocs);
+    const std::vector<uint64_t> my_all(all.begin(), all.begin() + ndocs * per_doc);
     Progress(Step(step, "revisit " + name + " first visits"));
-    w.results.push_back(Measure(d.get(), "put", all, block, payloads));
-    if (!Cool(d.get(), path).ok()) continue;
+    w.results.push_back(Measure(d.get(), "put", my_all, block, payloads));
+    if (ndocs < docs.size())
+      AddNote(&w.results.back(), std::to_string(ndocs) + " of " + std::to_string(docs.size()) +
+                                     " documents (--revisit-docs-capped)");
+    if (!ram) {
+      s = Cool(d.get(), path);
+      if (!s.ok()) {
+        w.results.push_back(Failed(name, "get", s));
+        continue;
+      }
+    }
     Measurement m;
     m.design = name;
     m.op = "get";
     std::vector<double> lat;
     uint64_t bytes = 0, revisits = 0, bad = 0;
     bool lookup_supported = true;
+    std::string first_error;
+    TierCounts t0, t1;
+    const bool tiers = d->TierCounters(&t0);
+    d->Prepare(block);
+    auto q = Quiet();
     const ProcCounters c0 = ProcCounters::Now();
-    const auto t0 = SteadyClock::now();
+    const auto start = SteadyClock::now();
     for (uint32_t r = 1; r < c.revisit_rounds; ++r) {
       Progress(Step(step, "revisit " + name + " round " + std::to_string(r + 1)));
-      for (const auto& doc : docs) {
+      for (const auto& doc : my_docs) {
         const auto tr = SteadyClock::now();
         std::vector<std::string> keys;
         for (uint64_t id : doc) keys.push_back(MakeKey(1, id));
@@ -459,31 +620,56 @@ void RunRevisit(const BenchConfig& c, const Payloads& payloads, int* step, bool 
         RunStats rs = d->Get(load, block, payloads);
         lat.push_back(MicrosSince(tr));
         bad += rs.bad + (doc.size() - hit);
+        if (first_error.empty()) first_error = rs.first_error;
         bytes += hit * block;
         ++revisits;
       }
     }
-    const double secs = SecondsSince(t0);
+    const double secs = SecondsSince(start);
     const ProcCounters c1 = ProcCounters::Now();
     FillRates(revisits, bytes, secs, c0, c1, false, &m);
     FillPercentiles(&lat, &m);
     m.ops = revisits;
     m.bad = bad;
-    uint64_t ram = 0, disk = 0;
-    d->TierBytes(&ram, &disk);
     m.note = "ops = revisits, latency per revisit; served " + HumanBytes(bytes);
-    if (name == "kvtier")
-      m.note += " (RAM tier " + HumanBytes(ram) + ", disk " + HumanBytes(disk) + ")";
-    else
+    if (tiers && d->TierCounters(&t1)) {
+      NoteTiers(t0, t1, &m);
+    } else {
       m.note += " (all from disk: O_DIRECT / direct reads)";
+    }
     if (!lookup_supported) m.note += "; no lookup call, gets until a miss";
+    if (!first_error.empty()) m.note += "; first error: " + first_error;
     w.results.push_back(m);
     d->Close().IgnoreError();
     d.reset();
     if (!c.keep) RemoveAll(path);
   }
-  if (Has(c.designs, "kvtier"))
-    w.notes.push_back("kvtier has no RAM tier yet, so every revisit is served from disk");
+  if (Has(c.designs, "kvtier-ram") && c.revisit_rounds > 1) {
+    // The same trace on the RAM tier alone, once per eviction policy: the
+    // store cannot be told which policy to use (it runs S3-FIFO).
+    std::vector<uint64_t> sizes = {ram_bytes};
+    for (double f : c.policy_fractions)
+      if (std::find(sizes.begin(), sizes.end(), tier_for(f)) == sizes.end()) sizes.push_back(tier_for(f));
+    std::sort(sizes.begin(), sizes.end());
+    for (uint64_t size : sizes) {
+      Progress(Step(step, "revisit RAM-tier policy replay (S3-FIFO, LRU), tier " + HumanBytes(size)));
+      auto rr = ReplayRevisitPolicies(docs, block, c.revisit_rounds, size);
+      if (!rr.ok()) {
+        w.notes.push_back("policy replay failed: " + rr.status().ToString());
+        continue;
+      }
+      for (const ReplayResult& r : *rr) {
+        PolicyResult p;
+        p.policy = r.policy;
+        p.ram_bytes = r.ram_bytes;
+        p.working_set_bytes = working_set;
+        p.hit_ratio = r.hit_ratio();
+        p.bytes_ram = r.bytes_ram;
+        p.bytes_disk = r.bytes_disk;
+        w.policies.push_back(p);
+      }
+    }
+  }
   ProgressDone();
   if (!quiet) PrintTable(w);
   out->push_back(std::move(w));
@@ -502,8 +688,9 @@ uint64_t PeakDiskBytes(const BenchConfig& c) {
   if (Has(c.workloads, "revisit"))
     peak = std::max(peak, uint64_t{c.revisit_docs} * (c.revisit_doc_tokens / c.block_tokens) *
                               (uint64_t{c.block_tokens} * c.bytes_per_token + 4096));
-  // RocksDB keeps the WAL and the blob files until the WAL is recycled.
-  return peak * 2;
+  // RocksDB keeps the WAL and the blob files until the WAL is recycled (2x),
+  // and up to Trash::kMaxPending finished data sets wait for deletion.
+  return peak * (2 + Trash::kMaxPending);
 }
 
 void ScaleDown(BenchConfig* c, double f) {
@@ -515,6 +702,11 @@ void ScaleDown(BenchConfig* c, double f) {
 }
 
 void RunAll(const BenchConfig& c, bool quiet, std::vector<WorkloadResult>* out) {
+  Trash trash(c.dir);
+  g_trash = &trash;
+  struct Reset {
+    ~Reset() { g_trash = nullptr; }
+  } reset;
   const uint64_t max_block = std::max<uint64_t>(
       {c.sizes.empty() ? 0 : *std::max_element(c.sizes.begin(), c.sizes.end()), 65536,
        uint64_t{c.block_tokens} * c.bytes_per_token});
@@ -528,6 +720,9 @@ void RunAll(const BenchConfig& c, bool quiet, std::vector<WorkloadResult>* out) 
   }
   if (Has(c.workloads, "revisit") && c.revisit_docs > 0 && c.revisit_rounds > 0)
     RunRevisit(c, payloads, &step, quiet, out);
+  Progress(Step(&step, "deleting what is left of the designs' data"));
+  trash.Drain();
+  ProgressDone();
 }
 
 void ChildFill(const std::string& design, const std::string& dir, uint64_t count, uint64_t block,

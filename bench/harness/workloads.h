@@ -22,6 +22,10 @@ struct BenchConfig {
   std::vector<std::string> workloads;  // "seq", "small", "revisit"
   std::vector<uint64_t> sizes;         // block sizes of the sequential/cold workloads
   uint64_t seq_bytes = 0;              // payload per design and block size
+  // Less for file-per-block(-fsync) and rocksdb-blob (0: no cap): they are
+  // slow to fill (RocksDB) or to delete (a file per block).
+  uint64_t seq_bytes_capped = 0;
+  uint64_t fio_bytes = 0;              // most fio moves per run (0: as the designs)
   uint32_t queue_depth = 16;
   uint64_t put_inflight_bytes = 64ull << 20;
   // Many small blocks (+ prefix lookups and reopen on the 4 KiB store).
@@ -33,8 +37,20 @@ struct BenchConfig {
   uint32_t lookup_batch = 32;
   // Revisit trace.
   uint32_t revisit_docs = 0, revisit_rounds = 0, revisit_doc_tokens = 2750;
+  // Documents for file-per-block(-fsync) and rocksdb-blob (0: all): without
+  // a RAM tier every revisit loads its whole prefix from disk, so their
+  // per-revisit figures do not depend on how many documents rotate.
+  uint32_t revisit_docs_capped = 0;
   uint32_t block_tokens = 16;
   uint64_t bytes_per_token = 114688;  // Qwen3-0.6B, bf16
+  // kvtier-ram: its tier in seq (0: twice the data set, so every warm get
+  // can hit, at most a quarter of the machine's memory) and in revisit (this
+  // fraction of the working set: larger than the tier, smaller than the disk).
+  uint64_t ram_tier_bytes = 0;
+  double revisit_ram_fraction = 0.75;
+  // More tier sizes (fractions of the working set) for the RAM-tier policy
+  // replay of the revisit trace; the run's own fraction is always replayed.
+  std::vector<double> policy_fractions;
   bool keep = false;                  // keep design folders after the run
   std::vector<std::string> kvtier_overrides;  // experiments: kvtier Options
 };
@@ -45,7 +61,9 @@ uint64_t PeakDiskBytes(const BenchConfig& c);
 void ScaleDown(BenchConfig* c, double f);
 
 // Runs everything; appends one WorkloadResult per (workload, block size).
-// Tables are printed as results arrive unless `quiet`.
+// Tables are printed as results arrive unless `quiet`. Data of finished
+// designs is deleted by a background thread between measurements (see
+// Trash), and all of it is gone when RunAll returns.
 void RunAll(const BenchConfig& c, bool quiet, std::vector<WorkloadResult>* out);
 
 // The kill-reopen child: opens `design` in `dir`, puts `count` blocks of
