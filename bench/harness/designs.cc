@@ -134,34 +134,43 @@ class KvtierDesign final : public Design {
     return s;
   }
 
-  void Prepare(size_t block_bytes) override { bufs_.Ensure(std::max<uint32_t>(1, cfg_.queue_depth), block_bytes); }
+  // One buffer per put in flight: puts hand their buffer to kvtier
+  // (PutAsyncBorrowed), as an engine hands over its staging buffers.
+  size_t Window(size_t block_bytes) const {
+    return std::max<size_t>(cfg_.queue_depth, std::max<uint64_t>(1, cfg_.put_inflight_bytes / block_bytes));
+  }
+  void Prepare(size_t block_bytes) override { bufs_.Ensure(Window(block_bytes), block_bytes); }
 
   RunStats Put(const std::vector<uint64_t>& ids, size_t size, const Payloads& payloads) override {
     RunStats rs;
     rs.lat_us.assign(ids.size(), 0);
-    const size_t window =
-        std::max<size_t>(cfg_.queue_depth, std::max<uint64_t>(1, cfg_.put_inflight_bytes / size));
+    const size_t window = Window(size);
     ErrorSink errs;
     std::mutex mu;
     std::condition_variable cv;
+    std::vector<size_t> free_slots;
+    for (size_t s = window; s-- > 0;) free_slots.push_back(s);
     size_t inflight = 0;
     Prepare(size);
-    // PutAsync copies the payload before it returns, so one buffer serves.
-    uint8_t* const scratch = bufs_[0];
     for (size_t i = 0; i < ids.size(); ++i) {
+      size_t slot;
       {
         std::unique_lock<std::mutex> l(mu);
-        cv.wait(l, [&] { return inflight < window; });
+        cv.wait(l, [&] { return !free_slots.empty(); });
+        slot = free_slots.back();
+        free_slots.pop_back();
         ++inflight;
       }
-      payloads.Fill(ids[i], size, scratch);
+      uint8_t* const buf = bufs_[slot];
+      payloads.Fill(ids[i], size, buf);
       const std::string key = MakeKey(cfg_.key_seed, ids[i]);
-      kvtier::Fragment f{scratch, size};
+      kvtier::Fragment f{buf, size};
       const auto t0 = SteadyClock::now();
-      store_->PutAsync(ns_, key, std::span<const kvtier::Fragment>(&f, 1), [&, i, t0](Status st) {
+      store_->PutAsyncBorrowed(ns_, key, std::span<const kvtier::Fragment>(&f, 1), [&, i, t0, slot](Status st) {
         rs.lat_us[i] = MicrosSince(t0);
         if (!st.ok()) errs.Fail("put: " + st.ToString());
         std::lock_guard<std::mutex> l(mu);
+        free_slots.push_back(slot);
         --inflight;
         cv.notify_one();
       });

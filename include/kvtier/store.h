@@ -30,10 +30,15 @@
 //   long and must not call Close().
 //
 // Buffers
-// - Put copies the payload before returning (blocking forms) or before
-//   PutAsync returns (async forms): the caller may reuse its buffer at once.
+// - PutAsync copies the payload before it returns: the caller may reuse its
+//   buffer at once. Blocking Put/PutBatch and PutAsyncBorrowed read the
+//   caller's buffer until the put completes, writing page-aligned payloads
+//   straight to the device (no copy).
 // - Get writes into caller buffers: for GetAsync they must stay valid until
 //   the callback has run. After a deadline miss kvtier never touches them.
+//   Reads without a deadline land straight in page-aligned buffers (no
+//   copy) and are verified there, so after any other miss or error the
+//   buffers' contents are unspecified.
 #ifndef KVTIER_STORE_H_
 #define KVTIER_STORE_H_
 
@@ -138,6 +143,9 @@ struct Stats {
   uint64_t lookups = 0, contains = 0, removes = 0;
   // Device.
   uint64_t device_bytes_written = 0, device_bytes_read = 0;
+  // Payload bytes written to the device from where they already were (the
+  // caller's or the RAM tier's pages), and read straight into callers' pages.
+  uint64_t zero_copy_put_bytes = 0, direct_read_bytes = 0;
   uint64_t syncs = 0, group_commits = 0;
   double write_amplification = 0;                // device bytes written / payload bytes put
   // Capacity.
@@ -231,6 +239,14 @@ class Store {
   // at once (inline) with NotAdmitted: this never blocks.
   virtual void PutAsync(NamespaceId ns, std::string_view key, std::span<const Fragment> payload,
                         PutCallback done) = 0;
+  // Like PutAsync, but the payload is not copied first: kvtier writes it to
+  // the device from the caller's memory (zero-copy) when every fragment
+  // starts on a 4 KiB boundary and all but the last are whole pages, and
+  // copies it otherwise. The fragments must stay valid and unchanged until
+  // `done` has run. Puts in flight this way count against
+  // Options::write_queue_bytes like copied ones.
+  virtual void PutAsyncBorrowed(NamespaceId ns, std::string_view key, std::span<const Fragment> payload,
+                                PutCallback done) = 0;
 
   // --- Reads ---------------------------------------------------------------------
   // Returns the payload size written into `out`.

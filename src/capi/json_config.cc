@@ -158,6 +158,8 @@ std::string StatsToJson(const Stats& s) {
       {"removes", s.removes},
       {"device_bytes_written", s.device_bytes_written},
       {"device_bytes_read", s.device_bytes_read},
+      {"zero_copy_put_bytes", s.zero_copy_put_bytes},
+      {"direct_read_bytes", s.direct_read_bytes},
       {"syncs", s.syncs},
       {"group_commits", s.group_commits},
       {"write_amplification", s.write_amplification},

@@ -149,6 +149,11 @@ Result<Superblock> DecodeSuperblock(std::span<const uint8_t> in) {
                                 std::to_string(kFormatVersion) + ")");
   }
   if (sb.format_version == 0) return Status::Corruption("superblock format version 0");
+  if (sb.format_version < kMinFormatVersion) {
+    return Status::NotSupported("format version " + std::to_string(sb.format_version) +
+                                " was written by an older kvtier (payload layout changed); this build reads " +
+                                std::to_string(kMinFormatVersion) + ".." + std::to_string(kFormatVersion));
+  }
   if (GetFixed64(p + kSbReserved) != 0) {
     return Status::Corruption("superblock reserved field is not zero");
   }
@@ -289,6 +294,10 @@ Result<RecordHeader> DecodeRecordHeader(std::span<const uint8_t> in, uint64_t ma
                                 std::to_string(kFormatVersion) + ")");
   }
   if (version == 0) return Status::Corruption("record format version 0");
+  if (version < kMinFormatVersion) {
+    return Status::NotSupported("record format version " + std::to_string(version) +
+                                " is older than this build reads (" + std::to_string(kMinFormatVersion) + ")");
+  }
   if (GetFixed16(p + kRhReserved16) != 0 || GetFixed32(p + kRhReserved32) != 0) {
     return Status::Corruption("record header reserved field is not zero");
   }

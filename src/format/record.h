@@ -17,7 +17,10 @@
 
 namespace kvtier::format {
 
-inline constexpr uint32_t kFormatVersion = 1;
+// 2: a payload starts on its own page when that costs no space (PayloadOffset).
+inline constexpr uint32_t kFormatVersion = 2;
+// Oldest format this build reads (1 placed every payload right after its key).
+inline constexpr uint32_t kMinFormatVersion = 2;
 inline constexpr size_t kPage = 4096;           // alignment of every record and write
 inline constexpr size_t kMaxKeyBytes = 255;
 inline constexpr uint64_t kMinSegmentBytes = 1ull << 20;
@@ -60,6 +63,13 @@ void EncodeSegmentHeader(const SegmentHeader& h, std::span<uint8_t, kSegmentHead
 Result<SegmentHeader> DecodeSegmentHeader(std::span<const uint8_t> in);
 
 // ---- Record: header, key, payload, zero padding to a 4 KiB multiple ----
+// Two layouts, chosen by (key_len, payload_len) alone so that every reader
+// knows where the payload is before reading it:
+//   aligned  header + key, zeros to 4096, payload, zeros to a page boundary
+//   packed   header + key, payload right after the key, zeros to a page
+// Aligned is used whenever it takes no more pages than packed (every payload
+// that is a multiple of 4 KiB, and most others); then writes can come
+// straight from page-aligned caller memory and reads can land in it.
 inline constexpr uint32_t kRecordMagic = 0x5254564Bu;  // "KVTR"
 inline constexpr size_t kRecordHeaderBytes = 72;
 
@@ -75,12 +85,19 @@ struct RecordHeader {
   uint64_t written_unix_ms = 0;
 };
 
-// Bytes a record occupies on disk (header + key + payload, page aligned).
+// Bytes a record occupies on disk (header + key + payload, page aligned);
+// the same for both layouts.
 inline uint64_t RecordBytes(size_t key_len, uint64_t payload_len) {
   return AlignUp(kRecordHeaderBytes + key_len + payload_len);
 }
+// True when the payload starts at kPage (the aligned layout).
+inline bool PayloadAligned(size_t key_len, uint64_t payload_len) {
+  return kPage + AlignUp(payload_len) <= RecordBytes(key_len, payload_len);
+}
 // Offset of the payload from the start of the record.
-inline uint64_t PayloadOffset(size_t key_len) { return kRecordHeaderBytes + key_len; }
+inline uint64_t PayloadOffset(size_t key_len, uint64_t payload_len) {
+  return PayloadAligned(key_len, payload_len) ? kPage : kRecordHeaderBytes + key_len;
+}
 
 // Writes header + key at dst (dst must hold PayloadOffset(key.size()) bytes).
 // The header checksum covers the header fields and the key.

@@ -56,7 +56,7 @@ Status SegmentScanner::Scan(uint64_t start, bool verify_payload, bool resync,
       key = std::string_view(reinterpret_cast<const char*>(rec) + format::kRecordHeaderBytes,
                              h->key_len);
       if (verify_payload) {
-        const uint8_t* payload = rec + format::PayloadOffset(h->key_len);
+        const uint8_t* payload = rec + format::PayloadOffset(h->key_len, h->payload_len);
         valid = format::Checksum(payload, h->payload_len) == h->payload_checksum;
       }
     }
@@ -93,7 +93,7 @@ Status SegmentScanner::Scan(uint64_t start, bool verify_payload, bool resync,
     sr.record_bytes = rec_bytes;
     sr.header = *h;
     sr.key = key;
-    if (verify_payload) sr.payload = {rec + format::PayloadOffset(h->key_len), h->payload_len};
+    if (verify_payload) sr.payload = {rec + format::PayloadOffset(h->key_len, h->payload_len), h->payload_len};
     ++r->records;
     off += rec_bytes;
     r->end = off;

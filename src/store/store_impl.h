@@ -63,6 +63,8 @@ class StoreImpl final : public Store {
   std::vector<Status> PutBatch(NamespaceId ns, std::span<const PutItem> items) override;
   void PutAsync(NamespaceId ns, std::string_view key, std::span<const Fragment> payload,
                 PutCallback done) override;
+  void PutAsyncBorrowed(NamespaceId ns, std::string_view key, std::span<const Fragment> payload,
+                        PutCallback done) override;
 
   Result<size_t> Get(NamespaceId ns, std::string_view key,
                      std::span<const MutableFragment> out) override;
@@ -112,7 +114,14 @@ class StoreImpl final : public Store {
     NamespaceId ns = 0;
     std::string key;
     uint64_t alloc_id = 0;
-    WriteRing::Allocation alloc;
+    WriteRing::Allocation alloc;  // the whole record, or its header (+ tail) pages
+    uint64_t rec_bytes = 0;       // on-disk size of the record
+    // The record in disk order: ring memory, or header page + the payload's
+    // whole pages where they already are (caller or RAM-tier memory) + tail
+    // page. Empty means the whole record is in `alloc`.
+    std::vector<iovec> pieces;
+    uint64_t borrowed = 0;  // payload bytes written from outside the ring
+    RamTier::Pin hold;      // RAM-tier chunks being written from
     uint64_t payload_len = 0, checksum = 0, written_ms = 0;
     uint64_t arg = 0;  // kDrop: the entry's sequence; kEvictTo: target bytes
     uint64_t ram_token = 0;  // kRecord: the RAM-tier copy to undo if the put fails
@@ -127,8 +136,10 @@ class StoreImpl final : public Store {
   Status Validate(NamespaceId ns, std::string_view key, uint64_t payload_len);
   // With `reserved`, the payload was written into that RAM-tier reservation
   // (payload must describe its pieces), which is committed instead of copied.
+  // `borrow`: the caller keeps the payload valid until `done` runs, so it
+  // may be written from where it is.
   void SubmitPut(NamespaceId ns, std::string_view key, std::span<const Fragment> payload,
-                 bool blocking, PutCallback done, RamTier::Pin* reserved = nullptr);
+                 bool blocking, bool borrow, PutCallback done, RamTier::Pin* reserved = nullptr);
   Status OpenRamTier();
   // Queues a non-record op and waits for its status.
   Status RunOnWriter(WriteOp op);
@@ -144,6 +155,7 @@ class StoreImpl final : public Store {
   void WriterLoop();
   void WriteGroup(std::vector<WriteOp>& group);
   void HandOff(CommitJob job);
+  static constexpr size_t kMaxPassesAhead = 8;
   // Waits until every handed-off pass is committed and acknowledged. Writer
   // ops that touch the index or checkpoint call it first.
   void DrainSyncer();
@@ -178,8 +190,24 @@ class StoreImpl final : public Store {
   void ExecuteReads(IoQueue* queue, std::vector<std::shared_ptr<ReadOp>>& ops,
                     std::vector<AlignedBuffer>& bufs);
   void Complete(const std::shared_ptr<ReadOp>& op, Result<size_t> r);
-  // Verifies a record read for `op` and completes it (from IoRequest::on_done).
-  void FinishRead(const std::shared_ptr<ReadOp>& op, const format::IndexValue& v, const IoRequest& rq);
+  // One get's I/O: the whole record into `bounce`, or (direct) the header
+  // page and tail page into `bounce` and the payload's whole pages straight
+  // into the caller's fragments.
+  struct ReadIo {
+    StoreImpl* self;
+    std::shared_ptr<ReadOp> op;
+    format::IndexValue v;
+    uint8_t* bounce;
+    bool direct;
+    int left;  // requests still in flight
+    Status status;  // the first failure
+    uint64_t device_bytes;
+  };
+  // Verifies a record read for an op and completes it (from
+  // IoRequest::on_done, when the last of its requests is done).
+  void FinishRead(ReadIo& io);
+  void AdmitToRam(NamespaceId ns, const std::string& key, std::span<const Fragment> payload,
+                  const format::IndexValue& v);
   void TimerLoop();
   void RequestDrop(NamespaceId ns, std::string_view key, uint64_t sequence);
   void NoteHit(uint32_t seg, uint64_t offset);
@@ -225,6 +253,7 @@ class StoreImpl final : public Store {
   };
   std::deque<Slot> slots_;  // ring allocations in allocation order
   uint64_t next_alloc_id_ = 1;
+  uint64_t borrowed_inflight_ = 0;  // payload bytes queued for writing from outside the ring
   bool closing_ = false, writer_stop_ = false;
   bool closed_ = false;
 

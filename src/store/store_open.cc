@@ -500,6 +500,8 @@ Stats StoreImpl::GetStats() {
   s.removes = c_.removes.Get();
   s.device_bytes_written = c_.device_bytes_written.Get();
   s.device_bytes_read = c_.device_bytes_read.Get();
+  s.zero_copy_put_bytes = c_.zero_copy_put_bytes.Get();
+  s.direct_read_bytes = c_.direct_read_bytes.Get();
   s.syncs = c_.syncs.Get();
   s.group_commits = c_.group_commits.Get();
   s.write_amplification =

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <future>
 
+#include <xxhash.h>
+
 #include "index/presence_map.h"
 #include "store/store_impl.h"
 
@@ -144,18 +146,51 @@ void StoreImpl::ReaderLoop(unsigned index) {
   }
 }
 
+namespace {
+constexpr uint64_t kPage = format::kPage;
+
+bool PageAligned(const void* p) { return (reinterpret_cast<uintptr_t>(p) & (kPage - 1)) == 0; }
+
+// Whether the whole pages of a payload, [0, whole), can be read straight
+// into `out`: each fragment they touch starts on a page boundary and all but
+// the last of them are whole pages.
+bool DirectTarget(std::span<const MutableFragment> out, uint64_t whole) {
+  uint64_t done = 0;
+  for (const MutableFragment& f : out) {
+    if (done == whole) break;
+    if (f.size == 0) continue;
+    if (!PageAligned(f.data)) return false;
+    if (done + f.size < whole && f.size % kPage != 0) return false;
+    done += std::min<uint64_t>(f.size, whole - done);
+  }
+  return done == whole;
+}
+
+// Copies n bytes from src into `out` starting at payload position `at`.
+void ScatterAt(std::span<const MutableFragment> out, uint64_t at, const uint8_t* src, uint64_t n) {
+  for (const MutableFragment& f : out) {
+    if (n == 0) break;
+    if (at >= f.size) {
+      at -= f.size;
+      continue;
+    }
+    const uint64_t k = std::min<uint64_t>(n, f.size - at);
+    std::memcpy(static_cast<uint8_t*>(f.data) + at, src, k);
+    src += k;
+    n -= k;
+    at = 0;
+  }
+}
+}  // namespace
+
 void StoreImpl::ExecuteReads(IoQueue* queue, std::vector<std::shared_ptr<ReadOp>>& ops,
                              std::vector<AlignedBuffer>& bufs) {
   // Each read completes on its own (IoRequest::on_done) as soon as its I/O
   // does, not when the whole batch has.
-  struct Pending {
-    StoreImpl* self;
-    std::shared_ptr<ReadOp> op;
-    format::IndexValue v;
-  };
-  std::vector<Pending> pending;
-  pending.reserve(ops.size());
+  std::vector<ReadIo> pending;
+  pending.reserve(ops.size());  // requests point into it
   std::vector<IoRequest> reqs;
+  std::vector<size_t> owner;  // reqs[i] belongs to pending[owner[i]]
   const auto now = Clock::now();
   for (auto& op : ops) {
     if (op->state.load() != 0) continue;  // expired while queued
@@ -191,57 +226,109 @@ void StoreImpl::ExecuteReads(IoQueue* queue, std::vector<std::shared_ptr<ReadOp>
       Complete(op, Status::NotFound("block was evicted"));
       continue;
     }
+    // Straight into the caller's pages when the layout allows and nothing
+    // can complete the op early: a deadline miss promises `out` is never
+    // touched afterwards, which an in-flight read could not keep.
+    const uint64_t whole = v.payload_len / kPage * kPage;
+    const bool direct = op->deadline == kNoDeadline && whole > 0 &&
+                        format::PayloadAligned(v.key_len, v.payload_len) && DirectTarget(op->out, whole);
     size_t b = pending.size();
     if (bufs.size() <= b) bufs.emplace_back();
-    uint64_t bytes = v.RecordBytes();
-    if (bufs[b].size() < bytes && !bufs[b].Reset(bytes)) {
+    const uint64_t bounce = direct ? 2 * kPage : v.RecordBytes();
+    if (bufs[b].size() < bounce && !bufs[b].Reset(bounce)) {
       table_->Unpin(v.segment);
       Complete(op, Status::NoSpace("out of memory for a read buffer"));
       continue;
     }
-    pending.push_back(Pending{this, op, v});
-    IoRequest rq;
-    rq.op = IoRequest::Op::kRead;
-    rq.file = file;
-    rq.offset = v.offset;
-    rq.buf = bufs[b].data();
-    rq.len = bytes;
-    reqs.push_back(rq);
+    pending.push_back(ReadIo{this, op, v, bufs[b].data(), direct, 0, Status::OK(), 0});
+    ReadIo& io = pending.back();
+    auto add = [&](uint64_t offset, void* buf, uint64_t len) {
+      IoRequest rq;
+      rq.op = IoRequest::Op::kRead;
+      rq.file = file;
+      rq.offset = offset;
+      rq.buf = buf;
+      rq.len = len;
+      reqs.push_back(rq);
+      owner.push_back(b);
+      ++io.left;
+    };
+    if (!direct) {
+      add(v.offset, io.bounce, v.RecordBytes());
+      continue;
+    }
+    add(v.offset, io.bounce, kPage);  // header and key
+    uint64_t done = 0;
+    for (const MutableFragment& f : op->out) {
+      if (done == whole) break;
+      const uint64_t n = std::min<uint64_t>(f.size, whole - done);
+      if (n == 0) continue;
+      add(v.offset + kPage + done, f.data, n);
+      done += n;
+    }
+    if (v.payload_len > whole) add(v.offset + kPage + whole, io.bounce + kPage, kPage);  // tail
   }
   for (size_t i = 0; i < reqs.size(); ++i) {
-    reqs[i].user = &pending[i];
+    reqs[i].user = &pending[owner[i]];
     reqs[i].on_done = [](IoRequest& rq) {
-      auto* p = static_cast<Pending*>(rq.user);
-      p->self->FinishRead(p->op, p->v, rq);
+      auto* io = static_cast<ReadIo*>(rq.user);
+      if (rq.status.ok()) {
+        io->device_bytes += rq.len;
+      } else if (io->status.ok()) {
+        io->status = rq.status;
+      }
+      if (--io->left == 0) io->self->FinishRead(*io);
     };
   }
   if (!reqs.empty()) queue->Submit(reqs).IgnoreError();  // each finished in on_done
 }
 
-void StoreImpl::FinishRead(const std::shared_ptr<ReadOp>& op, const format::IndexValue& v,
-                           const IoRequest& rq) {
+void StoreImpl::FinishRead(ReadIo& io) {
+  const std::shared_ptr<ReadOp>& op = io.op;
+  const format::IndexValue& v = io.v;
   table_->Unpin(v.segment);
-  if (!rq.status.ok()) {
+  if (!io.status.ok()) {
     c_.misses.Add();
-    if (rq.status.code() == Code::kCorruption) {  // short read: truncated segment
+    if (io.status.code() == Code::kCorruption) {  // short read: truncated segment
       c_.checksum_failures.Add();
       RequestDrop(op->ns, op->key, v.sequence);
-      Complete(op, Status::NotFound("record unreadable: " + rq.status.message()));
+      Complete(op, Status::NotFound("record unreadable: " + io.status.message()));
     } else {
-      Complete(op, rq.status);
+      Complete(op, io.status);
     }
     return;
   }
-  c_.device_bytes_read.Add(rq.len);
+  c_.device_bytes_read.Add(io.device_bytes);
   // Verify everything the record says against what the index expects.
-  const uint8_t* rec = static_cast<const uint8_t*>(rq.buf);
+  const uint8_t* rec = io.bounce;
+  const uint64_t have = io.direct ? kPage : v.RecordBytes();
   std::string_view key;
-  auto h = format::DecodeRecordHeader({rec, rq.len}, opt_.max_payload_bytes, &key);
-  const uint8_t* payload = rec + format::kRecordHeaderBytes + (h.ok() ? h->key_len : 0);
-  bool good = h.ok() && key == op->key && h->ns_id == op->ns &&
-              h->segment_id == v.segment && h->generation == v.generation &&
-              h->payload_len == v.payload_len && h->payload_checksum == v.payload_checksum &&
-              format::Checksum(payload, h->payload_len) == h->payload_checksum;
+  auto h = format::DecodeRecordHeader({rec, have}, opt_.max_payload_bytes, &key);
+  bool good = h.ok() && key == op->key && h->ns_id == op->ns && h->segment_id == v.segment &&
+              h->generation == v.generation && h->payload_len == v.payload_len &&
+              h->payload_checksum == v.payload_checksum;
+  const uint64_t whole = v.payload_len / kPage * kPage;
+  const uint8_t* payload = rec + format::PayloadOffset(v.key_len, v.payload_len);
+  if (good) {
+    if (io.direct) {
+      // The payload's whole pages are in the caller's fragments, the rest in
+      // the bounce page after the header.
+      XXH3_state_t* st = XXH3_createState();
+      XXH3_64bits_reset(st);
+      uint64_t left = whole;
+      for (const MutableFragment& f : op->out) {
+        if (left == 0) break;
+        const uint64_t n = std::min<uint64_t>(left, f.size);
+        XXH3_64bits_update(st, f.data, n);
+        left -= n;
+      }
+      XXH3_64bits_update(st, rec + kPage, v.payload_len - whole);
+      good = XXH3_64bits_digest(st) == h->payload_checksum;
+      XXH3_freeState(st);
+    } else {
+      good = format::Checksum(payload, h->payload_len) == h->payload_checksum;
+    }
+  }
   if (!good) {
     c_.checksum_failures.Add();
     c_.misses.Add();
@@ -251,30 +338,48 @@ void StoreImpl::FinishRead(const std::shared_ptr<ReadOp>& op, const format::Inde
   }
   int expected = 0;
   if (!op->state.compare_exchange_strong(expected, 1)) return;  // deadline won
-  uint64_t left = h->payload_len;
-  for (const MutableFragment& f : op->out) {
-    if (left == 0) break;
-    size_t n = std::min<uint64_t>(left, f.size);
-    std::memcpy(f.data, payload, n);
-    payload += n;
-    left -= n;
+  if (io.direct) {
+    ScatterAt(op->out, whole, rec + kPage, v.payload_len - whole);
+  } else {
+    ScatterAt(op->out, 0, payload, v.payload_len);
   }
   c_.hits_disk.Add();
-  c_.bytes_read_disk.Add(h->payload_len);
+  c_.bytes_read_disk.Add(v.payload_len);
+  if (io.direct) c_.direct_read_bytes.Add(whole);
   NoteHit(v.segment, v.offset);
-  op->done(static_cast<size_t>(h->payload_len));
+  std::vector<Fragment> admit;
   if (ram_ != nullptr) {
-    // Admit after the caller has its bytes. A Remove (or disk eviction) that
-    // ran since the index lookup would not have seen this copy, so look
-    // again and take it back if the entry changed.
-    Fragment whole{rec + format::kRecordHeaderBytes + h->key_len, h->payload_len};
-    uint64_t token = ram_->Insert(op->ns, op->key, {&whole, 1}, h->payload_checksum,
-                                  /*only_if_absent=*/true);
-    if (token != 0) {
-      auto again = index_->Get(op->ns, op->key);
-      if (!again.ok() || !again->has_value() || (*again)->sequence != v.sequence)
-        ram_->EraseIf(op->ns, op->key, token);
+    // The copy to admit, gathered before `done` lets the caller reuse `out`.
+    if (io.direct) {
+      uint64_t left = v.payload_len;
+      for (const MutableFragment& f : op->out) {
+        if (left == 0) break;
+        const uint64_t n = std::min<uint64_t>(left, f.size);
+        admit.push_back(Fragment{f.data, n});
+        left -= n;
+      }
+    } else {
+      admit.push_back(Fragment{payload, v.payload_len});
     }
+  }
+  if (ram_ != nullptr && io.direct) {
+    // Admit before the caller has its buffer back (it may change it at once).
+    AdmitToRam(op->ns, op->key, admit, v);
+    op->done(static_cast<size_t>(v.payload_len));
+    return;
+  }
+  op->done(static_cast<size_t>(v.payload_len));
+  if (ram_ != nullptr) AdmitToRam(op->ns, op->key, admit, v);  // from our own bounce buffer
+}
+
+void StoreImpl::AdmitToRam(NamespaceId ns, const std::string& key, std::span<const Fragment> payload,
+                           const format::IndexValue& v) {
+  // A Remove (or disk eviction) that ran since the index lookup would not
+  // have seen this copy, so look again and take it back if the entry changed.
+  uint64_t token = ram_->Insert(ns, key, payload, v.payload_checksum, /*only_if_absent=*/true);
+  if (token != 0) {
+    auto again = index_->Get(ns, key);
+    if (!again.ok() || !again->has_value() || (*again)->sequence != v.sequence) ram_->EraseIf(ns, key, token);
   }
 }
 

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <future>
 
+#include <xxhash.h>
+
 #include "store/store_impl.h"
 #include "util/clock.h"
 
@@ -34,8 +36,68 @@ Status StoreImpl::Validate(NamespaceId ns, std::string_view key, uint64_t payloa
   return Status::OK();
 }
 
+namespace {
+constexpr uint64_t kPage = format::kPage;
+
+bool PageAligned(const void* p) { return (reinterpret_cast<uintptr_t>(p) & (kPage - 1)) == 0; }
+
+// True when `pieces`, laid out in order, keep every page boundary of the
+// payload on a page boundary in memory: each starts page-aligned and all but
+// the last are whole pages. Such a payload can be written where it is.
+template <typename P>
+bool Borrowable(std::span<const P> pieces) {
+  size_t nonempty = 0;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    if (pieces[i].size == 0) continue;
+    ++nonempty;
+    if (!PageAligned(pieces[i].data)) return false;
+    bool last = true;
+    for (size_t j = i + 1; j < pieces.size(); ++j) last = last && pieces[j].size == 0;
+    if (!last && pieces[i].size % kPage != 0) return false;
+  }
+  return nonempty > 0;
+}
+
+// Copies `payload` (gathered in order) to dst.
+void Gather(std::span<const Fragment> payload, uint8_t* dst) {
+  for (const Fragment& f : payload) {
+    if (f.size != 0) std::memcpy(dst, f.data, f.size);
+    dst += f.size;
+  }
+}
+
+// Copies `payload` into the pieces of a RAM-tier reservation of its size.
+void Scatter(std::span<const Fragment> payload, const std::vector<RamTier::Piece>& pieces) {
+  size_t pi = 0, po = 0;
+  for (const Fragment& f : payload) {
+    const uint8_t* src = static_cast<const uint8_t*>(f.data);
+    size_t left = f.size;
+    while (left > 0) {
+      const RamTier::Piece& p = pieces[pi];
+      const size_t n = std::min(left, p.size - po);
+      std::memcpy(p.data + po, src, n);
+      src += n;
+      left -= n;
+      po += n;
+      if (po == p.size) ++pi, po = 0;
+    }
+  }
+}
+
+uint64_t ChecksumOf(std::span<const Fragment> payload) {
+  if (payload.size() == 1) return format::Checksum(payload[0].data, payload[0].size);
+  XXH3_state_t* st = XXH3_createState();
+  XXH3_64bits_reset(st);
+  for (const Fragment& f : payload)
+    if (f.size != 0) XXH3_64bits_update(st, f.data, f.size);
+  uint64_t h = XXH3_64bits_digest(st);
+  XXH3_freeState(st);
+  return h;
+}
+}  // namespace
+
 void StoreImpl::SubmitPut(NamespaceId ns, std::string_view key, std::span<const Fragment> payload,
-                          bool blocking, PutCallback done, RamTier::Pin* reserved) {
+                          bool blocking, bool borrow, PutCallback done, RamTier::Pin* reserved) {
   if (opt_.read_only) return Finish(done, Status::NotSupported("store opened read-only"));
   uint64_t payload_len = 0;
   for (const Fragment& f : payload) {
@@ -52,8 +114,31 @@ void StoreImpl::SubmitPut(NamespaceId ns, std::string_view key, std::span<const 
     c_.puts_not_admitted.Add();
     return Finish(done, Status::NotAdmitted("declined by the admission policy"));
   }
-  const uint64_t rec_bytes = format::RecordBytes(key.size(), payload_len);
   WriteOp op;
+  op.rec_bytes = format::RecordBytes(key.size(), payload_len);
+  const uint64_t poff = format::PayloadOffset(key.size(), payload_len);
+  const bool aligned = format::PayloadAligned(key.size(), payload_len);
+  // Where the device write reads the payload from, in order of preference:
+  // the caller's RAM-tier reservation, a fresh RAM-tier copy (write-through
+  // with one copy), the caller's own memory, or a copy in the ring.
+  RamTier::Pin pin;
+  bool ram_copy = false;
+  if (reserved != nullptr && *reserved) {
+    pin = std::move(*reserved);
+  } else if (ram_ != nullptr && aligned) {
+    pin = ram_->Reserve(ns, key, payload_len);
+    ram_copy = static_cast<bool>(pin);
+  }
+  std::span<const Fragment> source = payload;
+  std::vector<Fragment> pin_frags;
+  if (pin) {
+    for (const RamTier::Piece& p : pin.pieces()) pin_frags.push_back(Fragment{p.data, p.size});
+    source = pin_frags;
+  }
+  const bool direct = aligned && (pin || borrow) && Borrowable(source);
+  const uint64_t whole = payload_len / kPage * kPage, tail = payload_len - whole;
+  const uint64_t ring_bytes = direct ? kPage + (tail != 0 ? kPage : 0) : op.rec_bytes;
+  const uint64_t borrowed = direct ? whole : 0;
   {
     std::unique_lock<std::mutex> l(mu_);
     for (;;) {
@@ -62,8 +147,14 @@ void StoreImpl::SubmitPut(NamespaceId ns, std::string_view key, std::span<const 
         admission_->Refund(payload_len);
         return Finish(done, Status::Closed("store is closing"));
       }
-      op.alloc = ring_.Allocate(rec_bytes);
-      if (op.alloc.data != nullptr) break;
+      // Borrowed bytes count against the queue budget like ring bytes, but
+      // one put is always let through so that no size can starve.
+      const bool fits = borrowed == 0 || borrowed_inflight_ == 0 ||
+                        borrowed_inflight_ + borrowed + ring_.used() <= opt_.write_queue_bytes;
+      if (fits) {
+        op.alloc = ring_.Allocate(ring_bytes);
+        if (op.alloc.data != nullptr) break;
+      }
       if (!blocking) {
         l.unlock();
         admission_->Refund(payload_len);
@@ -74,31 +165,64 @@ void StoreImpl::SubmitPut(NamespaceId ns, std::string_view key, std::span<const 
     }
     op.alloc_id = next_alloc_id_++;
     slots_.push_back(Slot{op.alloc_id, op.alloc, false});
+    borrowed_inflight_ += borrowed;
   }
-  // Encode outside the lock: the copy and the checksum run on the caller's
-  // thread, in parallel with other callers and the writer.
+  op.borrowed = borrowed;
+  // Fill and checksum outside the lock: on the caller's thread, in parallel
+  // with other callers and the writer. Padding never leaks old memory.
   uint8_t* rec = op.alloc.data;
-  uint8_t* p = rec + format::PayloadOffset(key.size());
-  for (const Fragment& f : payload) {
-    if (f.size != 0) std::memcpy(p, f.data, f.size);
-    p += f.size;
+  const size_t head = format::kRecordHeaderBytes + key.size();
+  if (ram_copy) Scatter(payload, pin.pieces());
+  if (direct) {
+    // Header page, the payload's whole pages where they are, tail page.
+    std::memset(rec + head, 0, kPage - head);
+    op.pieces.push_back(iovec{rec, kPage});
+    uint64_t left = whole;
+    for (const Fragment& f : source) {
+      const uint64_t n = std::min<uint64_t>(left, f.size / kPage * kPage);
+      if (n == 0) break;
+      op.pieces.push_back(iovec{const_cast<void*>(f.data), n});
+      left -= n;
+    }
+    if (tail != 0) {
+      // The tail page holds the payload's last `tail` bytes.
+      uint8_t* t = rec + kPage;
+      uint64_t skip = whole;
+      uint8_t* out = t;
+      for (const Fragment& f : source) {
+        if (skip >= f.size) {
+          skip -= f.size;
+          continue;
+        }
+        std::memcpy(out, static_cast<const uint8_t*>(f.data) + skip, f.size - skip);
+        out += f.size - skip;
+        skip = 0;
+      }
+      std::memset(out, 0, t + kPage - out);
+      op.pieces.push_back(iovec{t, kPage});
+    }
+    op.checksum = ChecksumOf(source);
+  } else {
+    std::memset(rec + head, 0, poff - head);
+    Gather(source, rec + poff);
+    std::memset(rec + poff + payload_len, 0, op.rec_bytes - poff - payload_len);
+    op.checksum = format::Checksum(rec + poff, payload_len);
   }
-  std::memset(p, 0, rec + rec_bytes - p);  // padding never leaks old memory
   op.kind = WriteOp::Kind::kRecord;
   op.ns = ns;
   op.key.assign(key);
   op.payload_len = payload_len;
-  op.checksum = format::Checksum(rec + format::PayloadOffset(key.size()), payload_len);
   op.written_ms = NowUnixMs();
   op.done = std::move(done);
   if (ram_ != nullptr) {
     // Write-through: the RAM copy is visible at once; the writer undoes it
     // (by token) if the record cannot be made durable.
-    if (reserved != nullptr) {
-      op.ram_token = ram_->Commit(std::move(*reserved), op.checksum);
+    if (pin) {
+      op.ram_token = ram_->CommitKeepPin(pin, op.checksum);
+      if (direct) op.hold = std::move(pin);  // the device write reads these chunks
     } else {
-      Fragment whole{rec + format::PayloadOffset(key.size()), payload_len};
-      op.ram_token = ram_->Insert(ns, key, {&whole, 1}, op.checksum);
+      Fragment whole_payload{rec + poff, payload_len};
+      op.ram_token = ram_->Insert(ns, key, {&whole_payload, 1}, op.checksum);
     }
   }
   {
@@ -111,7 +235,7 @@ void StoreImpl::SubmitPut(NamespaceId ns, std::string_view key, std::span<const 
 Status StoreImpl::Put(NamespaceId ns, std::string_view key, std::span<const Fragment> payload) {
   std::promise<Status> p;
   auto f = p.get_future();
-  SubmitPut(ns, key, payload, /*blocking=*/true, [&p](Status st) { p.set_value(std::move(st)); });
+  SubmitPut(ns, key, payload, /*blocking=*/true, /*borrow=*/true, [&p](Status st) { p.set_value(std::move(st)); });
   return f.get();
 }
 
@@ -121,7 +245,7 @@ std::vector<Status> StoreImpl::PutBatch(NamespaceId ns, std::span<const PutItem>
   std::condition_variable cv;
   size_t left = items.size();
   for (size_t i = 0; i < items.size(); ++i) {
-    SubmitPut(ns, items[i].key, items[i].payload, /*blocking=*/true, [&, i](Status st) {
+    SubmitPut(ns, items[i].key, items[i].payload, /*blocking=*/true, /*borrow=*/true, [&, i](Status st) {
       std::lock_guard<std::mutex> l(m);
       out[i] = std::move(st);
       if (--left == 0) cv.notify_one();
@@ -134,15 +258,20 @@ std::vector<Status> StoreImpl::PutBatch(NamespaceId ns, std::span<const PutItem>
 
 void StoreImpl::PutAsync(NamespaceId ns, std::string_view key, std::span<const Fragment> payload,
                          PutCallback done) {
-  SubmitPut(ns, key, payload, /*blocking=*/false, std::move(done));
+  SubmitPut(ns, key, payload, /*blocking=*/false, /*borrow=*/false, std::move(done));
+}
+
+void StoreImpl::PutAsyncBorrowed(NamespaceId ns, std::string_view key, std::span<const Fragment> payload,
+                                 PutCallback done) {
+  SubmitPut(ns, key, payload, /*blocking=*/false, /*borrow=*/true, std::move(done));
 }
 
 void StoreImpl::PutInternal(NamespaceId ns, std::string_view key, std::span<const Fragment> payload,
                             RamTier::Pin reservation, bool blocking, PutCallback done) {
-  if (!reservation) return SubmitPut(ns, key, payload, blocking, std::move(done));
+  if (!reservation) return SubmitPut(ns, key, payload, blocking, /*borrow=*/false, std::move(done));
   std::vector<Fragment> frags;
   for (const RamTier::Piece& p : reservation.pieces()) frags.push_back(Fragment{p.data, p.size});
-  SubmitPut(ns, key, frags, blocking, std::move(done), &reservation);
+  SubmitPut(ns, key, frags, blocking, /*borrow=*/false, std::move(done), &reservation);
 }
 
 Status StoreImpl::RunOnWriter(WriteOp op) {
@@ -245,8 +374,8 @@ void StoreImpl::WriterLoop() {
           }
           break;
         }
-        if (!group.empty() && bytes + front.alloc.bytes > opt_.group_commit_bytes) break;
-        bytes += front.alloc.bytes;
+        if (!group.empty() && bytes + front.rec_bytes > opt_.group_commit_bytes) break;
+        bytes += front.rec_bytes;
         group.push_back(std::move(front));
         queue_.pop_front();
       }
@@ -267,7 +396,7 @@ void StoreImpl::WriterLoop() {
 
 StoreImpl::Place StoreImpl::PlaceRecord(WriteOp& op, const std::unordered_set<uint32_t>& touched) {
   const uint64_t seg_size = table_->segment_size();
-  if (cur_seg_ == UINT32_MAX || cur_off_ + op.alloc.bytes > seg_size || IsPoisoned(cur_seg_)) {
+  if (cur_seg_ == UINT32_MAX || cur_off_ + op.rec_bytes > seg_size || IsPoisoned(cur_seg_)) {
     if (cur_seg_ != UINT32_MAX) {
       table_->Seal(cur_seg_, cur_off_);
       pass_sealed_ = true;
@@ -284,7 +413,7 @@ StoreImpl::Place StoreImpl::PlaceRecord(WriteOp& op, const std::unordered_set<ui
   op.generation = cur_gen_;
   op.offset = cur_off_;
   op.sequence = next_seq_++;
-  cur_off_ += op.alloc.bytes;
+  cur_off_ += op.rec_bytes;
   format::RecordHeader h;
   h.key_len = static_cast<uint16_t>(op.key.size());
   h.segment_id = op.segment;
@@ -322,29 +451,42 @@ void StoreImpl::WriteGroup(std::vector<WriteOp>& group) {
       group[placed_end].status = Status::NoSpace("no segment can be reclaimed");
       ++placed_end;
     }
-    // 2. One I/O per run that is contiguous on disk and in the ring.
+    // 2. One I/O per run that is contiguous on disk and in memory (records
+    //    copied into the ring merge; borrowed payloads are written where
+    //    they are). Runs longer than a chunk are split so reads can slip
+    //    between.
     for (size_t i = begin; i < placed_end; ++i) {
       WriteOp& op = group[i];
       if (!op.status.ok()) continue;
       File* file = table_->file(op.segment);
-      IoRequest* last = reqs.empty() ? nullptr : &reqs.back();
-      if (last != nullptr && last->file == file && last->offset + last->len == op.offset &&
-          static_cast<uint8_t*>(last->buf) + last->len == op.alloc.data &&
-          last->len + op.alloc.bytes <= opt_.max_write_chunk_bytes) {
-        last->len += op.alloc.bytes;
-        continue;
-      }
-      // A record larger than a chunk is split so reads can slip between.
-      for (uint64_t done = 0; done < op.alloc.bytes;) {
-        uint64_t n = std::min<uint64_t>(op.alloc.bytes - done, opt_.max_write_chunk_bytes);
-        IoRequest rq;
-        rq.op = IoRequest::Op::kWrite;
-        rq.file = file;
-        rq.offset = op.offset + done;
-        rq.buf = op.alloc.data + done;
-        rq.len = n;
-        reqs.push_back(rq);
-        done += n;
+      iovec whole{op.alloc.data, op.rec_bytes};
+      std::span<const iovec> pieces = op.pieces.empty() ? std::span<const iovec>(&whole, 1) : op.pieces;
+      uint64_t at = op.offset;
+      for (const iovec& piece : pieces) {
+        auto* mem = static_cast<uint8_t*>(piece.iov_base);
+        for (uint64_t done = 0; done < piece.iov_len;) {
+          IoRequest* last = reqs.empty() ? nullptr : &reqs.back();
+          const uint64_t left = piece.iov_len - done;
+          if (last != nullptr && last->file == file && last->offset + last->len == at &&
+              static_cast<uint8_t*>(last->buf) + last->len == mem + done &&
+              last->len < opt_.max_write_chunk_bytes) {
+            const uint64_t n = std::min<uint64_t>(left, opt_.max_write_chunk_bytes - last->len);
+            last->len += n;
+            done += n;
+            at += n;
+            continue;
+          }
+          const uint64_t n = std::min<uint64_t>(left, opt_.max_write_chunk_bytes);
+          IoRequest rq;
+          rq.op = IoRequest::Op::kWrite;
+          rq.file = file;
+          rq.offset = at;
+          rq.buf = mem + done;
+          rq.len = n;
+          reqs.push_back(rq);
+          done += n;
+          at += n;
+        }
       }
     }
     if (!reqs.empty()) write_queue_->Submit(reqs).IgnoreError();  // per-request statuses below
@@ -387,8 +529,10 @@ bool StoreImpl::IsPoisoned(uint32_t seg) {
 
 void StoreImpl::HandOff(CommitJob job) {
   std::unique_lock<std::mutex> l(sync_mu_);
-  // At most two passes wait for the syncer: the writer runs one pass ahead.
-  sync_done_cv_.wait(l, [this] { return sync_queue_.size() < 2; });
+  // The writer runs up to a few passes ahead of the syncer, which commits
+  // all waiting passes with one fdatasync per segment: when a sync is slow,
+  // the next one covers everything written meanwhile.
+  sync_done_cv_.wait(l, [this] { return sync_queue_.size() < kMaxPassesAhead; });
   sync_queue_.push_back(std::move(job));
   sync_cv_.notify_one();
 }
@@ -407,6 +551,17 @@ void StoreImpl::SyncerLoop() {
       if (sync_queue_.empty()) return;  // stopping, nothing left
       job = std::move(sync_queue_.front());
       sync_queue_.pop_front();
+      // Group commit across passes: their writes are all complete.
+      while (!sync_queue_.empty()) {
+        CommitJob& next = sync_queue_.front();
+        for (WriteOp& op : next.ops) job.ops.push_back(std::move(op));
+        for (uint32_t seg : next.touched)
+          if (std::find(job.touched.begin(), job.touched.end(), seg) == job.touched.end())
+            job.touched.push_back(seg);
+        job.sealed = job.sealed || next.sealed;
+        job.frontier = next.frontier;  // the later pass's append position
+        sync_queue_.pop_front();
+      }
       syncer_busy_ = true;
       sync_done_cv_.notify_all();
     }
@@ -468,7 +623,8 @@ void StoreImpl::CommitPass(CommitJob& job) {
     if (op.status.ok()) {
       c_.puts.Add();
       c_.put_bytes.Add(op.payload_len);
-      bytes_since_checkpoint_ += op.alloc.bytes;
+      c_.zero_copy_put_bytes.Add(op.borrowed);
+      bytes_since_checkpoint_ += op.rec_bytes;
     } else {
       c_.puts_failed.Add();
     }
@@ -478,12 +634,16 @@ void StoreImpl::CommitPass(CommitJob& job) {
   }
   {
     std::lock_guard<std::mutex> l(mu_);
-    for (WriteOp& op : job.ops) ReleaseRing(op.alloc_id);
+    for (WriteOp& op : job.ops) {
+      ReleaseRing(op.alloc_id);
+      borrowed_inflight_ -= op.borrowed;
+    }
   }
   space_cv_.notify_all();
   for (WriteOp& op : job.ops) {
     // A put that did not become durable takes its RAM copy back.
     if (!op.status.ok() && ram_ != nullptr && op.ram_token != 0) ram_->EraseIf(op.ns, op.key, op.ram_token);
+    op.hold.Release();  // written: the RAM tier may reuse these chunks
     Finish(op.done, op.status);
   }
 }
@@ -573,7 +733,7 @@ Status StoreImpl::ReclaimSegment(uint32_t seg, bool reuse) {
       std::string_view k;
       auto h = format::DecodeRecordHeader({ri.rec.data(), bytes}, opt_.max_payload_bytes, &k);
       if (!h.ok() || k != r.key || h->ns_id != r.ns || h->payload_checksum != v.payload_checksum ||
-          format::Checksum(ri.rec.data() + format::PayloadOffset(k.size()), h->payload_len) !=
+          format::Checksum(ri.rec.data() + format::PayloadOffset(k.size(), h->payload_len), h->payload_len) !=
               h->payload_checksum)
         continue;
       ri.h = *h;

@@ -484,6 +484,15 @@ uint64_t RamTier::Commit(Pin reservation, uint64_t checksum) {
   return e->token;
 }
 
+uint64_t RamTier::CommitKeepPin(Pin& reservation, uint64_t checksum) {
+  Entry* e = reservation.entry_;
+  if (e == nullptr) return 0;
+  Shard& s = ShardFor(e->node.hash);
+  std::lock_guard<std::mutex> l(s.mu);
+  PublishLocked(s, e, checksum);  // the reservation's pin count carries over
+  return e->token;
+}
+
 uint64_t RamTier::Insert(NamespaceId ns, std::string_view key, std::span<const Fragment> payload,
                          uint64_t checksum, bool only_if_absent) {
   uint64_t len = 0;

@@ -120,6 +120,9 @@ class RamTier {
   // Publishes a reservation (replacing any older version). Returns its token,
   // or 0 when the reservation was empty.
   uint64_t Commit(Pin reservation, uint64_t checksum);
+  // Like Commit, but `reservation` stays a pin on the published block (for a
+  // reader such as the device write of the same bytes) until released.
+  uint64_t CommitKeepPin(Pin& reservation, uint64_t checksum);
 
   // Pins a block for reading; an empty Pin on a miss. Counts a hit or miss.
   Pin Acquire(NamespaceId ns, std::string_view key);

@@ -144,7 +144,20 @@ TEST(SuperblockTest, NewerVersionNotSupported) {
   auto r = DecodeSuperblock(buf);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Code::kNotSupported);
-  EXPECT_EQ(r.status().message(), "format version 2 is newer than this build supports (1)");
+  EXPECT_EQ(r.status().message(), "format version 3 is newer than this build supports (2)");
+}
+
+TEST(SuperblockTest, OlderLayoutNotSupported) {
+  // Format 1 placed every payload right after its key; reading it with
+  // today's layout would find no payload where it looks.
+  Superblock sb = TestSuperblock();
+  sb.format_version = 1;
+  std::array<uint8_t, kSuperblockEncodedBytes> buf;
+  EncodeSuperblock(sb, buf);
+  auto r = DecodeSuperblock(buf);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kNotSupported);
+  EXPECT_NE(r.status().message().find("older kvtier"), std::string::npos) << r.status().ToString();
 }
 
 TEST(SuperblockTest, VersionZeroIsCorruption) {
@@ -333,7 +346,29 @@ TEST(RecordHeaderTest, GoldenLayout) {
   EXPECT_EQ(GetFixed64(p + 56), 1700000001000ull);
   EXPECT_EQ(GetFixed64(p + 64), ReferenceHeaderChecksum(p, key.size()));
   EXPECT_EQ(Bytes(p + 72, 3), "abc");
-  EXPECT_EQ(PayloadOffset(key.size()), 75u);
+  EXPECT_EQ(PayloadOffset(key.size(), 1000), 75u);  // aligned would take a second page
+}
+
+TEST(RecordLayoutTest, PayloadOnItsOwnPageWhenThatIsFree) {
+  // Multiples of 4 KiB always start on the second page.
+  for (uint64_t p : {uint64_t{4096}, uint64_t{65536}, uint64_t{2} << 20})
+    for (size_t k : {size_t{1}, size_t{40}, kMaxKeyBytes}) {
+      EXPECT_TRUE(PayloadAligned(k, p));
+      EXPECT_EQ(PayloadOffset(k, p), kPage);
+      EXPECT_EQ(RecordBytes(k, p), kPage + p);
+    }
+  // Packed when aligning would cost a page: 3 + 4000 fits one page with the header.
+  EXPECT_EQ(PayloadOffset(3, 4000), kRecordHeaderBytes + 3);
+  EXPECT_EQ(RecordBytes(3, 4000), kPage);
+  // 4050 spills into a second page either way, so it is aligned.
+  EXPECT_EQ(PayloadOffset(3, 4050), kPage);
+  EXPECT_EQ(RecordBytes(3, 4050), 2 * kPage);
+  // Either way the payload ends inside the record.
+  for (uint64_t p = 1; p < 3 * kPage; p += 97)
+    for (size_t k : {size_t{1}, size_t{16}, size_t{40}, kMaxKeyBytes}) {
+      EXPECT_LE(PayloadOffset(k, p) + p, RecordBytes(k, p));
+      EXPECT_GE(PayloadOffset(k, p), kRecordHeaderBytes + k);
+    }
 }
 
 TEST(RecordHeaderTest, KeyLengthBounds) {

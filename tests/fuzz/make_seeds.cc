@@ -44,7 +44,7 @@ void PutU16(Bytes* b, uint16_t v) {
 // Segment 7, generation 3 (the ids scanner_fuzz.cc scans for).
 Bytes Record(uint32_t seg, uint32_t gen, std::string_view key, size_t payload_len, uint8_t fill) {
   Bytes rec(kvtier::format::RecordBytes(key.size(), payload_len), 0);
-  uint8_t* payload = rec.data() + kvtier::format::PayloadOffset(key.size());
+  uint8_t* payload = rec.data() + kvtier::format::PayloadOffset(key.size(), payload_len);
   for (size_t i = 0; i < payload_len; ++i) payload[i] = static_cast<uint8_t>(fill + i);
   kvtier::format::RecordHeader h;
   h.key_len = static_cast<uint16_t>(key.size());
@@ -161,7 +161,7 @@ void NamespaceSeeds(const fs::path& dir) {
 // ---- record_fuzz: each decoder's valid form ----
 void RecordSeeds(const fs::path& dir) {
   const Bytes rec = Record(1, 1, "prefix-hash-0001", 4000, 9);
-  Write(dir, "record_header", Bytes(rec.begin(), rec.begin() + kvtier::format::PayloadOffset(16)));
+  Write(dir, "record_header", Bytes(rec.begin(), rec.begin() + kvtier::format::kRecordHeaderBytes + 16));
   kvtier::format::IndexValue v;
   v.segment = 3;
   v.generation = 1;

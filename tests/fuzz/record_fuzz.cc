@@ -68,7 +68,7 @@ void FuzzRecordHeader(std::span<const uint8_t> in) {
   FUZZ_CHECK(kRecordHeaderBytes + key.size() <= in.size());
   FUZZ_CHECK(r->payload_len >= 1 && r->payload_len <= kFuzzMaxPayload);
   FUZZ_CHECK(RecordBytes(key.size(), r->payload_len) % kPage == 0);
-  std::vector<uint8_t> out(PayloadOffset(key.size()));
+  std::vector<uint8_t> out(kRecordHeaderBytes + key.size());
   EncodeRecordHeader(*r, key, out.data());
   FUZZ_CHECK(std::memcmp(out.data(), in.data(), out.size()) == 0);
 }
@@ -220,7 +220,7 @@ void FuzzStructured(std::span<const uint8_t> in) {
   std::span<const uint8_t> rest = b.Rest();
   if (rest.empty() || rest.size() > kMaxKeyBytes) return;
   const std::string key(reinterpret_cast<const char*>(rest.data()), rest.size());
-  std::vector<uint8_t> v(PayloadOffset(key.size()));
+  std::vector<uint8_t> v(kRecordHeaderBytes + key.size());
   EncodeRecordHeader(rh, key, v.data());
   const bool hit = damaged(&v);
   const bool cut = truncate > 0 && truncate <= v.size();

@@ -125,7 +125,7 @@ Scan RunScanner(const std::vector<uint8_t>& data, uint64_t file_size, uint64_t s
           FUZZ_CHECK(r.payload.size() == r.header.payload_len);
           FUZZ_CHECK(format::Checksum(r.payload.data(), r.payload.size()) ==
                      r.header.payload_checksum);
-          const uint64_t at = r.offset + format::PayloadOffset(r.header.key_len);
+          const uint64_t at = r.offset + format::PayloadOffset(r.header.key_len, r.header.payload_len);
           const uint64_t have = at < data.size() ? std::min<uint64_t>(data.size() - at, r.payload.size()) : 0;
           FUZZ_CHECK(std::memcmp(r.payload.data(), data.data() + at, have) == 0);
           FUZZ_CHECK(AllZero(r.payload.data() + have, r.payload.size() - have));
@@ -161,11 +161,11 @@ void Resign(std::vector<uint8_t>* d, size_t p, uint64_t max_payload) {
   format::PutFixed32(h + 20, 0);
   uint64_t payload_len = format::GetFixed64(h + 40) % (max_payload + 1);
   format::PutFixed64(h + 40, payload_len);
-  const size_t poff = p + format::PayloadOffset(key_len);
+  const size_t poff = p + format::PayloadOffset(key_len, payload_len);
   if (poff + payload_len <= d->size()) {
     format::PutFixed64(h + 48, format::Checksum(d->data() + poff, payload_len));
   }
-  if (p + format::PayloadOffset(key_len) > d->size()) return;
+  if (p + format::kRecordHeaderBytes + key_len > d->size()) return;
   // The header checksum covers bytes [0, 64) and the key (see EncodeRecordHeader).
   std::vector<uint8_t> covered(h, h + 64);
   covered.insert(covered.end(), h + format::kRecordHeaderBytes,
@@ -233,7 +233,7 @@ void FuzzStructured(uint8_t mode, Bytes& b) {
         e.bytes = format::RecordBytes(key_len, payload_len);
         data.resize(e.offset + e.bytes);
         uint8_t* rec = data.data() + e.offset;
-        uint8_t* payload = rec + format::PayloadOffset(key_len);
+        uint8_t* payload = rec + format::PayloadOffset(key_len, payload_len);
         // A payload the fuzzer steers (fill 0 gives zero pages) without
         // copying megabytes out of the input; memset keeps it cheap.
         for (uint64_t i = 0; i < payload_len; i += 512) {
@@ -256,7 +256,7 @@ void FuzzStructured(uint8_t mode, Bytes& b) {
         format::EncodeRecordHeader(h, e.key, rec);
         switch (damage % 8) {
           case 3:  // one byte of the header or key
-            rec[damage_at % format::PayloadOffset(key_len)] ^= static_cast<uint8_t>(fill | 1);
+            rec[damage_at % (format::kRecordHeaderBytes + key_len)] ^= static_cast<uint8_t>(fill | 1);
             e.header_ok = false;
             break;
           case 4:  // one byte of the payload

@@ -242,11 +242,11 @@ TEST(KvtierCliUsage, BenchWithoutHarnessSaysHowToBuildIt) {
 TEST_F(KvtierCli, InfoTableAndJson) {
   Out t = Kv({"info", f_.dir});
   ASSERT_EQ(t.rc, 0) << t.err;
-  EXPECT_NE(t.out.find("format version 1"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("format version " + std::to_string(format::kFormatVersion)), std::string::npos) << t.out;
   EXPECT_NE(t.out.find("alpha"), std::string::npos);
   EXPECT_NE(t.out.find("last shutdown  clean"), std::string::npos) << t.out;
   json j = Json(Kv({"info", f_.dir, "--json"}));
-  EXPECT_EQ(j["format_version"], 1);
+  EXPECT_EQ(j["format_version"], format::kFormatVersion);
   EXPECT_EQ(j["store_id"].get<std::string>().size(), 32u);
   EXPECT_EQ(j["segment_size_bytes"], 1 << 20);
   EXPECT_EQ(j["blocks"], 17);
@@ -376,7 +376,7 @@ TEST_F(KvtierCli, VerifyCorruptRepairVerify) {
 
   // Flip one payload bit of alpha's key 5.
   json s = Json(Kv({"show", f_.dir, "--ns", "alpha", Hex(KeyOf(5)), "--json"}));
-  const uint64_t off = s["index"]["offset"].get<uint64_t>() + format::PayloadOffset(KeyOf(5).size()) + 777;
+  const uint64_t off = s["index"]["offset"].get<uint64_t>() + format::PayloadOffset(KeyOf(5).size(), s["index"]["payload_bytes"].get<uint64_t>()) + 777;
   {
     const std::string seg = s["segment_file"];
     const int fd = ::open(seg.c_str(), O_RDWR);

@@ -43,7 +43,7 @@ int Run(const Show& in) {
   of.read_only = true;
   auto file = fs->Open(path, of);
   if (!file.ok()) return Fail("show", kExitProblems, file.status().ToString());
-  std::vector<uint8_t> buf(format::AlignUp(format::PayloadOffset(key.size())));
+  std::vector<uint8_t> buf(format::AlignUp(format::kRecordHeaderBytes + key.size()));
   Status rs = (*file)->ReadAt(info->offset, buf.data(), buf.size());
   if (!rs.ok()) return Fail("show", kExitProblems, path + ": " + rs.ToString());
   std::string_view rec_key;

@@ -1,0 +1,340 @@
+// Puts written from where the payload already is, and gets read straight
+// into the caller's pages: the bytes, the counters that prove no copy was
+// made, and the cases that must fall back to a copy.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <future>
+#include <memory>
+
+#include "format/record.h"
+#include "kvtier/store.h"
+#include "store/store_test_util.h"
+
+namespace kvtier {
+namespace {
+
+using testing::Key;
+using testing::Payload;
+using testing::TempDir;
+
+constexpr size_t kPage = 4096;
+
+// Page-aligned memory holding `bytes`.
+struct PageBuf {
+  explicit PageBuf(size_t bytes) : size(bytes) {
+    data = static_cast<uint8_t*>(std::aligned_alloc(kPage, (bytes + kPage - 1) / kPage * kPage + kPage));
+  }
+  ~PageBuf() { std::free(data); }
+  PageBuf(const PageBuf&) = delete;
+  PageBuf& operator=(const PageBuf&) = delete;
+  uint8_t* data;
+  size_t size;
+};
+
+class ZeroCopyTest : public ::testing::TestWithParam<IoBackend> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == IoBackend::kIoUring && !IoUringAvailable()) GTEST_SKIP() << "io_uring unavailable";
+    opt_ = testing::SmallOptions(GetParam());
+  }
+  std::unique_ptr<Store> OpenStore() {
+    auto s = Store::Open(dir_.Sub("store"), opt_);
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    return s.ok() ? std::move(s).value() : nullptr;
+  }
+  NamespaceId Ns(Store* s) {
+    auto id = s->RegisterNamespace(testing::TestSpec());
+    EXPECT_TRUE(id.ok()) << id.status().ToString();
+    return id.value_or(0);
+  }
+  // Puts Payload(ns, key, size) from a page-aligned copy of it.
+  Status PutAligned(Store* s, NamespaceId ns, const std::string& key, size_t size) {
+    auto p = Payload(ns, key, size);
+    PageBuf b(size);
+    std::memcpy(b.data, p.data(), size);
+    return s->Put(ns, key, b.data, size);
+  }
+  void ExpectBlock(Store* s, NamespaceId ns, const std::string& key, size_t size) {
+    auto got = s->GetVector(ns, key);
+    ASSERT_TRUE(got.ok()) << key << ": " << got.status().ToString();
+    EXPECT_EQ(*got, Payload(ns, key, size)) << key;
+  }
+
+  TempDir dir_;
+  Options opt_;
+};
+
+TEST_P(ZeroCopyTest, AlignedPayloadsAreWrittenFromCallerMemory) {
+  // Whole pages, a tail in a second page, and a payload that takes the
+  // packed layout (no page of its own) and so is copied.
+  const size_t sizes[] = {kPage, 16 * kPage, 3 * kPage + 4050, 100 * kPage};
+  uint64_t whole_pages = 0;
+  {
+    auto s = OpenStore();
+    NamespaceId ns = Ns(s.get());
+    for (size_t size : sizes) {
+      ASSERT_TRUE(format::PayloadAligned(32, size));
+      ASSERT_TRUE(PutAligned(s.get(), ns, Key(size), size).ok());
+      whole_pages += size / kPage * kPage;
+    }
+    ASSERT_FALSE(format::PayloadAligned(32, 1000));
+    ASSERT_TRUE(PutAligned(s.get(), ns, Key(1000), 1000).ok());
+    Stats st = s->GetStats();
+    EXPECT_EQ(st.zero_copy_put_bytes, whole_pages);
+    // Record sizes are unchanged by where the payload came from.
+    EXPECT_LT(st.write_amplification, 1.1);
+    ASSERT_TRUE(s->Close().ok());
+  }
+  auto s = OpenStore();
+  NamespaceId ns = Ns(s.get());
+  for (size_t size : sizes) ExpectBlock(s.get(), ns, Key(size), size);
+  ExpectBlock(s.get(), ns, Key(1000), 1000);
+  auto v = s->Verify(VerifyOptions{.deep = true, .progress = nullptr});
+  ASSERT_TRUE(v.ok());
+  EXPECT_TRUE(v->ok()) << (v->problems.empty() ? "" : v->problems[0]);
+}
+
+TEST_P(ZeroCopyTest, PerLayerFragmentsAndTheirFallbacks) {
+  auto s = OpenStore();
+  NamespaceId ns = Ns(s.get());
+  // 8 per-layer pieces of 8 KiB, each its own page-aligned allocation.
+  auto p = Payload(ns, "layers", 8 * 8192);
+  std::vector<std::unique_ptr<PageBuf>> bufs;
+  std::vector<Fragment> frags;
+  for (int i = 0; i < 8; ++i) {
+    bufs.push_back(std::make_unique<PageBuf>(8192));
+    std::memcpy(bufs.back()->data, p.data() + i * 8192, 8192);
+    frags.push_back({bufs.back()->data, 8192});
+  }
+  ASSERT_TRUE(s->Put(ns, "layers", frags).ok());
+  EXPECT_EQ(s->GetStats().zero_copy_put_bytes, 8u * 8192);
+
+  // A middle fragment that is not whole pages: copied, same bytes.
+  auto q = Payload(ns, "uneven", 3 * 8192);
+  PageBuf a(8192 + 100), b(8192 - 100), c(8192);
+  std::memcpy(a.data, q.data(), 8192 + 100);
+  std::memcpy(b.data, q.data() + 8192 + 100, 8192 - 100);
+  std::memcpy(c.data, q.data() + 2 * 8192, 8192);
+  std::vector<Fragment> uneven{{a.data, 8192 + 100}, {b.data, 8192 - 100}, {c.data, 8192}};
+  ASSERT_TRUE(s->Put(ns, "uneven", uneven).ok());
+  // An unaligned start: copied.
+  auto r = Payload(ns, "unaligned", 8 * kPage);
+  PageBuf u(8 * kPage + 64);
+  std::memcpy(u.data + 64, r.data(), r.size());
+  ASSERT_TRUE(s->Put(ns, "unaligned", u.data + 64, r.size()).ok());
+  EXPECT_EQ(s->GetStats().zero_copy_put_bytes, 8u * 8192) << "fallbacks must not count as zero-copy";
+
+  ASSERT_TRUE(s->Close().ok());
+  s = OpenStore();
+  ExpectBlock(s.get(), ns, "layers", 8 * 8192);
+  ExpectBlock(s.get(), ns, "uneven", 3 * 8192);
+  ExpectBlock(s.get(), ns, "unaligned", 8 * kPage);
+}
+
+TEST_P(ZeroCopyTest, PutAsyncCopiesButBorrowedKeepsReadingTheBuffer) {
+  auto s = OpenStore();
+  NamespaceId ns = Ns(s.get());
+  const size_t size = 64 * kPage;
+  // PutAsync copies before it returns: scribbling on the buffer right after
+  // must not change what is stored.
+  auto p = Payload(ns, "copied", size);
+  PageBuf b(size);
+  std::memcpy(b.data, p.data(), size);
+  std::promise<Status> copied;
+  s->PutAsync(ns, "copied", std::vector<Fragment>{{b.data, size}}, [&](Status st) { copied.set_value(st); });
+  std::memset(b.data, 0x5A, size);
+  ASSERT_TRUE(copied.get_future().get().ok());
+  EXPECT_EQ(s->GetStats().zero_copy_put_bytes, 0u);
+
+  // PutAsyncBorrowed reads the caller's pages until its callback.
+  auto q = Payload(ns, "borrowed", size);
+  PageBuf c(size);
+  std::memcpy(c.data, q.data(), size);
+  std::promise<Status> borrowed;
+  s->PutAsyncBorrowed(ns, "borrowed", std::vector<Fragment>{{c.data, size}},
+                      [&](Status st) { borrowed.set_value(st); });
+  ASSERT_TRUE(borrowed.get_future().get().ok());
+  EXPECT_EQ(s->GetStats().zero_copy_put_bytes, size);
+
+  ASSERT_TRUE(s->Close().ok());
+  s = OpenStore();
+  ExpectBlock(s.get(), ns, "copied", size);
+  ExpectBlock(s.get(), ns, "borrowed", size);
+}
+
+TEST_P(ZeroCopyTest, BorrowedPutsLargerThanTheQueueBudgetStillGoThrough) {
+  opt_.write_queue_bytes = 1 << 20;
+  opt_.max_payload_bytes = 512 << 10;
+  auto s = OpenStore();
+  NamespaceId ns = Ns(s.get());
+  const size_t size = 512 << 10;
+  std::vector<std::unique_ptr<PageBuf>> bufs;
+  std::atomic<int> ok{0}, declined{0}, failed{0};
+  std::atomic<int> left{16};
+  std::promise<void> all;
+  for (int i = 0; i < 16; ++i) {
+    auto p = Payload(ns, Key(i), size);
+    bufs.push_back(std::make_unique<PageBuf>(size));
+    std::memcpy(bufs.back()->data, p.data(), size);
+    s->PutAsyncBorrowed(ns, Key(i), std::vector<Fragment>{{bufs.back()->data, size}}, [&](Status st) {
+      (st.ok() ? ok : st.code() == Code::kNotAdmitted ? declined : failed)++;
+      if (--left == 0) all.set_value();
+    });
+  }
+  all.get_future().get();
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_GE(ok.load(), 1);
+  EXPECT_EQ(ok.load() + declined.load(), 16);
+  for (int i = 0; i < 16; ++i) {
+    auto got = s->GetVector(ns, Key(i));
+    if (got.ok()) {
+      EXPECT_EQ(*got, Payload(ns, Key(i), size));
+    }
+  }
+  EXPECT_EQ(s->GetStats().puts, static_cast<uint64_t>(ok.load()));
+}
+
+TEST_P(ZeroCopyTest, GetsLandInAlignedCallerPages) {
+  auto s = OpenStore();
+  NamespaceId ns = Ns(s.get());
+  const size_t size = 3 * kPage + 4050;  // whole pages and a tail
+  ASSERT_TRUE(PutAligned(s.get(), ns, "k", size).ok());
+  ASSERT_TRUE(PutAligned(s.get(), ns, "layers", 8 * 8192).ok());
+  ASSERT_TRUE(s->Close().ok());
+  s = OpenStore();  // nothing cached: every get reads the device
+  auto want = Payload(ns, "k", size);
+
+  PageBuf out(size + 100);
+  std::memset(out.data, 0xAA, size + 100);
+  auto n = s->Get(ns, "k", out.data, size + 100);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(*n, size);
+  EXPECT_EQ(std::memcmp(out.data, want.data(), size), 0);
+  EXPECT_EQ(out.data[size], 0xAA) << "wrote past the payload";
+  EXPECT_EQ(s->GetStats().direct_read_bytes, 3 * kPage);
+
+  // Per-layer destinations, each page-aligned.
+  auto layers = Payload(ns, "layers", 8 * 8192);
+  std::vector<std::unique_ptr<PageBuf>> bufs;
+  std::vector<MutableFragment> frags;
+  for (int i = 0; i < 8; ++i) {
+    bufs.push_back(std::make_unique<PageBuf>(8192));
+    frags.push_back({bufs.back()->data, 8192});
+  }
+  ASSERT_TRUE(s->Get(ns, "layers", frags).ok());
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(std::memcmp(bufs[i]->data, layers.data() + i * 8192, 8192), 0) << i;
+  EXPECT_EQ(s->GetStats().direct_read_bytes, 3 * kPage + 8 * 8192);
+
+  // A get with a deadline must never touch `out` after timing out, so it
+  // reads through the store's own buffer.
+  std::memset(out.data, 0, size);
+  std::promise<Result<size_t>> r;
+  s->GetAsync(ns, "k", std::vector<MutableFragment>{{out.data, size}}, Clock::now() + std::chrono::seconds(30),
+              [&](Result<size_t> x) { r.set_value(std::move(x)); });
+  auto got = r.get_future().get();
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(std::memcmp(out.data, want.data(), size), 0);
+  // So does an unaligned destination.
+  std::vector<uint8_t> plain(size + 1);
+  ASSERT_TRUE(s->Get(ns, "k", plain.data() + 1, size).ok());
+  EXPECT_EQ(std::memcmp(plain.data() + 1, want.data(), size), 0);
+  EXPECT_EQ(s->GetStats().direct_read_bytes, 3 * kPage + 8 * 8192);
+}
+
+TEST_P(ZeroCopyTest, CorruptPayloadReadDirectlyIsAMiss) {
+  BlockInfo info;
+  NamespaceId ns = 0;
+  {
+    auto s = OpenStore();
+    ns = Ns(s.get());
+    ASSERT_TRUE(PutAligned(s.get(), ns, "k", 16 * kPage).ok());
+    info = *s->Stat(ns, "k");
+    ASSERT_TRUE(s->Close().ok());
+  }
+  const std::string seg = dir_.Sub("store/segments/seg-" + std::string(6 - std::to_string(info.segment).size(), '0') +
+                                   std::to_string(info.segment) + ".kvs");
+  testing::FlipBit(seg, info.offset + kPage + 5 * kPage + 17, 2);
+  auto s = OpenStore();
+  PageBuf out(16 * kPage);
+  auto n = s->Get(ns, "k", out.data, 16 * kPage);
+  EXPECT_EQ(n.status().code(), Code::kNotFound) << n.status().ToString();
+  EXPECT_EQ(s->GetStats().checksum_failures, 1u);
+  // The entry is dropped: the next get is a plain miss.
+  EXPECT_EQ(s->Get(ns, "k", out.data, 16 * kPage).status().code(), Code::kNotFound);
+}
+
+TEST_P(ZeroCopyTest, RamTierChunksAreWrittenThroughWithoutASecondCopy) {
+  opt_.ram_tier_bytes = 8 << 20;
+  opt_.ram_tier_shared_memory = false;
+  const size_t size = 32 * kPage;
+  {
+    auto s = OpenStore();
+    NamespaceId ns = Ns(s.get());
+    for (int i = 0; i < 8; ++i) {
+      // Unaligned caller memory: copied once, into the RAM tier, and
+      // written to the device from there.
+      auto p = Payload(ns, Key(i), size);
+      std::vector<uint8_t> v(size + 1);
+      std::memcpy(v.data() + 1, p.data(), size);
+      std::promise<Status> done;
+      s->PutAsync(ns, Key(i), std::vector<Fragment>{{v.data() + 1, size}}, [&](Status st) { done.set_value(st); });
+      std::memset(v.data(), 0, v.size());  // PutAsync copied it
+      ASSERT_TRUE(done.get_future().get().ok());
+    }
+    Stats st = s->GetStats();
+    EXPECT_EQ(st.zero_copy_put_bytes, 8 * size);
+    EXPECT_EQ(st.ram_blocks, 8u);
+    for (int i = 0; i < 8; ++i) {
+      auto got = s->GetVector(ns, Key(i));
+      ASSERT_TRUE(got.ok());
+      EXPECT_EQ(*got, Payload(ns, Key(i), size));
+    }
+    EXPECT_EQ(s->GetStats().hits_ram, 8u);
+    ASSERT_TRUE(s->Close().ok());
+  }
+  // A fresh process view with the RAM tier off: the device has the bytes.
+  opt_.ram_tier_bytes = 0;
+  auto s = OpenStore();
+  NamespaceId ns = Ns(s.get());
+  for (int i = 0; i < 8; ++i) ExpectBlock(s.get(), ns, Key(i), size);
+  EXPECT_EQ(s->GetStats().hits_disk, 8u);
+}
+
+TEST_P(ZeroCopyTest, SharedMemoryTierChunksAreWrittenThroughToo) {
+  opt_.ram_tier_bytes = 8 << 20;
+  opt_.ram_tier_shared_memory = true;
+  const size_t size = 16 * kPage;
+  std::string shm;
+  {
+    auto s = OpenStore();
+    shm = "/dev/shm/kvtier-" + s->Description().store_id + ".ram";
+    if (!s->GetStats().ram_shared_memory) GTEST_SKIP() << "/dev/shm cannot hold the tier here";
+    NamespaceId ns = Ns(s.get());
+    for (int i = 0; i < 4; ++i) {
+      auto p = Payload(ns, Key(i), size);
+      ASSERT_TRUE(s->Put(ns, Key(i), p.data(), p.size()).ok());
+    }
+    EXPECT_EQ(s->GetStats().zero_copy_put_bytes, 4 * size);
+    ASSERT_TRUE(s->Close().ok());
+  }
+  opt_.ram_tier_bytes = 0;
+  {
+    auto s = OpenStore();
+    NamespaceId ns = Ns(s.get());
+    for (int i = 0; i < 4; ++i) ExpectBlock(s.get(), ns, Key(i), size);
+    EXPECT_EQ(s->GetStats().hits_disk, 4u);
+  }
+  std::remove(shm.c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, ZeroCopyTest, ::testing::Values(IoBackend::kIoUring, IoBackend::kPosix),
+                         [](const ::testing::TestParamInfo<IoBackend>& i) {
+                           return i.param == IoBackend::kIoUring ? "io_uring" : "posix";
+                         });
+
+}  // namespace
+}  // namespace kvtier
