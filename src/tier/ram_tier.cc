@@ -120,6 +120,8 @@ void RamTier::Pin::Release() {
 RamTier::RamTier(const RamTierOptions& o) : opt_(o) {}
 
 RamTier::~RamTier() {
+  stop_prefault_ = true;
+  if (prefault_.joinable()) prefault_.join();
   shards_.clear();
   if (map_ != nullptr) munmap(map_, map_bytes_);
 }
@@ -154,7 +156,24 @@ Result<std::unique_ptr<RamTier>> RamTier::Open(const RamTierOptions& options, co
   } else {
     t->Format();
   }
+  if (options.prefault) {
+    RamTier* raw = t.get();
+    t->prefault_ = std::thread([raw] { raw->Prefault(); });
+  }
   return t;
+}
+
+void RamTier::Prefault() {
+  // Steps of 64 MiB so that closing waits little; pages already present
+  // (adopted blocks, or chunks filled meanwhile) are left as they are.
+  constexpr size_t kStep = 64u << 20;
+  uint8_t* const begin = map_ + meta_bytes_;
+  const size_t total = map_bytes_ - meta_bytes_;
+  for (size_t off = 0; off < total && !stop_prefault_.load(std::memory_order_relaxed); off += kStep) {
+    const size_t n = std::min(kStep, total - off);
+    if (madvise(begin + off, n, MADV_POPULATE_WRITE) != 0) return;  // unsupported or out of memory: fault lazily
+    prefaulted_.fetch_add(n, std::memory_order_relaxed);
+  }
 }
 
 Status RamTier::Map(bool* adopt) {
@@ -614,6 +633,7 @@ RamTierStats RamTier::GetStats() const {
     st.payload_bytes += s.payload_bytes;
     st.used_bytes += s.used_chunks * opt_.chunk_bytes;
   }
+  st.prefaulted_bytes = prefaulted_.load(std::memory_order_relaxed);
   return st;
 }
 

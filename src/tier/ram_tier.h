@@ -34,6 +34,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "kvtier/namespace.h"
@@ -52,6 +53,9 @@ struct RamTierOptions {
   std::string shm_path;
   std::array<uint8_t, 16> owner_id{};  // the store id; a file of another owner is discarded
   unsigned file_mode = 0600;
+  // Fault the data area in on a background thread after Open (MADV_POPULATE_WRITE),
+  // so the first puts do not pay the kernel's page zeroing inline.
+  bool prefault = true;
 };
 
 struct RamTierStats {
@@ -59,6 +63,7 @@ struct RamTierStats {
   uint64_t evictions = 0, evicted_bytes = 0, erases = 0;
   uint64_t blocks = 0, payload_bytes = 0, used_bytes = 0, capacity_bytes = 0;
   uint64_t adopted_blocks = 0, adopted_bytes = 0, adopt_dropped = 0;
+  uint64_t prefaulted_bytes = 0;  // data bytes faulted in by the background thread
   bool shared = false;        // backed by a /dev/shm file
   bool adopted_file = false;  // that file was adopted at open
 };
@@ -162,6 +167,10 @@ class RamTier {
   std::vector<std::unique_ptr<Shard>> shards_;
   std::atomic<uint64_t> next_token_{1};
   RamTierStats base_;  // shared/adopted flags and adoption counts
+  void Prefault();
+  std::thread prefault_;
+  std::atomic<bool> stop_prefault_{false};
+  std::atomic<uint64_t> prefaulted_{0};
 };
 
 // The default shared-memory file of a store: /dev/shm/kvtier-<store id>.ram.

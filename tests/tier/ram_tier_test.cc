@@ -1,11 +1,13 @@
 #include "tier/ram_tier.h"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
 #include <random>
+#include <chrono>
 #include <thread>
 
 #include "format/record.h"
@@ -50,6 +52,33 @@ RamTierOptions Small(uint64_t bytes, RamPolicy p = RamPolicy::kS3Fifo) {
   o.shards = 1;
   o.policy = p;
   return o;
+}
+
+TEST(RamTier, DataAreaIsFaultedInInTheBackground) {
+  RamTierOptions o = Small(32u << 20);
+  auto t = RamTier::Open(o);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  // Blocks go in while the prefault runs; they must be untouched by it.
+  auto v = Bytes(300000, 7);
+  ASSERT_NE(Put(**t, 1, "during", v), 0u);
+  for (int i = 0; i < 2000 && (*t)->GetStats().prefaulted_bytes < (*t)->GetStats().capacity_bytes; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_EQ((*t)->GetStats().prefaulted_bytes, (*t)->GetStats().capacity_bytes);
+  // Every page of the data area is resident now.
+  const iovec r = (*t)->Regions()[0];
+  const long page = sysconf(_SC_PAGESIZE);
+  std::vector<unsigned char> resident((r.iov_len + page - 1) / page);
+  ASSERT_EQ(mincore(r.iov_base, r.iov_len, resident.data()), 0);
+  size_t in = 0;
+  for (unsigned char c : resident) in += c & 1;
+  EXPECT_EQ(in, resident.size());
+  EXPECT_EQ(Get(**t, 1, "during"), v);
+  // Off when asked.
+  o.prefault = false;
+  auto lazy = RamTier::Open(o);
+  ASSERT_TRUE(lazy.ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ((*lazy)->GetStats().prefaulted_bytes, 0u);
 }
 
 TEST(RamTier, InsertLookupAcrossChunksAndFragments) {
