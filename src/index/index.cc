@@ -55,7 +55,6 @@ constexpr uint8_t kCheckpointVersion = 1;
 // filter blocks of the SST files plus the data blocks that lookups touch.
 // Memory is only taken as blocks are read.
 constexpr size_t kBlockCacheBytes = 128u << 20;
-constexpr size_t kWriteBufferBytes = 64u << 20;
 
 // ---- byte helpers ----
 
@@ -201,9 +200,9 @@ rocksdb::CompressionType ChooseCompression() {
 // files and in the memtable) and hash-indexed data blocks. by_segment is only
 // range-scanned, so filters would be memory spent for nothing.
 rocksdb::ColumnFamilyOptions MakeCfOptions(const std::shared_ptr<rocksdb::Cache>& cache,
-                                           bool point_lookups) {
+                                           bool point_lookups, uint64_t write_buffer_bytes) {
   rocksdb::ColumnFamilyOptions cf;
-  cf.write_buffer_size = kWriteBufferBytes;
+  cf.write_buffer_size = std::max<uint64_t>(write_buffer_bytes, 1u << 20);
   cf.compression = ChooseCompression();
   rocksdb::BlockBasedTableOptions t;
   t.block_cache = cache;
@@ -392,8 +391,8 @@ Result<std::unique_ptr<Index>> Index::Open(const std::string& path, const IndexO
   auto cache = rocksdb::NewLRUCache(kBlockCacheBytes);
   rocksdb::DBOptions dbo = MakeDBOptions(o);
   std::vector<rocksdb::ColumnFamilyDescriptor> cfs;
-  cfs.emplace_back(rocksdb::kDefaultColumnFamilyName, MakeCfOptions(cache, true));
-  cfs.emplace_back(kBySegmentName, MakeCfOptions(cache, false));
+  cfs.emplace_back(rocksdb::kDefaultColumnFamilyName, MakeCfOptions(cache, true, o.write_buffer_bytes));
+  cfs.emplace_back(kBySegmentName, MakeCfOptions(cache, false, o.write_buffer_bytes));
 
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DB* db = nullptr;

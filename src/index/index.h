@@ -67,6 +67,10 @@ struct IndexOpenOptions {
   bool read_only = false;
   bool create_if_missing = true;
   unsigned dir_mode = 0700;  // applied to the index folder
+  // RocksDB memtable size per column family. Opening costs grow with it (its
+  // Bloom filter is zeroed, the WAL is preallocated to about this size), so a
+  // small store asks for less; see the store's choice in store_open.cc.
+  uint64_t write_buffer_bytes = 64u << 20;
 };
 
 class Index {

@@ -166,6 +166,11 @@ Status StoreImpl::OpenImpl() {
   io.read_only = opt_.read_only;
   io.create_if_missing = !opt_.read_only;
   io.dir_mode = dmode;
+  // About 100 bytes of index per block and blocks of >= 4 KiB: a memtable of
+  // capacity/256 holds more than a tenth of the store's entries; at most
+  // RocksDB's usual 64 MiB, at least 4 MiB.
+  const uint64_t capacity = opt_.capacity_bytes != 0 ? opt_.capacity_bytes : 8ull << 30;
+  io.write_buffer_bytes = std::clamp<uint64_t>(capacity / 256, 4u << 20, 64u << 20);
   auto index = Index::Open(dir_ + "/" + kIndexDir, io);
   if (!index.ok()) return index.status().WithContext("opening index of " + dir_);
   index_ = std::move(index).value();
@@ -182,7 +187,6 @@ Status StoreImpl::OpenImpl() {
   table_ = std::make_unique<SegmentTable>(tc);
   KVTIER_RETURN_IF_ERROR(table_->Load());
 
-  uint64_t capacity = opt_.capacity_bytes != 0 ? opt_.capacity_bytes : (8ull << 30);
   max_segments_ = std::max<uint64_t>(2, capacity / description_.segment_size_bytes);
   opt_.max_payload_bytes =
       std::min({opt_.max_payload_bytes, description_.segment_size_bytes - format::kPage,
