@@ -577,7 +577,6 @@ std::vector<Status> TransferImpl::PutFromDevice(NamespaceId ns, std::span<const 
   std::vector<size_t> totals(blocks.size());
   std::vector<RamTier::Pin> reserved(blocks.size());
   std::vector<size_t> via_staging, via_ram;
-  std::vector<CopyPiece> copies;
   uint64_t bytes = 0;
   for (size_t i = 0; i < blocks.size(); ++i) {
     bool bad = false;
@@ -591,41 +590,77 @@ std::vector<Status> TransferImpl::PutFromDevice(NamespaceId ns, std::span<const 
       via_staging.push_back(i);
       continue;
     }
-    std::vector<Span> dst = PieceSpans(reserved[i].pieces());
-    Zip(DeviceSpans(blocks[i]), dst, totals[i], &copies);
     via_ram.push_back(i);
   }
-  // 1. Straight into pinned RAM-tier chunks, all at once.
+  // 1. Straight into pinned RAM-tier chunks, in groups of about 32 MiB with
+  //    an event after each: while the link copies group g+1, host threads
+  //    checksum group g and queue its puts (the disk write reads the same
+  //    chunks: no host copy at all).
   if (!via_ram.empty()) {
-    Status st = Enqueue(copies, /*to_device=*/false, stream);
-    if (st.ok()) {
-      cudaError_t e = cudaStreamSynchronize(stream);
-      if (e != cudaSuccess) st = CudaError(e, "waiting for device-to-host copies");
+    constexpr uint64_t kGroupBytes = 32ull << 20;
+    std::vector<size_t> group_of(via_ram.size());
+    std::vector<cudaEvent_t> events;
+    Status st;
+    std::vector<CopyPiece> copies;
+    uint64_t group_bytes = 0;
+    auto close_group = [&]() {
+      if (copies.empty() || !st.ok()) return;
+      st = Enqueue(copies, /*to_device=*/false, stream);
+      copies.clear();
+      group_bytes = 0;
+      cudaEvent_t ev = nullptr;
+      cudaError_t e = st.ok() ? cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) : cudaSuccess;
+      if (st.ok() && e == cudaSuccess) e = cudaEventRecord(ev, stream);
+      if (st.ok() && e != cudaSuccess) st = CudaError(e, "recording a device-to-host copy event");
+      events.push_back(ev);
+    };
+    for (size_t k = 0; k < via_ram.size(); ++k) {
+      const size_t i = via_ram[k];
+      std::vector<Span> dst = PieceSpans(reserved[i].pieces());
+      Zip(DeviceSpans(blocks[i]), dst, totals[i], &copies);
+      group_bytes += totals[i];
+      group_of[k] = events.size();
+      if (group_bytes >= kGroupBytes) close_group();
     }
+    close_group();
     if (!st.ok()) {
       for (size_t i : via_ram) {
         reserved[i].Release();
         finish(i, st);
       }
     } else {
-      // Each put copies its block into the write ring on the submitting
-      // thread; spread that memcpy over a few threads so it keeps up with
-      // the link.
       for (size_t i : via_ram) bytes += totals[i];
+      auto wait_group = [&](size_t g) -> Status {
+        cudaError_t e = cudaEventSynchronize(events[g]);
+        return e == cudaSuccess ? Status::OK() : CudaError(e, "waiting for device-to-host copies");
+      };
+      // Each put checksums its block on the submitting thread; several
+      // threads keep up with the link.
       auto submit = [&](size_t first, size_t step) {
         for (size_t k = first; k < via_ram.size(); k += step) {
           size_t i = via_ram[k];
+          Status w = wait_group(group_of[k]);
+          if (!w.ok()) {
+            reserved[i].Release();
+            finish(i, w);
+            continue;
+          }
           store_->PutInternal(ns, blocks[i].key, {}, std::move(reserved[i]), /*blocking=*/true,
                               [finish, i](Status s) { finish(i, std::move(s)); });
         }
       };
-      const size_t threads = std::clamp<size_t>(std::thread::hardware_concurrency() / 2, 1, 8);
+      // Most cores: the checksum of every byte is the work left once the
+      // copy is on the link (the store's writer and syncer need little CPU).
+      const unsigned cores = std::thread::hardware_concurrency();
+      const size_t threads = std::clamp<size_t>(cores > 2 ? cores - 2 : 1, 1, 16);
       const size_t step = std::min(threads, via_ram.size());
       std::vector<std::thread> pool;
       for (size_t t = 1; t < step; ++t) pool.emplace_back(submit, t, step);
       submit(0, step);
       for (std::thread& t : pool) t.join();
     }
+    for (cudaEvent_t ev : events)
+      if (ev != nullptr) cudaEventDestroy(ev);
   }
   // 2. The others through staging, a slot-full at a time; the put copies the
   //    bytes into the write queue (and RAM tier) before it returns.
