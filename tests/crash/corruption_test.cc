@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <random>
 
+#include "crash/torture_util.h"
 #include "format/record.h"
 #include "io/fault_injection.h"
 #include "store/store_test_util.h"
@@ -15,6 +16,9 @@ namespace kvtier::testing {
 namespace {
 
 constexpr int kBlocks = 40;
+
+// KVTIER_DAMAGE_SCALE multiplies the bit-flip rounds and fault trials (CI: 1).
+int Scale() { return static_cast<int>(RoundsFromEnv("KVTIER_DAMAGE_SCALE", 1)); }
 
 size_t SizeOf(int i) { return 3000 + static_cast<size_t>(i) * 1117; }
 
@@ -65,7 +69,7 @@ TEST_F(Damage, RandomBitFlipsNeverReturnWrongBytes) {
   uint64_t tried = 0, wrong = 0, detected = 0;
   auto segs = Segments();
   ASSERT_FALSE(segs.empty());
-  for (int round = 0; round < 6; ++round) {
+  for (int round = 0; round < 6 * Scale(); ++round) {
     for (int f = 0; f < 8; ++f) {
       const std::string& seg = segs[rng() % segs.size()];
       uint64_t size = std::filesystem::file_size(seg);
@@ -154,7 +158,7 @@ TEST_F(Damage, InjectedFaultsNeverAcknowledgeLostWrites) {
   uint64_t injected = 0, wrong = 0, acked_lost = 0;
   const FaultOp ops[] = {FaultOp::kWrite, FaultOp::kSync, FaultOp::kRead, FaultOp::kOpen};
   const int errs[] = {EIO, ENOSPC};
-  for (int trial = 0; trial < 16; ++trial) {
+  for (int trial = 0; trial < 16 * Scale(); ++trial) {
     auto fs = std::make_shared<FaultInjectionFileSystem>(DefaultFileSystem(IoBackend::kPosix), trial);
     Options o = opt_;
     o.file_system = fs;

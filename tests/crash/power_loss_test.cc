@@ -3,8 +3,10 @@
 // recovery), keeping none, all, a random subset, or a 4 KiB-torn version of
 // the unsynced writes and undoing unsynced creations/renames/removals.
 //
-// CI: KVTIER_POWER_LOSS_POINTS (default 240, about 60 s: each point costs one
-// fork + Store::Open, ~250 ms) crash points in all.
+// KVTIER_POWER_LOSS_POINTS crash points in all (default 2000). Each point costs
+// one fork + Store::Open in a fresh child, ~85 ms of CPU on the 2-core dev VM
+// (mostly opening RocksDB, see docs/reliability.md), so the default takes
+// about three minutes of one core; long mode: KVTIER_POWER_LOSS_POINTS=10000.
 #include <gtest/gtest.h>
 
 #include "crash/torture_util.h"
@@ -13,7 +15,7 @@
 namespace kvtier::testing {
 namespace {
 
-uint32_t Points() { return RoundsFromEnv("KVTIER_POWER_LOSS_POINTS", 240); }
+uint32_t Points() { return RoundsFromEnv("KVTIER_POWER_LOSS_POINTS", 2000); }
 
 TortureConfig PowerLoss(bool eviction, uint64_t seed) {
   TortureConfig c;
@@ -36,7 +38,10 @@ TEST(PowerLoss, NoEvictionEveryAckedBlockSurvives) {
   EXPECT_TRUE(r.ok()) << r.Summary();
   EXPECT_EQ(r.crashes, c.rounds);
   EXPECT_GT(r.acked_puts, 0u);
-  EXPECT_GT(r.writes_torn, 0u);
+  // One crash in four tears; with few rounds a tear may touch no pending write.
+  if (c.rounds >= 80) {
+    EXPECT_GT(r.writes_torn, 0u);
+  }
 }
 
 TEST(PowerLoss, WithEvictionNeverWrongBytes) {

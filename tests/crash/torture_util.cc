@@ -2,6 +2,8 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <spawn.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,7 +19,9 @@
 #include <memory>
 #include <random>
 #include <sstream>
+#include <string_view>
 #include <thread>
+#include <vector>
 
 #include "io/sim_power_loss.h"
 #include "kvtier/store.h"
@@ -60,11 +64,19 @@ std::vector<uint8_t> Expected(NamespaceId ns, uint32_t key, int32_t version, uin
   return Payload(ns, Key(key), PayloadSize(key, version, max_payload), static_cast<uint32_t>(version));
 }
 
+// Ends the child at once, like a crash: no atexit handlers, no destructors,
+// and no sanitizer exit hooks (TSan's _exit interceptor would report the
+// store's still-running threads as leaked and turn the status into 66).
+[[noreturn]] void ExitNow(int code) {
+  ::syscall(SYS_exit_group, code);
+  __builtin_unreachable();
+}
+
 void WriteAll(int fd, const void* p, size_t n) {
   const char* c = static_cast<const char*>(p);
   while (n > 0) {
     ssize_t w = ::write(fd, c, n);
-    if (w <= 0) _exit(90);
+    if (w <= 0) ExitNow(90);
     c += w;
     n -= static_cast<size_t>(w);
   }
@@ -124,7 +136,7 @@ class Child {
           WriteAll(fd, line, static_cast<size_t>(n));
           ::close(fd);
         }
-        _exit(0);
+        ExitNow(0);
       });
       o.file_system = sim;
     } else {
@@ -156,7 +168,7 @@ class Child {
       WriteAll(fd, msg.data(), msg.size());
       ::close(fd);
     }
-    _exit(code);
+    ExitNow(code);
   }
 
   // Checks every key against the model and writes what was found.
@@ -401,7 +413,9 @@ uint32_t RoundsFromEnv(const char* name, uint32_t fallback) {
   return n > 0 ? static_cast<uint32_t>(n) : fallback;
 }
 
-TortureResult RunTorture(const std::string& dir, const TortureConfig& c) {
+namespace {
+
+TortureResult RunTortureHere(const std::string& dir, const TortureConfig& c) {
   TortureResult res;
   std::mt19937_64 rng(c.seed);
   std::vector<KeyModel> model(c.keys);
@@ -501,6 +515,142 @@ TortureResult RunTorture(const std::string& dir, const TortureConfig& c) {
     }
     if (!res.ok() && res.problems.size() >= 12) break;
   }
+  return res;
+}
+
+// ---- The driver process -------------------------------------------------------
+//
+// RunTorture runs the rounds in a fresh process (this test binary, exec'd
+// with kDriverEnv set and a filter selecting TortureDriver.DISABLED_Run): a
+// child forked from a process that ever opened a store would inherit RocksDB's
+// Env thread-pool state without its threads and wait forever for background
+// work. The driver never opens a store, so its forks are safe and cheap.
+
+constexpr char kDriverEnv[] = "KVTIER_TORTURE_DRIVER";
+
+void WriteText(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text;
+  }
+  std::filesystem::rename(tmp, path);
+}
+
+std::string EncodeConfig(const TortureConfig& c) {
+  std::ostringstream o;
+  o.precision(17);
+  o << static_cast<int>(c.crash) << ' ' << c.eviction << ' ' << c.rounds << ' ' << c.seed << ' ' << c.keys << ' '
+    << c.max_payload << ' ' << c.max_kill_delay_ms << ' ' << c.max_crash_op << ' ' << c.fresh_store_every << ' '
+    << c.index_loss_probability << '\n';
+  return o.str();
+}
+
+bool DecodeConfig(const std::string& text, TortureConfig* c) {
+  std::istringstream in(text);
+  int crash = 0;
+  in >> crash >> c->eviction >> c->rounds >> c->seed >> c->keys >> c->max_payload >> c->max_kill_delay_ms >>
+      c->max_crash_op >> c->fresh_store_every >> c->index_loss_probability;
+  c->crash = static_cast<TortureConfig::Crash>(crash);
+  return static_cast<bool>(in) && (crash == 0 || crash == 1);
+}
+
+// Counters as one line of numbers, then one problem per line.
+std::string EncodeResult(const TortureResult& r) {
+  std::ostringstream o;
+  for (uint64_t v : {r.rounds, r.crashes, r.crashes_in_open, r.verified_rounds, r.blocks_checked, r.blocks_present,
+                     r.acked_puts, r.acked_removes, r.acked_lost, r.wrong_bytes, r.unexpected, r.reopen_failures,
+                     r.child_failures, r.index_losses, r.writes_pending, r.writes_torn, r.names_undone,
+                     r.mode_counts[0], r.mode_counts[1], r.mode_counts[2], r.mode_counts[3]})
+    o << v << ' ';
+  o << '\n';
+  for (const std::string& p : r.problems) {
+    std::string line = p;
+    std::replace(line.begin(), line.end(), '\n', ' ');
+    o << line << '\n';
+  }
+  return o.str();
+}
+
+bool DecodeResult(const std::string& text, TortureResult* r) {
+  std::istringstream in(text);
+  for (uint64_t* v : {&r->rounds, &r->crashes, &r->crashes_in_open, &r->verified_rounds, &r->blocks_checked,
+                      &r->blocks_present, &r->acked_puts, &r->acked_removes, &r->acked_lost, &r->wrong_bytes,
+                      &r->unexpected, &r->reopen_failures, &r->child_failures, &r->index_losses,
+                      &r->writes_pending, &r->writes_torn, &r->names_undone, &r->mode_counts[0],
+                      &r->mode_counts[1], &r->mode_counts[2], &r->mode_counts[3]})
+    if (!(in >> *v)) return false;
+  std::string line;
+  std::getline(in, line);
+  while (std::getline(in, line))
+    if (!line.empty()) r->problems.push_back(line);
+  return true;
+}
+
+std::string Tail(const std::string& s, size_t n) { return s.size() <= n ? s : "..." + s.substr(s.size() - n); }
+
+}  // namespace
+
+bool RunTortureDriver(std::string* error) {
+  const char* dir = std::getenv(kDriverEnv);
+  if (dir == nullptr || *dir == '\0') {
+    *error = std::string(kDriverEnv) + " is not set: this entry point is run only by RunTorture";
+    return false;
+  }
+  TortureConfig c;
+  if (!DecodeConfig(ReadFile(std::string(dir) + "/config"), &c)) {
+    *error = std::string("cannot parse ") + dir + "/config";
+    return false;
+  }
+  WriteText(std::string(dir) + "/result", EncodeResult(RunTortureHere(dir, c)));
+  return true;
+}
+
+TortureResult RunTorture(const std::string& dir, const TortureConfig& c) {
+  TortureResult res;
+  auto fail = [&res](const std::string& why) {
+    ++res.child_failures;
+    res.problems.push_back("torture driver: " + why);
+    return res;
+  };
+  std::filesystem::create_directories(dir);
+  const std::string result_path = dir + "/result", out_path = dir + "/driver.out";
+  std::filesystem::remove(result_path);
+  WriteText(dir + "/config", EncodeConfig(c));
+
+  // The driver's environment: ours, less gtest's variables (sharding or an
+  // XML output file meant for this process), plus the driver's folder.
+  // LD_BIND_NOW resolves every symbol once in the driver instead of again in
+  // each forked child.
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string_view v(*e);
+    if (v.starts_with("GTEST_") || v.starts_with(kDriverEnv) || v.starts_with("LD_BIND_NOW=")) continue;
+    env.emplace_back(v);
+  }
+  env.push_back(std::string(kDriverEnv) + "=" + dir);
+  env.push_back("LD_BIND_NOW=1");
+  std::vector<char*> envp;
+  for (std::string& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::string a0 = "kvtier_crash_test", a1 = "--gtest_filter=TortureDriver.DISABLED_Run",
+              a2 = "--gtest_also_run_disabled_tests";
+  char* argv[] = {a0.data(), a1.data(), a2.data(), nullptr};
+
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, "/proc/self/exe", &fa, nullptr, argv, envp.data());
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) return fail(std::string("posix_spawn /proc/self/exe: ") + std::strerror(rc));
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  const std::string result = ReadFile(result_path);
+  if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0) || result.empty() || !DecodeResult(result, &res))
+    return fail("exit status " + std::to_string(status) + ", output: " + Tail(ReadFile(out_path), 2000));
   return res;
 }
 

@@ -1,15 +1,15 @@
 // The crash-torture harness shared by the kill -9 and simulated power-loss
 // tests.
 //
-// Each round forks a child that opens the store, checks every key against the
-// parent's model of what must (and may) be there, reports what it found, and
+// Each round forks a child (from a driver process that never opens a store)
+// that opens the store, checks every key against the driver's model of what
+// must (and may) be there, reports what it found, and
 // then runs a mixed workload (puts, PutBatch, PutAsync, removes, gets, Flush,
 // EvictTo), logging each operation to an O_APPEND file before it is submitted
-// and again after it is acknowledged. The child dies either by the parent's
+// and again after it is acknowledged. The child dies either by the driver's
 // SIGKILL after a random delay, or (power loss) inside the I/O call at which a
-// SimPowerLossFileSystem was told to crash. The parent folds the log into its
-// model and starts the next round. The parent never opens the store itself,
-// so no RocksDB thread is ever forked.
+// SimPowerLossFileSystem was told to crash. The driver folds the log into its
+// model and starts the next round.
 //
 // Model: payloads are Payload(ns, key, PayloadSize(key, version), version).
 // After a crash, a key may hold the outcome of its last acknowledged
@@ -64,8 +64,18 @@ struct TortureResult {
   std::string Summary() const;
 };
 
-// Runs the torture in `dir` (created; stores live in subfolders).
+// Runs the torture in `dir` (created; stores live in subfolders). The rounds
+// run in a fresh process (this binary re-executed through /proc/self/exe
+// with a filter selecting TortureDriver.DISABLED_Run), so the caller may have
+// opened stores before: a child forked from such a process would inherit
+// RocksDB's thread-pool state without its threads and hang. A driver that
+// dies counts as a child failure, with its output in `problems`.
 TortureResult RunTorture(const std::string& dir, const TortureConfig& config);
+
+// The driver's entry point: runs the rounds described by the files RunTorture
+// left in $KVTIER_TORTURE_DRIVER and writes the result there. False (with
+// `error`) when not started by RunTorture.
+bool RunTortureDriver(std::string* error);
 
 // Rounds from an environment variable (e.g. KVTIER_TORTURE_KILLS), else `fallback`.
 uint32_t RoundsFromEnv(const char* name, uint32_t fallback);
