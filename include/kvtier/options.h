@@ -5,10 +5,40 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "kvtier/io.h"
 
 namespace kvtier {
+
+// The shared tier on Ceph (docs/shared-tier.md): sealed segments are
+// uploaded as RADOS objects and blocks other nodes uploaded are served on a
+// local miss. Off by default; needs a build with librados (else Open fails
+// with NotSupported when enabled).
+struct RemoteTierOptions {
+  bool enabled = false;
+  // ceph.conf to read; empty means librados' default search path.
+  std::string ceph_conf;
+  // Pool, and the client identity (client.<client_id>, its keyring as the
+  // Ceph config names it).
+  std::string pool = "kvtier";
+  std::string client_id = "admin";
+  // RADOS namespace inside the pool: nodes share blocks only within one.
+  std::string rados_namespace;
+  // Bytes of segment objects the shared tier may hold; beyond it the oldest
+  // uploads are deleted (by any node). 0 = unlimited.
+  uint64_t budget_bytes = 0;
+  // Every remote read completes by this time (or the get's own deadline,
+  // whichever is sooner); a late read is a miss.
+  uint32_t read_deadline_ms = 200;
+  // How often the catalog is read for other nodes' uploads.
+  uint32_t poll_interval_ms = 1000;
+  // A segment is stored as objects of at most this size (RADOS' default
+  // osd_max_object_size is 128 MiB). A multiple of 4 MiB.
+  uint64_t object_bytes = 64ull << 20;
+  // Bound on each upload, catalog and delete operation (and on connecting).
+  uint32_t op_timeout_ms = 10000;
+};
 
 struct Options {
   // --- Store folder ---------------------------------------------------------
@@ -95,6 +125,9 @@ struct Options {
   // Write an index checkpoint (so recovery needs no scan before it) every time
   // this many bytes have been appended, and when a segment is sealed.
   uint64_t checkpoint_interval_bytes = 1ull << 30;
+
+  // --- Shared tier on Ceph (see RemoteTierOptions) ------------------------------
+  RemoteTierOptions remote;
 };
 
 }  // namespace kvtier

@@ -159,6 +159,16 @@ struct Stats {
   uint64_t recovery_scanned_bytes = 0, recovery_reindexed = 0, recovery_torn_bytes = 0;
   double open_seconds = 0;
   std::string io_backend;  // "io_uring" or "posix"
+  // Shared tier on Ceph (zeros when off; docs/shared-tier.md).
+  bool remote_connected = false;
+  uint64_t hits_remote = 0, bytes_read_remote = 0;
+  uint64_t remote_misses = 0;             // remote reads that failed (included in misses)
+  uint64_t remote_deadline_misses = 0, remote_checksum_failures = 0;
+  uint64_t remote_uploads = 0, remote_upload_bytes = 0;
+  uint64_t remote_upload_retries = 0;     // failed attempts, retried with back-off
+  uint64_t remote_uploads_skipped = 0;    // segments reclaimed locally before their upload
+  uint64_t remote_segments_imported = 0;  // summaries imported into the remote index
+  uint64_t remote_objects_deleted = 0;    // segment uploads deleted for the budget
 };
 
 // Result of Verify().

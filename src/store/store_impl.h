@@ -43,6 +43,10 @@
 
 namespace kvtier {
 
+namespace remote {
+class SharedTier;  // src/remote/shared_tier.h (built only with librados)
+}
+
 class StoreImpl final : public Store {
  public:
   StoreImpl(std::string dir, Options options);
@@ -212,6 +216,17 @@ class StoreImpl final : public Store {
   void RequestDrop(NamespaceId ns, std::string_view key, uint64_t sequence);
   void NoteHit(uint32_t seg, uint64_t offset);
   BlockInfo ToBlockInfo(NamespaceId ns, std::string_view key, const format::IndexValue& v);
+
+  // ---- Shared tier on Ceph (store_remote.cc); no-ops while it is off ----
+  Status StartRemote();
+  void StopRemote();  // before the writer stops: an upload may wait on Flush
+  void RemoteNoteSealed(uint32_t seg, uint32_t gen);  // writer thread, never blocks
+  // On a local miss: true when the shared tier took `op` (it completes it).
+  bool RemoteGet(const std::shared_ptr<ReadOp>& op);
+  // Extends a local prefix match of `n` keys with blocks the tier holds.
+  size_t RemoteExtendPrefix(NamespaceId ns, std::span<const std::string_view> keys, size_t n);
+  void RemoteStats(Stats* s);
+  std::shared_ptr<remote::SharedTier> remote_;  // set at open, then only read
 
   // ---- Open / recovery (store_open.cc) ----
   Status CreateOrLoadSuperblock(bool* created);

@@ -211,6 +211,7 @@ Status StoreImpl::OpenImpl() {
   }
   if (!repair_mode_) KVTIER_RETURN_IF_ERROR(OpenRamTier());  // store_ram.cc
   if (!repair_mode_) StartThreads();
+  KVTIER_RETURN_IF_ERROR(StartRemote());  // store_remote.cc
   c_.open_seconds.store(SecondsSince(open_started_));
   return Status::OK();
 }
@@ -378,6 +379,7 @@ void StoreImpl::StartThreads() {
 }
 
 Status StoreImpl::Close() {
+  StopRemote();  // store_remote.cc
   {
     std::lock_guard<std::mutex> l(mu_);
     if (closed_) return Status::Closed("store already closed");
@@ -542,6 +544,7 @@ Stats StoreImpl::GetStats() {
     s.ram_adopt_dropped = r.adopt_dropped;
     s.ram_shared_memory = r.shared;
   }
+  RemoteStats(&s);  // store_remote.cc
   return s;
 }
 

@@ -209,6 +209,7 @@ void StoreImpl::ExecuteReads(IoQueue* queue, std::vector<std::shared_ptr<ReadOp>
       continue;
     }
     if (!e->has_value()) {
+      if (RemoteGet(op)) continue;  // store_remote.cc
       c_.misses.Add();
       Complete(op, Status::NotFound("no such key"));
       continue;
@@ -221,8 +222,9 @@ void StoreImpl::ExecuteReads(IoQueue* queue, std::vector<std::shared_ptr<ReadOp>
     }
     File* file = table_->Pin(v.segment, v.generation);
     if (file == nullptr) {  // segment reused or missing: the entry is stale
-      c_.misses.Add();
       RequestDrop(op->ns, op->key, v.sequence);
+      if (RemoteGet(op)) continue;  // store_remote.cc
+      c_.misses.Add();
       Complete(op, Status::NotFound("block was evicted"));
       continue;
     }
@@ -432,7 +434,7 @@ Result<size_t> StoreImpl::LookupPrefix(NamespaceId ns, std::span<const std::stri
     while (n < locs.size() && locs[n] != PresenceMap::kAbsent &&
            table_->IsLive(static_cast<uint32_t>(locs[n] >> 32), static_cast<uint32_t>(locs[n])))
       ++n;
-    return n;
+    return RemoteExtendPrefix(ns, keys, n);  // store_remote.cc
   }
   std::vector<std::optional<format::IndexValue>> vals;
   Status st = index_->MultiGet(ns, keys, &vals);
@@ -440,7 +442,7 @@ Result<size_t> StoreImpl::LookupPrefix(NamespaceId ns, std::span<const std::stri
   size_t n = 0;
   while (n < vals.size() && vals[n].has_value() && table_->IsLive(vals[n]->segment, vals[n]->generation))
     ++n;
-  return n;
+  return RemoteExtendPrefix(ns, keys, n);  // store_remote.cc
 }
 
 BlockInfo StoreImpl::ToBlockInfo(NamespaceId ns, std::string_view key, const format::IndexValue& v) {

@@ -400,6 +400,7 @@ StoreImpl::Place StoreImpl::PlaceRecord(WriteOp& op, const std::unordered_set<ui
     if (cur_seg_ != UINT32_MAX) {
       table_->Seal(cur_seg_, cur_off_);
       pass_sealed_ = true;
+      RemoteNoteSealed(cur_seg_, cur_gen_);
       cur_seg_ = UINT32_MAX;
     }
     Status st = OpenNextSegment(touched);

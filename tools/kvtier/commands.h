@@ -22,6 +22,7 @@ Command AddImport(CLI::App& root);
 Command AddStats(CLI::App& root);
 Command AddDemo(CLI::App& root);
 Command AddBench(CLI::App& root);
+Command AddRemoteBench(CLI::App& root);  // cmd_remote_bench.cc
 
 }  // namespace kvtier::cli
 

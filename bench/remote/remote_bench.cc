@@ -1,0 +1,347 @@
+// kvtier_remote_bench: the shared tier on Ceph against `rados bench` on the
+// same cluster, in the same run (ratios, not absolute numbers).
+//
+//   kvtier_remote_bench --conf CEPH.CONF [--pool kvtier] [--dir TMP]
+//       [--convs 64] [--blocks 8] [--block-kib 2048] [--window 16]
+//       [--segment-mib 64] [--rados-seconds 10]
+//
+// 1. `rados bench` 4 MiB writes, 16 in flight, then its sequential reads
+//    (16 in flight); those run again right after step 3a, and the better
+//    figure is the one compared with.
+// 2. Node A (a store in DIR/a) writes `convs` conversations of `blocks`
+//    blocks each with the tier off and seals its last segment, then reopens
+//    with the tier on, which uploads every sealed segment. Upload throughput
+//    = uploaded bytes / (reopen to last upload): read back + RADOS writes.
+// 3. Node B (DIR/b, empty) imports the catalog, then
+//    a. bulk: gets every uploaded block, `window` gets in flight;
+//    b. revisit trace: conversations in a shuffled order, each a
+//       LookupPrefix of its keys then a GetBatch of the matched prefix;
+//       latency per revisit (p50/p99) and blocks served / blocks asked.
+//    Every block read is compared with what A wrote.
+// Prints a table and one JSON line. Exit 1 when a block did not verify.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "format/record.h"
+#include "kvtier/store.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Secs(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+struct Args {
+  std::string conf, pool = "kvtier", dir;
+  uint32_t convs = 64, blocks = 8, block_kib = 2048, window = 16, segment_mib = 64, rados_seconds = 10;
+};
+
+bool Parse(int argc, char** argv, Args* a) {
+  for (int i = 1; i < argc; ++i) {
+    std::string k = argv[i];
+    if (i + 1 >= argc) return false;
+    std::string v = argv[++i];
+    if (k == "--conf") a->conf = v;
+    else if (k == "--pool") a->pool = v;
+    else if (k == "--dir") a->dir = v;
+    else if (k == "--convs") a->convs = static_cast<uint32_t>(std::stoul(v));
+    else if (k == "--blocks") a->blocks = static_cast<uint32_t>(std::stoul(v));
+    else if (k == "--block-kib") a->block_kib = static_cast<uint32_t>(std::stoul(v));
+    else if (k == "--window") a->window = static_cast<uint32_t>(std::stoul(v));
+    else if (k == "--segment-mib") a->segment_mib = static_cast<uint32_t>(std::stoul(v));
+    else if (k == "--rados-seconds") a->rados_seconds = static_cast<uint32_t>(std::stoul(v));
+    else return false;
+  }
+  return !a->conf.empty();
+}
+
+// Runs a shell command and returns its output.
+std::string Sh(const std::string& cmd) {
+  std::string out;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (p == nullptr) return out;
+  char buf[1024];
+  while (std::fgets(buf, sizeof buf, p) != nullptr) out += buf;
+  ::pclose(p);
+  return out;
+}
+
+// "Bandwidth (MB/sec):   123.4" from rados bench output, in MB/s.
+double RadosBandwidth(const std::string& out) {
+  size_t at = out.find("Bandwidth (MB/sec):");
+  if (at == std::string::npos) return 0;
+  return std::atof(out.c_str() + at + std::strlen("Bandwidth (MB/sec):"));
+}
+
+std::vector<uint8_t> Block(uint32_t conv, uint32_t i, size_t size) {
+  std::vector<uint8_t> v(size);
+  uint64_t x = (static_cast<uint64_t>(conv) << 32 | i) * 0x9E3779B97F4A7C15ull + 1;
+  for (size_t o = 0; o + 8 <= size; o += 8) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    std::memcpy(v.data() + o, &x, 8);
+  }
+  return v;
+}
+std::string KeyOf(uint32_t conv, uint32_t i) {
+  char k[64];
+  std::snprintf(k, sizeof k, "conv%05u-block%04u-%016llx", conv, i,
+                static_cast<unsigned long long>((conv * 1315423911ull) ^ i));
+  return k;
+}
+
+kvtier::Options NodeOptions(const Args& a, const std::string& rados_ns) {
+  kvtier::Options o;
+  o.segment_size_bytes = static_cast<uint64_t>(a.segment_mib) << 20;
+  o.capacity_bytes = 16ull << 30;
+  o.remote.enabled = true;
+  o.remote.ceph_conf = a.conf;
+  o.remote.pool = a.pool;
+  o.remote.rados_namespace = rados_ns;
+  o.remote.poll_interval_ms = 200;
+  o.remote.read_deadline_ms = 5000;
+  o.remote.object_bytes = std::min<uint64_t>(64ull << 20, o.segment_size_bytes);
+  return o;
+}
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
+}
+
+template <typename F>
+bool WaitUntil(F pred, double seconds) {
+  const auto end = Clock::now() + std::chrono::duration<double>(seconds);
+  while (Clock::now() < end) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return pred();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  if (!Parse(argc, argv, &a)) {
+    std::fprintf(stderr,
+                 "usage: kvtier_remote_bench --conf CEPH.CONF [--pool P] [--dir TMP] [--convs N] [--blocks N]\n"
+                 "       [--block-kib N] [--window N] [--segment-mib N] [--rados-seconds N]\n");
+    return 2;
+  }
+  if (a.dir.empty()) a.dir = std::filesystem::temp_directory_path() / ("kvtier-remote-bench-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(a.dir);
+  std::filesystem::create_directories(a.dir);
+  const std::string rados_ns = "bench-" + std::to_string(::getpid());
+  const size_t block = static_cast<size_t>(a.block_kib) << 10;
+
+  // 1. The cluster's own limit, same run.
+  const std::string rb = "rados -c " + a.conf + " -p " + a.pool + " bench " + std::to_string(a.rados_seconds);
+  const double rados_write = RadosBandwidth(Sh(rb + " write -b 4194304 -t 16 --no-cleanup --run-name kvrb 2>&1"));
+  // Its reads run twice: right after its writes (fresh, like ours after
+  // upload) and after our bulk gets; the ratio uses the better of the two.
+  const double rados_read_fresh = RadosBandwidth(Sh(rb + " seq -t 16 --run-name kvrb 2>&1"));
+  double rados_read = 0;
+
+  // 2. Node A writes and uploads.
+  std::vector<uint64_t> sums(static_cast<size_t>(a.convs) * a.blocks);
+  kvtier::NamespaceSpec spec;
+  spec.model_id = "bench/llama-8b-like";
+  spec.dtype = "bf16";
+  spec.block_tokens = 16;
+  // A writes with the tier off, then reopens with it on: the reopen queues
+  // every sealed segment, so the upload is timed alone (no local puts
+  // competing for the disk).
+  kvtier::Options local_only = NodeOptions(a, rados_ns);
+  local_only.remote.enabled = false;
+  auto sa = kvtier::Store::Open(a.dir + "/a", local_only);
+  if (!sa.ok()) {
+    std::fprintf(stderr, "open A: %s\n", sa.status().ToString().c_str());
+    return 1;
+  }
+  auto& A = *sa;
+  auto nsa = A->RegisterNamespace(spec);
+  if (!nsa.ok()) return 1;
+  const auto t0 = Clock::now();
+  for (uint32_t c = 0; c < a.convs; ++c)
+    for (uint32_t i = 0; i < a.blocks; ++i) {
+      auto b = Block(c, i, block);
+      sums[c * a.blocks + i] = kvtier::format::Checksum(b.data(), b.size());
+      kvtier::Status st = A->Put(*nsa, KeyOf(c, i), b.data(), b.size());
+      if (!st.ok()) {
+        std::fprintf(stderr, "put: %s\n", st.ToString().c_str());
+        return 1;
+      }
+    }
+  // Fill the segment that holds the last trace block until it is sealed.
+  {
+    auto last = A->Stat(*nsa, KeyOf(a.convs - 1, a.blocks - 1));
+    std::vector<uint8_t> filler(block, 1);
+    for (uint32_t k = 0; last.ok(); ++k) {
+      bool sealed_last = false;
+      for (const auto& s : A->Segments())
+        if (s.id == last->segment && s.state == kvtier::SegmentState::kSealed) sealed_last = true;
+      if (sealed_last) break;
+      A->Put(*nsa, "filler-" + std::to_string(k), filler.data(), filler.size()).IgnoreError();
+    }
+  }
+  const double put_s = Secs(Clock::now() - t0);
+  if (!A->Close().ok()) return 1;
+  sa = kvtier::Store::Open(a.dir + "/a", NodeOptions(a, rados_ns));
+  if (!sa.ok()) {
+    std::fprintf(stderr, "reopen A: %s\n", sa.status().ToString().c_str());
+    return 1;
+  }
+  const auto tu = Clock::now();
+  uint32_t sealed = 0;
+  for (const auto& s : A->Segments()) sealed += s.state == kvtier::SegmentState::kSealed;
+  if (!WaitUntil([&] { return A->GetStats().remote_uploads >= sealed; }, 600)) {
+    std::fprintf(stderr, "uploads did not finish\n");
+    return 1;
+  }
+  const double upload_s = Secs(Clock::now() - tu);
+  const kvtier::Stats sa_stats = A->GetStats();
+  const double upload_mbs = static_cast<double>(sa_stats.remote_upload_bytes) / 1e6 / upload_s;
+
+  // 3. Node B.
+  auto sb = kvtier::Store::Open(a.dir + "/b", NodeOptions(a, rados_ns));
+  if (!sb.ok()) return 1;
+  auto& B = *sb;
+  auto nsb = B->RegisterNamespace(spec);
+  if (!nsb.ok()) return 1;
+  const auto ti = Clock::now();
+  WaitUntil([&] { return B->GetStats().remote_segments_imported >= sa_stats.remote_uploads; }, 120);
+  const double import_s = Secs(Clock::now() - ti);
+
+  // 3a. Bulk remote gets, `window` in flight.
+  std::vector<std::pair<uint32_t, uint32_t>> present;
+  for (uint32_t c = 0; c < a.convs; ++c)
+    for (uint32_t i = 0; i < a.blocks; ++i) present.emplace_back(c, i);
+  std::atomic<uint64_t> bad{0}, got{0}, missed{0};
+  {
+    std::mutex m;
+    std::condition_variable cv;
+    uint32_t in_flight = 0;
+    std::vector<std::vector<uint8_t>> bufs(a.window, std::vector<uint8_t>(block));
+    std::vector<uint32_t> free_bufs;
+    for (uint32_t w = 0; w < a.window; ++w) free_bufs.push_back(w);
+    const auto tg = Clock::now();
+    for (const auto& [c, i] : present) {
+      uint32_t slot;
+      {
+        std::unique_lock<std::mutex> l(m);
+        cv.wait(l, [&] { return !free_bufs.empty(); });
+        slot = free_bufs.back();
+        free_bufs.pop_back();
+        ++in_flight;
+      }
+      const uint64_t want = sums[c * a.blocks + i];
+      kvtier::MutableFragment f{bufs[slot].data(), block};
+      B->GetAsync(*nsb, KeyOf(c, i), {&f, 1}, kvtier::kNoDeadline, [&, slot, want](kvtier::Result<size_t> r) {
+        if (r.ok()) {
+          if (*r != block || kvtier::format::Checksum(bufs[slot].data(), *r) != want) bad.fetch_add(1);
+          else got.fetch_add(1);
+        } else {
+          missed.fetch_add(1);
+        }
+        std::lock_guard<std::mutex> l(m);
+        free_bufs.push_back(slot);
+        --in_flight;
+        cv.notify_all();
+      });
+    }
+    std::unique_lock<std::mutex> l(m);
+    cv.wait(l, [&] { return in_flight == 0; });
+    const double s = Secs(Clock::now() - tg);
+    std::printf("bulk remote get: %llu blocks in %.2f s, %.1f MB/s (%llu misses, %llu bad)\n",
+                static_cast<unsigned long long>(got.load()), s,
+                static_cast<double>(got.load()) * static_cast<double>(block) / 1e6 / s,
+                static_cast<unsigned long long>(missed.load()), static_cast<unsigned long long>(bad.load()));
+    const double get_mbs = static_cast<double>(got.load()) * static_cast<double>(block) / 1e6 / s;
+    rados_read = std::max(rados_read_fresh, RadosBandwidth(Sh(rb + " seq -t 16 --run-name kvrb 2>&1")));
+    Sh("rados -c " + a.conf + " -p " + a.pool + " cleanup --run-name kvrb >/dev/null 2>&1");
+
+    // 3b. Revisit trace.
+    std::vector<uint32_t> order(a.convs);
+    for (uint32_t c = 0; c < a.convs; ++c) order[c] = c;
+    std::mt19937 rng(42);
+    std::shuffle(order.begin(), order.end(), rng);
+    std::vector<double> lat_ms;
+    uint64_t asked = 0, served = 0;
+    std::vector<uint8_t> dst(static_cast<size_t>(a.blocks) * block);
+    const auto tr = Clock::now();
+    for (uint32_t c : order) {
+      const auto t = Clock::now();
+      std::vector<std::string> keys;
+      for (uint32_t i = 0; i < a.blocks; ++i) keys.push_back(KeyOf(c, i));
+      std::vector<std::string_view> views(keys.begin(), keys.end());
+      auto n = B->LookupPrefix(*nsb, views);
+      size_t hit = n.ok() ? *n : 0;
+      std::vector<kvtier::MutableFragment> frags(hit);
+      std::vector<kvtier::GetItem> items(hit);
+      for (size_t i = 0; i < hit; ++i) {
+        frags[i] = {dst.data() + i * block, block};
+        items[i] = {keys[i], {&frags[i], 1}};
+      }
+      auto rs = B->GetBatch(*nsb, items);
+      lat_ms.push_back(Secs(Clock::now() - t) * 1e3);
+      asked += a.blocks;
+      for (size_t i = 0; i < rs.size(); ++i) {
+        if (!rs[i].ok()) break;
+        if (kvtier::format::Checksum(dst.data() + i * block, *rs[i]) != sums[c * a.blocks + i]) {
+          bad.fetch_add(1);
+          break;
+        }
+        ++served;
+      }
+    }
+    const double trace_s = Secs(Clock::now() - tr);
+    const kvtier::Stats sb_stats = B->GetStats();
+    std::printf("\n%-40s %12s\n", "measure", "value");
+    std::printf("%-40s %12.1f\n", "rados bench write 4 MiB t16 (MB/s)", rados_write);
+    std::printf("%-40s %12.1f\n", "rados bench seq read, fresh (MB/s)", rados_read_fresh);
+    std::printf("%-40s %12.1f\n", "rados bench seq read, best (MB/s)", rados_read);
+    std::printf("%-40s %12.1f\n", "kvtier upload (MB/s)", upload_mbs);
+    std::printf("%-40s %12.2f\n", "  ratio to rados write", rados_write > 0 ? upload_mbs / rados_write : 0);
+    std::printf("%-40s %12.1f\n", "kvtier remote get, bulk (MB/s)", get_mbs);
+    std::printf("%-40s %12.2f\n", "  ratio to rados seq read", rados_read > 0 ? get_mbs / rados_read : 0);
+    std::printf("%-40s %12.2f\n", "A: local puts done (s)", put_s);
+    std::printf("%-40s %12.2f\n", "A: upload after reopen (s)", upload_s);
+    std::printf("%-40s %12.2f\n", "B: catalog imported (s)", import_s);
+    std::printf("%-40s %12.3f\n", "trace: blocks served / asked", asked ? double(served) / double(asked) : 0);
+    std::printf("%-40s %12.1f\n", "trace: revisit p50 (ms)", Percentile(lat_ms, 0.5));
+    std::printf("%-40s %12.1f\n", "trace: revisit p99 (ms)", Percentile(lat_ms, 0.99));
+    std::printf("%-40s %12.1f\n", "trace: MB/s", double(served) * double(block) / 1e6 / trace_s);
+    std::printf(
+        "{\"rados_write_mbs\":%.1f,\"rados_read_fresh_mbs\":%.1f,\"rados_read_mbs\":%.1f,\"upload_mbs\":%.1f,\"get_mbs\":%.1f,"
+        "\"upload_ratio\":%.3f,\"get_ratio\":%.3f,\"trace_served\":%llu,\"trace_asked\":%llu,"
+        "\"trace_p50_ms\":%.2f,\"trace_p99_ms\":%.2f,\"remote_hits\":%llu,\"checksum_failures\":%llu,\"bad\":%llu}\n",
+        rados_write, rados_read_fresh, rados_read, upload_mbs, get_mbs, rados_write > 0 ? upload_mbs / rados_write : 0,
+        rados_read > 0 ? get_mbs / rados_read : 0, static_cast<unsigned long long>(served),
+        static_cast<unsigned long long>(asked), Percentile(lat_ms, 0.5), Percentile(lat_ms, 0.99),
+        static_cast<unsigned long long>(sb_stats.hits_remote),
+        static_cast<unsigned long long>(sb_stats.remote_checksum_failures),
+        static_cast<unsigned long long>(bad.load()));
+  }
+  B->Close().IgnoreError();
+  A->Close().IgnoreError();
+  std::filesystem::remove_all(a.dir);
+  // The run's objects live in their own RADOS namespace: remove them all.
+  const std::string r = "rados -c " + a.conf + " -p " + a.pool + " -N " + rados_ns;
+  Sh(r + " ls 2>/dev/null | xargs -r -n 64 " + r + " rm >/dev/null 2>&1");
+  return bad.load() == 0 ? 0 : 1;
+}

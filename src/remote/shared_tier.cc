@@ -1,0 +1,295 @@
+#include "remote/shared_tier.h"
+
+#include <algorithm>
+#include <set>
+
+#include "format/record.h"
+#include "remote/rados_client.h"
+#include "util/aligned_buffer.h"
+
+namespace kvtier::remote {
+namespace {
+
+constexpr size_t kWriteChunk = 4u << 20;  // one RADOS write; several in flight
+constexpr unsigned kWriteWindow = 16;
+constexpr auto kMinBackoff = std::chrono::milliseconds(100);
+constexpr auto kMaxBackoff = std::chrono::seconds(30);
+
+uint64_t NowUnixMs() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
+}
+
+}  // namespace
+
+SharedTier::SharedTier(const RemoteTierOptions& o, std::string store_id, Source source,
+                       std::unique_ptr<RemoteIndex> index)
+    : opt_(o), store_id_(std::move(store_id)), source_(std::move(source)), index_(std::move(index)) {}
+
+Result<std::unique_ptr<SharedTier>> SharedTier::Start(const RemoteTierOptions& o, const std::string& index_path,
+                                                      const std::string& store_id, Source source) {
+  if (o.pool.empty()) return Status::InvalidArgument("remote tier: pool is empty");
+  if (o.object_bytes < (4u << 20) || o.object_bytes % (4u << 20) != 0)
+    return Status::InvalidArgument("remote tier: object_bytes must be a multiple of 4 MiB");
+  if (o.read_deadline_ms == 0 || o.op_timeout_ms == 0 || o.poll_interval_ms == 0)
+    return Status::InvalidArgument("remote tier: read_deadline_ms, op_timeout_ms and poll_interval_ms must be > 0");
+  auto index = RemoteIndex::Open(index_path);
+  if (!index.ok()) return index.status();
+  std::unique_ptr<SharedTier> t(new SharedTier(o, store_id, std::move(source), std::move(index).value()));
+  t->worker_ = std::thread([p = t.get()] { p->Run(); });
+  return t;
+}
+
+SharedTier::~SharedTier() { Stop(); }
+
+void SharedTier::Stop() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (stopped_) return;
+    stopped_ = true;
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+  std::shared_ptr<RadosClient> c;
+  {
+    std::unique_lock<std::shared_mutex> l(client_mu_);
+    c = std::move(client_);
+  }
+  connected_ = false;
+  // The last reference: the destructor cancels reads and waits for their
+  // callbacks (readers copy the pointer only while issuing, under the lock).
+  c.reset();
+}
+
+std::shared_ptr<RadosClient> SharedTier::client() {
+  std::shared_lock<std::shared_mutex> l(client_mu_);
+  return client_;
+}
+
+void SharedTier::NoteSealed(uint32_t seg, uint32_t gen) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (stop_) return;
+    uploads_.emplace_back(seg, gen);
+  }
+  cv_.notify_all();
+}
+
+std::optional<Location> SharedTier::Lookup(NamespaceId ns, std::string_view key, const std::string& canonical) {
+  auto loc = index_->Get(ns, key);
+  if (!loc.ok() || !loc->has_value()) return std::nullopt;
+  std::string remote_canonical;
+  {
+    std::lock_guard<std::mutex> l(spec_mu_);
+    auto it = canonical_.find(ns);
+    if (it != canonical_.end()) remote_canonical = it->second;
+  }
+  if (remote_canonical.empty()) {
+    auto enc = index_->Spec(ns);
+    if (!enc.ok() || !enc->has_value()) return std::nullopt;
+    auto spec = NamespaceSpec::Decode(**enc);
+    if (!spec.ok()) return std::nullopt;
+    remote_canonical = spec->Canonical();
+    std::lock_guard<std::mutex> l(spec_mu_);
+    canonical_[ns] = remote_canonical;
+  }
+  if (remote_canonical != canonical) return std::nullopt;
+  return std::move(**loc);
+}
+
+bool SharedTier::Read(const Location& loc, NamespaceId ns, std::string_view key, Clock::time_point deadline,
+                      ReadDone done) {
+  std::shared_lock<std::shared_mutex> l(client_mu_);
+  if (!client_) return false;
+  // Header, key and payload; the padding is not needed.
+  const uint64_t total = format::PayloadOffset(loc.key_len, loc.payload_len) + loc.payload_len;
+  std::vector<RadosClient::Piece> pieces;
+  for (uint64_t at = 0; at < total;) {
+    const uint64_t off = loc.offset + at;
+    const uint32_t part = static_cast<uint32_t>(off / loc.part_bytes);
+    const uint64_t in_part = off % loc.part_bytes;
+    const uint64_t n = std::min(total - at, loc.part_bytes - in_part);
+    pieces.push_back(RadosClient::Piece{PartObject(loc.base, part), in_part, n, at});
+    at += n;
+  }
+  client_->ReadAsync(
+      std::move(pieces), total, deadline,
+      [this, loc, ns, key = std::string(key), done = std::move(done)](Status st, const uint8_t* data, size_t len) {
+        if (st.ok()) {
+          std::string_view k;
+          auto h = format::DecodeRecordHeader({data, len}, loc.payload_len, &k);
+          const uint8_t* payload = data + format::PayloadOffset(loc.key_len, loc.payload_len);
+          const bool good = h.ok() && k == key && h->ns_id == ns && h->segment_id == loc.segment &&
+                            h->generation == loc.generation && h->payload_len == loc.payload_len &&
+                            h->payload_checksum == loc.checksum &&
+                            format::Checksum(payload, loc.payload_len) == loc.checksum;
+          if (good) {
+            counters_.hits.fetch_add(1);
+            counters_.bytes_read.fetch_add(loc.payload_len);
+            done(Status::OK(), payload, loc.payload_len);
+            return;
+          }
+          st = Status::Corruption("shared tier record of " + loc.base + " failed verification");
+        }
+        counters_.misses.fetch_add(1);
+        if (st.code() == Code::kTimedOut) counters_.deadline_misses.fetch_add(1);
+        if (st.code() == Code::kCorruption) counters_.checksum_failures.fetch_add(1);
+        // A vanished object or a bad record will not get better: forget it.
+        if (st.code() == Code::kNotFound || st.code() == Code::kCorruption)
+          index_->DropEntry(ns, key, loc.base).IgnoreError();
+        done(st, nullptr, 0);
+      });
+  return true;
+}
+
+void SharedTier::Run() {
+  auto connect_backoff = std::chrono::milliseconds(200);
+  auto upload_backoff = std::chrono::milliseconds(kMinBackoff);
+  Clock::time_point next_upload = Clock::now(), next_poll = Clock::now();
+  std::unique_lock<std::mutex> l(mu_);
+  while (!stop_) {
+    if (!connected_) {
+      l.unlock();
+      RadosClient::Config cfg{opt_.ceph_conf, opt_.client_id, opt_.pool, opt_.rados_namespace, opt_.op_timeout_ms};
+      auto c = RadosClient::Connect(cfg);
+      l.lock();
+      if (c.ok()) {
+        std::unique_lock<std::shared_mutex> cl(client_mu_);
+        client_ = std::shared_ptr<RadosClient>(std::move(c).value());
+        connected_ = true;
+        next_poll = Clock::now();
+      } else {
+        cv_.wait_for(l, connect_backoff, [this] { return stop_; });
+        connect_backoff = std::min<std::chrono::milliseconds>(connect_backoff * 2, std::chrono::seconds(5));
+      }
+      continue;
+    }
+    auto now = Clock::now();
+    if (!uploads_.empty() && now >= next_upload) {
+      auto [seg, gen] = uploads_.front();
+      l.unlock();
+      Status st = Upload(seg, gen);
+      l.lock();
+      if (st.ok()) {
+        uploads_.pop_front();
+        upload_backoff = kMinBackoff;
+        next_poll = Clock::now();  // enforce the budget now
+      } else {
+        counters_.upload_retries.fetch_add(1);
+        next_upload = Clock::now() + upload_backoff;
+        upload_backoff = std::min<std::chrono::milliseconds>(upload_backoff * 2, kMaxBackoff);
+      }
+      continue;
+    }
+    if (now >= next_poll) {
+      l.unlock();
+      Poll().IgnoreError();  // retried at the next interval
+      l.lock();
+      next_poll = Clock::now() + std::chrono::milliseconds(opt_.poll_interval_ms);
+      continue;
+    }
+    auto wake = next_poll;
+    if (!uploads_.empty()) wake = std::min(wake, next_upload);
+    cv_.wait_until(l, wake);
+  }
+}
+
+Status SharedTier::Upload(uint32_t seg, uint32_t gen) {
+  if (index_->IsUploaded(seg, gen)) return Status::OK();
+  auto c = client();
+  if (!c) return Status::Closed("shared tier is not connected");
+  SegmentSummary s;
+  Status st = source_.summarize(seg, gen, &s);
+  if (st.code() == Code::kNotFound) {
+    counters_.uploads_skipped.fetch_add(1);
+    return Status::OK();
+  }
+  KVTIER_RETURN_IF_ERROR(st);
+  if (s.entries.empty()) {  // every record was replaced or removed: nothing to share
+    index_->MarkUploaded(seg, gen, "").IgnoreError();
+    counters_.uploads_skipped.fetch_add(1);
+    return Status::OK();
+  }
+  s.store_id = store_id_;
+  s.part_bytes = opt_.object_bytes;
+  s.uploaded_unix_ms = NowUnixMs();
+  const std::string base = s.ObjectBase();
+  AlignedBuffer buf(std::min<uint64_t>(s.part_bytes, s.bytes));
+  for (uint32_t p = 0; p < s.Parts(); ++p) {
+    const uint64_t off = static_cast<uint64_t>(p) * s.part_bytes;
+    const size_t n = static_cast<size_t>(std::min(s.part_bytes, s.bytes - off));
+    st = source_.read(seg, gen, off, buf.data(), n);
+    if (st.code() == Code::kNotFound) {  // reclaimed meanwhile: drop what went up
+      for (uint32_t q = 0; q < p; ++q) c->Remove(PartObject(base, q)).IgnoreError();
+      counters_.uploads_skipped.fetch_add(1);
+      return Status::OK();
+    }
+    KVTIER_RETURN_IF_ERROR(st);
+    KVTIER_RETURN_IF_ERROR(c->WriteObject(PartObject(base, p), buf.data(), n, kWriteChunk, kWriteWindow));
+  }
+  const std::string summary = EncodeSummary(s);
+  KVTIER_RETURN_IF_ERROR(c->WriteObject(SummaryObject(base), reinterpret_cast<const uint8_t*>(summary.data()),
+                                        summary.size(), kWriteChunk, kWriteWindow));
+  // The catalog entry goes last: others see the upload only once it is whole.
+  CatalogEntry e{CatalogKey(s.uploaded_unix_ms, base), base, s.bytes, s.part_bytes, summary.size()};
+  KVTIER_RETURN_IF_ERROR(c->OmapSet(kCatalogObject, e.key, EncodeCatalogValue(e)));
+  auto added = index_->Import(s, e.key);
+  if (added.ok()) counters_.imported.fetch_add(1);
+  index_->MarkUploaded(seg, gen, base).IgnoreError();  // at worst uploaded again after a restart
+  counters_.uploads.fetch_add(1);
+  counters_.upload_bytes.fetch_add(s.bytes);
+  return Status::OK();
+}
+
+Status SharedTier::Poll() {
+  auto c = client();
+  if (!c) return Status::Closed("shared tier is not connected");
+  auto listed = c->OmapList(kCatalogObject);
+  if (!listed.ok()) return listed.status();
+  std::vector<CatalogEntry> entries;  // in key order: oldest upload first
+  for (const auto& [k, v] : *listed) {
+    auto e = DecodeCatalogValue(k, v);
+    if (e.ok()) entries.push_back(std::move(*e));
+  }
+  // Budget first, so that nothing about to go is imported.
+  if (opt_.budget_bytes != 0) {
+    uint64_t total = 0;
+    for (const CatalogEntry& e : entries) total += e.bytes;
+    size_t drop = 0;
+    while (drop < entries.size() && total > opt_.budget_bytes) total -= entries[drop++].bytes;
+    for (size_t i = 0; i < drop; ++i) {
+      const CatalogEntry& e = entries[i];
+      // Out of the catalog first: from then on nobody imports it, and
+      // readers that did treat the vanishing objects as misses.
+      if (!c->OmapRemove(kCatalogObject, {e.key}).ok()) break;
+      const uint32_t parts = static_cast<uint32_t>((e.bytes + e.part_bytes - 1) / e.part_bytes);
+      for (uint32_t p = 0; p < parts; ++p) c->Remove(PartObject(e.base, p)).IgnoreError();
+      c->Remove(SummaryObject(e.base)).IgnoreError();
+      counters_.deleted.fetch_add(1);
+    }
+    entries.erase(entries.begin(), entries.begin() + static_cast<ptrdiff_t>(drop));
+  }
+  std::set<std::string> present;
+  Status first;
+  for (const CatalogEntry& e : entries) {
+    present.insert(e.key);
+    if (index_->IsImported(e.key)) continue;
+    auto raw = c->ReadWhole(SummaryObject(e.base), e.summary_bytes);
+    if (!raw.ok()) {
+      if (raw.status().code() != Code::kNotFound && first.ok()) first = raw.status();
+      continue;  // NotFound: being deleted
+    }
+    auto s = DecodeSummary(*raw);
+    if (!s.ok() || s->ObjectBase() != e.base || s->bytes != e.bytes || s->part_bytes != e.part_bytes) continue;
+    if (index_->Import(*s, e.key).ok()) counters_.imported.fetch_add(1);
+  }
+  auto imported = index_->Imported();
+  if (!imported.ok()) return imported.status();
+  for (const auto& [key, base] : *imported)
+    if (!present.count(key)) index_->Drop(key, base).IgnoreError();
+  return first;
+}
+
+}  // namespace kvtier::remote

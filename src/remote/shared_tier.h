@@ -1,0 +1,122 @@
+// SharedTier: one node's side of the shared tier on Ceph (docs/shared-tier.md).
+//
+// - Uploads: NoteSealed() queues a sealed local segment; a background worker
+//   asks the store for the segment's live records (Source::summarize), reads
+//   the segment (Source::read) part by part, writes the parts, the summary
+//   and finally the catalog entry. A failed attempt is retried with back-off
+//   (100 ms doubling to 30 s); a segment reclaimed locally first is skipped.
+//   Nothing here ever waits on a put.
+// - Discovery: the worker lists the catalog every poll interval, imports new
+//   summaries into the remote index, drops uploads that left the catalog, and
+//   deletes the oldest uploads while the catalog is over budget.
+// - Reads: Lookup() finds a block for a namespace only when the summary's
+//   spec has the same canonical identity as the caller's; Read() fetches the
+//   record with a deadline and verifies header, key, namespace, segment,
+//   generation and payload checksum. Anything else is a miss.
+//
+// The worker connects in the background: Start never waits for Ceph.
+// Thread-safe. Stop() (or the destructor) joins the worker and waits for
+// every read callback before returning; none runs afterwards.
+#ifndef KVTIER_SRC_REMOTE_SHARED_TIER_H_
+#define KVTIER_SRC_REMOTE_SHARED_TIER_H_
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+
+#include "kvtier/namespace.h"
+#include "kvtier/options.h"
+#include "kvtier/status.h"
+#include "remote/remote_index.h"
+#include "remote/summary.h"
+
+namespace kvtier::remote {
+
+class RadosClient;
+
+struct SharedTierCounters {
+  std::atomic<uint64_t> hits{0}, bytes_read{0}, misses{0}, deadline_misses{0}, checksum_failures{0};
+  std::atomic<uint64_t> uploads{0}, upload_bytes{0}, upload_retries{0}, uploads_skipped{0};
+  std::atomic<uint64_t> imported{0}, deleted{0};
+};
+
+class SharedTier {
+ public:
+  using Clock = std::chrono::steady_clock;
+  // What the tier needs from the store. Both run on the worker thread.
+  struct Source {
+    // Fills segment, generation, epoch, bytes, namespaces and entries of the
+    // sealed segment (seg, gen) once every record in it is durable and
+    // indexed. NotFound when it is no longer that generation.
+    std::function<Status(uint32_t seg, uint32_t gen, SegmentSummary* out)> summarize;
+    // Reads bytes [off, off+len) of (seg, gen) into buf (page aligned).
+    // NotFound when the segment was reclaimed.
+    std::function<Status(uint32_t seg, uint32_t gen, uint64_t off, void* buf, size_t len)> read;
+  };
+
+  // Opens the remote index at index_path and starts the worker.
+  static Result<std::unique_ptr<SharedTier>> Start(const RemoteTierOptions& o, const std::string& index_path,
+                                                   const std::string& store_id, Source source);
+  ~SharedTier();
+  void Stop();
+
+  // Queues an upload of (seg, gen) unless it was uploaded before. Never blocks.
+  void NoteSealed(uint32_t seg, uint32_t gen);
+
+  // Where (ns, key) is, if an upload holds it under a namespace whose
+  // canonical identity equals `canonical` (the caller's spec).
+  std::optional<Location> Lookup(NamespaceId ns, std::string_view key, const std::string& canonical);
+
+  // Reads and verifies the record at `loc`. `done` runs once with OK and the
+  // payload (valid during the call), NotFound (object gone: the entry is
+  // dropped), Corruption (failed verification: dropped), TimedOut, or an
+  // error. Returns false, running nothing, when the tier is not connected.
+  using ReadDone = std::function<void(Status, const uint8_t* payload, size_t len)>;
+  bool Read(const Location& loc, NamespaceId ns, std::string_view key, Clock::time_point deadline, ReadDone done);
+
+  bool connected() const { return connected_.load(); }
+  SharedTierCounters& counters() { return counters_; }
+  const RemoteTierOptions& options() const { return opt_; }
+
+ private:
+  SharedTier(const RemoteTierOptions& o, std::string store_id, Source source, std::unique_ptr<RemoteIndex> index);
+  void Run();
+  // Uploads one segment; OK also when it turned out to be gone.
+  Status Upload(uint32_t seg, uint32_t gen);
+  // Imports new catalog entries, drops vanished ones, enforces the budget.
+  Status Poll();
+  std::shared_ptr<RadosClient> client();
+
+  RemoteTierOptions opt_;
+  std::string store_id_;
+  Source source_;
+  std::unique_ptr<RemoteIndex> index_;
+  SharedTierCounters counters_;
+  std::atomic<bool> connected_{false};
+
+  std::shared_mutex client_mu_;  // readers issue under shared, Stop replaces under unique
+  std::shared_ptr<RadosClient> client_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::pair<uint32_t, uint32_t>> uploads_;
+  bool stop_ = false, stopped_ = false;
+  std::thread worker_;
+
+  std::mutex spec_mu_;
+  std::unordered_map<NamespaceId, std::string> canonical_;  // from summaries' specs
+};
+
+}  // namespace kvtier::remote
+
+#endif  // KVTIER_SRC_REMOTE_SHARED_TIER_H_

@@ -1,0 +1,486 @@
+// The shared tier on Ceph end to end: stores in separate folders (and
+// processes) sharing one pool of a real one-node cluster. The cluster is
+// $KVTIER_CEPH_CONF when set, else a private one started on first use and
+// stopped at the end. Each test works in its own RADOS namespace.
+#include <gtest/gtest.h>
+
+#ifndef KVTIER_WITH_CEPH
+
+#include "kvtier/store.h"
+#include "store/store_test_util.h"
+
+TEST(RemoteTier, EnablingWithoutLibradosFailsOpen) {
+  kvtier::testing::TempDir tmp;
+  kvtier::Options o = kvtier::testing::SmallOptions();
+  o.remote.enabled = true;
+  auto s = kvtier::Store::Open(tmp.Sub("s"), o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), kvtier::Code::kNotSupported) << s.status().ToString();
+  o.remote.enabled = false;
+  EXPECT_TRUE(kvtier::Store::Open(tmp.Sub("s"), o).ok());
+}
+
+TEST(RemoteTier, NeedsLibrados) {
+  GTEST_SKIP() << "built without librados: install librados-dev (and ceph-mon ceph-osd ceph-common) to test the "
+                  "shared tier";
+}
+
+#else
+
+#include <rados/librados.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <functional>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "format/record.h"
+#include "kvtier/store.h"
+#include "remote/ceph_cluster_util.h"
+#include "remote/summary.h"
+#include "store/store_test_util.h"
+
+namespace kvtier::testing {
+
+namespace {
+CephCluster* g_cluster = nullptr;  // created on first use, so skipped tests start nothing
+}  // namespace
+
+CephCluster& TheCluster() {
+  if (g_cluster == nullptr) {
+    g_cluster = new CephCluster(CephCluster::FromEnv());
+    if (g_cluster->conf().empty() && CephCluster::Unavailable().empty()) *g_cluster = CephCluster::StartPrivate();
+  }
+  return *g_cluster;
+}
+
+namespace {
+
+class CephEnvironment : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    if (g_cluster != nullptr) g_cluster->Stop();
+  }
+};
+[[maybe_unused]] ::testing::Environment* const kEnv = ::testing::AddGlobalTestEnvironment(new CephEnvironment);
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using SteadyClock = std::chrono::steady_clock;
+
+constexpr size_t kBlock = 100 * 1024 + 123;  // records straddle the 4 MiB object parts
+// Half the blocks are whole pages (the aligned record layout), half not
+// (packed), chosen by the key.
+size_t SizeOf(const std::string& key) { return (static_cast<uint8_t>(key.back()) & 1) ? 64 * 1024 : kBlock; }
+
+bool WaitUntil(const std::function<bool()>& pred, std::chrono::milliseconds limit = seconds(30)) {
+  const auto end = SteadyClock::now() + limit;
+  while (SteadyClock::now() < end) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  return pred();
+}
+
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? v : "";
+}
+
+Options RemoteOptions(const std::string& conf, const std::string& rados_ns) {
+  Options o = SmallOptions();
+  o.segment_size_bytes = 8 << 20;
+  o.capacity_bytes = 64 << 20;
+  o.write_queue_bytes = 16 << 20;
+  o.remote.enabled = true;
+  o.remote.ceph_conf = conf;
+  o.remote.pool = "kvtier";
+  o.remote.rados_namespace = rados_ns;
+  o.remote.object_bytes = 4 << 20;
+  o.remote.poll_interval_ms = 100;
+  o.remote.read_deadline_ms = 2000;
+  o.remote.op_timeout_ms = 5000;
+  return o;
+}
+
+std::unique_ptr<Store> OpenStore(const std::string& dir, const Options& o) {
+  auto s = Store::Open(dir, o);
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  return s.ok() ? std::move(s).value() : nullptr;
+}
+
+// Puts blocks until `segments` segments are sealed; returns the keys of the
+// sealed ones (those the tier uploads).
+std::vector<std::string> PutUntilSealed(Store* s, NamespaceId ns, const std::string& tag, uint32_t segments) {
+  std::vector<std::string> all;
+  for (uint64_t i = 0;; ++i) {
+    uint32_t sealed = 0;
+    for (const SegmentInfo& seg : s->Segments()) sealed += seg.state == SegmentState::kSealed;
+    if (sealed >= segments) break;
+    std::string key = tag + Key(i).substr(0, 24);
+    auto p = Payload(ns, key, SizeOf(key));
+    EXPECT_TRUE(s->Put(ns, key, p.data(), p.size()).ok());
+    all.push_back(key);
+  }
+  std::set<uint32_t> sealed_ids;
+  for (const SegmentInfo& seg : s->Segments())
+    if (seg.state == SegmentState::kSealed) sealed_ids.insert(seg.id);
+  std::vector<std::string> out;
+  for (const std::string& k : all) {
+    auto info = s->Stat(ns, k);
+    if (info.ok() && sealed_ids.count(info->segment)) out.push_back(k);
+  }
+  return out;
+}
+
+bool SameBlock(Store* s, NamespaceId ns, const std::string& key, std::string* why = nullptr) {
+  std::vector<uint8_t> buf(kBlock + 4096);
+  auto n = s->Get(ns, key, buf.data(), buf.size());
+  if (!n.ok()) {
+    if (why) *why = n.status().ToString();
+    return false;
+  }
+  buf.resize(*n);
+  return buf == Payload(ns, key, SizeOf(key));
+}
+
+class RemoteTierTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    if (std::string_view(info->name()) == "ChildServesBlocksOfTheOtherProcess" && Env("KVTIER_REMOTE_KEYS").empty())
+      GTEST_SKIP() << "runs only as the child process of TwoProcessesShareOnePool";
+    std::string why = CephCluster::Unavailable();
+    if (!why.empty() && Env("KVTIER_CEPH_CONF").empty()) GTEST_SKIP() << why;
+    conf_ = TheCluster().conf();
+    ASSERT_FALSE(conf_.empty()) << "no Ceph cluster: " << TheCluster().error();
+    rados_ns_ = Env("KVTIER_REMOTE_NS");
+    if (rados_ns_.empty())
+      rados_ns_ = std::string("t") + std::to_string(::getpid()) + "-" + info->name() + "-" +
+                  std::to_string(SteadyClock::now().time_since_epoch().count() % 1000000);
+    spec_ = TestSpec("remote/model");
+  }
+  Options Opts() const { return RemoteOptions(conf_, rados_ns_); }
+
+  std::string conf_, rados_ns_;
+  NamespaceSpec spec_;
+  TempDir tmp_;
+};
+
+// Runs as the second process of TwoProcessesShareOnePool (skipped otherwise).
+TEST_F(RemoteTierTest, ChildServesBlocksOfTheOtherProcess) {
+  const std::string keys_file = Env("KVTIER_REMOTE_KEYS");
+  if (keys_file.empty()) GTEST_SKIP() << "runs only as the child process of TwoProcessesShareOnePool";
+  std::vector<std::string> keys;
+  {
+    std::ifstream f(keys_file);
+    std::string hex;
+    while (f >> hex) {
+      std::string k;
+      for (size_t i = 0; i + 1 < hex.size(); i += 2) k.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
+      keys.push_back(k);
+    }
+  }
+  ASSERT_FALSE(keys.empty());
+  auto b = OpenStore(tmp_.Sub("b"), Opts());
+  ASSERT_NE(b, nullptr);
+  auto ns = b->RegisterNamespace(spec_);
+  ASSERT_TRUE(ns.ok());
+  ASSERT_TRUE(WaitUntil([&] { return b->GetStats().remote_segments_imported >= 1; }));
+  std::vector<std::string_view> views(keys.begin(), keys.end());
+  auto prefix = b->LookupPrefix(*ns, views);
+  ASSERT_TRUE(prefix.ok());
+  EXPECT_EQ(*prefix, keys.size());
+  for (const std::string& k : keys) {
+    std::string why;
+    EXPECT_TRUE(SameBlock(b.get(), *ns, k, &why)) << why;
+  }
+  Stats st = b->GetStats();
+  EXPECT_EQ(st.hits_remote, keys.size());
+  EXPECT_EQ(st.hits_disk, 0u);
+  EXPECT_EQ(st.remote_checksum_failures, 0u);
+}
+
+TEST_F(RemoteTierTest, TwoProcessesShareOnePool) {
+  if (!Env("KVTIER_REMOTE_KEYS").empty()) GTEST_SKIP() << "parent-only test";
+  auto a = OpenStore(tmp_.Sub("a"), Opts());
+  ASSERT_NE(a, nullptr);
+  auto ns = a->RegisterNamespace(spec_);
+  ASSERT_TRUE(ns.ok());
+  auto keys = PutUntilSealed(a.get(), *ns, "p", 1);
+  ASSERT_GT(keys.size(), 40u);
+  ASSERT_TRUE(WaitUntil([&] { return a->GetStats().remote_uploads >= 1; }));
+  const std::string keys_file = tmp_.Sub("keys.txt");
+  {
+    std::ofstream f(keys_file);
+    for (const std::string& k : keys) {
+      for (unsigned char c : k) {
+        char h[3];
+        std::snprintf(h, sizeof h, "%02x", c);
+        f << h;
+      }
+      f << "\n";
+    }
+  }
+  // Node B: this test binary again, in its own process and folder. Everything
+  // the child needs is built before fork (only exec runs after it).
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe");
+  const std::string filter = "--gtest_filter=RemoteTierTest.ChildServesBlocksOfTheOtherProcess";
+  std::vector<std::string> env_strings = {"KVTIER_CEPH_CONF=" + conf_, "KVTIER_REMOTE_NS=" + rados_ns_,
+                                          "KVTIER_REMOTE_KEYS=" + keys_file};
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string_view v(*e);
+    if (!v.starts_with("KVTIER_CEPH_CONF=") && !v.starts_with("KVTIER_REMOTE_")) env_strings.emplace_back(v);
+  }
+  std::vector<char*> envp;
+  for (std::string& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  char* argv[] = {const_cast<char*>(self.c_str()), const_cast<char*>(filter.c_str()), nullptr};
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::execve(self.c_str(), argv, envp.data());
+    ::_exit(127);
+  }
+  int status = 0;
+  const bool exited = WaitUntil([&] { return ::waitpid(pid, &status, WNOHANG) == pid; }, seconds(90));
+  if (!exited) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &status, 0);
+  }
+  ASSERT_TRUE(exited) << "node B did not finish";
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "node B failed (its gtest output is above)";
+  // A served nothing remotely: it still has every block on disk.
+  EXPECT_EQ(a->GetStats().hits_remote, 0u);
+}
+
+TEST_F(RemoteTierTest, LocalEvictionStillServesFromCeph) {
+  auto a = OpenStore(tmp_.Sub("a"), Opts());
+  ASSERT_NE(a, nullptr);
+  auto ns = a->RegisterNamespace(spec_);
+  ASSERT_TRUE(ns.ok());
+  auto keys = PutUntilSealed(a.get(), *ns, "e", 2);
+  ASSERT_TRUE(WaitUntil([&] { return a->GetStats().remote_uploads >= 2; }));
+  ASSERT_TRUE(a->EvictTo(0).ok());
+  for (const std::string& k : keys) ASSERT_FALSE(a->Stat(*ns, k).ok()) << "still local";
+  std::vector<std::string_view> views(keys.begin(), keys.end());
+  auto prefix = a->LookupPrefix(*ns, views);
+  ASSERT_TRUE(prefix.ok());
+  EXPECT_EQ(*prefix, keys.size());
+  for (const std::string& k : keys) {
+    std::string why;
+    ASSERT_TRUE(SameBlock(a.get(), *ns, k, &why)) << why;
+  }
+  Stats st = a->GetStats();
+  EXPECT_EQ(st.hits_remote, keys.size());
+  EXPECT_GE(st.bytes_read_remote, keys.size() * 64 * 1024);
+  // A never-written key is still a plain miss.
+  std::vector<uint8_t> buf(kBlock);
+  auto r = a->Get(*ns, "never-written", buf.data(), buf.size());
+  EXPECT_EQ(r.status().code(), Code::kNotFound);
+}
+
+TEST_F(RemoteTierTest, OtherNamespaceSpecNeverSeesTheBlocks) {
+  auto a = OpenStore(tmp_.Sub("a"), Opts());
+  ASSERT_NE(a, nullptr);
+  auto ns = a->RegisterNamespace(spec_);
+  ASSERT_TRUE(ns.ok());
+  auto keys = PutUntilSealed(a.get(), *ns, "n", 1);
+  ASSERT_TRUE(WaitUntil([&] { return a->GetStats().remote_uploads >= 1; }));
+
+  auto b = OpenStore(tmp_.Sub("b"), Opts());
+  ASSERT_NE(b, nullptr);
+  NamespaceSpec other_tenant = spec_;
+  other_tenant.tenant_salt = "tenant-2";
+  NamespaceSpec other_model = spec_;
+  other_model.model_revision = "r2";
+  auto t2 = b->RegisterNamespace(other_tenant);
+  auto m2 = b->RegisterNamespace(other_model);
+  auto same = b->RegisterNamespace(spec_);
+  ASSERT_TRUE(t2.ok() && m2.ok() && same.ok());
+  ASSERT_TRUE(WaitUntil([&] { return b->GetStats().remote_segments_imported >= 1; }));
+  std::vector<uint8_t> buf(kBlock + 4096);
+  std::vector<std::string_view> views(keys.begin(), keys.end());
+  for (NamespaceId other : {*t2, *m2}) {
+    for (const std::string& k : keys) {
+      auto r = b->Get(other, k, buf.data(), buf.size());
+      EXPECT_EQ(r.status().code(), Code::kNotFound);
+    }
+    auto prefix = b->LookupPrefix(other, views);
+    ASSERT_TRUE(prefix.ok());
+    EXPECT_EQ(*prefix, 0u);
+  }
+  EXPECT_EQ(b->GetStats().hits_remote, 0u);
+  // The same spec does see them (so the misses above are the namespace's doing).
+  EXPECT_TRUE(SameBlock(b.get(), *same, keys.front()));
+  EXPECT_EQ(b->GetStats().hits_remote, 1u);
+}
+
+TEST_F(RemoteTierTest, CorruptedObjectIsAChecksumMiss) {
+  auto a = OpenStore(tmp_.Sub("a"), Opts());
+  ASSERT_NE(a, nullptr);
+  auto ns = a->RegisterNamespace(spec_);
+  ASSERT_TRUE(ns.ok());
+  auto keys = PutUntilSealed(a.get(), *ns, "c", 1);
+  ASSERT_GE(keys.size(), 3u);
+  auto info = a->Stat(*ns, keys[1]);
+  ASSERT_TRUE(info.ok());
+  ASSERT_TRUE(WaitUntil([&] { return a->GetStats().remote_uploads >= 1; }));
+  ASSERT_TRUE(a->EvictTo(0).ok());
+
+  // Flip a payload byte of keys[1] inside its RADOS object.
+  const uint64_t part_bytes = Opts().remote.object_bytes;
+  const uint64_t at = info->offset + format::PayloadOffset(keys[1].size(), SizeOf(keys[1])) + 1000;
+  const std::string object =
+      remote::PartObject(remote::ObjectBase(a->Description().store_id, info->segment, info->generation),
+                         static_cast<uint32_t>(at / part_bytes));
+  rados_t cluster;
+  ASSERT_EQ(rados_create(&cluster, "admin"), 0);
+  ASSERT_EQ(rados_conf_read_file(cluster, conf_.c_str()), 0);
+  ASSERT_EQ(rados_connect(cluster), 0);
+  rados_ioctx_t io;
+  ASSERT_EQ(rados_ioctx_create(cluster, "kvtier", &io), 0);
+  rados_ioctx_set_namespace(io, rados_ns_.c_str());
+  char byte = 0;
+  ASSERT_EQ(rados_read(io, object.c_str(), &byte, 1, at % part_bytes), 1);
+  byte = static_cast<char>(byte ^ 0x20);
+  ASSERT_EQ(rados_write(io, object.c_str(), &byte, 1, at % part_bytes), 0);
+  rados_ioctx_destroy(io);
+  rados_shutdown(cluster);
+
+  std::vector<uint8_t> buf(kBlock + 4096);
+  auto r = a->Get(*ns, keys[1], buf.data(), buf.size());
+  EXPECT_EQ(r.status().code(), Code::kNotFound) << r.status().ToString();
+  EXPECT_EQ(a->GetStats().remote_checksum_failures, 1u);
+  // The bad entry is forgotten; its neighbours are fine.
+  r = a->Get(*ns, keys[1], buf.data(), buf.size());
+  EXPECT_EQ(r.status().code(), Code::kNotFound);
+  EXPECT_EQ(a->GetStats().remote_checksum_failures, 1u);
+  EXPECT_TRUE(SameBlock(a.get(), *ns, keys[0]));
+  EXPECT_TRUE(SameBlock(a.get(), *ns, keys[2]));
+}
+
+TEST_F(RemoteTierTest, RestartedNodeCatchesUpFromTheCatalog) {
+  auto a = OpenStore(tmp_.Sub("a"), Opts());
+  ASSERT_NE(a, nullptr);
+  auto ns = a->RegisterNamespace(spec_);
+  ASSERT_TRUE(ns.ok());
+  auto first = PutUntilSealed(a.get(), *ns, "r", 1);
+  ASSERT_TRUE(WaitUntil([&] { return a->GetStats().remote_uploads >= 1; }));
+  {
+    auto b = OpenStore(tmp_.Sub("b"), Opts());
+    ASSERT_NE(b, nullptr);
+    ASSERT_TRUE(b->RegisterNamespace(spec_).ok());
+    ASSERT_TRUE(WaitUntil([&] { return b->GetStats().remote_segments_imported >= 1; }));
+    ASSERT_TRUE(b->Close().ok());
+  }
+  // While B is down, A uploads another segment.
+  auto second = PutUntilSealed(a.get(), *ns, "s", 2);
+  ASSERT_FALSE(second.empty());
+  ASSERT_TRUE(WaitUntil([&] { return a->GetStats().remote_uploads >= 2; }));
+  std::vector<std::string> both = first;
+  both.insert(both.end(), second.begin(), second.end());
+  auto b = OpenStore(tmp_.Sub("b"), Opts());
+  ASSERT_NE(b, nullptr);
+  // Only the upload it missed is new to B.
+  ASSERT_TRUE(WaitUntil([&] { return b->GetStats().remote_segments_imported >= 1; }));
+  std::this_thread::sleep_for(milliseconds(300));  // a few more polls
+  EXPECT_EQ(b->GetStats().remote_segments_imported, 1u);
+  for (const std::string& k : both) {
+    std::string why;
+    EXPECT_TRUE(SameBlock(b.get(), *ns, k, &why)) << why;
+  }
+  EXPECT_EQ(b->GetStats().hits_remote, both.size());
+}
+
+TEST_F(RemoteTierTest, BudgetDeletesTheOldestUploads) {
+  Options o = Opts();
+  o.remote.budget_bytes = 12 << 20;  // room for one 8 MiB segment, not two
+  auto a = OpenStore(tmp_.Sub("a"), o);
+  ASSERT_NE(a, nullptr);
+  auto ns = a->RegisterNamespace(spec_);
+  ASSERT_TRUE(ns.ok());
+  auto first = PutUntilSealed(a.get(), *ns, "b", 1);
+  ASSERT_TRUE(WaitUntil([&] { return a->GetStats().remote_uploads >= 1; }));
+  auto second = PutUntilSealed(a.get(), *ns, "c", 2);
+  ASSERT_FALSE(second.empty());
+  ASSERT_TRUE(WaitUntil([&] { return a->GetStats().remote_objects_deleted >= 1; }));
+  ASSERT_TRUE(a->EvictTo(0).ok());
+  std::vector<uint8_t> buf(kBlock + 4096);
+  // The first segment's blocks vanished with its objects: misses.
+  auto r = a->Get(*ns, first.front(), buf.data(), buf.size());
+  EXPECT_EQ(r.status().code(), Code::kNotFound) << r.status().ToString();
+  // The second's are still served.
+  EXPECT_TRUE(SameBlock(a.get(), *ns, second.back()));
+}
+
+TEST_F(RemoteTierTest, StoppedOsdTurnsRemoteGetsIntoDeadlineMisses) {
+  // Stopping the OSD would disturb other tests sharing a cluster: use one
+  // of our own unless this process already owns one.
+  CephCluster priv;
+  const CephCluster* cluster = &TheCluster();
+  if (!cluster->owned()) {
+    priv = CephCluster::StartPrivate();
+    ASSERT_FALSE(priv.conf().empty()) << priv.error();
+    cluster = &priv;
+  }
+  const pid_t osd = cluster->OsdPid();
+  ASSERT_GT(osd, 0);
+  Options o = RemoteOptions(cluster->conf(), rados_ns_);
+  o.remote.read_deadline_ms = 300;
+  o.remote.op_timeout_ms = 2000;
+  auto a = OpenStore(tmp_.Sub("a"), o);
+  ASSERT_NE(a, nullptr);
+  auto ns = a->RegisterNamespace(spec_);
+  ASSERT_TRUE(ns.ok());
+  auto keys = PutUntilSealed(a.get(), *ns, "o", 1);
+  ASSERT_TRUE(WaitUntil([&] { return a->GetStats().remote_uploads >= 1; }));
+  ASSERT_TRUE(a->EvictTo(0).ok());
+  ASSERT_TRUE(SameBlock(a.get(), *ns, keys[0]));
+
+  ASSERT_EQ(::kill(osd, SIGSTOP), 0);
+  std::vector<uint8_t> buf(kBlock + 4096);
+  for (size_t i = 1; i <= 8; ++i) {
+    const auto t0 = SteadyClock::now();
+    auto r = a->Get(*ns, keys[i], buf.data(), buf.size());
+    const auto took = SteadyClock::now() - t0;
+    EXPECT_EQ(r.status().code(), Code::kTimedOut) << r.status().ToString();
+    // A bound that only a hang breaks (the deadline is 300 ms).
+    EXPECT_LT(took, seconds(5));
+  }
+  // A get's own, shorter deadline wins over the tier's.
+  std::promise<Result<size_t>> p;
+  MutableFragment frag{buf.data(), buf.size()};
+  a->GetAsync(*ns, keys[9], {&frag, 1}, SteadyClock::now() + milliseconds(50), [&](Result<size_t> r) { p.set_value(std::move(r)); });
+  auto fut = p.get_future();
+  ASSERT_EQ(fut.wait_for(seconds(5)), std::future_status::ready);
+  EXPECT_EQ(fut.get().status().code(), Code::kTimedOut);
+  EXPECT_GE(a->GetStats().remote_deadline_misses, 8u);
+  ASSERT_EQ(::kill(osd, SIGCONT), 0);
+  // Once the OSD is back, the same blocks are served again.
+  std::string why;
+  EXPECT_TRUE(WaitUntil([&] { return SameBlock(a.get(), *ns, keys[1], &why); }, seconds(30))) << why;
+  // Closing while the OSD is stopped does not hang either.
+  ASSERT_EQ(::kill(osd, SIGSTOP), 0);
+  const auto t0 = SteadyClock::now();
+  Status closed = a->Close();
+  ::kill(osd, SIGCONT);
+  EXPECT_TRUE(closed.ok()) << closed.ToString();
+  EXPECT_LT(SteadyClock::now() - t0, seconds(15));
+}
+
+}  // namespace
+}  // namespace kvtier::testing
+
+#endif  // KVTIER_WITH_CEPH
