@@ -93,6 +93,14 @@ struct Options {
   // Largest single write submitted to the device; larger runs are split so
   // that reads do not queue behind one huge write.
   uint32_t max_write_chunk_bytes = 4u << 20;
+  // Page-aligned payloads of at least this many bytes are written to the
+  // device from where they are (the caller's pages for Put/PutBatch/
+  // PutAsyncBorrowed, the RAM tier's chunks) and read straight into
+  // page-aligned caller buffers. Smaller ones are copied through the write
+  // ring, where consecutive records merge into one device write, and read
+  // with their header in one request: below a few hundred KiB the extra
+  // device request costs more than the copy it saves.
+  uint64_t zero_copy_min_bytes = 256u << 10;
 
   // --- Back-pressure ----------------------------------------------------------
   // Bytes of records waiting to be written (the write ring). Async puts that

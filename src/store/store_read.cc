@@ -232,7 +232,7 @@ void StoreImpl::ExecuteReads(IoQueue* queue, std::vector<std::shared_ptr<ReadOp>
     // can complete the op early: a deadline miss promises `out` is never
     // touched afterwards, which an in-flight read could not keep.
     const uint64_t whole = v.payload_len / kPage * kPage;
-    const bool direct = op->deadline == kNoDeadline && whole > 0 &&
+    const bool direct = op->deadline == kNoDeadline && whole > 0 && v.payload_len >= opt_.zero_copy_min_bytes &&
                         format::PayloadAligned(v.key_len, v.payload_len) && DirectTarget(op->out, whole);
     size_t b = pending.size();
     if (bufs.size() <= b) bufs.emplace_back();

@@ -125,7 +125,7 @@ void StoreImpl::SubmitPut(NamespaceId ns, std::string_view key, std::span<const 
   bool ram_copy = false;
   if (reserved != nullptr && *reserved) {
     pin = std::move(*reserved);
-  } else if (ram_ != nullptr && aligned) {
+  } else if (ram_ != nullptr && aligned && payload_len >= opt_.zero_copy_min_bytes) {
     pin = ram_->Reserve(ns, key, payload_len);
     ram_copy = static_cast<bool>(pin);
   }
@@ -135,7 +135,8 @@ void StoreImpl::SubmitPut(NamespaceId ns, std::string_view key, std::span<const 
     for (const RamTier::Piece& p : pin.pieces()) pin_frags.push_back(Fragment{p.data, p.size});
     source = pin_frags;
   }
-  const bool direct = aligned && (pin || borrow) && Borrowable(source);
+  const bool direct =
+      aligned && payload_len >= opt_.zero_copy_min_bytes && (pin || borrow) && Borrowable(source);
   const uint64_t whole = payload_len / kPage * kPage, tail = payload_len - whole;
   const uint64_t ring_bytes = direct ? kPage + (tail != 0 ? kPage : 0) : op.rec_bytes;
   const uint64_t borrowed = direct ? whole : 0;

@@ -40,6 +40,7 @@ class ZeroCopyTest : public ::testing::TestWithParam<IoBackend> {
   void SetUp() override {
     if (GetParam() == IoBackend::kIoUring && !IoUringAvailable()) GTEST_SKIP() << "io_uring unavailable";
     opt_ = testing::SmallOptions(GetParam());
+    opt_.zero_copy_min_bytes = 4096;  // every aligned size here takes the zero-copy path
   }
   std::unique_ptr<Store> OpenStore() {
     auto s = Store::Open(dir_.Sub("store"), opt_);
@@ -302,6 +303,25 @@ TEST_P(ZeroCopyTest, RamTierChunksAreWrittenThroughWithoutASecondCopy) {
   NamespaceId ns = Ns(s.get());
   for (int i = 0; i < 8; ++i) ExpectBlock(s.get(), ns, Key(i), size);
   EXPECT_EQ(s->GetStats().hits_disk, 8u);
+}
+
+TEST_P(ZeroCopyTest, SmallPayloadsAreCopiedBelowTheThreshold) {
+  opt_.zero_copy_min_bytes = 64 * kPage;
+  auto s = OpenStore();
+  NamespaceId ns = Ns(s.get());
+  ASSERT_TRUE(PutAligned(s.get(), ns, "small", 16 * kPage).ok());
+  EXPECT_EQ(s->GetStats().zero_copy_put_bytes, 0u);
+  ASSERT_TRUE(PutAligned(s.get(), ns, "large", 64 * kPage).ok());
+  EXPECT_EQ(s->GetStats().zero_copy_put_bytes, 64 * kPage);
+  ASSERT_TRUE(s->Close().ok());
+  s = OpenStore();
+  PageBuf out(64 * kPage);
+  ASSERT_TRUE(s->Get(ns, "small", out.data, 64 * kPage).ok());
+  EXPECT_EQ(std::memcmp(out.data, Payload(ns, "small", 16 * kPage).data(), 16 * kPage), 0);
+  EXPECT_EQ(s->GetStats().direct_read_bytes, 0u);
+  ASSERT_TRUE(s->Get(ns, "large", out.data, 64 * kPage).ok());
+  EXPECT_EQ(std::memcmp(out.data, Payload(ns, "large", 64 * kPage).data(), 64 * kPage), 0);
+  EXPECT_EQ(s->GetStats().direct_read_bytes, 64 * kPage);
 }
 
 TEST_P(ZeroCopyTest, SharedMemoryTierChunksAreWrittenThroughToo) {
