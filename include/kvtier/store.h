@@ -146,6 +146,9 @@ struct Stats {
   // Payload bytes written to the device from where they already were (the
   // caller's or the RAM tier's pages), and read straight into callers' pages.
   uint64_t zero_copy_put_bytes = 0, direct_read_bytes = 0;
+  // Device writes issued from io_uring-registered memory (the write ring and
+  // the RAM tier's data area); 0 on the posix backend.
+  uint64_t registered_writes = 0;
   uint64_t syncs = 0, group_commits = 0;
   double write_amplification = 0;                // device bytes written / payload bytes put
   // Capacity.

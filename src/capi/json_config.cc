@@ -161,6 +161,7 @@ std::string StatsToJson(const Stats& s) {
       {"device_bytes_read", s.device_bytes_read},
       {"zero_copy_put_bytes", s.zero_copy_put_bytes},
       {"direct_read_bytes", s.direct_read_bytes},
+      {"registered_writes", s.registered_writes},
       {"syncs", s.syncs},
       {"group_commits", s.group_commits},
       {"write_amplification", s.write_amplification},

@@ -6,6 +6,7 @@
 
 #include <xxhash.h>
 
+#include "io/uring_queue.h"
 #include "store/store_impl.h"
 #include "util/clock.h"
 
@@ -354,8 +355,20 @@ void StoreImpl::ReleaseRing(uint64_t alloc_id) {
 void StoreImpl::WriterLoop() {
   // Register the ring here, not in Open: pinning 256 MiB takes ~0.2 s, which
   // would lengthen every reopen, and the ring binds to the thread that uses it.
-  iovec region{ring_.base(), ring_.capacity()};
-  write_queue_->RegisterBuffers({&region, 1}).IgnoreError();  // unregistered I/O still works
+  // The RAM tier's data area too (in pieces of at most 1 GiB, io_uring's
+  // limit per buffer): puts are written from its chunks. Best effort: if the
+  // kernel refuses (locked-memory limit), the ring alone, else nothing;
+  // unregistered I/O works the same, only with per-I/O page pinning.
+  std::vector<iovec> regions{iovec{ring_.base(), ring_.capacity()}};
+  if (ram_ != nullptr) {
+    for (const iovec& r : ram_->Regions()) {
+      constexpr size_t kMaxRegion = 1ull << 30;
+      for (size_t off = 0; off < r.iov_len; off += kMaxRegion)
+        regions.push_back(iovec{static_cast<uint8_t*>(r.iov_base) + off, std::min(kMaxRegion, r.iov_len - off)});
+    }
+  }
+  if (!write_queue_->RegisterBuffers(regions).ok() && regions.size() > 1)
+    write_queue_->RegisterBuffers({regions.data(), 1}).IgnoreError();
   std::vector<WriteOp> group;
   for (;;) {
     group.clear();
@@ -492,6 +505,7 @@ void StoreImpl::WriteGroup(std::vector<WriteOp>& group) {
       }
     }
     if (!reqs.empty()) write_queue_->Submit(reqs).IgnoreError();  // per-request statuses below
+    c_.registered_writes.Set(GetUringQueueStats(*write_queue_).fixed_sqes);
     std::unordered_map<File*, Status> failed;
     for (const IoRequest& rq : reqs) {
       if (!rq.status.ok() && !failed.count(rq.file)) failed[rq.file] = rq.status;

@@ -115,6 +115,7 @@ int Run(const StatsCmd& in) {
   e.One("device_read_bytes_total", "counter", "Bytes read from segment files.", static_cast<double>(s.device_bytes_read));
   e.One("zero_copy_put_bytes_total", "counter", "Payload bytes written from the caller's or RAM tier's pages (no copy).", static_cast<double>(s.zero_copy_put_bytes));
   e.One("direct_read_bytes_total", "counter", "Payload bytes read straight into callers' pages (no copy).", static_cast<double>(s.direct_read_bytes));
+  e.One("registered_writes_total", "counter", "Device writes from io_uring-registered memory (write ring, RAM tier).", static_cast<double>(s.registered_writes));
   e.One("syncs_total", "counter", "fdatasync calls.", static_cast<double>(s.syncs));
   e.One("group_commits_total", "counter", "Group commits.", static_cast<double>(s.group_commits));
   e.One("write_amplification", "gauge", "Device bytes written per payload byte put.", s.write_amplification);
