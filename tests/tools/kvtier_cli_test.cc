@@ -463,7 +463,8 @@ TEST_F(KvtierCli, StatsPrometheus) {
   for (const char* want : {"# HELP kvtier_hits_total", "# TYPE kvtier_hits_total counter",
                            "kvtier_hits_total{source=\"disk\"}", "kvtier_misses_total 0",
                            "kvtier_checksum_failures_total", "kvtier_evictions_total", "kvtier_write_amplification",
-                           "# TYPE kvtier_namespace_blocks gauge", "kvtier_blocks{tier=\"disk\"} 17"})
+                           "# TYPE kvtier_namespace_blocks gauge", "kvtier_blocks{tier=\"disk\"} 17",
+                           "kvtier_zero_copy_put_bytes_total", "kvtier_remote_connected 0", "kvtier_remote_hits_total 0"})
     EXPECT_NE(s.out.find(want), std::string::npos) << want << "\n" << s.out;
   EXPECT_NE(s.out.find("kvtier_namespace_blocks{namespace=\"alpha\",ns_id=\"" + NamespaceIdToHex(f_.alpha) + "\"} 12"),
             std::string::npos);

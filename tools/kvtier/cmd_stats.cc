@@ -117,6 +117,12 @@ int Run(const StatsCmd& in) {
   e.One("direct_read_bytes_total", "counter", "Payload bytes read straight into callers' pages (no copy).", static_cast<double>(s.direct_read_bytes));
   e.One("registered_writes_total", "counter", "Device writes from io_uring-registered memory (write ring, RAM tier).", static_cast<double>(s.registered_writes));
   e.One("syncs_total", "counter", "fdatasync calls.", static_cast<double>(s.syncs));
+  e.One("remote_connected", "gauge", "1 while the shared tier on Ceph is connected.", s.remote_connected ? 1.0 : 0.0);
+  e.One("remote_hits_total", "counter", "Gets served from the shared tier on Ceph.", static_cast<double>(s.hits_remote));
+  e.One("remote_read_bytes_total", "counter", "Payload bytes served from the shared tier.", static_cast<double>(s.bytes_read_remote));
+  e.One("remote_misses_total", "counter", "Remote reads that failed (deadline, checksum, vanished object).", static_cast<double>(s.remote_misses));
+  e.One("remote_uploads_total", "counter", "Sealed segments uploaded to the shared tier.", static_cast<double>(s.remote_uploads));
+  e.One("remote_upload_bytes_total", "counter", "Bytes uploaded to the shared tier.", static_cast<double>(s.remote_upload_bytes));
   e.One("group_commits_total", "counter", "Group commits.", static_cast<double>(s.group_commits));
   e.One("write_amplification", "gauge", "Device bytes written per payload byte put.", s.write_amplification);
   e.One("evictions_total", "counter", "Segments reclaimed.", static_cast<double>(s.evictions));
