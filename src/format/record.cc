@@ -215,6 +215,10 @@ Result<SegmentHeader> DecodeSegmentHeader(std::span<const uint8_t> in) {
                                 std::to_string(kFormatVersion) + ")");
   }
   if (version == 0) return Status::Corruption("segment header format version 0");
+  if (version < kMinFormatVersion) {
+    return Status::NotSupported("segment format version " + std::to_string(version) +
+                                " is older than this build reads (" + std::to_string(kMinFormatVersion) + ")");
+  }
   if (GetFixed16(p + kShReserved16) != 0 || GetFixed64(p + kShReserved64) != 0) {
     return Status::Corruption("segment header reserved field is not zero");
   }
