@@ -71,7 +71,7 @@ for t in "${targets[@]}"; do
   rc=$?
   set -e
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
-  cov=$(grep -Eo 'cov: [0-9]+' "$log" | tail -1 | cut -d' ' -f2)
+  cov=$(grep -Eo 'cov: [0-9]+' "$log" | tail -1 | cut -d' ' -f2 || true)  # none when it crashed at once
   if [[ $rc -ne 0 ]]; then
     echo "FAIL $t (rc $rc): see $log" >&2
     grep -E 'ERROR|SUMMARY|Test unit written' "$log" | head -5 >&2 || true
