@@ -70,6 +70,10 @@ auth allow insecure global id reclaim = true
 osd pool default size = 1
 osd pool default min size = 1
 osd crush chooseleaf type = 0
+# A fixed CRUSH location: the default one is the short hostname, and a machine
+# whose hostname was never set ("(none)") makes the OSD's boot-time
+# create-or-move fail with EINVAL (the daemon then exits 250).
+crush location = root=default host=kvtier-one-node
 mon allow pool size one = true
 mon allow pool delete = true
 mon warn on pool no redundancy = false
@@ -88,22 +92,29 @@ bluestore fsck on mkfs = false
 osd data = $dir/osd0
 mon data = $dir/mon
 CONF
-monmaptool --create --add a "127.0.0.1:$port" --fsid "$fsid" "$dir/monmap" >/dev/null
-ceph-mon -c "$dir/ceph.conf" --mkfs -i a --monmap "$dir/monmap"
-ceph-mon -c "$dir/ceph.conf" -i a
-ceph_q osd create >/dev/null
-ceph-osd -c "$dir/ceph.conf" -i 0 --mkfs 2>/dev/null
-ceph-osd -c "$dir/ceph.conf" -i 0 2>/dev/null
+# On failure say which step failed and show the end of the daemons' logs.
+fail() {
+  echo "ceph_one_node: $1 failed" >&2
+  for f in "$dir"/mon.a.log "$dir"/osd.0.log; do
+    [ -f "$f" ] && { echo "--- last lines of $f" >&2; tail -n 15 "$f" >&2; }
+  done
+  "$0" stop "$dir"
+  exit 1
+}
+monmaptool --create --add a "127.0.0.1:$port" --fsid "$fsid" "$dir/monmap" >/dev/null || fail monmaptool
+ceph-mon -c "$dir/ceph.conf" --mkfs -i a --monmap "$dir/monmap" || fail "ceph-mon --mkfs"
+ceph-mon -c "$dir/ceph.conf" -i a || fail "ceph-mon start"
+ceph_q osd create >/dev/null || fail "ceph osd create"
+ceph-osd -c "$dir/ceph.conf" -i 0 --mkfs 2>"$dir/osd-mkfs.err" || fail "ceph-osd --mkfs"
+ceph-osd -c "$dir/ceph.conf" -i 0 2>"$dir/osd-start.err" || fail "ceph-osd start"
 up=0
 for _ in $(seq 1 60); do
   if ceph_q osd stat 2>/dev/null | grep -q "1 up"; then up=1; break; fi
   sleep 0.5
 done
 if [ "$up" != 1 ]; then
-  echo "ceph_one_node: the OSD did not come up; see $dir/osd.0.log" >&2
-  "$0" stop "$dir"
-  exit 1
+  fail "waiting for the OSD to come up"
 fi
-ceph_q osd pool create "$pool" 8 >/dev/null 2>&1
+ceph_q osd pool create "$pool" 8 >/dev/null 2>&1 || fail "ceph osd pool create $pool"
 ceph_q osd pool application enable "$pool" kvtier >/dev/null 2>&1 || true
 echo "$dir/ceph.conf"
