@@ -138,8 +138,10 @@ const char* kvtier_last_error(void);
 /* ---- Open / close ---------------------------------------------------------
  * options_json: NULL or a JSON object whose keys are kvtier::Options field
  * names (e.g. {"capacity_bytes": 1073741824, "io_backend": "posix"});
- * io_backend is "auto", "io_uring" or "posix". Unknown keys and wrong types
- * are KVTIER_INVALID_ARGUMENT naming the key. A folder opened elsewhere
+ * io_backend is "auto", "io_uring" or "posix"; "remote" is an object of
+ * kvtier::RemoteTierOptions fields (e.g. {"remote": {"enabled": true,
+ * "ceph_conf": "/etc/ceph/ceph.conf", "pool": "kvtier"}}). Unknown keys and
+ * wrong types are KVTIER_INVALID_ARGUMENT naming the key. A folder opened elsewhere
  * (this process included) is KVTIER_BUSY. */
 int kvtier_open(const char* dir, const char* options_json, kvtier_store** out);
 /* Completes queued work, checkpoints, releases the folder. The handle stays

@@ -38,6 +38,16 @@ struct RemoteTierOptions {
   uint64_t object_bytes = 64ull << 20;
   // Bound on each upload, catalog and delete operation (and on connecting).
   uint32_t op_timeout_ms = 10000;
+  // Copy blocks served from the shared tier into the RAM tier (when the
+  // store has one), so a revisit is served from host memory. Only the RAM
+  // tier: a block written to the local log would be uploaded a second time.
+  bool admit_to_ram = true;
+  // Objects of this RADOS namespace that no catalog entry names (an upload
+  // cut short by a crash, a delete that failed) are removed once they are
+  // older than orphan_grace_ms, checked every orphan_sweep_interval_ms (0 =
+  // never). The grace must exceed the longest upload of any node.
+  uint32_t orphan_sweep_interval_ms = 10 * 60 * 1000;
+  uint32_t orphan_grace_ms = 30 * 60 * 1000;
 };
 
 struct Options {

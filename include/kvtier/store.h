@@ -172,6 +172,8 @@ struct Stats {
   uint64_t remote_uploads_skipped = 0;    // segments reclaimed locally before their upload
   uint64_t remote_segments_imported = 0;  // summaries imported into the remote index
   uint64_t remote_objects_deleted = 0;    // segment uploads deleted for the budget
+  uint64_t remote_admitted_to_ram = 0;    // remote hits copied into the RAM tier
+  uint64_t remote_orphans_removed = 0;    // objects no catalog entry named, swept
 };
 
 // Result of Verify().

@@ -65,6 +65,35 @@ Result<json> ParseObject(std::string_view text, std::string_view what) {
   return j;
 }
 
+static Status SetRemoteOption(RemoteTierOptions* r, const std::string& k, const json& v) {
+  const std::string n = "remote." + k;  // as errors name it
+  if (k == "enabled") return GetBool(n, v, &r->enabled);
+  if (k == "ceph_conf") return GetString(n, v, &r->ceph_conf);
+  if (k == "pool") return GetString(n, v, &r->pool);
+  if (k == "client_id") return GetString(n, v, &r->client_id);
+  if (k == "rados_namespace") return GetString(n, v, &r->rados_namespace);
+  if (k == "budget_bytes") return GetUnsigned(n, v, &r->budget_bytes);
+  if (k == "read_deadline_ms") return GetUnsigned(n, v, &r->read_deadline_ms);
+  if (k == "poll_interval_ms") return GetUnsigned(n, v, &r->poll_interval_ms);
+  if (k == "object_bytes") return GetUnsigned(n, v, &r->object_bytes);
+  if (k == "op_timeout_ms") return GetUnsigned(n, v, &r->op_timeout_ms);
+  if (k == "admit_to_ram") return GetBool(n, v, &r->admit_to_ram);
+  if (k == "orphan_sweep_interval_ms") return GetUnsigned(n, v, &r->orphan_sweep_interval_ms);
+  if (k == "orphan_grace_ms") return GetUnsigned(n, v, &r->orphan_grace_ms);
+  return Status::NotFound("unknown option '" + n + "'");
+}
+
+// The "remote" object: RemoteTierOptions by field name.
+static Status RemoteFromJson(const json& v, RemoteTierOptions* r) {
+  if (!v.is_object()) return TypeError("remote", "an object");
+  for (auto it = v.begin(); it != v.end(); ++it) {
+    Status st = SetRemoteOption(r, it.key(), it.value());
+    if (st.IsNotFound()) return Status::InvalidArgument(st.message());
+    KVTIER_RETURN_IF_ERROR(st);
+  }
+  return Status::OK();
+}
+
 Status SetOption(Options* o, const std::string& k, const json& v) {
   if (k == "create_if_missing") return GetBool(k, v, &o->create_if_missing);
   if (k == "error_if_exists") return GetBool(k, v, &o->error_if_exists);
@@ -90,6 +119,7 @@ Status SetOption(Options* o, const std::string& k, const json& v) {
   if (k == "checkpoint_interval_bytes") return GetUnsigned(k, v, &o->checkpoint_interval_bytes);
   if (k == "ram_tier_bytes") return GetUnsigned(k, v, &o->ram_tier_bytes);
   if (k == "ram_tier_shared_memory") return GetBool(k, v, &o->ram_tier_shared_memory);
+  if (k == "remote") return RemoteFromJson(v, &o->remote);
   if (k == "io_backend") {
     std::string b;
     KVTIER_RETURN_IF_ERROR(GetString(k, v, &b));
@@ -172,6 +202,8 @@ std::string StatsToJson(const Stats& s) {
       {"remote_upload_bytes", s.remote_upload_bytes},
       {"remote_upload_retries", s.remote_upload_retries},
       {"remote_uploads_skipped", s.remote_uploads_skipped},
+      {"remote_admitted_to_ram", s.remote_admitted_to_ram},
+      {"remote_orphans_removed", s.remote_orphans_removed},
       {"remote_segments_imported", s.remote_segments_imported},
       {"remote_objects_deleted", s.remote_objects_deleted},
       {"syncs", s.syncs},

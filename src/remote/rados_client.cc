@@ -163,6 +163,23 @@ struct RadosClient::Impl {
   }
 
   Clock::time_point OpDeadline() const { return Clock::now() + std::chrono::milliseconds(cfg.op_timeout_ms); }
+
+  // Runs a prepared write op on `object` within op_timeout and releases it;
+  // returns its result (negative errno on failure).
+  int RunWriteOp(rados_write_op_t op, const std::string& object) {
+    auto w = std::make_shared<Waiter>();
+    rados_completion_t c = NewWaitCompletion(w);
+    int r = -ENOMEM;
+    if (c != nullptr) {
+      r = rados_aio_write_op_operate(op, io, c, object.c_str(), nullptr, 0);
+      if (r < 0)
+        rados_aio_release(c);
+      else
+        r = WaitFor(c, w, OpDeadline());
+    }
+    rados_release_write_op(op);
+    return r;
+  }
 };
 
 RadosClient::RadosClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
@@ -374,19 +391,7 @@ Status RadosClient::OmapSet(const std::string& object, const std::string& key, c
   const char* vals[] = {value.data()};
   const size_t lens[] = {value.size()};
   rados_write_op_omap_set(op, keys, vals, lens, 1);
-  auto w = std::make_shared<Waiter>();
-  rados_completion_t c = impl_->NewWaitCompletion(w);
-  if (c == nullptr) {
-    rados_release_write_op(op);
-    return Status::IOError("librados: cannot create a completion");
-  }
-  int r = rados_aio_write_op_operate(op, impl_->io, c, object.c_str(), nullptr, 0);
-  if (r < 0) {
-    rados_aio_release(c);
-  } else {
-    r = impl_->WaitFor(c, w, impl_->OpDeadline());
-  }
-  rados_release_write_op(op);
+  const int r = impl_->RunWriteOp(op, object);
   return r < 0 ? ErrnoStatus(r, "updating the omap of " + object) : Status::OK();
 }
 
@@ -396,19 +401,7 @@ Status RadosClient::OmapRemove(const std::string& object, const std::vector<std:
   for (const std::string& s : keys) k.push_back(s.c_str());
   rados_write_op_t op = rados_create_write_op();
   rados_write_op_omap_rm_keys(op, k.data(), k.size());
-  auto w = std::make_shared<Waiter>();
-  rados_completion_t c = impl_->NewWaitCompletion(w);
-  if (c == nullptr) {
-    rados_release_write_op(op);
-    return Status::IOError("librados: cannot create a completion");
-  }
-  int r = rados_aio_write_op_operate(op, impl_->io, c, object.c_str(), nullptr, 0);
-  if (r < 0) {
-    rados_aio_release(c);
-  } else {
-    r = impl_->WaitFor(c, w, impl_->OpDeadline());
-  }
-  rados_release_write_op(op);
+  const int r = impl_->RunWriteOp(op, object);
   if (r == -ENOENT) return Status::OK();
   return r < 0 ? ErrnoStatus(r, "updating the omap of " + object) : Status::OK();
 }
@@ -451,6 +444,41 @@ Result<std::vector<std::pair<std::string, std::string>>> RadosClient::OmapList(c
     if (!more || out.empty()) return out;
     after = out.back().first;
   }
+}
+
+Result<std::vector<std::string>> RadosClient::ListObjects() {
+  std::vector<std::string> out;
+  rados_list_ctx_t ctx = nullptr;
+  int r = rados_nobjects_list_open(impl_->io, &ctx);
+  if (r < 0) return ErrnoStatus(r, "listing the objects of the pool");
+  for (;;) {
+    const char* entry = nullptr;
+    r = rados_nobjects_list_next(ctx, &entry, nullptr, nullptr);
+    if (r == -ENOENT) break;  // the end
+    if (r < 0) {
+      rados_nobjects_list_close(ctx);
+      return ErrnoStatus(r, "listing the objects of the pool");
+    }
+    out.emplace_back(entry);
+  }
+  rados_nobjects_list_close(ctx);
+  return out;
+}
+
+Result<int64_t> RadosClient::ModifiedUnixSeconds(const std::string& object) {
+  auto w = std::make_shared<Waiter>();
+  rados_completion_t c = impl_->NewWaitCompletion(w);
+  if (c == nullptr) return Status::IOError("librados: cannot create a completion");
+  uint64_t size = 0;
+  time_t mtime = 0;
+  int r = rados_aio_stat(impl_->io, object.c_str(), c, &size, &mtime);
+  if (r < 0) {
+    rados_aio_release(c);
+    return ErrnoStatus(r, "stat of " + object);
+  }
+  r = impl_->WaitFor(c, w, impl_->OpDeadline());
+  if (r < 0) return ErrnoStatus(r, "stat of " + object);
+  return static_cast<int64_t>(mtime);
 }
 
 }  // namespace kvtier::remote

@@ -72,6 +72,11 @@ class RadosClient {
   Status OmapRemove(const std::string& object, const std::vector<std::string>& keys);
   // Every omap pair of the object in key order (none when it is absent).
   Result<std::vector<std::pair<std::string, std::string>>> OmapList(const std::string& object);
+  // Names of the objects in the client's RADOS namespace. librados has no
+  // asynchronous listing: each step is bounded by rados_osd_op_timeout.
+  Result<std::vector<std::string>> ListObjects();
+  // The object's modification time, in seconds since the epoch.
+  Result<int64_t> ModifiedUnixSeconds(const std::string& object);
 
  private:
   struct Impl;

@@ -271,10 +271,11 @@ Status SharedTier::Poll() {
     }
     entries.erase(entries.begin(), entries.begin() + static_cast<ptrdiff_t>(drop));
   }
-  std::set<std::string> present;
+  std::set<std::string> present, bases;
   Status first;
   for (const CatalogEntry& e : entries) {
     present.insert(e.key);
+    bases.insert(e.base);
     if (index_->IsImported(e.key)) continue;
     auto raw = c->ReadWhole(SummaryObject(e.base), e.summary_bytes);
     if (!raw.ok()) {
@@ -289,7 +290,31 @@ Status SharedTier::Poll() {
   if (!imported.ok()) return imported.status();
   for (const auto& [key, base] : *imported)
     if (!present.count(key)) index_->Drop(key, base).IgnoreError();
+  if (opt_.orphan_sweep_interval_ms != 0 && Clock::now() >= next_sweep_) {
+    next_sweep_ = Clock::now() + std::chrono::milliseconds(opt_.orphan_sweep_interval_ms);
+    Status st = SweepOrphans(bases);
+    if (first.ok()) first = st;
+  }
   return first;
+}
+
+Status SharedTier::SweepOrphans(const std::set<std::string>& catalogued_bases) {
+  auto c = client();
+  if (!c) return Status::Closed("shared tier is not connected");
+  // Listed after the catalog was read: an upload whose catalog entry came in
+  // between has only fresh objects, which the grace protects.
+  auto names = c->ListObjects();
+  if (!names.ok()) return names.status();
+  const int64_t grace_s = (static_cast<int64_t>(opt_.orphan_grace_ms) + 999) / 1000;
+  for (const std::string& name : *names) {
+    const std::string base = BaseOfObject(name);
+    if (base.empty() || catalogued_bases.count(base)) continue;
+    auto mtime = c->ModifiedUnixSeconds(name);
+    if (!mtime.ok()) continue;  // gone meanwhile, or unreachable: next sweep
+    if (static_cast<int64_t>(NowUnixMs() / 1000) - *mtime < grace_s) continue;
+    if (c->Remove(name).ok()) counters_.orphans_removed.fetch_add(1);
+  }
+  return Status::OK();
 }
 
 }  // namespace kvtier::remote

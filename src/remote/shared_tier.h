@@ -30,6 +30,7 @@
 #include <mutex>
 #include <optional>
 #include <shared_mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -47,7 +48,7 @@ class RadosClient;
 struct SharedTierCounters {
   std::atomic<uint64_t> hits{0}, bytes_read{0}, misses{0}, deadline_misses{0}, checksum_failures{0};
   std::atomic<uint64_t> uploads{0}, upload_bytes{0}, upload_retries{0}, uploads_skipped{0};
-  std::atomic<uint64_t> imported{0}, deleted{0};
+  std::atomic<uint64_t> imported{0}, deleted{0}, orphans_removed{0};
 };
 
 class SharedTier {
@@ -93,8 +94,12 @@ class SharedTier {
   void Run();
   // Uploads one segment; OK also when it turned out to be gone.
   Status Upload(uint32_t seg, uint32_t gen);
-  // Imports new catalog entries, drops vanished ones, enforces the budget.
+  // Imports new catalog entries, drops vanished ones, enforces the budget,
+  // and now and then sweeps orphans.
   Status Poll();
+  // Removes part and summary objects whose base no catalog entry names and
+  // that are older than orphan_grace_ms.
+  Status SweepOrphans(const std::set<std::string>& catalogued_bases);
   std::shared_ptr<RadosClient> client();
 
   RemoteTierOptions opt_;
@@ -110,6 +115,7 @@ class SharedTier {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::pair<uint32_t, uint32_t>> uploads_;
+  Clock::time_point next_sweep_;  // worker thread only
   bool stop_ = false, stopped_ = false;
   std::thread worker_;
 

@@ -74,6 +74,15 @@ std::string PartObject(std::string_view base, uint32_t part) {
   return std::string(base) + ".p" + std::to_string(part);
 }
 std::string SummaryObject(std::string_view base) { return std::string(base) + ".sum"; }
+std::string BaseOfObject(std::string_view object) {
+  if (!object.starts_with("kvtier.")) return "";
+  if (object.ends_with(".sum")) return std::string(object.substr(0, object.size() - 4));
+  const size_t dot = object.rfind('.');
+  if (dot == std::string_view::npos || dot + 2 > object.size() || object[dot + 1] != 'p') return "";
+  for (size_t i = dot + 2; i < object.size(); ++i)
+    if (object[i] < '0' || object[i] > '9') return "";
+  return dot + 2 == object.size() ? "" : std::string(object.substr(0, dot));
+}
 std::string SegmentSummary::ObjectBase() const { return remote::ObjectBase(store_id, segment, generation); }
 
 std::string EncodeSummary(const SegmentSummary& s) {

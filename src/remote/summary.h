@@ -56,6 +56,9 @@ struct SegmentSummary {
 std::string ObjectBase(std::string_view store_id, uint32_t segment, uint32_t generation);
 std::string PartObject(std::string_view base, uint32_t part);
 std::string SummaryObject(std::string_view base);
+// The base of a part or summary object name ("kvtier.<...>.p<N>" or
+// "kvtier.<...>.sum"); empty for any other name (the catalog included).
+std::string BaseOfObject(std::string_view object);
 
 std::string EncodeSummary(const SegmentSummary& s);
 // Corruption (naming the cause) on a short buffer, bad magic or checksum,

@@ -418,12 +418,17 @@ void StoreImpl::TimerLoop() {
 Result<bool> StoreImpl::Contains(NamespaceId ns, std::string_view key) {
   c_.contains.Add();
   thread_local std::vector<uint64_t> locs;
-  if (index_->FindLocations(ns, {&key, 1}, &locs))
-    return locs[0] != PresenceMap::kAbsent &&
-           table_->IsLive(static_cast<uint32_t>(locs[0] >> 32), static_cast<uint32_t>(locs[0]));
-  auto e = index_->Get(ns, key);
-  if (!e.ok()) return e.status();
-  return e->has_value() && table_->IsLive((*e)->segment, (*e)->generation);
+  bool local = false;
+  if (index_->FindLocations(ns, {&key, 1}, &locs)) {
+    local = locs[0] != PresenceMap::kAbsent &&
+            table_->IsLive(static_cast<uint32_t>(locs[0] >> 32), static_cast<uint32_t>(locs[0]));
+  } else {
+    auto e = index_->Get(ns, key);
+    if (!e.ok()) return e.status();
+    local = e->has_value() && table_->IsLive((*e)->segment, (*e)->generation);
+  }
+  // As LookupPrefix: a block the shared tier holds counts as present.
+  return local || RemoteExtendPrefix(ns, {&key, 1}, 0) == 1;  // store_remote.cc
 }
 
 Result<size_t> StoreImpl::LookupPrefix(NamespaceId ns, std::span<const std::string_view> keys) {

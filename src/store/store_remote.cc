@@ -105,7 +105,9 @@ bool StoreImpl::RemoteGet(const std::shared_ptr<ReadOp>& op) {
   }
   const auto deadline =
       std::min(op->deadline, Clock::now() + std::chrono::milliseconds(opt_.remote.read_deadline_ms));
-  return remote_->Read(*loc, op->ns, op->key, deadline, [this, op](Status st, const uint8_t* payload, size_t len) {
+  const uint64_t checksum = loc->checksum;
+  return remote_->Read(*loc, op->ns, op->key, deadline,
+                       [this, op, checksum](Status st, const uint8_t* payload, size_t len) {
     if (!st.ok()) {
       c_.misses.Add();
       if (st.code() == Code::kTimedOut)
@@ -115,16 +117,23 @@ bool StoreImpl::RemoteGet(const std::shared_ptr<ReadOp>& op) {
       return;
     }
     int expected = 0;
-    if (!op->state.compare_exchange_strong(expected, 1)) return;  // the get's deadline won
-    size_t left = len;
-    for (const MutableFragment& f : op->out) {
-      if (left == 0) break;
-      const size_t n = std::min(left, f.size);
-      std::memcpy(f.data, payload, n);
-      payload += n;
-      left -= n;
+    if (op->state.compare_exchange_strong(expected, 1)) {  // else the get's deadline won
+      size_t left = len;
+      for (const MutableFragment& f : op->out) {
+        if (left == 0) break;
+        const size_t n = std::min(left, f.size);
+        std::memcpy(f.data, payload + (len - left), n);
+        left -= n;
+      }
+      op->done(len);
     }
-    op->done(len);
+    // Verified bytes, late or not: a revisit is then served from host memory (the shared tier keeps the
+    // copy that makes dropping it from RAM lossless).
+    if (ram_ != nullptr && opt_.remote.admit_to_ram) {
+      const Fragment whole{payload, len};
+      if (ram_->Insert(op->ns, op->key, {&whole, 1}, checksum, /*only_if_absent=*/true) != 0)
+        c_.remote_admitted_to_ram.Add();
+    }
   });
 }
 
@@ -150,6 +159,7 @@ void StoreImpl::RemoteStats(Stats* s) {
   s->remote_upload_bytes = c.upload_bytes.load();
   s->remote_upload_retries = c.upload_retries.load();
   s->remote_uploads_skipped = c.uploads_skipped.load();
+  s->remote_orphans_removed = c.orphans_removed.load();
   s->remote_segments_imported = c.imported.load();
   s->remote_objects_deleted = c.deleted.load();
 }

@@ -78,6 +78,22 @@ static void test_errors_before_open(const char* dir) {
   CHECK(strstr(kvtier_last_error(), "no_such_option") != NULL);
   CHECK_RC(kvtier_open(dir, "{\"capacity_bytes\": \"big\"}", &s), KVTIER_INVALID_ARGUMENT);
   CHECK(strstr(kvtier_last_error(), "capacity_bytes") != NULL);
+  /* The shared tier's options sit in a nested object, checked field by field. */
+  CHECK_RC(kvtier_open(dir, "{\"remote\": {\"pool\": 5}}", &s), KVTIER_INVALID_ARGUMENT);
+  CHECK(strstr(kvtier_last_error(), "remote.pool") != NULL);
+  CHECK_RC(kvtier_open(dir, "{\"remote\": {\"no_such\": 1}}", &s), KVTIER_INVALID_ARGUMENT);
+  CHECK(strstr(kvtier_last_error(), "remote.no_such") != NULL);
+  CHECK_RC(kvtier_open(dir, "{\"remote\": true}", &s), KVTIER_INVALID_ARGUMENT);
+  CHECK(strstr(kvtier_last_error(), "remote") != NULL);
+  {
+    kvtier_store* r = NULL;
+    char rdir[700];
+    snprintf(rdir, sizeof(rdir), "%s-remote", dir);
+    CHECK_RC(kvtier_open(rdir, "{\"segment_size_bytes\": 1048576, \"capacity_bytes\": 16777216,"
+                              " \"remote\": {\"enabled\": false, \"pool\": \"p\", \"admit_to_ram\": false,"
+                              " \"orphan_grace_ms\": 1000}}", &r), KVTIER_OK);
+    kvtier_free(r);
+  }
   CHECK_RC(kvtier_open(dir, "{not json", &s), KVTIER_INVALID_ARGUMENT);
   CHECK_RC(kvtier_open(NULL, NULL, &s), KVTIER_INVALID_ARGUMENT);
   CHECK_RC(kvtier_open(dir, NULL, NULL), KVTIER_INVALID_ARGUMENT);

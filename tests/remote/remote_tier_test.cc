@@ -279,6 +279,13 @@ TEST_F(RemoteTierTest, LocalEvictionStillServesFromCeph) {
   ASSERT_TRUE(prefix.ok());
   EXPECT_EQ(*prefix, keys.size());
   for (const std::string& k : keys) {
+    auto has = a->Contains(*ns, k);
+    ASSERT_TRUE(has.ok() && *has) << "Contains must agree with LookupPrefix";
+  }
+  auto none = a->Contains(*ns, "never-written");
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(*none);
+  for (const std::string& k : keys) {
     std::string why;
     ASSERT_TRUE(SameBlock(a.get(), *ns, k, &why)) << why;
   }
@@ -325,6 +332,98 @@ TEST_F(RemoteTierTest, OtherNamespaceSpecNeverSeesTheBlocks) {
   // The same spec does see them (so the misses above are the namespace's doing).
   EXPECT_TRUE(SameBlock(b.get(), *same, keys.front()));
   EXPECT_EQ(b->GetStats().hits_remote, 1u);
+}
+
+TEST_F(RemoteTierTest, RemoteHitsAreAdmittedToTheRamTier) {
+  auto a = OpenStore(tmp_.Sub("a"), Opts());
+  ASSERT_NE(a, nullptr);
+  auto ns = a->RegisterNamespace(spec_);
+  ASSERT_TRUE(ns.ok());
+  auto keys = PutUntilSealed(a.get(), *ns, "r", 1);
+  ASSERT_GE(keys.size(), 2u);
+  ASSERT_TRUE(WaitUntil([&] { return a->GetStats().remote_uploads >= 1; }));
+
+  for (bool admit : {true, false}) {
+    SCOPED_TRACE(admit ? "admit_to_ram" : "no admission");
+    Options o = Opts();
+    o.ram_tier_bytes = 16 << 20;
+    o.ram_tier_shared_memory = false;
+    o.remote.admit_to_ram = admit;
+    auto b = OpenStore(tmp_.Sub(admit ? "b1" : "b2"), o);
+    ASSERT_NE(b, nullptr);
+    auto bns = b->RegisterNamespace(spec_);
+    ASSERT_TRUE(bns.ok());
+    ASSERT_TRUE(WaitUntil([&] { return b->GetStats().remote_segments_imported >= 1; }));
+    std::string why;
+    ASSERT_TRUE(SameBlock(b.get(), *bns, keys[0], &why)) << why;
+    // Admission runs right after the get completes, on the read's thread.
+    if (admit) {
+      ASSERT_TRUE(WaitUntil([&] { return b->GetStats().remote_admitted_to_ram >= 1; }));
+    }
+    ASSERT_TRUE(SameBlock(b.get(), *bns, keys[0], &why)) << why;
+    Stats st = b->GetStats();
+    EXPECT_EQ(st.hits_remote, admit ? 1u : 2u);
+    EXPECT_EQ(st.hits_ram, admit ? 1u : 0u);
+    EXPECT_EQ(st.remote_admitted_to_ram, admit ? 1u : 0u);
+  }
+}
+
+// Objects no catalog entry names (an upload cut short, a failed delete) are
+// removed after the grace; catalogued uploads and foreign objects stay.
+TEST_F(RemoteTierTest, OrphanObjectsAreSwept) {
+  rados_t cluster;
+  ASSERT_EQ(rados_create(&cluster, "admin"), 0);
+  ASSERT_EQ(rados_conf_read_file(cluster, conf_.c_str()), 0);
+  ASSERT_EQ(rados_connect(cluster), 0);
+  rados_ioctx_t io;
+  ASSERT_EQ(rados_ioctx_create(cluster, "kvtier", &io), 0);
+  rados_ioctx_set_namespace(io, rados_ns_.c_str());
+  const std::vector<std::string> orphans = {"kvtier.crashed-node.000007.3.p0", "kvtier.crashed-node.000007.3.p1",
+                                            "kvtier.crashed-node.000007.3.sum"};
+  const std::vector<std::string> foreign = {"kvtier.crashed-node.000007.3.px", "someone-else.p0", "kvtier.notes"};
+  for (const std::string& name : orphans) ASSERT_EQ(rados_write_full(io, name.c_str(), "x", 1), 0);
+  for (const std::string& name : foreign) ASSERT_EQ(rados_write_full(io, name.c_str(), "y", 1), 0);
+  auto exists = [&](const std::string& name) {
+    uint64_t size = 0;
+    time_t mtime = 0;
+    return rados_stat(io, name.c_str(), &size, &mtime) == 0;
+  };
+
+  // A long grace keeps everything (the objects are seconds old).
+  Options o = Opts();
+  o.remote.orphan_sweep_interval_ms = 100;
+  o.remote.orphan_grace_ms = 3600 * 1000;
+  std::vector<std::string> a_keys;
+  {
+    auto a = OpenStore(tmp_.Sub("a"), o);
+    ASSERT_NE(a, nullptr);
+    auto ns = a->RegisterNamespace(spec_);
+    ASSERT_TRUE(ns.ok());
+    a_keys = PutUntilSealed(a.get(), *ns, "o", 1);
+    ASSERT_FALSE(a_keys.empty());
+    ASSERT_TRUE(WaitUntil([&] { return a->GetStats().remote_uploads >= 1; }));
+    std::this_thread::sleep_for(milliseconds(500));  // several sweeps
+    EXPECT_EQ(a->GetStats().remote_orphans_removed, 0u);
+    for (const std::string& name : orphans) EXPECT_TRUE(exists(name)) << name;
+  }
+  // Past the grace, only the orphans go.
+  std::this_thread::sleep_for(milliseconds(1100));  // object times have 1 s resolution
+  o.remote.orphan_grace_ms = 1000;
+  auto b = OpenStore(tmp_.Sub("b"), o);
+  ASSERT_NE(b, nullptr);
+  auto ns = b->RegisterNamespace(spec_);
+  ASSERT_TRUE(ns.ok());
+  ASSERT_TRUE(WaitUntil([&] { return b->GetStats().remote_orphans_removed >= orphans.size(); }));
+  for (const std::string& name : orphans) EXPECT_FALSE(exists(name)) << name;
+  for (const std::string& name : foreign) EXPECT_TRUE(exists(name)) << name;
+  EXPECT_EQ(b->GetStats().remote_orphans_removed, orphans.size());
+  // Node a's upload is catalogued: its objects stayed and b serves them.
+  ASSERT_TRUE(WaitUntil([&] { return b->GetStats().remote_segments_imported >= 1; }));
+  std::string why;
+  EXPECT_TRUE(SameBlock(b.get(), *ns, a_keys.front(), &why)) << why;
+  EXPECT_TRUE(SameBlock(b.get(), *ns, a_keys.back(), &why)) << why;
+  rados_ioctx_destroy(io);
+  rados_shutdown(cluster);
 }
 
 TEST_F(RemoteTierTest, CorruptedObjectIsAChecksumMiss) {

@@ -123,6 +123,8 @@ int Run(const StatsCmd& in) {
   e.One("remote_misses_total", "counter", "Remote reads that failed (deadline, checksum, vanished object).", static_cast<double>(s.remote_misses));
   e.One("remote_uploads_total", "counter", "Sealed segments uploaded to the shared tier.", static_cast<double>(s.remote_uploads));
   e.One("remote_upload_bytes_total", "counter", "Bytes uploaded to the shared tier.", static_cast<double>(s.remote_upload_bytes));
+  e.One("remote_admitted_to_ram_total", "counter", "Shared-tier hits copied into the RAM tier.", static_cast<double>(s.remote_admitted_to_ram));
+  e.One("remote_orphans_removed_total", "counter", "Shared-tier objects no catalog entry named, removed.", static_cast<double>(s.remote_orphans_removed));
   e.One("group_commits_total", "counter", "Group commits.", static_cast<double>(s.group_commits));
   e.One("write_amplification", "gauge", "Device bytes written per payload byte put.", s.write_amplification);
   e.One("evictions_total", "counter", "Segments reclaimed.", static_cast<double>(s.evictions));
