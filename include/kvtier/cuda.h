@@ -81,6 +81,11 @@ struct TransferStats {
   uint64_t batch_calls = 0, loop_calls = 0, kernel_calls = 0;
   bool ram_tier_pinned = false;  // the RAM tier is registered with CUDA
   bool batch_api = false;        // cudaMemcpyBatchAsync is compiled in
+  // The last PutFromDevice that went through the RAM tier, in milliseconds:
+  // the whole call, the part spent reserving chunks and queuing the copies,
+  // and the device's time for the copies (CUDA events), so a slow put can be
+  // told apart from a slow link.
+  double last_put_call_ms = 0, last_put_enqueue_ms = 0, last_put_copy_ms = 0;
 };
 
 // OK when a CUDA device can be used here; else NotSupported with the reason

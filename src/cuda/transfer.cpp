@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -574,10 +575,37 @@ std::vector<Status> TransferImpl::PutFromDevice(NamespaceId ns, std::span<const 
     state->cv.notify_all();
     if (cb) cb(fe);
   };
+  const auto call_start = std::chrono::steady_clock::now();
   std::vector<size_t> totals(blocks.size());
   std::vector<RamTier::Pin> reserved(blocks.size());
   std::vector<size_t> via_staging, via_ram;
   uint64_t bytes = 0;
+  // 1. Straight into pinned RAM-tier chunks, in groups of about 32 MiB with
+  //    an event after each: while the link copies group g+1, host threads
+  //    checksum group g and queue its puts (the disk write reads the same
+  //    chunks: no host copy at all). Each group goes on the stream as soon as
+  //    its chunks are reserved, so the reservations (and the RAM evictions
+  //    they cause) of later groups overlap the copies of earlier ones.
+  constexpr uint64_t kGroupBytes = 32ull << 20;
+  std::vector<size_t> group_of;  // per via_ram entry
+  std::vector<cudaEvent_t> events;
+  Status st;
+  std::vector<CopyPiece> copies;
+  uint64_t group_bytes = 0;
+  cudaEvent_t copy_start = nullptr, copy_end = nullptr;  // timing only
+  auto close_group = [&]() {
+    if (copies.empty()) return;
+    if (st.ok() && copy_start == nullptr && cudaEventCreate(&copy_start) == cudaSuccess)
+      cudaEventRecord(copy_start, stream);
+    if (st.ok()) st = Enqueue(copies, /*to_device=*/false, stream);
+    copies.clear();
+    group_bytes = 0;
+    cudaEvent_t ev = nullptr;
+    cudaError_t e = st.ok() ? cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) : cudaSuccess;
+    if (st.ok() && e == cudaSuccess) e = cudaEventRecord(ev, stream);
+    if (st.ok() && e != cudaSuccess) st = CudaError(e, "recording a device-to-host copy event");
+    events.push_back(ev);
+  };
   for (size_t i = 0; i < blocks.size(); ++i) {
     bool bad = false;
     totals[i] = TotalBytes(blocks[i], &bad);
@@ -591,39 +619,20 @@ std::vector<Status> TransferImpl::PutFromDevice(NamespaceId ns, std::span<const 
       continue;
     }
     via_ram.push_back(i);
+    std::vector<Span> dst = PieceSpans(reserved[i].pieces());
+    Zip(DeviceSpans(blocks[i]), dst, totals[i], &copies);
+    group_bytes += totals[i];
+    group_of.push_back(events.size());
+    if (group_bytes >= kGroupBytes) close_group();
   }
-  // 1. Straight into pinned RAM-tier chunks, in groups of about 32 MiB with
-  //    an event after each: while the link copies group g+1, host threads
-  //    checksum group g and queue its puts (the disk write reads the same
-  //    chunks: no host copy at all).
   if (!via_ram.empty()) {
-    constexpr uint64_t kGroupBytes = 32ull << 20;
-    std::vector<size_t> group_of(via_ram.size());
-    std::vector<cudaEvent_t> events;
-    Status st;
-    std::vector<CopyPiece> copies;
-    uint64_t group_bytes = 0;
-    auto close_group = [&]() {
-      if (copies.empty() || !st.ok()) return;
-      st = Enqueue(copies, /*to_device=*/false, stream);
-      copies.clear();
-      group_bytes = 0;
-      cudaEvent_t ev = nullptr;
-      cudaError_t e = st.ok() ? cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) : cudaSuccess;
-      if (st.ok() && e == cudaSuccess) e = cudaEventRecord(ev, stream);
-      if (st.ok() && e != cudaSuccess) st = CudaError(e, "recording a device-to-host copy event");
-      events.push_back(ev);
-    };
-    for (size_t k = 0; k < via_ram.size(); ++k) {
-      const size_t i = via_ram[k];
-      std::vector<Span> dst = PieceSpans(reserved[i].pieces());
-      Zip(DeviceSpans(blocks[i]), dst, totals[i], &copies);
-      group_bytes += totals[i];
-      group_of[k] = events.size();
-      if (group_bytes >= kGroupBytes) close_group();
-    }
     close_group();
+    if (st.ok() && cudaEventCreate(&copy_end) == cudaSuccess) cudaEventRecord(copy_end, stream);
+    const auto enqueued = std::chrono::steady_clock::now();
     if (!st.ok()) {
+      // Copies queued before the failure may still be writing into the
+      // reserved chunks: let them end before the chunks go back.
+      cudaStreamSynchronize(stream);
       for (size_t i : via_ram) {
         reserved[i].Release();
         finish(i, st);
@@ -658,10 +667,22 @@ std::vector<Status> TransferImpl::PutFromDevice(NamespaceId ns, std::span<const 
       for (size_t t = 1; t < step; ++t) pool.emplace_back(submit, t, step);
       submit(0, step);
       for (std::thread& t : pool) t.join();
+      float copy_ms = 0;
+      if (copy_start != nullptr && copy_end != nullptr && cudaEventSynchronize(copy_end) == cudaSuccess &&
+          cudaEventElapsedTime(&copy_ms, copy_start, copy_end) == cudaSuccess) {
+        const auto ms = [](auto d) { return std::chrono::duration<double, std::milli>(d).count(); };
+        AddStats([&](TransferStats& s) {
+          s.last_put_copy_ms = copy_ms;
+          s.last_put_enqueue_ms = ms(enqueued - call_start);
+          s.last_put_call_ms = ms(std::chrono::steady_clock::now() - call_start);
+        });
+      }
     }
     for (cudaEvent_t ev : events)
       if (ev != nullptr) cudaEventDestroy(ev);
   }
+  if (copy_start != nullptr) cudaEventDestroy(copy_start);
+  if (copy_end != nullptr) cudaEventDestroy(copy_end);
   // 2. The others through staging, a slot-full at a time; the put copies the
   //    bytes into the write queue (and RAM tier) before it returns.
   if (!via_staging.empty()) {

@@ -137,6 +137,12 @@ class GpuStore : public ::testing::Test {
     Fill(src, 7);
     auto put = transfer_->PutFromDevice(ns_, src.blocks, stream_, /*wait_durable=*/true);
     for (size_t i = 0; i < put.size(); ++i) ASSERT_TRUE(put[i].ok()) << i << ": " << put[i].ToString();
+    if (ram_bytes != 0) {  // the put's time split, from CUDA events and the host clock
+      TransferStats ts = transfer_->GetStats();
+      EXPECT_GT(ts.last_put_copy_ms, 0);
+      EXPECT_GT(ts.last_put_enqueue_ms, 0);
+      EXPECT_GE(ts.last_put_call_ms, ts.last_put_enqueue_ms);
+    }
     Layout dst = MakeLayout(nblocks, layers, frag, "k");
     cudaEvent_t ev;
     ASSERT_EQ(cudaEventCreate(&ev), cudaSuccess);
