@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "format/coding.h"
+#include "util/checksum.h"
 
 namespace kvtier::format {
 
@@ -113,7 +114,7 @@ uint64_t RecordHeaderChecksum(const uint8_t* header, const uint8_t* key, size_t 
 
 }  // namespace
 
-uint64_t Checksum(const void* data, size_t n) { return XXH3_64bits(data, n); }
+uint64_t Checksum(const void* data, size_t n) { return Xxh3(data, n); }  // XXH3_64bits, widest SIMD
 
 // ---------------------------------------------------------------------------
 // Superblock

@@ -4,10 +4,9 @@
 #include <cstring>
 #include <future>
 
-#include <xxhash.h>
-
 #include "index/presence_map.h"
 #include "store/store_impl.h"
+#include "util/checksum.h"
 
 namespace kvtier {
 
@@ -315,18 +314,16 @@ void StoreImpl::FinishRead(ReadIo& io) {
     if (io.direct) {
       // The payload's whole pages are in the caller's fragments, the rest in
       // the bounce page after the header.
-      XXH3_state_t* st = XXH3_createState();
-      XXH3_64bits_reset(st);
+      Xxh3Stream st;
       uint64_t left = whole;
       for (const MutableFragment& f : op->out) {
         if (left == 0) break;
         const uint64_t n = std::min<uint64_t>(left, f.size);
-        XXH3_64bits_update(st, f.data, n);
+        st.Update(f.data, n);
         left -= n;
       }
-      XXH3_64bits_update(st, rec + kPage, v.payload_len - whole);
-      good = XXH3_64bits_digest(st) == h->payload_checksum;
-      XXH3_freeState(st);
+      st.Update(rec + kPage, v.payload_len - whole);
+      good = st.Digest() == h->payload_checksum;
     } else {
       good = format::Checksum(payload, h->payload_len) == h->payload_checksum;
     }

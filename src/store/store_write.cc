@@ -4,10 +4,9 @@
 #include <cstring>
 #include <future>
 
-#include <xxhash.h>
-
 #include "io/uring_queue.h"
 #include "store/store_impl.h"
+#include "util/checksum.h"
 #include "util/clock.h"
 
 namespace kvtier {
@@ -87,13 +86,9 @@ void Scatter(std::span<const Fragment> payload, const std::vector<RamTier::Piece
 
 uint64_t ChecksumOf(std::span<const Fragment> payload) {
   if (payload.size() == 1) return format::Checksum(payload[0].data, payload[0].size);
-  XXH3_state_t* st = XXH3_createState();
-  XXH3_64bits_reset(st);
-  for (const Fragment& f : payload)
-    if (f.size != 0) XXH3_64bits_update(st, f.data, f.size);
-  uint64_t h = XXH3_64bits_digest(st);
-  XXH3_freeState(st);
-  return h;
+  Xxh3Stream st;
+  for (const Fragment& f : payload) st.Update(f.data, f.size);
+  return st.Digest();
 }
 }  // namespace
 

@@ -11,9 +11,8 @@
 #include <thread>
 #include <unordered_map>
 
-#include <xxhash.h>
-
 #include "format/record.h"
+#include "util/checksum.h"
 
 namespace kvtier {
 
@@ -320,11 +319,9 @@ void RamTier::Adopt(const RamAdoptFilter& filter) {
       e->chunks = std::move(chain);
       BuildPieces(e->chunks, e->len, opt_.chunk_bytes, data, &e->pieces);
       // XXH3 over the pieces in order equals format::Checksum of the whole.
-      XXH3_state_t* xs = XXH3_createState();
-      XXH3_64bits_reset(xs);
-      for (const Piece& p : e->pieces) XXH3_64bits_update(xs, p.data, p.size);
-      const uint64_t sum = XXH3_64bits_digest(xs);
-      XXH3_freeState(xs);
+      Xxh3Stream xs;
+      for (const Piece& p : e->pieces) xs.Update(p.data, p.size);
+      const uint64_t sum = xs.Digest();
       if (sum != e->checksum ||
           (filter && !filter(e->ns, std::string_view(d.key, d.key_len), e->len, e->checksum))) {
         delete e;
