@@ -79,6 +79,10 @@ struct TransferStats {
   uint64_t ram_hits = 0, disk_reads = 0, misses = 0;
   uint64_t copies = 0;           // host<->device pieces after merging
   uint64_t batch_calls = 0, loop_calls = 0, kernel_calls = 0;
+  // Puts whose checksum was computed on the GPU from the device's bytes
+  // (the rest: on the host, e.g. payloads of <= 240 bytes or unaligned
+  // fragments).
+  uint64_t gpu_hashed_blocks = 0;
   bool ram_tier_pinned = false;  // the RAM tier is registered with CUDA
   bool batch_api = false;        // cudaMemcpyBatchAsync is compiled in
   // The last PutFromDevice that went through the RAM tier, in milliseconds:

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "cuda/copy_kernel.h"
+#include "cuda/hash_kernel.h"
 #include "format/record.h"
 #include "kvtier/cuda.h"
 #include "store/store_impl.h"
@@ -106,6 +107,12 @@ class TransferImpl final : public Transfer {
   };
 
   Status Register(uint8_t* p, size_t n);
+  // Queues XXH3 of the blocks on the GPU (hash_stream_, after the work
+  // queued on `stream` so far) and the copy of the sums to h_sums_;
+  // (*slot)[i] is block i's index in h_sums_, or -1 where the host must hash
+  // it. `*done` is recorded after the copy. Any error: every slot is -1.
+  void HashOnDevice(std::span<const DeviceBlock> blocks, const std::vector<size_t>& totals, cudaStream_t stream,
+                    std::vector<int64_t>* slot, cudaEvent_t* done);
   Status EnsureSlots(size_t slot_bytes);
   void FreeStaging();
   Status WaitSlot(Slot& s);
@@ -128,6 +135,14 @@ class TransferImpl final : public Transfer {
   uint8_t* staging_ = nullptr;
   size_t staging_len_ = 0, slot_bytes_ = 0;
   std::vector<Slot> slots_;
+  // GPU hashing: one device allocation for descriptors, scratch and sums,
+  // and the sums' pinned landing place; grown as calls need.
+  bool gpu_hash_ = false;
+  cudaStream_t hash_stream_ = nullptr;
+  uint8_t* d_hash_ = nullptr;
+  size_t d_hash_len_ = 0;
+  uint64_t* h_sums_ = nullptr;
+  size_t h_sums_cap_ = 0;
 
   std::mutex done_mu_;
   std::condition_variable done_cv_;
@@ -176,6 +191,10 @@ Status TransferImpl::Init() {
   stats_.batch_api = true;
 #endif
   completion_ = std::thread([this] { CompletionLoop(); });
+  // Without it puts hash on the host, as before.
+  gpu_hash_ = InitGpuHash() == cudaSuccess &&
+              cudaStreamCreateWithFlags(&hash_stream_, cudaStreamNonBlocking) == cudaSuccess;
+  if (!gpu_hash_) cudaGetLastError();
   if (ram_ != nullptr && opt_.pin_ram_tier) {
     bool all = true;
     for (const iovec& r : ram_->Regions())
@@ -195,6 +214,10 @@ TransferImpl::~TransferImpl() {
   done_cv_.notify_all();
   if (completion_.joinable()) completion_.join();
   FreeStaging();
+  if (hash_stream_ != nullptr) cudaStreamSynchronize(hash_stream_);
+  if (d_hash_ != nullptr) cudaFree(d_hash_);
+  if (h_sums_ != nullptr) cudaFreeHost(h_sums_);
+  if (hash_stream_ != nullptr) cudaStreamDestroy(hash_stream_);
   for (const Region& r : regions_) cudaHostUnregister(r.host);
 }
 
@@ -544,6 +567,84 @@ std::vector<Result<size_t>> TransferImpl::GetToDevice(NamespaceId ns, std::span<
   return results;
 }
 
+void TransferImpl::HashOnDevice(std::span<const DeviceBlock> blocks, const std::vector<size_t>& totals,
+                                cudaStream_t stream, std::vector<int64_t>* slot, cudaEvent_t* done) {
+  slot->assign(blocks.size(), -1);
+  *done = nullptr;
+  if (!gpu_hash_) return;
+  std::vector<HashPayload> payloads;
+  std::vector<HashFrag> frags;
+  uint64_t total_blocks = 0;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    if (totals[i] == 0) continue;
+    const size_t first = frags.size();
+    uint64_t end = 0;
+    for (const DeviceFragment& f : blocks[i].fragments) {
+      if (f.size == 0) continue;
+      end += f.size;
+      frags.push_back(HashFrag{static_cast<const uint8_t*>(f.ptr), end});
+    }
+    const uint32_t count = static_cast<uint32_t>(frags.size() - first);
+    if (!GpuHashable(frags.data() + first, count, totals[i])) {
+      frags.resize(first);
+      continue;
+    }
+    (*slot)[i] = static_cast<int64_t>(payloads.size());
+    payloads.push_back(HashPayload{totals[i], total_blocks, static_cast<uint32_t>(first), count});
+    total_blocks += (totals[i] - 1) / 1024;
+  }
+  auto fail = [&](cudaError_t) {
+    cudaGetLastError();
+    slot->assign(blocks.size(), -1);
+    if (*done != nullptr) cudaEventDestroy(*done);
+    *done = nullptr;
+  };
+  if (payloads.empty()) return;
+  auto up = [](size_t n) { return (n + 255) / 256 * 256; };
+  const size_t pay_bytes = up(payloads.size() * sizeof(HashPayload)), frag_bytes = up(frags.size() * sizeof(HashFrag));
+  const size_t scratch_bytes = up(total_blocks * 8 * sizeof(uint64_t)), sum_bytes = payloads.size() * sizeof(uint64_t);
+  const size_t need = pay_bytes + frag_bytes + scratch_bytes + sum_bytes;
+  cudaError_t e = cudaSuccess;
+  if (need > d_hash_len_) {
+    if (d_hash_ != nullptr) cudaFree(d_hash_);
+    d_hash_ = nullptr;
+    d_hash_len_ = 0;
+    e = cudaMalloc(reinterpret_cast<void**>(&d_hash_), need);
+    if (e != cudaSuccess) return fail(e);
+    d_hash_len_ = need;
+  }
+  if (payloads.size() > h_sums_cap_) {
+    if (h_sums_ != nullptr) cudaFreeHost(h_sums_);
+    h_sums_ = nullptr;
+    h_sums_cap_ = 0;
+    e = cudaMallocHost(reinterpret_cast<void**>(&h_sums_), payloads.size() * sizeof(uint64_t));
+    if (e != cudaSuccess) return fail(e);
+    h_sums_cap_ = payloads.size();
+  }
+  auto* d_pay = reinterpret_cast<HashPayload*>(d_hash_);
+  auto* d_frag = reinterpret_cast<HashFrag*>(d_hash_ + pay_bytes);
+  auto* d_scratch = reinterpret_cast<uint64_t*>(d_hash_ + pay_bytes + frag_bytes);
+  auto* d_sums = reinterpret_cast<uint64_t*>(d_hash_ + pay_bytes + frag_bytes + scratch_bytes);
+  // The caller's stream may still be producing the blocks.
+  cudaEvent_t ready = nullptr;
+  e = cudaEventCreateWithFlags(&ready, cudaEventDisableTiming);
+  if (e == cudaSuccess) e = cudaEventRecord(ready, stream);
+  if (e == cudaSuccess) e = cudaStreamWaitEvent(hash_stream_, ready, 0);
+  if (ready != nullptr) cudaEventDestroy(ready);  // released once it has completed
+  if (e == cudaSuccess)
+    e = cudaMemcpyAsync(d_pay, payloads.data(), payloads.size() * sizeof(HashPayload), cudaMemcpyHostToDevice,
+                        hash_stream_);
+  if (e == cudaSuccess)
+    e = cudaMemcpyAsync(d_frag, frags.data(), frags.size() * sizeof(HashFrag), cudaMemcpyHostToDevice, hash_stream_);
+  if (e == cudaSuccess)
+    e = LaunchGpuHash(d_pay, payloads.size(), d_frag, total_blocks, d_scratch, d_sums, hash_stream_);
+  if (e == cudaSuccess)
+    e = cudaMemcpyAsync(h_sums_, d_sums, sum_bytes, cudaMemcpyDeviceToHost, hash_stream_);
+  if (e == cudaSuccess) e = cudaEventCreateWithFlags(done, cudaEventDisableTiming);
+  if (e == cudaSuccess) e = cudaEventRecord(*done, hash_stream_);
+  if (e != cudaSuccess) return fail(e);
+}
+
 std::vector<Status> TransferImpl::PutFromDevice(NamespaceId ns, std::span<const DeviceBlock> blocks,
                                                 cudaStream_t stream, bool wait_durable, TransferDone done) {
   std::lock_guard<std::mutex> call(call_mu_);
@@ -609,7 +710,22 @@ std::vector<Status> TransferImpl::PutFromDevice(NamespaceId ns, std::span<const 
   for (size_t i = 0; i < blocks.size(); ++i) {
     bool bad = false;
     totals[i] = TotalBytes(blocks[i], &bad);
-    if (bad || totals[i] == 0 || blocks[i].key.empty()) {
+    if (bad || blocks[i].key.empty()) totals[i] = 0;  // refused below
+  }
+  // Checksums on the GPU, from the device's bytes, alongside the copies.
+  std::vector<int64_t> sum_slot;
+  cudaEvent_t sums_ready = nullptr;
+  HashOnDevice(blocks, totals, stream, &sum_slot, &sums_ready);
+  std::once_flag sums_waited;
+  bool sums_ok = true;
+  // The GPU's checksum of block i, or null (the host hashes it).
+  auto gpu_sum = [&](size_t i) -> const uint64_t* {
+    if (sum_slot[i] < 0) return nullptr;
+    std::call_once(sums_waited, [&] { sums_ok = cudaEventSynchronize(sums_ready) == cudaSuccess; });
+    return sums_ok ? h_sums_ + sum_slot[i] : nullptr;
+  };
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    if (totals[i] == 0) {
       finish(i, Status::InvalidArgument("block " + std::to_string(i) + ": empty key, no bytes or null fragment"));
       continue;
     }
@@ -655,7 +771,7 @@ std::vector<Status> TransferImpl::PutFromDevice(NamespaceId ns, std::span<const 
             continue;
           }
           store_->PutInternal(ns, blocks[i].key, {}, std::move(reserved[i]), /*blocking=*/true,
-                              [finish, i](Status s) { finish(i, std::move(s)); });
+                              [finish, i](Status s) { finish(i, std::move(s)); }, gpu_sum(i));
         }
       };
       // Most cores: the checksum of every byte is the work left once the
@@ -714,14 +830,24 @@ std::vector<Status> TransferImpl::PutFromDevice(NamespaceId ns, std::span<const 
         bytes += totals[i];
         Fragment f{staging_ + slots_[k].off, totals[i]};
         store_->PutInternal(ns, blocks[i].key, {&f, 1}, RamTier::Pin(), /*blocking=*/true,
-                            [finish, i](Status s) { finish(i, std::move(s)); });
+                            [finish, i](Status s) { finish(i, std::move(s)); }, gpu_sum(i));
       }
       at += n;
     }
   }
+  size_t gpu_hashed = 0;
+  if (sums_ok)
+    for (size_t i : via_ram) gpu_hashed += sum_slot[i] >= 0;
+  if (sums_ok)
+    for (size_t i : via_staging) gpu_hashed += sum_slot[i] >= 0;
+  if (sums_ready != nullptr) {
+    cudaEventSynchronize(sums_ready);  // h_sums_ is reused by the next call
+    cudaEventDestroy(sums_ready);
+  }
   AddStats([&](TransferStats& s) {
     s.blocks_from_device += via_ram.size() + via_staging.size();
     s.bytes_from_device += bytes;
+    s.gpu_hashed_blocks += gpu_hashed;
   });
   std::unique_lock<std::mutex> l(state->m);
   if (wait_durable) state->cv.wait(l, [&] { return state->left == 0; });

@@ -106,9 +106,11 @@ class StoreImpl final : public Store {
   // durability; `done` reports durability. With a non-empty `reservation`
   // (a RAM-tier block the caller filled, e.g. from the device), `payload` is
   // ignored: the reservation's pieces are written through and it is
-  // committed to the tier instead of a copy.
+  // committed to the tier instead of a copy. A non-null `checksum` is the
+  // payload's XXH3 computed where the bytes came from (the GPU): the put
+  // does not hash them again.
   void PutInternal(NamespaceId ns, std::string_view key, std::span<const Fragment> payload,
-                   RamTier::Pin reservation, bool blocking, PutCallback done);
+                   RamTier::Pin reservation, bool blocking, PutCallback done, const uint64_t* checksum = nullptr);
 
  private:
   // ---- Write path ----
@@ -143,7 +145,8 @@ class StoreImpl final : public Store {
   // `borrow`: the caller keeps the payload valid until `done` runs, so it
   // may be written from where it is.
   void SubmitPut(NamespaceId ns, std::string_view key, std::span<const Fragment> payload,
-                 bool blocking, bool borrow, PutCallback done, RamTier::Pin* reserved = nullptr);
+                 bool blocking, bool borrow, PutCallback done, RamTier::Pin* reserved = nullptr,
+                 const uint64_t* checksum = nullptr);
   Status OpenRamTier();
   // Queues a non-record op and waits for its status.
   Status RunOnWriter(WriteOp op);

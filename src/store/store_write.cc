@@ -93,7 +93,8 @@ uint64_t ChecksumOf(std::span<const Fragment> payload) {
 }  // namespace
 
 void StoreImpl::SubmitPut(NamespaceId ns, std::string_view key, std::span<const Fragment> payload,
-                          bool blocking, bool borrow, PutCallback done, RamTier::Pin* reserved) {
+                          bool blocking, bool borrow, PutCallback done, RamTier::Pin* reserved,
+                          const uint64_t* checksum) {
   if (opt_.read_only) return Finish(done, Status::NotSupported("store opened read-only"));
   uint64_t payload_len = 0;
   for (const Fragment& f : payload) {
@@ -198,12 +199,12 @@ void StoreImpl::SubmitPut(NamespaceId ns, std::string_view key, std::span<const 
       std::memset(out, 0, t + kPage - out);
       op.pieces.push_back(iovec{t, kPage});
     }
-    op.checksum = ChecksumOf(source);
+    op.checksum = checksum != nullptr ? *checksum : ChecksumOf(source);
   } else {
     std::memset(rec + head, 0, poff - head);
     Gather(source, rec + poff);
     std::memset(rec + poff + payload_len, 0, op.rec_bytes - poff - payload_len);
-    op.checksum = format::Checksum(rec + poff, payload_len);
+    op.checksum = checksum != nullptr ? *checksum : format::Checksum(rec + poff, payload_len);
   }
   op.kind = WriteOp::Kind::kRecord;
   op.ns = ns;
@@ -264,11 +265,13 @@ void StoreImpl::PutAsyncBorrowed(NamespaceId ns, std::string_view key, std::span
 }
 
 void StoreImpl::PutInternal(NamespaceId ns, std::string_view key, std::span<const Fragment> payload,
-                            RamTier::Pin reservation, bool blocking, PutCallback done) {
-  if (!reservation) return SubmitPut(ns, key, payload, blocking, /*borrow=*/false, std::move(done));
+                            RamTier::Pin reservation, bool blocking, PutCallback done,
+                            const uint64_t* checksum) {
+  if (!reservation)
+    return SubmitPut(ns, key, payload, blocking, /*borrow=*/false, std::move(done), nullptr, checksum);
   std::vector<Fragment> frags;
   for (const RamTier::Piece& p : reservation.pieces()) frags.push_back(Fragment{p.data, p.size});
-  SubmitPut(ns, key, frags, blocking, /*borrow=*/false, std::move(done), &reservation);
+  SubmitPut(ns, key, frags, blocking, /*borrow=*/false, std::move(done), &reservation, checksum);
 }
 
 Status StoreImpl::RunOnWriter(WriteOp op) {

@@ -9,7 +9,10 @@
 #include <filesystem>
 #include <random>
 
+#include <xxhash.h>
+
 #include "kvtier/cuda.h"
+#include "cuda/hash_kernel.h"
 #include "kvtier/store.h"
 #include "tier/ram_tier.h"
 
@@ -21,6 +24,77 @@ namespace {
     Status _dev = DeviceStatus();                                            \
     if (!_dev.ok()) GTEST_SKIP() << "GPU test skipped: " << _dev.ToString(); \
   } while (0)
+
+// The GPU's XXH3 equals the host's for lengths around every branch of the
+// long-input algorithm and for fragment layouts a block can have.
+TEST(Gpu, HashKernelMatchesXxh3) {
+  SKIP_WITHOUT_GPU();
+  ASSERT_EQ(InitGpuHash(), cudaSuccess);
+  const size_t arena = (5u << 20) + 65536;
+  std::vector<uint8_t> host(arena);
+  std::mt19937_64 r(11);
+  for (auto& b : host) b = static_cast<uint8_t>(r());
+  uint8_t* dev = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&dev), arena), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(dev, host.data(), arena, cudaMemcpyHostToDevice), cudaSuccess);
+  // Each case: payload length and fragment sizes (the last takes the rest).
+  struct Case { uint64_t len; std::vector<uint64_t> sizes; };
+  std::vector<Case> cases;
+  for (uint64_t len : {241ull, 256ull, 1023ull, 1024ull, 1025ull, 1088ull, 2047ull, 2048ull, 2049ull, 4096ull,
+                       65536ull + 8, 65536ull + 13, (2ull << 20), (2ull << 20) + 4104, 5ull << 20})
+    cases.push_back({len, {}});
+  cases.push_back({2u << 20, std::vector<uint64_t>(63, 32768)});           // 64 per-layer pieces of 32 KiB
+  cases.push_back({(1u << 20) + 5, {8, 16, 4096, 1000, 24, 65536}});       // odd last fragment
+  cases.push_back({300000, {264, 8, 8, 131072, 40000}});
+  std::vector<HashPayload> payloads;
+  std::vector<HashFrag> frags;
+  std::vector<uint64_t> want;
+  uint64_t blocks = 0, at = 0;
+  for (const Case& c : cases) {
+    const uint32_t first = static_cast<uint32_t>(frags.size());
+    std::vector<uint8_t> gathered;
+    uint64_t end = 0;
+    std::vector<uint64_t> sizes = c.sizes;
+    uint64_t used = 0;
+    for (uint64_t s : sizes) used += s;
+    sizes.push_back(c.len - used);
+    for (uint64_t s : sizes) {
+      // Fragments live at scattered, 8-aligned places of the arena.
+      at = (at + 4096 + 8 * (r() % 64)) % (arena - s - 8) / 8 * 8;
+      end += s;
+      frags.push_back(HashFrag{dev + at, end});
+      gathered.insert(gathered.end(), host.begin() + at, host.begin() + at + s);
+    }
+    ASSERT_TRUE(GpuHashable(frags.data() + first, static_cast<uint32_t>(sizes.size()), c.len)) << c.len;
+    payloads.push_back(HashPayload{c.len, blocks, first, static_cast<uint32_t>(sizes.size())});
+    blocks += (c.len - 1) / 1024;
+    want.push_back(XXH3_64bits(gathered.data(), gathered.size()));
+  }
+  HashPayload* d_pay = nullptr;
+  HashFrag* d_frag = nullptr;
+  uint64_t *d_scratch = nullptr, *d_out = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d_pay), payloads.size() * sizeof(HashPayload)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d_frag), frags.size() * sizeof(HashFrag)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d_scratch), (blocks + 1) * 64), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d_out), payloads.size() * 8), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(d_pay, payloads.data(), payloads.size() * sizeof(HashPayload), cudaMemcpyHostToDevice),
+            cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(d_frag, frags.data(), frags.size() * sizeof(HashFrag), cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(LaunchGpuHash(d_pay, payloads.size(), d_frag, blocks, d_scratch, d_out, nullptr), cudaSuccess);
+  std::vector<uint64_t> got(payloads.size());
+  ASSERT_EQ(cudaMemcpy(got.data(), d_out, got.size() * 8, cudaMemcpyDeviceToHost), cudaSuccess);
+  for (size_t i = 0; i < cases.size(); ++i) EXPECT_EQ(got[i], want[i]) << "case " << i << ", length " << cases[i].len;
+  // What the GPU cannot take goes to the host.
+  HashFrag odd[2] = {{dev, 1001}, {dev + 2048, 5000}};
+  EXPECT_FALSE(GpuHashable(odd, 2, 5000));   // a middle fragment not a multiple of 8
+  HashFrag misaligned[1] = {{dev + 4, 4096}};
+  EXPECT_FALSE(GpuHashable(misaligned, 1, 4096));
+  HashFrag tiny[1] = {{dev, 240}};
+  EXPECT_FALSE(GpuHashable(tiny, 1, 240));  // XXH3's short-input paths stay on the host
+  for (void* p : {static_cast<void*>(dev), static_cast<void*>(d_pay), static_cast<void*>(d_frag),
+                  static_cast<void*>(d_scratch), static_cast<void*>(d_out)})
+    cudaFree(p);
+}
 
 TEST(Gpu, WithoutDeviceEveryCallSaysWhy) {
   Status dev = DeviceStatus();
@@ -137,6 +211,8 @@ class GpuStore : public ::testing::Test {
     Fill(src, 7);
     auto put = transfer_->PutFromDevice(ns_, src.blocks, stream_, /*wait_durable=*/true);
     for (size_t i = 0; i < put.size(); ++i) ASSERT_TRUE(put[i].ok()) << i << ": " << put[i].ToString();
+    // Every block was hashed on the GPU (reads below verify those sums on the host).
+    EXPECT_EQ(transfer_->GetStats().gpu_hashed_blocks, static_cast<uint64_t>(nblocks));
     if (ram_bytes != 0) {  // the put's time split, from CUDA events and the host clock
       TransferStats ts = transfer_->GetStats();
       EXPECT_GT(ts.last_put_copy_ms, 0);
