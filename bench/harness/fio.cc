@@ -40,8 +40,8 @@ uint64_t HugetlbFreeBytes() {
 
 kvtier::Status RunFio(const std::string& fio, const std::string& file, const std::string& rw,
                       uint64_t block_bytes, uint64_t file_bytes, uint32_t queue_depth,
-                      Measurement* m) {
-  m->design = "fio";
+                      Measurement* m, uint32_t fdatasync_every) {
+  m->design = fdatasync_every > 0 ? "fio-durable" : "fio";
   m->op = rw == "write" ? "put" : "get";
   const std::string out = file + ".json";
   // The designs' buffers of 2 MiB and more sit on (transparent) huge pages
@@ -54,6 +54,11 @@ kvtier::Status RunFio(const std::string& fio, const std::string& file, const std
     m->note = "fio buffers on hugetlbfs pages (--iomem=mmaphuge), like the designs' huge-page buffers";
   } else if (block_bytes >= (2u << 20)) {
     m->note = "fio buffers on 4 KiB pages (no hugetlbfs pages reserved; the designs' buffers are on huge pages)";
+  }
+  if (fdatasync_every > 0) {
+    iomem += " --fdatasync=" + std::to_string(fdatasync_every);
+    m->note += std::string(m->note.empty() ? "" : "; ") + "fdatasync after every " +
+               std::to_string(fdatasync_every) + " writes (kvtier's group commit)";
   }
   std::string cmd = fio + " --name=kvtier-bench --filename=" + file + " --rw=" + rw + iomem +
                     " --bs=" + std::to_string(block_bytes) + " --size=" +

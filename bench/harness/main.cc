@@ -73,6 +73,8 @@ int main(int argc, char** argv) {
   CLI::App app{
       "kvtier-bench: kvtier against the drive's limit (fio, io_uring + O_DIRECT) and against the\n"
       "designs inference engines ship, side by side in one run on one folder:\n"
+      "  fio, fio-durable      the limit: O_DIRECT writes / random reads; fio-durable adds an\n"
+      "                        fdatasync per queue depth of writes (a kvtier put's durability)\n"
       "  kvtier                default options (capacity raised to hold the data set)\n"
       "  kvtier-ram            the same with its host RAM tier on (write-through; warm gets,\n"
       "                        revisits with a tier smaller than the working set)\n"

@@ -70,7 +70,7 @@ TEST_F(BenchHarnessTest, TinyPresetVerifiesEveryBlockAndPrintsTheSchema) {
   ASSERT_TRUE(j.contains("machine"));
   EXPECT_TRUE(j["machine"].contains("cpu"));
   EXPECT_TRUE(j["machine"].contains("fs_type"));
-  const std::set<std::string> designs = {"fio", "kvtier", "kvtier-ram", "file-per-block",
+  const std::set<std::string> designs = {"fio", "fio-durable", "kvtier", "kvtier-ram", "file-per-block",
                                          "file-per-block-fsync", "rocksdb-blob"};
   const std::set<std::string> ops = {"put", "get", "lookup", "reopen"};
   const std::set<std::string> fields = {"design",  "op",        "gbps",         "ops_per_s",
@@ -90,7 +90,7 @@ TEST_F(BenchHarnessTest, TinyPresetVerifiesEveryBlockAndPrintsTheSchema) {
         EXPECT_GT(res.value("p50_us", 0.0), 0.0);
         EXPECT_LE(res.value("p50_us", 0.0), res.value("p999_us", 0.0));
       }
-      if (res["op"] == "put" && res["design"] != "fio") {
+      if (res["op"] == "put" && res["design"] != "fio" && res["design"] != "fio-durable") {
         // Every byte put reaches the device at least once.
         EXPECT_GE(res.value("write_amp", 0.0), 0.99) << w["name"] << " " << res["design"];
       }
@@ -176,14 +176,21 @@ TEST_F(BenchHarnessTest, FioIsTheReferenceWhenInstalled) {
   nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
   ASSERT_FALSE(j.is_discarded()) << r.out;
   if (j["machine"]["fio"] == "missing") GTEST_SKIP() << "fio is not installed";
-  int fio_rows = 0;
+  int fio_rows = 0, durable_rows = 0;
   for (const auto& w : j["workloads"])
-    for (const auto& res : w["results"])
+    for (const auto& res : w["results"]) {
       if (res["design"] == "fio") {
         ++fio_rows;
         EXPECT_GT(res.value("gbps", 0.0), 0.0);
       }
-  EXPECT_EQ(fio_rows, 2);  // sequential write and random read
+      if (res["design"] == "fio-durable") {
+        ++durable_rows;
+        EXPECT_EQ(res["op"], "put");
+        EXPECT_GT(res.value("gbps", 0.0), 0.0);
+      }
+    }
+  EXPECT_EQ(fio_rows, 2);      // sequential write and random read
+  EXPECT_EQ(durable_rows, 1);  // the same writes with fdatasync
 }
 
 TEST_F(BenchHarnessTest, TablesEndWithTargetsAndWallTime) {
