@@ -172,6 +172,44 @@ class RemoteTierTest : public ::testing::Test {
   }
   Options Opts() const { return RemoteOptions(conf_, rados_ns_); }
 
+  // A store in tmp_/dir (options `o`) that put blocks under spec_ until
+  // `segments` segments were sealed and uploaded; keys of the sealed blocks.
+  struct Uploaded {
+    std::unique_ptr<Store> store;
+    NamespaceId ns = 0;
+    std::vector<std::string> keys;
+  };
+  void OpenAndUpload(const std::string& dir, const Options& o, const std::string& tag, uint32_t segments,
+                     Uploaded* out) {
+    out->store = OpenStore(tmp_.Sub(dir), o);
+    ASSERT_NE(out->store, nullptr);
+    auto ns = out->store->RegisterNamespace(spec_);
+    ASSERT_TRUE(ns.ok());
+    out->ns = *ns;
+    out->keys = PutUntilSealed(out->store.get(), out->ns, tag, segments);
+    ASSERT_FALSE(out->keys.empty());
+    Store* st = out->store.get();
+    ASSERT_TRUE(WaitUntil([&] { return st->GetStats().remote_uploads >= segments; }));
+  }
+
+  // Plain librados on the test's pool and RADOS namespace, to tamper with
+  // objects behind the tier's back.
+  struct RawRados {
+    rados_t cluster = nullptr;
+    rados_ioctx_t io = nullptr;
+    ~RawRados() {
+      if (io != nullptr) rados_ioctx_destroy(io);
+      if (cluster != nullptr) rados_shutdown(cluster);
+    }
+  };
+  void ConnectRaw(RawRados* r) {
+    ASSERT_EQ(rados_create(&r->cluster, "admin"), 0);
+    ASSERT_EQ(rados_conf_read_file(r->cluster, conf_.c_str()), 0);
+    ASSERT_EQ(rados_connect(r->cluster), 0);
+    ASSERT_EQ(rados_ioctx_create(r->cluster, "kvtier", &r->io), 0);
+    rados_ioctx_set_namespace(r->io, rados_ns_.c_str());
+  }
+
   std::string conf_, rados_ns_;
   NamespaceSpec spec_;
   TempDir tmp_;
@@ -335,13 +373,9 @@ TEST_F(RemoteTierTest, OtherNamespaceSpecNeverSeesTheBlocks) {
 }
 
 TEST_F(RemoteTierTest, RemoteHitsAreAdmittedToTheRamTier) {
-  auto a = OpenStore(tmp_.Sub("a"), Opts());
-  ASSERT_NE(a, nullptr);
-  auto ns = a->RegisterNamespace(spec_);
-  ASSERT_TRUE(ns.ok());
-  auto keys = PutUntilSealed(a.get(), *ns, "r", 1);
-  ASSERT_GE(keys.size(), 2u);
-  ASSERT_TRUE(WaitUntil([&] { return a->GetStats().remote_uploads >= 1; }));
+  Uploaded a;
+  ASSERT_NO_FATAL_FAILURE(OpenAndUpload("a", Opts(), "r", 1, &a));
+  const std::vector<std::string>& keys = a.keys;
 
   for (bool admit : {true, false}) {
     SCOPED_TRACE(admit ? "admit_to_ram" : "no admission");
@@ -371,13 +405,9 @@ TEST_F(RemoteTierTest, RemoteHitsAreAdmittedToTheRamTier) {
 // Objects no catalog entry names (an upload cut short, a failed delete) are
 // removed after the grace; catalogued uploads and foreign objects stay.
 TEST_F(RemoteTierTest, OrphanObjectsAreSwept) {
-  rados_t cluster;
-  ASSERT_EQ(rados_create(&cluster, "admin"), 0);
-  ASSERT_EQ(rados_conf_read_file(cluster, conf_.c_str()), 0);
-  ASSERT_EQ(rados_connect(cluster), 0);
-  rados_ioctx_t io;
-  ASSERT_EQ(rados_ioctx_create(cluster, "kvtier", &io), 0);
-  rados_ioctx_set_namespace(io, rados_ns_.c_str());
+  RawRados raw;
+  ASSERT_NO_FATAL_FAILURE(ConnectRaw(&raw));
+  rados_ioctx_t io = raw.io;
   const std::vector<std::string> orphans = {"kvtier.crashed-node.000007.3.p0", "kvtier.crashed-node.000007.3.p1",
                                             "kvtier.crashed-node.000007.3.sum"};
   const std::vector<std::string> foreign = {"kvtier.crashed-node.000007.3.px", "someone-else.p0", "kvtier.notes"};
@@ -395,15 +425,11 @@ TEST_F(RemoteTierTest, OrphanObjectsAreSwept) {
   o.remote.orphan_grace_ms = 3600 * 1000;
   std::vector<std::string> a_keys;
   {
-    auto a = OpenStore(tmp_.Sub("a"), o);
-    ASSERT_NE(a, nullptr);
-    auto ns = a->RegisterNamespace(spec_);
-    ASSERT_TRUE(ns.ok());
-    a_keys = PutUntilSealed(a.get(), *ns, "o", 1);
-    ASSERT_FALSE(a_keys.empty());
-    ASSERT_TRUE(WaitUntil([&] { return a->GetStats().remote_uploads >= 1; }));
+    Uploaded a;
+    ASSERT_NO_FATAL_FAILURE(OpenAndUpload("a", o, "o", 1, &a));
+    a_keys = a.keys;
     std::this_thread::sleep_for(milliseconds(500));  // several sweeps
-    EXPECT_EQ(a->GetStats().remote_orphans_removed, 0u);
+    EXPECT_EQ(a.store->GetStats().remote_orphans_removed, 0u);
     for (const std::string& name : orphans) EXPECT_TRUE(exists(name)) << name;
   }
   // Past the grace, only the orphans go.
@@ -422,8 +448,6 @@ TEST_F(RemoteTierTest, OrphanObjectsAreSwept) {
   std::string why;
   EXPECT_TRUE(SameBlock(b.get(), *ns, a_keys.front(), &why)) << why;
   EXPECT_TRUE(SameBlock(b.get(), *ns, a_keys.back(), &why)) << why;
-  rados_ioctx_destroy(io);
-  rados_shutdown(cluster);
 }
 
 TEST_F(RemoteTierTest, CorruptedObjectIsAChecksumMiss) {
@@ -444,19 +468,14 @@ TEST_F(RemoteTierTest, CorruptedObjectIsAChecksumMiss) {
   const std::string object =
       remote::PartObject(remote::ObjectBase(a->Description().store_id, info->segment, info->generation),
                          static_cast<uint32_t>(at / part_bytes));
-  rados_t cluster;
-  ASSERT_EQ(rados_create(&cluster, "admin"), 0);
-  ASSERT_EQ(rados_conf_read_file(cluster, conf_.c_str()), 0);
-  ASSERT_EQ(rados_connect(cluster), 0);
-  rados_ioctx_t io;
-  ASSERT_EQ(rados_ioctx_create(cluster, "kvtier", &io), 0);
-  rados_ioctx_set_namespace(io, rados_ns_.c_str());
-  char byte = 0;
-  ASSERT_EQ(rados_read(io, object.c_str(), &byte, 1, at % part_bytes), 1);
-  byte = static_cast<char>(byte ^ 0x20);
-  ASSERT_EQ(rados_write(io, object.c_str(), &byte, 1, at % part_bytes), 0);
-  rados_ioctx_destroy(io);
-  rados_shutdown(cluster);
+  {
+    RawRados raw;
+    ASSERT_NO_FATAL_FAILURE(ConnectRaw(&raw));
+    char byte = 0;
+    ASSERT_EQ(rados_read(raw.io, object.c_str(), &byte, 1, at % part_bytes), 1);
+    byte = static_cast<char>(byte ^ 0x20);
+    ASSERT_EQ(rados_write(raw.io, object.c_str(), &byte, 1, at % part_bytes), 0);
+  }
 
   std::vector<uint8_t> buf(kBlock + 4096);
   auto r = a->Get(*ns, keys[1], buf.data(), buf.size());
