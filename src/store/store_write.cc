@@ -46,16 +46,16 @@ bool PageAligned(const void* p) { return (reinterpret_cast<uintptr_t>(p) & (kPag
 // the last are whole pages. Such a payload can be written where it is.
 template <typename P>
 bool Borrowable(std::span<const P> pieces) {
-  size_t nonempty = 0;
-  for (size_t i = 0; i < pieces.size(); ++i) {
+  size_t last = pieces.size();  // the last non-empty piece
+  for (size_t i = 0; i < pieces.size(); ++i)
+    if (pieces[i].size != 0) last = i;
+  if (last == pieces.size()) return false;
+  for (size_t i = 0; i <= last; ++i) {
     if (pieces[i].size == 0) continue;
-    ++nonempty;
     if (!PageAligned(pieces[i].data)) return false;
-    bool last = true;
-    for (size_t j = i + 1; j < pieces.size(); ++j) last = last && pieces[j].size == 0;
-    if (!last && pieces[i].size % kPage != 0) return false;
+    if (i != last && pieces[i].size % kPage != 0) return false;
   }
-  return nonempty > 0;
+  return true;
 }
 
 // Copies `payload` (gathered in order) to dst.
