@@ -161,7 +161,7 @@ TEST_F(BenchHarnessTest, TinyPresetVerifiesEveryBlockAndPrintsTheSchema) {
     EXPECT_EQ(ok, status == "met" || status == "holds") << target;
     ++decided;
   }
-  EXPECT_EQ(fio_targets, 2);  // put and cold get at 2 MiB
+  EXPECT_EQ(fio_targets, 3);  // put (against fio and fio-durable) and cold get at 2 MiB
   // 2 x (file-per-block-fsync, rocksdb-blob) at 2 MiB, write amp per kvtier
   // put (2 sizes, 4 KiB blocks, revisit), 2 x 3 designs at 64 KiB vs 2 MiB.
   EXPECT_EQ(decided, 4 + 4 + 6);
