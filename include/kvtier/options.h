@@ -138,6 +138,10 @@ struct Options {
   // checksum and index entry still verify. Used only where /dev/shm has room
   // for the whole tier (else anonymous memory); never for read-only opens.
   bool ram_tier_shared_memory = true;
+  // Every RAM hit is checked against the block's XXH3 as it is copied out (a
+  // hash of bytes still in cache); a block that changed in memory is dropped
+  // and the get goes to disk. Off saves that hash (~half a memcpy's time).
+  bool verify_ram_hits = true;
 
   // --- Recovery ---------------------------------------------------------------
   // Write an index checkpoint (so recovery needs no scan before it) every time

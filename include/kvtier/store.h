@@ -136,6 +136,7 @@ struct Stats {
   uint64_t ram_capacity_bytes = 0, ram_used_bytes = 0, ram_blocks = 0;
   uint64_t ram_evictions = 0, ram_evicted_bytes = 0;
   uint64_t ram_adopted_blocks = 0, ram_adopt_dropped = 0;  // at open, from shared memory
+  uint64_t ram_checksum_failures = 0;  // RAM hits whose copy no longer matched (dropped; served from disk)
   bool ram_shared_memory = false;                          // tier lives in /dev/shm
   uint64_t get_deadline_misses = 0;
   uint64_t checksum_failures = 0;                // records that failed a check on read

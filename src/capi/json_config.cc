@@ -119,6 +119,7 @@ Status SetOption(Options* o, const std::string& k, const json& v) {
   if (k == "checkpoint_interval_bytes") return GetUnsigned(k, v, &o->checkpoint_interval_bytes);
   if (k == "ram_tier_bytes") return GetUnsigned(k, v, &o->ram_tier_bytes);
   if (k == "ram_tier_shared_memory") return GetBool(k, v, &o->ram_tier_shared_memory);
+  if (k == "verify_ram_hits") return GetBool(k, v, &o->verify_ram_hits);
   if (k == "remote") return RemoteFromJson(v, &o->remote);
   if (k == "io_backend") {
     std::string b;
@@ -233,6 +234,7 @@ std::string StatsToJson(const Stats& s) {
       {"ram_evicted_bytes", s.ram_evicted_bytes},
       {"ram_adopted_blocks", s.ram_adopted_blocks},
       {"ram_adopt_dropped", s.ram_adopt_dropped},
+      {"ram_checksum_failures", s.ram_checksum_failures},
       {"ram_shared_memory", s.ram_shared_memory},
   };
   // Non-finite doubles would be written as null; keep them numbers.

@@ -544,6 +544,7 @@ Stats StoreImpl::GetStats() {
     s.ram_evicted_bytes = r.evicted_bytes;
     s.ram_adopted_blocks = r.adopted_blocks;
     s.ram_adopt_dropped = r.adopt_dropped;
+    s.ram_checksum_failures = r.checksum_failures;
     s.ram_shared_memory = r.shared;
   }
   RemoteStats(&s);  // store_remote.cc

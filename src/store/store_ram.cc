@@ -23,6 +23,7 @@ Status StoreImpl::OpenRamTier() {
   if (opt_.ram_tier_bytes == 0) return Status::OK();
   RamTierOptions o;
   o.capacity_bytes = opt_.ram_tier_bytes;
+  o.verify_reads = opt_.verify_ram_hits;
   o.owner_id = store_id_;
   o.file_mode = opt_.group_access ? 0660 : 0600;
   // A read-only open runs beside a writer process: it never touches the file.

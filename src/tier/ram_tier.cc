@@ -108,6 +108,7 @@ RamTier::Pin& RamTier::Pin::operator=(Pin&& o) noexcept {
 }
 uint64_t RamTier::Pin::size() const { return entry_->len; }
 uint64_t RamTier::Pin::checksum() const { return entry_->checksum; }
+uint64_t RamTier::Pin::token() const { return entry_->token; }
 const std::vector<RamTier::Piece>& RamTier::Pin::pieces() const { return entry_->pieces; }
 void RamTier::Pin::Release() {
   if (entry_ != nullptr) tier_->Unpin(entry_);
@@ -560,18 +561,28 @@ Result<size_t> RamTier::Read(NamespaceId ns, std::string_view key, std::span<con
     return Status::BufferTooSmall("block has " + std::to_string(p.size()) + " bytes, buffer " +
                                   std::to_string(cap));
   size_t oi = 0, oo = 0;
+  Xxh3Stream sum;  // of the bytes handed out, read back while still in cache
   for (const Piece& piece : p.pieces()) {
     const uint8_t* src = piece.data;
     size_t left = piece.size;
     while (left > 0) {
       const MutableFragment& f = out[oi];
       size_t n = std::min(left, f.size - oo);
-      std::memcpy(static_cast<uint8_t*>(f.data) + oo, src, n);
+      uint8_t* dst = static_cast<uint8_t*>(f.data) + oo;
+      std::memcpy(dst, src, n);
+      if (opt_.verify_reads) sum.Update(dst, n);
       src += n;
       left -= n;
       oo += n;
       if (oo == f.size) ++oi, oo = 0;
     }
+  }
+  if (opt_.verify_reads && sum.Digest() != p.checksum()) {
+    const uint64_t token = p.token();
+    p.Release();
+    EraseIf(ns, key, token);
+    checksum_failures_.fetch_add(1);
+    return Status::Corruption("the RAM tier's copy of the block no longer matches its checksum (dropped)");
   }
   return static_cast<size_t>(p.size());
 }
@@ -616,6 +627,7 @@ void RamTier::EraseNamespace(NamespaceId ns) {
 
 RamTierStats RamTier::GetStats() const {
   RamTierStats st = base_;
+  st.checksum_failures = checksum_failures_.load();
   for (auto& sp : shards_) {
     Shard& s = *sp;
     std::lock_guard<std::mutex> l(s.mu);

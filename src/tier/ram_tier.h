@@ -56,6 +56,11 @@ struct RamTierOptions {
   // Fault the data area in on a background thread after Open (MADV_POPULATE_WRITE),
   // so the first puts do not pay the kernel's page zeroing inline.
   bool prefault = true;
+  // Read() checks each block's XXH3 against the bytes it hands out; a block
+  // that no longer matches (a memory fault, a stray write into the mapping)
+  // is dropped and the read fails with Corruption, so the caller goes to
+  // disk instead of getting wrong bytes.
+  bool verify_reads = true;
 };
 
 struct RamTierStats {
@@ -64,6 +69,7 @@ struct RamTierStats {
   uint64_t blocks = 0, payload_bytes = 0, used_bytes = 0, capacity_bytes = 0;
   uint64_t adopted_blocks = 0, adopted_bytes = 0, adopt_dropped = 0;
   uint64_t prefaulted_bytes = 0;  // data bytes faulted in by the background thread
+  uint64_t checksum_failures = 0;  // reads that found a block changed in memory (dropped)
   bool shared = false;        // backed by a /dev/shm file
   bool adopted_file = false;  // that file was adopted at open
 };
@@ -94,6 +100,7 @@ class RamTier {
     explicit operator bool() const { return entry_ != nullptr; }
     uint64_t size() const;
     uint64_t checksum() const;
+    uint64_t token() const;
     // The payload, in order: chunk runs (adjacent chunks merged).
     const std::vector<Piece>& pieces() const;
     void Release();
@@ -131,7 +138,9 @@ class RamTier {
 
   // Pins a block for reading; an empty Pin on a miss. Counts a hit or miss.
   Pin Acquire(NamespaceId ns, std::string_view key);
-  // Copies a block into `out`: its size, NotFound, or BufferTooSmall.
+  // Copies a block into `out`: its size, NotFound, BufferTooSmall, or
+  // Corruption (verify_reads: the copy no longer matches its checksum; the
+  // block is dropped and `out` holds garbage).
   Result<size_t> Read(NamespaceId ns, std::string_view key, std::span<const MutableFragment> out);
   bool Contains(NamespaceId ns, std::string_view key);
 
@@ -171,6 +180,7 @@ class RamTier {
   std::thread prefault_;
   std::atomic<bool> stop_prefault_{false};
   std::atomic<uint64_t> prefaulted_{0};
+  std::atomic<uint64_t> checksum_failures_{0};
 };
 
 // The default shared-memory file of a store: /dev/shm/kvtier-<store id>.ram.

@@ -184,3 +184,40 @@ TEST_F(StoreRam, SharedMemoryAdoptedAfterRestartCorruptBlockDropped) {
 
 }  // namespace
 }  // namespace kvtier
+
+namespace kvtier {
+namespace {
+
+// A RAM copy that changes in memory while the store runs (here: a write into
+// the shared-memory file from outside) is caught on the next hit: the get is
+// served, right, from disk and the copy is dropped.
+TEST_F(StoreRam, ChangedRamCopyIsCaughtOnReadAndServedFromDisk) {
+  if (!std::filesystem::exists("/dev/shm")) GTEST_SKIP() << "no /dev/shm on this machine";
+  opt_.ram_tier_shared_memory = true;
+  Open();
+  if (!store_->GetStats().ram_shared_memory) GTEST_SKIP() << "/dev/shm has no room for the tier";
+  PutN(4);
+  ASSERT_TRUE(GetOk(0));
+  {
+    int fd = open(shm_.c_str(), O_RDWR);
+    ASSERT_GE(fd, 0);
+    off_t data = lseek(fd, 0, SEEK_END) - static_cast<off_t>(opt_.ram_tier_bytes);
+    uint8_t b = 0;
+    ASSERT_EQ(pread(fd, &b, 1, data + 4000), 1);  // inside block 0's first chunk
+    b ^= 0x01;
+    ASSERT_EQ(pwrite(fd, &b, 1, data + 4000), 1);
+    close(fd);
+  }
+  Stats before = store_->GetStats();
+  EXPECT_TRUE(GetOk(0));  // right bytes, from disk
+  Stats s = store_->GetStats();
+  EXPECT_EQ(s.ram_checksum_failures, 1u);
+  EXPECT_EQ(s.hits_disk, before.hits_disk + 1);
+  EXPECT_EQ(s.hits_ram, before.hits_ram);
+  EXPECT_TRUE(GetOk(0));  // admitted again after the disk read: a RAM hit
+  EXPECT_EQ(store_->GetStats().hits_ram, before.hits_ram + 1);
+  for (int i = 1; i < 4; ++i) EXPECT_TRUE(GetOk(i)) << i;
+}
+
+}  // namespace
+}  // namespace kvtier

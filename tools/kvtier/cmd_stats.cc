@@ -107,6 +107,7 @@ int Run(const StatsCmd& in) {
   e.Sample(static_cast<double>(s.bytes_read_disk), "source=\"disk\"");
   e.One("get_deadline_misses_total", "counter", "Async gets completed as a miss because their deadline passed.", static_cast<double>(s.get_deadline_misses));
   e.One("checksum_failures_total", "counter", "Records that failed a check on read (served as a miss).", static_cast<double>(s.checksum_failures));
+  e.One("ram_checksum_failures_total", "counter", "RAM-tier copies that no longer matched their checksum (dropped, read from disk).", static_cast<double>(s.ram_checksum_failures));
   e.One("stale_entries_dropped_total", "counter", "Index entries dropped because their segment was reused.", static_cast<double>(s.stale_entries_dropped));
   e.One("lookups_total", "counter", "LookupPrefix calls.", static_cast<double>(s.lookups));
   e.One("contains_total", "counter", "Contains calls.", static_cast<double>(s.contains));
