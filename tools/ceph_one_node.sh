@@ -106,7 +106,16 @@ ceph-mon -c "$dir/ceph.conf" --mkfs -i a --monmap "$dir/monmap" || fail "ceph-mo
 ceph-mon -c "$dir/ceph.conf" -i a || fail "ceph-mon start"
 ceph_q osd create >/dev/null || fail "ceph osd create"
 ceph-osd -c "$dir/ceph.conf" -i 0 --mkfs 2>"$dir/osd-mkfs.err" || fail "ceph-osd --mkfs"
-ceph-osd -c "$dir/ceph.conf" -i 0 2>"$dir/osd-start.err" || fail "ceph-osd start"
+# The OSD's first commands to the monitor have been seen to fail once under
+# load ("wrong fsid": sent before it had the monitor map); it exits, and a
+# second start works.
+started=0
+for attempt in 1 2 3; do
+  if ceph-osd -c "$dir/ceph.conf" -i 0 2>"$dir/osd-start.err"; then started=1; break; fi
+  echo "ceph_one_node: ceph-osd start failed (attempt $attempt), retrying" >&2
+  sleep 1
+done
+[ "$started" = 1 ] || fail "ceph-osd start"
 up=0
 for _ in $(seq 1 60); do
   if ceph_q osd stat 2>/dev/null | grep -q "1 up"; then up=1; break; fi
