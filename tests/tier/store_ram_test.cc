@@ -70,6 +70,27 @@ class StoreRam : public ::testing::Test {
       ASSERT_TRUE(store_->Put(ns_, K(i), v.data(), v.size()).ok());
     }
   }
+  // Opens the store with its tier in /dev/shm; false (the test then skips)
+  // where there is no room for it.
+  bool OpenShared() {
+    if (!std::filesystem::exists("/dev/shm")) return false;
+    opt_.ram_tier_shared_memory = true;
+    Open();
+    return store_ != nullptr && store_->GetStats().ram_shared_memory;
+  }
+  // XORs `mask` into the byte at `offset` of the tier's data area, through
+  // the shared-memory file (chunks are handed out from the start of the data
+  // area, which ends the file).
+  void FlipTierByte(off_t offset, uint8_t mask) {
+    int fd = open(shm_.c_str(), O_RDWR);
+    ASSERT_GE(fd, 0);
+    const off_t data = lseek(fd, 0, SEEK_END) - static_cast<off_t>(opt_.ram_tier_bytes);
+    uint8_t b = 0;
+    ASSERT_EQ(pread(fd, &b, 1, data + offset), 1);
+    b ^= mask;
+    ASSERT_EQ(pwrite(fd, &b, 1, data + offset), 1);
+    close(fd);
+  }
   bool GetOk(int i) {
     std::vector<uint8_t> out(64 << 10);
     auto r = store_->Get(ns_, K(i), out.data(), out.size());
@@ -144,26 +165,12 @@ TEST_F(StoreRam, WriteThroughSurvivesRestartWithoutSharedMemory) {
 }
 
 TEST_F(StoreRam, SharedMemoryAdoptedAfterRestartCorruptBlockDropped) {
-  if (!std::filesystem::exists("/dev/shm")) GTEST_SKIP() << "no /dev/shm on this machine";
-  opt_.ram_tier_shared_memory = true;
-  Open();
-  if (!store_->GetStats().ram_shared_memory) GTEST_SKIP() << "/dev/shm has no room for the tier";
+  if (!OpenShared()) GTEST_SKIP() << "no /dev/shm with room for the tier on this machine";
   PutN(8);
   ASSERT_TRUE(store_->Remove(ns_, K(5)).ok());
   store_.reset();  // like a process exit: the file stays
   ASSERT_TRUE(std::filesystem::exists(shm_));
-  {
-    // Flip a byte of the first block's payload (chunks are handed out from
-    // the start of the data area, which ends the file).
-    int fd = open(shm_.c_str(), O_RDWR);
-    ASSERT_GE(fd, 0);
-    off_t data = lseek(fd, 0, SEEK_END) - static_cast<off_t>(opt_.ram_tier_bytes);
-    uint8_t b = 0;
-    ASSERT_EQ(pread(fd, &b, 1, data + 123), 1);
-    b ^= 0x5A;
-    ASSERT_EQ(pwrite(fd, &b, 1, data + 123), 1);
-    close(fd);
-  }
+  ASSERT_NO_FATAL_FAILURE(FlipTierByte(123, 0x5A));  // in the first block's payload
   Open();
   Stats s = store_->GetStats();
   EXPECT_TRUE(s.ram_shared_memory);
@@ -192,22 +199,10 @@ namespace {
 // the shared-memory file from outside) is caught on the next hit: the get is
 // served, right, from disk and the copy is dropped.
 TEST_F(StoreRam, ChangedRamCopyIsCaughtOnReadAndServedFromDisk) {
-  if (!std::filesystem::exists("/dev/shm")) GTEST_SKIP() << "no /dev/shm on this machine";
-  opt_.ram_tier_shared_memory = true;
-  Open();
-  if (!store_->GetStats().ram_shared_memory) GTEST_SKIP() << "/dev/shm has no room for the tier";
+  if (!OpenShared()) GTEST_SKIP() << "no /dev/shm with room for the tier on this machine";
   PutN(4);
   ASSERT_TRUE(GetOk(0));
-  {
-    int fd = open(shm_.c_str(), O_RDWR);
-    ASSERT_GE(fd, 0);
-    off_t data = lseek(fd, 0, SEEK_END) - static_cast<off_t>(opt_.ram_tier_bytes);
-    uint8_t b = 0;
-    ASSERT_EQ(pread(fd, &b, 1, data + 4000), 1);  // inside block 0's first chunk
-    b ^= 0x01;
-    ASSERT_EQ(pwrite(fd, &b, 1, data + 4000), 1);
-    close(fd);
-  }
+  ASSERT_NO_FATAL_FAILURE(FlipTierByte(4000, 0x01));  // inside block 0's first chunk
   Stats before = store_->GetStats();
   EXPECT_TRUE(GetOk(0));  // right bytes, from disk
   Stats s = store_->GetStats();
