@@ -361,14 +361,10 @@ void StoreImpl::FinishRead(ReadIo& io) {
       admit.push_back(Fragment{payload, v.payload_len});
     }
   }
-  if (ram_ != nullptr && io.direct) {
-    // Admit before the caller has its buffer back (it may change it at once).
-    AdmitToRam(op->ns, op->key, admit, v);
-    op->done(static_cast<size_t>(v.payload_len));
-    return;
-  }
+  // Admit before completing: the caller may change its buffer at once, and a
+  // get that has returned must find the block in RAM on the next call.
+  if (ram_ != nullptr) AdmitToRam(op->ns, op->key, admit, v);
   op->done(static_cast<size_t>(v.payload_len));
-  if (ram_ != nullptr) AdmitToRam(op->ns, op->key, admit, v);  // from our own bounce buffer
 }
 
 void StoreImpl::AdmitToRam(NamespaceId ns, const std::string& key, std::span<const Fragment> payload,

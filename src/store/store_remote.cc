@@ -116,6 +116,14 @@ bool StoreImpl::RemoteGet(const std::shared_ptr<ReadOp>& op) {
         Complete(op, Status::NotFound("not in the local store; shared tier: " + st.message()));
       return;
     }
+    // Verified bytes, late or not: a revisit is then served from host memory (the shared tier keeps the
+    // copy that makes dropping it from RAM lossless). Admitted before the get completes, so a get that
+    // has returned finds the block in RAM on the next call.
+    if (ram_ != nullptr && opt_.remote.admit_to_ram) {
+      const Fragment whole{payload, len};
+      if (ram_->Insert(op->ns, op->key, {&whole, 1}, checksum, /*only_if_absent=*/true) != 0)
+        c_.remote_admitted_to_ram.Add();
+    }
     int expected = 0;
     if (op->state.compare_exchange_strong(expected, 1)) {  // else the get's deadline won
       size_t left = len;
@@ -126,13 +134,6 @@ bool StoreImpl::RemoteGet(const std::shared_ptr<ReadOp>& op) {
         left -= n;
       }
       op->done(len);
-    }
-    // Verified bytes, late or not: a revisit is then served from host memory (the shared tier keeps the
-    // copy that makes dropping it from RAM lossless).
-    if (ram_ != nullptr && opt_.remote.admit_to_ram) {
-      const Fragment whole{payload, len};
-      if (ram_->Insert(op->ns, op->key, {&whole, 1}, checksum, /*only_if_absent=*/true) != 0)
-        c_.remote_admitted_to_ram.Add();
     }
   });
 }
