@@ -2,6 +2,8 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
+#include <cassert>
 #include <cerrno>
 
 namespace kvtier {
@@ -21,40 +23,60 @@ Status WriteRing::Init(uint64_t capacity) {
   return Status::OK();
 }
 
+bool WriteRing::Free(uint64_t offset, uint64_t bytes) const {
+  if (offset + bytes > capacity_) return false;
+  for (const Run& r : runs_)
+    if (offset < r.end && r.start < offset + bytes) return false;
+  return true;
+}
+
 WriteRing::Allocation WriteRing::Allocate(uint64_t bytes) {
   Allocation a;
   if (bytes == 0 || bytes > capacity_ || used_ + bytes > capacity_) return a;
-  if (used_ == 0) head_ = tail_ = 0;
-  // Live data is [tail, head) when not wrapped, else [tail, cap) + [0, head).
-  bool wrapped = head_ < tail_ || (used_ > 0 && head_ == tail_);
-  if (!wrapped) {
-    if (capacity_ - head_ >= bytes) {
-      a.offset = head_;
-      a.charged = bytes;
-    } else if (tail_ >= bytes) {  // skip the end gap and start over at 0
-      a.offset = 0;
-      a.charged = (capacity_ - head_) + bytes;
-    } else {
-      return a;
-    }
+  const uint64_t head = runs_.empty() ? 0 : runs_.back().end;
+  uint64_t highest = 0;
+  for (const Run& r : runs_) highest = std::max(highest, r.end);
+  // In order of preference: extend the newest run within touched memory; a
+  // new run at the front when it holds everything in flight plus this one
+  // (so that runs stay few and long); extend into untouched memory; a new
+  // run past the highest one; a new run at the front.
+  bool extend = false;
+  uint64_t offset = 0;
+  if (head + bytes <= touched_ && Free(head, bytes)) {
+    extend = true;
+  } else if (!runs_.empty() && runs_.size() < kMaxRuns && Free(0, used_ + bytes)) {
+    offset = 0;
+  } else if (Free(head, bytes)) {
+    extend = true;
+  } else if (runs_.size() < kMaxRuns && Free(highest, bytes)) {
+    offset = highest;
+  } else if (runs_.size() < kMaxRuns && Free(0, bytes)) {
+    offset = 0;
   } else {
-    if (tail_ - head_ < bytes) return a;
-    a.offset = head_;
-    a.charged = bytes;
+    return a;
   }
+  if (extend && !runs_.empty()) {
+    offset = head;
+    runs_.back().end += bytes;
+  } else {
+    if (extend) offset = 0;  // empty ring
+    runs_.push_back(Run{offset, offset + bytes});
+  }
+  a.offset = offset;
   a.bytes = bytes;
-  a.data = base_ + a.offset;
-  head_ = a.offset + bytes;
-  if (head_ == capacity_) head_ = 0;
-  used_ += a.charged;
+  a.data = base_ + offset;
+  touched_ = std::max(touched_, offset + bytes);
+  used_ += bytes;
   return a;
 }
 
 void WriteRing::Release(const Allocation& a) {
-  used_ -= a.charged;
-  tail_ = a.offset + a.bytes;
-  if (tail_ == capacity_) tail_ = 0;
-  if (used_ == 0) head_ = tail_ = 0;
+  // Oldest first: `a` starts the oldest run.
+  assert(!runs_.empty() && runs_.front().start == a.offset);
+  used_ -= a.bytes;
+  Run& r = runs_.front();
+  r.start = a.offset + a.bytes;
+  if (r.start == r.end) runs_.pop_front();
 }
 
 }  // namespace kvtier

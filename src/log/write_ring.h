@@ -7,12 +7,21 @@
 // single fixed buffer; consecutive records that go to consecutive disk
 // offsets are consecutive in memory too, and are written with one I/O.
 //
+// Live allocations form runs (contiguous in memory, freed oldest first); a
+// new allocation extends the newest run, or starts a run at the front once
+// the front has room for everything in flight, or past the highest run. The
+// memory touched thus stays about twice the bytes in flight instead of the
+// capacity: the first touch of a page is not free (about 9 us per 4 KiB page
+// under the test VM's hypervisor, 2 s for a 256 MiB ring), and a ring sized
+// for bursts should not charge that to steady streaming.
+//
 // Not thread-safe: the store guards it with its queue mutex.
 #ifndef KVTIER_SRC_LOG_WRITE_RING_H_
 #define KVTIER_SRC_LOG_WRITE_RING_H_
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 
 #include "kvtier/status.h"
 
@@ -24,7 +33,6 @@ class WriteRing {
     uint8_t* data = nullptr;
     uint64_t offset = 0;  // within the ring
     uint64_t bytes = 0;   // requested bytes
-    uint64_t charged = 0; // bytes + any end-of-ring gap skipped to fit it
   };
 
   WriteRing() = default;
@@ -35,21 +43,29 @@ class WriteRing {
   // Maps `capacity` bytes (rounded up to 1 MiB).
   Status Init(uint64_t capacity);
   // Contiguous `bytes` (a multiple of 4096), or an Allocation with data ==
-  // nullptr when the ring cannot hold it now.
+  // nullptr when the ring cannot hold it now (full, or no gap fits).
   Allocation Allocate(uint64_t bytes);
   // Frees the oldest allocation; must be called in allocation order.
   void Release(const Allocation& a);
 
   uint64_t capacity() const { return capacity_; }
-  uint64_t used() const { return used_; }
+  uint64_t used() const { return used_; }  // bytes of live allocations
+  // The highest end of any allocation so far: how much has been touched.
+  uint64_t touched() const { return touched_; }
   uint8_t* base() const { return base_; }
 
  private:
+  struct Run {
+    uint64_t start, end;  // live bytes [start, end)
+  };
+  static constexpr size_t kMaxRuns = 16;
+  bool Free(uint64_t offset, uint64_t bytes) const;
+
   uint8_t* base_ = nullptr;
   uint64_t capacity_ = 0;
-  uint64_t head_ = 0;  // next allocation starts here
-  uint64_t tail_ = 0;  // oldest live allocation starts here
-  uint64_t used_ = 0;  // charged bytes live
+  uint64_t used_ = 0;
+  uint64_t touched_ = 0;
+  std::deque<Run> runs_;  // oldest first; allocations extend the last
 };
 
 }  // namespace kvtier
