@@ -251,13 +251,11 @@ TEST_F(RemoteTierTest, ChildServesBlocksOfTheOtherProcess) {
 
 TEST_F(RemoteTierTest, TwoProcessesShareOnePool) {
   if (!Env("KVTIER_REMOTE_KEYS").empty()) GTEST_SKIP() << "parent-only test";
-  auto a = OpenStore(tmp_.Sub("a"), Opts());
-  ASSERT_NE(a, nullptr);
-  auto ns = a->RegisterNamespace(spec_);
-  ASSERT_TRUE(ns.ok());
-  auto keys = PutUntilSealed(a.get(), *ns, "p", 1);
+  Uploaded a;
+  ASSERT_NO_FATAL_FAILURE(OpenAndUpload("a", Opts(), "p", 1, &a));
+  Store* node = a.store.get();
+  const std::vector<std::string>& keys = a.keys;
   ASSERT_GT(keys.size(), 40u);
-  ASSERT_TRUE(WaitUntil([&] { return a->GetStats().remote_uploads >= 1; }));
   const std::string keys_file = tmp_.Sub("keys.txt");
   {
     std::ofstream f(keys_file);
@@ -300,49 +298,45 @@ TEST_F(RemoteTierTest, TwoProcessesShareOnePool) {
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0) << "node B failed (its gtest output is above)";
   // A served nothing remotely: it still has every block on disk.
-  EXPECT_EQ(a->GetStats().hits_remote, 0u);
+  EXPECT_EQ(node->GetStats().hits_remote, 0u);
 }
 
 TEST_F(RemoteTierTest, LocalEvictionStillServesFromCeph) {
-  auto a = OpenStore(tmp_.Sub("a"), Opts());
-  ASSERT_NE(a, nullptr);
-  auto ns = a->RegisterNamespace(spec_);
-  ASSERT_TRUE(ns.ok());
-  auto keys = PutUntilSealed(a.get(), *ns, "e", 2);
-  ASSERT_TRUE(WaitUntil([&] { return a->GetStats().remote_uploads >= 2; }));
-  ASSERT_TRUE(a->EvictTo(0).ok());
-  for (const std::string& k : keys) ASSERT_FALSE(a->Stat(*ns, k).ok()) << "still local";
+  Uploaded a;
+  ASSERT_NO_FATAL_FAILURE(OpenAndUpload("a", Opts(), "e", 2, &a));
+  Store* node = a.store.get();
+  const NamespaceId ns = a.ns;
+  const std::vector<std::string>& keys = a.keys;
+  ASSERT_TRUE(node->EvictTo(0).ok());
+  for (const std::string& k : keys) ASSERT_FALSE(node->Stat(ns, k).ok()) << "still local";
   std::vector<std::string_view> views(keys.begin(), keys.end());
-  auto prefix = a->LookupPrefix(*ns, views);
+  auto prefix = node->LookupPrefix(ns, views);
   ASSERT_TRUE(prefix.ok());
   EXPECT_EQ(*prefix, keys.size());
   for (const std::string& k : keys) {
-    auto has = a->Contains(*ns, k);
+    auto has = node->Contains(ns, k);
     ASSERT_TRUE(has.ok() && *has) << "Contains must agree with LookupPrefix";
   }
-  auto none = a->Contains(*ns, "never-written");
+  auto none = node->Contains(ns, "never-written");
   ASSERT_TRUE(none.ok());
   EXPECT_FALSE(*none);
   for (const std::string& k : keys) {
     std::string why;
-    ASSERT_TRUE(SameBlock(a.get(), *ns, k, &why)) << why;
+    ASSERT_TRUE(SameBlock(node, ns, k, &why)) << why;
   }
-  Stats st = a->GetStats();
+  Stats st = node->GetStats();
   EXPECT_EQ(st.hits_remote, keys.size());
   EXPECT_GE(st.bytes_read_remote, keys.size() * 64 * 1024);
   // A never-written key is still a plain miss.
   std::vector<uint8_t> buf(kBlock);
-  auto r = a->Get(*ns, "never-written", buf.data(), buf.size());
+  auto r = node->Get(ns, "never-written", buf.data(), buf.size());
   EXPECT_EQ(r.status().code(), Code::kNotFound);
 }
 
 TEST_F(RemoteTierTest, OtherNamespaceSpecNeverSeesTheBlocks) {
-  auto a = OpenStore(tmp_.Sub("a"), Opts());
-  ASSERT_NE(a, nullptr);
-  auto ns = a->RegisterNamespace(spec_);
-  ASSERT_TRUE(ns.ok());
-  auto keys = PutUntilSealed(a.get(), *ns, "n", 1);
-  ASSERT_TRUE(WaitUntil([&] { return a->GetStats().remote_uploads >= 1; }));
+  Uploaded a;
+  ASSERT_NO_FATAL_FAILURE(OpenAndUpload("a", Opts(), "n", 1, &a));
+  const std::vector<std::string>& keys = a.keys;
 
   auto b = OpenStore(tmp_.Sub("b"), Opts());
   ASSERT_NE(b, nullptr);
@@ -390,10 +384,8 @@ TEST_F(RemoteTierTest, RemoteHitsAreAdmittedToTheRamTier) {
     ASSERT_TRUE(WaitUntil([&] { return b->GetStats().remote_segments_imported >= 1; }));
     std::string why;
     ASSERT_TRUE(SameBlock(b.get(), *bns, keys[0], &why)) << why;
-    // Admission runs right after the get completes, on the read's thread.
-    if (admit) {
-      ASSERT_TRUE(WaitUntil([&] { return b->GetStats().remote_admitted_to_ram >= 1; }));
-    }
+    // Admitted before the get returned: the next get is a RAM hit.
+    EXPECT_EQ(b->GetStats().remote_admitted_to_ram, admit ? 1u : 0u);
     ASSERT_TRUE(SameBlock(b.get(), *bns, keys[0], &why)) << why;
     Stats st = b->GetStats();
     EXPECT_EQ(st.hits_remote, admit ? 1u : 2u);
@@ -451,22 +443,21 @@ TEST_F(RemoteTierTest, OrphanObjectsAreSwept) {
 }
 
 TEST_F(RemoteTierTest, CorruptedObjectIsAChecksumMiss) {
-  auto a = OpenStore(tmp_.Sub("a"), Opts());
-  ASSERT_NE(a, nullptr);
-  auto ns = a->RegisterNamespace(spec_);
-  ASSERT_TRUE(ns.ok());
-  auto keys = PutUntilSealed(a.get(), *ns, "c", 1);
+  Uploaded a;
+  ASSERT_NO_FATAL_FAILURE(OpenAndUpload("a", Opts(), "c", 1, &a));
+  Store* node = a.store.get();
+  const NamespaceId ns = a.ns;
+  const std::vector<std::string>& keys = a.keys;
   ASSERT_GE(keys.size(), 3u);
-  auto info = a->Stat(*ns, keys[1]);
+  auto info = node->Stat(ns, keys[1]);
   ASSERT_TRUE(info.ok());
-  ASSERT_TRUE(WaitUntil([&] { return a->GetStats().remote_uploads >= 1; }));
-  ASSERT_TRUE(a->EvictTo(0).ok());
+  ASSERT_TRUE(node->EvictTo(0).ok());
 
   // Flip a payload byte of keys[1] inside its RADOS object.
   const uint64_t part_bytes = Opts().remote.object_bytes;
   const uint64_t at = info->offset + format::PayloadOffset(keys[1].size(), SizeOf(keys[1])) + 1000;
   const std::string object =
-      remote::PartObject(remote::ObjectBase(a->Description().store_id, info->segment, info->generation),
+      remote::PartObject(remote::ObjectBase(node->Description().store_id, info->segment, info->generation),
                          static_cast<uint32_t>(at / part_bytes));
   {
     RawRados raw;
@@ -478,24 +469,23 @@ TEST_F(RemoteTierTest, CorruptedObjectIsAChecksumMiss) {
   }
 
   std::vector<uint8_t> buf(kBlock + 4096);
-  auto r = a->Get(*ns, keys[1], buf.data(), buf.size());
+  auto r = node->Get(ns, keys[1], buf.data(), buf.size());
   EXPECT_EQ(r.status().code(), Code::kNotFound) << r.status().ToString();
-  EXPECT_EQ(a->GetStats().remote_checksum_failures, 1u);
+  EXPECT_EQ(node->GetStats().remote_checksum_failures, 1u);
   // The bad entry is forgotten; its neighbours are fine.
-  r = a->Get(*ns, keys[1], buf.data(), buf.size());
+  r = node->Get(ns, keys[1], buf.data(), buf.size());
   EXPECT_EQ(r.status().code(), Code::kNotFound);
-  EXPECT_EQ(a->GetStats().remote_checksum_failures, 1u);
-  EXPECT_TRUE(SameBlock(a.get(), *ns, keys[0]));
-  EXPECT_TRUE(SameBlock(a.get(), *ns, keys[2]));
+  EXPECT_EQ(node->GetStats().remote_checksum_failures, 1u);
+  EXPECT_TRUE(SameBlock(node, ns, keys[0]));
+  EXPECT_TRUE(SameBlock(node, ns, keys[2]));
 }
 
 TEST_F(RemoteTierTest, RestartedNodeCatchesUpFromTheCatalog) {
-  auto a = OpenStore(tmp_.Sub("a"), Opts());
-  ASSERT_NE(a, nullptr);
-  auto ns = a->RegisterNamespace(spec_);
-  ASSERT_TRUE(ns.ok());
-  auto first = PutUntilSealed(a.get(), *ns, "r", 1);
-  ASSERT_TRUE(WaitUntil([&] { return a->GetStats().remote_uploads >= 1; }));
+  Uploaded a;
+  ASSERT_NO_FATAL_FAILURE(OpenAndUpload("a", Opts(), "r", 1, &a));
+  Store* node = a.store.get();
+  const NamespaceId ns = a.ns;
+  const std::vector<std::string>& first = a.keys;
   {
     auto b = OpenStore(tmp_.Sub("b"), Opts());
     ASSERT_NE(b, nullptr);
@@ -504,9 +494,9 @@ TEST_F(RemoteTierTest, RestartedNodeCatchesUpFromTheCatalog) {
     ASSERT_TRUE(b->Close().ok());
   }
   // While B is down, A uploads another segment.
-  auto second = PutUntilSealed(a.get(), *ns, "s", 2);
+  auto second = PutUntilSealed(node, ns, "s", 2);
   ASSERT_FALSE(second.empty());
-  ASSERT_TRUE(WaitUntil([&] { return a->GetStats().remote_uploads >= 2; }));
+  ASSERT_TRUE(WaitUntil([&] { return node->GetStats().remote_uploads >= 2; }));
   std::vector<std::string> both = first;
   both.insert(both.end(), second.begin(), second.end());
   auto b = OpenStore(tmp_.Sub("b"), Opts());
@@ -517,7 +507,7 @@ TEST_F(RemoteTierTest, RestartedNodeCatchesUpFromTheCatalog) {
   EXPECT_EQ(b->GetStats().remote_segments_imported, 1u);
   for (const std::string& k : both) {
     std::string why;
-    EXPECT_TRUE(SameBlock(b.get(), *ns, k, &why)) << why;
+    EXPECT_TRUE(SameBlock(b.get(), ns, k, &why)) << why;
   }
   EXPECT_EQ(b->GetStats().hits_remote, both.size());
 }
@@ -525,22 +515,21 @@ TEST_F(RemoteTierTest, RestartedNodeCatchesUpFromTheCatalog) {
 TEST_F(RemoteTierTest, BudgetDeletesTheOldestUploads) {
   Options o = Opts();
   o.remote.budget_bytes = 12 << 20;  // room for one 8 MiB segment, not two
-  auto a = OpenStore(tmp_.Sub("a"), o);
-  ASSERT_NE(a, nullptr);
-  auto ns = a->RegisterNamespace(spec_);
-  ASSERT_TRUE(ns.ok());
-  auto first = PutUntilSealed(a.get(), *ns, "b", 1);
-  ASSERT_TRUE(WaitUntil([&] { return a->GetStats().remote_uploads >= 1; }));
-  auto second = PutUntilSealed(a.get(), *ns, "c", 2);
+  Uploaded a;
+  ASSERT_NO_FATAL_FAILURE(OpenAndUpload("a", o, "b", 1, &a));
+  Store* node = a.store.get();
+  const NamespaceId ns = a.ns;
+  const std::vector<std::string>& first = a.keys;
+  auto second = PutUntilSealed(node, ns, "c", 2);
   ASSERT_FALSE(second.empty());
-  ASSERT_TRUE(WaitUntil([&] { return a->GetStats().remote_objects_deleted >= 1; }));
-  ASSERT_TRUE(a->EvictTo(0).ok());
+  ASSERT_TRUE(WaitUntil([&] { return node->GetStats().remote_objects_deleted >= 1; }));
+  ASSERT_TRUE(node->EvictTo(0).ok());
   std::vector<uint8_t> buf(kBlock + 4096);
   // The first segment's blocks vanished with its objects: misses.
-  auto r = a->Get(*ns, first.front(), buf.data(), buf.size());
+  auto r = node->Get(ns, first.front(), buf.data(), buf.size());
   EXPECT_EQ(r.status().code(), Code::kNotFound) << r.status().ToString();
   // The second's are still served.
-  EXPECT_TRUE(SameBlock(a.get(), *ns, second.back()));
+  EXPECT_TRUE(SameBlock(node, ns, second.back()));
 }
 
 TEST_F(RemoteTierTest, StoppedOsdTurnsRemoteGetsIntoDeadlineMisses) {
