@@ -40,7 +40,8 @@ class WriteRing {
   WriteRing(const WriteRing&) = delete;
   WriteRing& operator=(const WriteRing&) = delete;
 
-  // Maps `capacity` bytes (rounded up to 1 MiB).
+  // Maps `capacity` bytes (rounded up to 2 MiB), 2 MiB-aligned and advised
+  // for transparent huge pages.
   Status Init(uint64_t capacity);
   // Contiguous `bytes` (a multiple of 4096), or an Allocation with data ==
   // nullptr when the ring cannot hold it now (full, or no gap fits).
@@ -61,6 +62,8 @@ class WriteRing {
   static constexpr size_t kMaxRuns = 16;
   bool Free(uint64_t offset, uint64_t bytes) const;
 
+  void* map_ = nullptr;
+  uint64_t map_bytes_ = 0;
   uint8_t* base_ = nullptr;
   uint64_t capacity_ = 0;
   uint64_t used_ = 0;

@@ -17,20 +17,21 @@ constexpr uint64_t kPage = 4096;
 
 TEST(WriteRing, FullRingRefusesAndReleaseMakesRoom) {
   WriteRing r;
-  ASSERT_TRUE(r.Init(1 << 20).ok());
-  EXPECT_EQ(r.capacity(), 1u << 20);
+  ASSERT_TRUE(r.Init(3 << 20).ok());
+  EXPECT_EQ(r.capacity(), 4u << 20);  // whole 2 MiB pages
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(r.base()) % (2 << 20), 0u);
   std::deque<WriteRing::Allocation> live;
   for (int i = 0; i < 4; ++i) {
-    live.push_back(r.Allocate(256 << 10));
+    live.push_back(r.Allocate(1 << 20));
     ASSERT_NE(live.back().data, nullptr) << i;
   }
-  EXPECT_EQ(r.used(), 1u << 20);
+  EXPECT_EQ(r.used(), 4u << 20);
   EXPECT_EQ(r.Allocate(kPage).data, nullptr);
   EXPECT_EQ(r.Allocate(0).data, nullptr);
-  EXPECT_EQ(r.Allocate(2 << 20).data, nullptr);  // larger than the ring
+  EXPECT_EQ(r.Allocate(8 << 20).data, nullptr);  // larger than the ring
   r.Release(live.front());
   live.pop_front();
-  auto a = r.Allocate(256 << 10);  // fits at the front again
+  auto a = r.Allocate(1 << 20);  // fits at the front again
   ASSERT_NE(a.data, nullptr);
   EXPECT_EQ(a.offset, 0u);
   EXPECT_EQ(r.Allocate(kPage).data, nullptr);
@@ -93,8 +94,8 @@ TEST(WriteRing, RandomWorkloadNeverOverlaps) {
     SCOPED_TRACE(seed);
     std::mt19937_64 rng(seed);
     WriteRing r;
-    const uint64_t cap = (1 + rng() % 4) << 20;
-    ASSERT_TRUE(r.Init(cap).ok());
+    ASSERT_TRUE(r.Init((1 + rng() % 4) << 20).ok());
+    const uint64_t cap = r.capacity();
     std::vector<int> owner(cap / kPage, -1);
     struct Live {
       WriteRing::Allocation a;
