@@ -82,8 +82,9 @@ class IoQueue {
   // the first failure (the others' statuses are still filled in).
   virtual Status Submit(std::span<IoRequest> requests) = 0;
   // Registers memory regions for fixed-buffer I/O. Requests whose buffer lies
-  // wholly inside a registered region use it. Best effort: an error means the
-  // regions are simply used unregistered.
+  // in registered regions use them (a request crossing from one region into
+  // the next may run in parts). Best effort: an error means the regions are
+  // simply used unregistered.
   virtual Status RegisterBuffers(std::span<const iovec> regions) { (void)regions; return Status::OK(); }
   virtual unsigned depth() const = 0;
   // "io_uring" or "posix" (or a test wrapper's name).

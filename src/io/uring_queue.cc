@@ -106,7 +106,6 @@ class UringIoQueue final : public IoQueue {
 
   // Per-Submit scratch, kept across calls to avoid allocating each time.
   std::vector<size_t> done_;       // bytes transferred so far
-  std::vector<int> fixed_;         // registered buffer index or -1
   std::vector<unsigned> retries_;  // -EINTR/-EAGAIN completions seen
   std::vector<uint8_t> finished_;  // status is final
   std::vector<uint32_t> work_;     // request indices to (re)issue, consumed from work_head_
@@ -200,11 +199,25 @@ int UringIoQueue::FixedIndex(const void* buf, size_t len) const {
 void UringIoQueue::Prep(io_uring_sqe* sqe, std::span<IoRequest> reqs, uint32_t i) {
   IoRequest& r = reqs[i];
   const size_t done = done_[i];
-  const auto chunk = static_cast<unsigned>(std::min(r.len - done, max_transfer_));
+  size_t len = std::min(r.len - done, max_transfer_);
   char* p = static_cast<char*>(r.buf) + done;
   const uint64_t off = r.offset + done;
   const int fd = r.file->fd();
-  const int fixed = fixed_[i];
+  int fixed = FixedIndex(p, len);
+  if (fixed < 0) {
+    // Straddling the end of a registered region (a large buffer registered
+    // in pieces): send the part inside it now, fixed, and the rest after it.
+    const int at = FixedIndex(p, 1);
+    if (at >= 0) {
+      const size_t inside = static_cast<size_t>(static_cast<const char*>(regions_[at].iov_base) +
+                                                regions_[at].iov_len - p);
+      if (inside % kDirectAlign == 0) {
+        len = inside;
+        fixed = at;
+      }
+    }
+  }
+  const auto chunk = static_cast<unsigned>(len);
   if (r.op == IoRequest::Op::kRead) {
     if (fixed >= 0) {
       io_uring_prep_read_fixed(sqe, fd, p, chunk, off, fixed);
@@ -303,7 +316,6 @@ Status UringIoQueue::Run(std::span<IoRequest> reqs) {
 Status UringIoQueue::Submit(std::span<IoRequest> reqs) {
   const size_t n = reqs.size();
   done_.assign(n, 0);
-  fixed_.assign(n, -1);
   retries_.assign(n, 0);
   finished_.assign(n, 1);
   work_.clear();
@@ -320,7 +332,6 @@ Status UringIoQueue::Submit(std::span<IoRequest> reqs) {
       (void)RunRequestSync(r);  // calls on_done
       continue;
     }
-    fixed_[i] = FixedIndex(r.buf, r.len);
     finished_[i] = 0;
     work_.push_back(static_cast<uint32_t>(i));
   }
