@@ -38,6 +38,7 @@
 #include "log/write_ring.h"
 #include "store/admission.h"
 #include "store/counters.h"
+#include "store/read_buffers.h"
 #include "tier/ram_tier.h"
 #include "util/aligned_buffer.h"
 
@@ -160,6 +161,7 @@ class StoreImpl final : public Store {
     Checkpoint frontier;            // append position after this pass
   };
   void WriterLoop();
+  void RegisterWriteBuffers(uint64_t ring_bytes);
   void WriteGroup(std::vector<WriteOp>& group);
   void HandOff(CommitJob job);
   static constexpr size_t kMaxPassesAhead = 8;
@@ -194,8 +196,7 @@ class StoreImpl final : public Store {
     std::atomic<int> state{0};  // 0 pending, 1 completing, 2 expired
   };
   void ReaderLoop(unsigned index);
-  void ExecuteReads(IoQueue* queue, std::vector<std::shared_ptr<ReadOp>>& ops,
-                    std::vector<AlignedBuffer>& bufs);
+  void ExecuteReads(IoQueue* queue, std::vector<std::shared_ptr<ReadOp>>& ops, ReadBuffers& bufs);
   void Complete(const std::shared_ptr<ReadOp>& op, Result<size_t> r);
   // One get's I/O: the whole record into `bounce`, or (direct) the header
   // page and tail page into `bounce` and the payload's whole pages straight

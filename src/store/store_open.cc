@@ -370,12 +370,14 @@ Status StoreImpl::Recover() {
 }
 
 void StoreImpl::StartThreads() {
-  if (!opt_.read_only) {
-    writer_ = std::thread([this] { WriterLoop(); });
-    syncer_ = std::thread([this] { SyncerLoop(); });
-  }
   for (unsigned i = 0; i < opt_.read_threads; ++i) readers_.emplace_back([this, i] { ReaderLoop(i); });
   timer_ = std::thread([this] { TimerLoop(); });
+  if (!opt_.read_only) {
+    syncer_ = std::thread([this] { SyncerLoop(); });
+    // Last: it starts by registering the write ring, which holds the mmap
+    // lock that creating the other threads' stacks needs.
+    writer_ = std::thread([this] { WriterLoop(); });
+  }
 }
 
 Status StoreImpl::Close() {

@@ -120,7 +120,11 @@ void StoreImpl::NoteHit(uint32_t seg, uint64_t offset) {
 void StoreImpl::ReaderLoop(unsigned index) {
   (void)index;
   auto q = fs_->NewIoQueue(opt_.queue_depth);
-  std::vector<AlignedBuffer> bufs;
+  // A slot per read of a batch, big enough for every record a get reads
+  // whole (below zero_copy_min_bytes; direct reads need two pages).
+  ReadBuffers bufs(opt_.queue_depth,
+                   format::RecordBytes(format::kMaxKeyBytes, std::min<uint64_t>(opt_.zero_copy_min_bytes, 1u << 20)));
+  if (q.ok()) bufs.Register(q->get());
   std::vector<std::shared_ptr<ReadOp>> batch;
   for (;;) {
     batch.clear();
@@ -182,8 +186,7 @@ void ScatterAt(std::span<const MutableFragment> out, uint64_t at, const uint8_t*
 }
 }  // namespace
 
-void StoreImpl::ExecuteReads(IoQueue* queue, std::vector<std::shared_ptr<ReadOp>>& ops,
-                             std::vector<AlignedBuffer>& bufs) {
+void StoreImpl::ExecuteReads(IoQueue* queue, std::vector<std::shared_ptr<ReadOp>>& ops, ReadBuffers& bufs) {
   // Each read completes on its own (IoRequest::on_done) as soon as its I/O
   // does, not when the whole batch has.
   std::vector<ReadIo> pending;
@@ -234,14 +237,13 @@ void StoreImpl::ExecuteReads(IoQueue* queue, std::vector<std::shared_ptr<ReadOp>
     const bool direct = op->deadline == kNoDeadline && whole > 0 && v.payload_len >= opt_.zero_copy_min_bytes &&
                         format::PayloadAligned(v.key_len, v.payload_len) && DirectTarget(op->out, whole);
     size_t b = pending.size();
-    if (bufs.size() <= b) bufs.emplace_back();
-    const uint64_t bounce = direct ? 2 * kPage : v.RecordBytes();
-    if (bufs[b].size() < bounce && !bufs[b].Reset(bounce)) {
+    uint8_t* const bounce = bufs.Get(b, direct ? 2 * kPage : v.RecordBytes());
+    if (bounce == nullptr) {
       table_->Unpin(v.segment);
       Complete(op, Status::NoSpace("out of memory for a read buffer"));
       continue;
     }
-    pending.push_back(ReadIo{this, op, v, bufs[b].data(), direct, 0, Status::OK(), 0});
+    pending.push_back(ReadIo{this, op, v, bounce, direct, 0, Status::OK(), 0});
     ReadIo& io = pending.back();
     auto add = [&](uint64_t offset, void* buf, uint64_t len) {
       IoRequest rq;

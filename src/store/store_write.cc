@@ -350,14 +350,17 @@ void StoreImpl::ReleaseRing(uint64_t alloc_id) {
 // ---------------------------------------------------------------------------
 // Writer thread
 
-void StoreImpl::WriterLoop() {
-  // Register the ring here, not in Open: pinning 256 MiB takes ~0.2 s, which
-  // would lengthen every reopen, and the ring binds to the thread that uses it.
-  // The RAM tier's data area too (in pieces of at most 1 GiB, io_uring's
-  // limit per buffer): puts are written from its chunks. Best effort: if the
-  // kernel refuses (locked-memory limit), the ring alone, else nothing;
-  // unregistered I/O works the same, only with per-I/O page pinning.
-  std::vector<iovec> regions{iovec{ring_.base(), ring_.capacity()}};
+// Registers with the writer's io_uring the first `ring_bytes` of the ring, in
+// 8 MiB pieces, and the RAM tier's data area (in pieces of at most 1 GiB,
+// io_uring's limit per buffer; puts are written from its chunks). Best
+// effort: if the kernel refuses (locked-memory limit), the ring alone, else
+// nothing; unregistered I/O works the same, only with per-I/O page pinning.
+void StoreImpl::RegisterWriteBuffers(uint64_t ring_bytes) {
+  std::vector<iovec> regions;
+  constexpr uint64_t kRingPiece = 8ull << 20;
+  for (uint64_t off = 0; off < ring_bytes; off += kRingPiece)
+    regions.push_back(iovec{ring_.base() + off, std::min(kRingPiece, ring_bytes - off)});
+  const size_t ring_regions = regions.size();
   if (ram_ != nullptr) {
     for (const iovec& r : ram_->Regions()) {
       constexpr size_t kMaxRegion = 1ull << 30;
@@ -365,13 +368,35 @@ void StoreImpl::WriterLoop() {
         regions.push_back(iovec{static_cast<uint8_t*>(r.iov_base) + off, std::min(kMaxRegion, r.iov_len - off)});
     }
   }
-  if (!write_queue_->RegisterBuffers(regions).ok() && regions.size() > 1)
-    write_queue_->RegisterBuffers({regions.data(), 1}).IgnoreError();
+  if (!write_queue_->RegisterBuffers(regions).ok() && regions.size() > ring_regions)
+    write_queue_->RegisterBuffers({regions.data(), ring_regions}).IgnoreError();
+}
+
+void StoreImpl::WriterLoop() {
+  // Registration happens here, not in Open (the ring binds to the thread that
+  // uses it), and only when the writer is idle, for the part of the ring used
+  // so far: the kernel holds the process's mmap lock while it pins a region,
+  // and pinning the whole 256 MiB ring up front, on fresh huge pages, took
+  // 1.1 s on the test VM (~4 ms per 2 MiB page), delaying the first puts and
+  // every mmap of the process. Pages already touched pin in milliseconds.
+  constexpr uint64_t kRingPiece = 8ull << 20;
+  uint64_t registered = 0;  // ring bytes registered
+  bool ever_registered = false;
   std::vector<WriteOp> group;
   for (;;) {
     group.clear();
     {
       std::unique_lock<std::mutex> l(mu_);
+      if (queue_.empty() && !writer_stop_) {
+        const uint64_t used = std::min(ring_.capacity(), (ring_.touched() + kRingPiece - 1) / kRingPiece * kRingPiece);
+        if (used > registered || !ever_registered) {
+          l.unlock();
+          RegisterWriteBuffers(used);
+          registered = used;
+          ever_registered = true;
+          l.lock();
+        }
+      }
       work_cv_.wait(l, [this] { return !queue_.empty() || writer_stop_; });
       if (queue_.empty() && writer_stop_) return;
       // A group: records up to group_commit_bytes, ended early by any other op

@@ -1,0 +1,44 @@
+#include "store/read_buffers.h"
+
+#include <sys/mman.h>
+#include <sys/uio.h>
+
+namespace kvtier {
+
+namespace {
+constexpr size_t kPage = 4096;
+constexpr size_t kHuge = size_t{2} << 20;
+}  // namespace
+
+ReadBuffers::ReadBuffers(size_t slots, size_t slot_bytes) {
+  slot_bytes_ = (slot_bytes + kPage - 1) / kPage * kPage;
+  const size_t bytes = (slots * slot_bytes_ + kHuge - 1) / kHuge * kHuge;
+  if (bytes == 0) return;
+  // One extra huge page to align the slab on one.
+  void* p = mmap(nullptr, bytes + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return;
+  map_ = p;
+  map_bytes_ = bytes + kHuge;
+  slab_ = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(p) + kHuge - 1) & ~(kHuge - 1));
+  madvise(slab_, bytes, MADV_HUGEPAGE);  // best effort: THP may be off
+  slots_ = slots;
+}
+
+ReadBuffers::~ReadBuffers() {
+  if (map_ != nullptr) munmap(map_, map_bytes_);
+}
+
+void ReadBuffers::Register(IoQueue* queue) {
+  if (slab_ == nullptr) return;
+  const iovec region{slab_, slots_ * slot_bytes_};
+  queue->RegisterBuffers({&region, 1}).IgnoreError();
+}
+
+uint8_t* ReadBuffers::Get(size_t b, size_t bytes) {
+  if (InSlab(b, bytes)) return slab_ + b * slot_bytes_;
+  if (heap_.size() <= b) heap_.resize(b + 1);
+  if (heap_[b].size() < bytes && !heap_[b].Reset(bytes)) return nullptr;
+  return heap_[b].data();
+}
+
+}  // namespace kvtier

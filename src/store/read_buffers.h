@@ -1,0 +1,48 @@
+// The bounce buffers of one reader thread. Records up to a slot's size are
+// read into a slab of fixed-size slots on transparent huge pages, registered
+// with the thread's io_uring, so a small read neither pins pages nor fills
+// the device's request with one segment per 4 KiB page; larger records use
+// heap buffers kept for reuse.
+//
+// Not thread-safe: one per reader thread, used with that thread's IoQueue.
+#ifndef KVTIER_SRC_STORE_READ_BUFFERS_H_
+#define KVTIER_SRC_STORE_READ_BUFFERS_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "kvtier/io.h"
+#include "util/aligned_buffer.h"
+
+namespace kvtier {
+
+class ReadBuffers {
+ public:
+  // `slots` slab slots of `slot_bytes` (rounded up to 4 KiB). Without the
+  // slab (mapping refused) every buffer comes from the heap.
+  ReadBuffers(size_t slots, size_t slot_bytes);
+  ~ReadBuffers();
+  ReadBuffers(const ReadBuffers&) = delete;
+  ReadBuffers& operator=(const ReadBuffers&) = delete;
+
+  // Registers the slab with `queue`: best effort, as IoQueue promises.
+  void Register(IoQueue* queue);
+  // A page-aligned buffer of at least `bytes` for the b-th read of a batch,
+  // valid until the next Get with the same b; nullptr when out of memory.
+  uint8_t* Get(size_t b, size_t bytes);
+  // Whether Get(b, bytes) is served from the slab.
+  bool InSlab(size_t b, size_t bytes) const { return slab_ != nullptr && b < slots_ && bytes <= slot_bytes_; }
+
+ private:
+  void* map_ = nullptr;
+  size_t map_bytes_ = 0;
+  uint8_t* slab_ = nullptr;
+  size_t slots_ = 0;
+  size_t slot_bytes_ = 0;
+  std::vector<AlignedBuffer> heap_;
+};
+
+}  // namespace kvtier
+
+#endif  // KVTIER_SRC_STORE_READ_BUFFERS_H_
