@@ -3,6 +3,8 @@
 #include <sys/mman.h>
 #include <sys/uio.h>
 
+#include <algorithm>
+
 namespace kvtier {
 
 namespace {
@@ -28,14 +30,23 @@ ReadBuffers::~ReadBuffers() {
   if (map_ != nullptr) munmap(map_, map_bytes_);
 }
 
+size_t ReadBuffers::RegisterBytes() const {
+  const size_t used = (used_slots_ * slot_bytes_ + kHuge - 1) / kHuge * kHuge;
+  return std::min(used, slots_ * slot_bytes_);
+}
+
 void ReadBuffers::Register(IoQueue* queue) {
-  if (slab_ == nullptr) return;
-  const iovec region{slab_, slots_ * slot_bytes_};
+  if (slab_ == nullptr || !NeedsRegister()) return;
+  const iovec region{slab_, RegisterBytes()};
   queue->RegisterBuffers({&region, 1}).IgnoreError();
+  registered_ = region.iov_len;
 }
 
 uint8_t* ReadBuffers::Get(size_t b, size_t bytes) {
-  if (InSlab(b, bytes)) return slab_ + b * slot_bytes_;
+  if (InSlab(b, bytes)) {
+    used_slots_ = std::max(used_slots_, b + 1);
+    return slab_ + b * slot_bytes_;
+  }
   if (heap_.size() <= b) heap_.resize(b + 1);
   if (heap_[b].size() < bytes && !heap_[b].Reset(bytes)) return nullptr;
   return heap_[b].data();

@@ -26,7 +26,12 @@ class ReadBuffers {
   ReadBuffers(const ReadBuffers&) = delete;
   ReadBuffers& operator=(const ReadBuffers&) = delete;
 
-  // Registers the slab with `queue`: best effort, as IoQueue promises.
+  // Whether slots were used since the last Register (the reader registers
+  // when idle, only what it has used: pinning fresh memory holds the mmap
+  // lock, see docs/ram_tier.md).
+  bool NeedsRegister() const { return RegisterBytes() > registered_; }
+  // Registers the used part of the slab with `queue`, in whole 2 MiB pages:
+  // best effort, as IoQueue promises.
   void Register(IoQueue* queue);
   // A page-aligned buffer of at least `bytes` for the b-th read of a batch,
   // valid until the next Get with the same b; nullptr when out of memory.
@@ -35,11 +40,15 @@ class ReadBuffers {
   bool InSlab(size_t b, size_t bytes) const { return slab_ != nullptr && b < slots_ && bytes <= slot_bytes_; }
 
  private:
+  size_t RegisterBytes() const;
+
   void* map_ = nullptr;
   size_t map_bytes_ = 0;
   uint8_t* slab_ = nullptr;
   size_t slots_ = 0;
   size_t slot_bytes_ = 0;
+  size_t used_slots_ = 0;  // 1 + the highest slot handed out
+  size_t registered_ = 0;  // bytes of the slab registered
   std::vector<AlignedBuffer> heap_;
 };
 

@@ -124,12 +124,16 @@ void StoreImpl::ReaderLoop(unsigned index) {
   // whole (below zero_copy_min_bytes; direct reads need two pages).
   ReadBuffers bufs(opt_.queue_depth,
                    format::RecordBytes(format::kMaxKeyBytes, std::min<uint64_t>(opt_.zero_copy_min_bytes, 1u << 20)));
-  if (q.ok()) bufs.Register(q->get());
   std::vector<std::shared_ptr<ReadOp>> batch;
   for (;;) {
     batch.clear();
     {
       std::unique_lock<std::mutex> l(read_mu_);
+      if (reads_.empty() && q.ok() && bufs.NeedsRegister()) {  // idle: register what was used
+        l.unlock();
+        bufs.Register(q->get());
+        l.lock();
+      }
       read_cv_.wait(l, [this] { return !reads_.empty() || readers_stop_; });
       if (reads_.empty() && readers_stop_) return;
       // Share the waiting reads among the threads (each keeps its own ring

@@ -69,7 +69,7 @@ TEST(ReadBuffers, ReadsIntoARegisteredSlotAreFixed) {
   auto q = NewUringIoQueue(4);
   ASSERT_TRUE(q.ok()) << q.status().ToString();
   ReadBuffers b(4, 64 * 1024);
-  b.Register(q->get());
+  EXPECT_FALSE(b.NeedsRegister());  // nothing used yet
   std::vector<IoRequest> reqs(2);
   for (size_t i = 0; i < 2; ++i) {
     reqs[i].op = IoRequest::Op::kRead;
@@ -78,6 +78,9 @@ TEST(ReadBuffers, ReadsIntoARegisteredSlotAreFixed) {
     reqs[i].buf = b.Get(i, want.size());
     reqs[i].len = want.size();
   }
+  ASSERT_TRUE(b.NeedsRegister());
+  b.Register(q->get());
+  EXPECT_FALSE(b.NeedsRegister());
   ASSERT_TRUE((*q)->Submit(reqs).ok());
   for (size_t i = 0; i < 2; ++i) EXPECT_EQ(std::memcmp(reqs[i].buf, want.data(), want.size()), 0);
   const UringQueueStats st = GetUringQueueStats(**q);
