@@ -29,7 +29,7 @@ jobs=${JOBS:-$(nproc)}
 case "$mode" in
   asan)
     sanitize="address;undefined"
-    targets=(kvtier_format_test kvtier_io_test kvtier_index_test kvtier_store_test
+    targets=(kvtier_format_test kvtier_io_test kvtier_log_test kvtier_index_test kvtier_store_test
              kvtier_tier_test kvtier_crash_test kvtier_tools_test kvtier_c_api_test
              kvtier_lmcache_connector_test)
     exclude='^(kvtier_python_test|kvtier_e2e_.*|kvtier_bench_test.*|install_consumer|.*_NOT_BUILT)$'
@@ -41,7 +41,7 @@ case "$mode" in
     ;;
   tsan)
     sanitize="thread"
-    targets=(kvtier_format_test kvtier_io_test kvtier_index_test kvtier_store_test
+    targets=(kvtier_format_test kvtier_io_test kvtier_log_test kvtier_index_test kvtier_store_test
              kvtier_tier_test kvtier_crash_test kvtier_tools_test)
     # TornTailIsCutAndNeverReturned forks a child that opens a store from a
     # test process that already has threads: TSan cannot start threads after

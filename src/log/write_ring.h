@@ -40,8 +40,8 @@ class WriteRing {
   WriteRing(const WriteRing&) = delete;
   WriteRing& operator=(const WriteRing&) = delete;
 
-  // Maps `capacity` bytes (rounded up to 2 MiB), 2 MiB-aligned and advised
-  // for transparent huge pages.
+  // Maps `capacity` bytes (rounded up to 1 MiB) on 2 MiB-aligned memory
+  // advised for transparent huge pages.
   Status Init(uint64_t capacity);
   // Contiguous `bytes` (a multiple of 4096), or an Allocation with data ==
   // nullptr when the ring cannot hold it now (full, or no gap fits).
