@@ -101,8 +101,11 @@ class UringIoQueue final : public IoQueue {
   // reports this.
   Status broken_;
 
+  void SetRegions(std::span<const iovec> regions);
+
   std::vector<iovec> regions_;    // registered, in registration order (= buffer index)
   std::vector<uint32_t> by_base_;  // indices into regions_, sorted by base address
+  unsigned sparse_slots_ = 0;      // size of a sparse buffer table, 0 when registered plainly
 
   // Per-Submit scratch, kept across calls to avoid allocating each time.
   std::vector<size_t> done_;       // bytes transferred so far
@@ -145,6 +148,7 @@ Status UringIoQueue::Bind() {
   if (rebuilt && !regions_.empty()) {
     // Best effort, as RegisterBuffers promises: without them requests simply
     // run unregistered.
+    sparse_slots_ = 0;
     if (io_uring_register_buffers(&ring_, regions_.data(), static_cast<unsigned>(regions_.size())) < 0) {
       regions_.clear();
       by_base_.clear();
@@ -153,14 +157,58 @@ Status UringIoQueue::Bind() {
   return Status::OK();
 }
 
+namespace {
+bool SameRegion(const iovec& a, const iovec& b) { return a.iov_base == b.iov_base && a.iov_len == b.iov_len; }
+// io_uring's limit on registered buffers (IORING_MAX_REG_BUFFERS).
+constexpr size_t kMaxBufferSlots = 16384;
+}  // namespace
+
+void UringIoQueue::SetRegions(std::span<const iovec> regions) {
+  regions_.assign(regions.begin(), regions.end());
+  by_base_.resize(regions_.size());
+  for (uint32_t i = 0; i < by_base_.size(); ++i) by_base_[i] = i;
+  std::sort(by_base_.begin(), by_base_.end(), [this](uint32_t a, uint32_t b) {
+    return regions_[a].iov_base < regions_[b].iov_base;
+  });
+}
+
 Status UringIoQueue::RegisterBuffers(std::span<const iovec> regions) {
   KVTIER_RETURN_IF_ERROR(Bind());
-  if (!regions_.empty()) {
+  // The registered regions followed by new ones: register only the new ones
+  // in the free slots of the sparse table. Pinning is what registration
+  // costs (all of a RAM tier's pages), so memory already registered is not
+  // unpinned and pinned again when a caller's set grows.
+  const size_t old_n = regions_.size();
+  if (sparse_slots_ > 0 && old_n > 0 && regions.size() > old_n && regions.size() <= sparse_slots_ &&
+      std::equal(regions_.begin(), regions_.end(), regions.begin(), SameRegion)) {
+    const unsigned add = static_cast<unsigned>(regions.size() - old_n);
+    const int ret = io_uring_register_buffers_update_tag(&ring_, static_cast<unsigned>(old_n),
+                                                         regions.data() + old_n, nullptr, add);
+    if (ret == static_cast<int>(add)) {
+      ++stats_.buffer_appends;
+      SetRegions(regions);
+      return Status::OK();
+    }
+    // Refused or partly done: register everything again below.
+  }
+  if (!regions_.empty() || sparse_slots_ > 0) {
     (void)io_uring_unregister_buffers(&ring_);
     regions_.clear();
     by_base_.clear();
+    sparse_slots_ = 0;
   }
   if (regions.empty()) return Status::OK();
+  // A sparse table with room to grow, where the kernel has them (5.19+).
+  const auto slots = static_cast<unsigned>(std::min(kMaxBufferSlots, std::max<size_t>(64, 2 * regions.size())));
+  if (regions.size() <= slots && io_uring_register_buffers_sparse(&ring_, slots) == 0) {
+    const auto n = static_cast<unsigned>(regions.size());
+    if (io_uring_register_buffers_update_tag(&ring_, 0, regions.data(), nullptr, n) == static_cast<int>(n)) {
+      sparse_slots_ = slots;
+      SetRegions(regions);
+      return Status::OK();
+    }
+    (void)io_uring_unregister_buffers(&ring_);
+  }
   const int ret = io_uring_register_buffers(&ring_, regions.data(), static_cast<unsigned>(regions.size()));
   if (ret < 0) {
     uint64_t bytes = 0;
@@ -170,12 +218,7 @@ Status UringIoQueue::RegisterBuffers(std::span<const iovec> regions) {
     if (ret == -ENOMEM) context += " [RLIMIT_MEMLOCK too low?]";
     return Status::FromErrno(-ret, context);
   }
-  regions_.assign(regions.begin(), regions.end());
-  by_base_.resize(regions_.size());
-  for (uint32_t i = 0; i < by_base_.size(); ++i) by_base_[i] = i;
-  std::sort(by_base_.begin(), by_base_.end(), [this](uint32_t a, uint32_t b) {
-    return regions_[a].iov_base < regions_[b].iov_base;
-  });
+  SetRegions(regions);
   return Status::OK();
 }
 

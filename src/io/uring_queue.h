@@ -37,6 +37,7 @@ struct UringQueueStats {
   uint64_t resubmissions = 0;    // short transfers continued, EINTR/EAGAIN retried
   uint64_t sync_fallbacks = 0;   // requests run through File::ReadAt/WriteAt
   uint64_t ring_rebuilds = 0;    // rings recreated for a new thread
+  uint64_t buffer_appends = 0;   // RegisterBuffers calls that only added regions (see there)
   unsigned setup_flags = 0;      // IORING_SETUP_* the ring was created with
 };
 

@@ -278,6 +278,7 @@ class StoreImpl final : public Store {
 
   // Writer-thread state (touched only by the writer after open).
   std::unique_ptr<IoQueue> write_queue_;
+  bool ram_unregistered_ = false;  // the kernel refused to register the RAM tier (writer thread only)
   uint32_t cur_seg_ = UINT32_MAX, cur_gen_ = 0;
   uint64_t cur_off_ = 0;
   uint64_t epoch_ = 0, next_seq_ = 1;

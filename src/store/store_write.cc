@@ -350,26 +350,29 @@ void StoreImpl::ReleaseRing(uint64_t alloc_id) {
 // ---------------------------------------------------------------------------
 // Writer thread
 
-// Registers with the writer's io_uring the first `ring_bytes` of the ring, in
-// 8 MiB pieces, and the RAM tier's data area (in pieces of at most 1 GiB,
-// io_uring's limit per buffer; puts are written from its chunks). Best
-// effort: if the kernel refuses (locked-memory limit), the ring alone, else
-// nothing; unregistered I/O works the same, only with per-I/O page pinning.
+// Registers with the writer's io_uring the RAM tier's data area (in pieces of
+// at most 1 GiB, io_uring's limit per buffer; puts are written from its
+// chunks) and the first `ring_bytes` of the write ring, in 8 MiB pieces. The
+// RAM tier comes first so that a grown ring only adds regions, which the
+// queue registers without pinning the rest again. Best effort: if the kernel
+// refuses (locked-memory limit), the ring alone from then on, else nothing;
+// unregistered I/O works the same, only with per-I/O page pinning.
 void StoreImpl::RegisterWriteBuffers(uint64_t ring_bytes) {
   std::vector<iovec> regions;
-  constexpr uint64_t kRingPiece = 8ull << 20;
-  for (uint64_t off = 0; off < ring_bytes; off += kRingPiece)
-    regions.push_back(iovec{ring_.base() + off, std::min(kRingPiece, ring_bytes - off)});
-  const size_t ring_regions = regions.size();
-  if (ram_ != nullptr) {
+  if (ram_ != nullptr && !ram_unregistered_) {
     for (const iovec& r : ram_->Regions()) {
       constexpr size_t kMaxRegion = 1ull << 30;
       for (size_t off = 0; off < r.iov_len; off += kMaxRegion)
         regions.push_back(iovec{static_cast<uint8_t*>(r.iov_base) + off, std::min(kMaxRegion, r.iov_len - off)});
     }
   }
-  if (!write_queue_->RegisterBuffers(regions).ok() && regions.size() > ring_regions)
-    write_queue_->RegisterBuffers({regions.data(), ring_regions}).IgnoreError();
+  const size_t ram_regions = regions.size();
+  constexpr uint64_t kRingPiece = 8ull << 20;
+  for (uint64_t off = 0; off < ring_bytes; off += kRingPiece)
+    regions.push_back(iovec{ring_.base() + off, std::min(kRingPiece, ring_bytes - off)});
+  if (write_queue_->RegisterBuffers(regions).ok() || ram_regions == 0) return;
+  ram_unregistered_ = true;
+  write_queue_->RegisterBuffers(std::span<const iovec>(regions).subspan(ram_regions)).IgnoreError();
 }
 
 void StoreImpl::WriterLoop() {

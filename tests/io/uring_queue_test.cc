@@ -463,6 +463,48 @@ TEST_F(UringQueueTest, RegisteredBuffersSmallArena) {
   EXPECT_EQ(GetUringQueueStats(q).fixed_sqes, 20u);
 }
 
+// Registering the same regions plus new ones adds the new ones (no unpinning
+// and pinning again of the old); any other set replaces the registration.
+TEST_F(UringQueueTest, AddedRegionsAreAppended) {
+  ASSERT_TRUE(dir_.ok());
+  Result<std::unique_ptr<IoQueue>> qr = NewUringIoQueue(4);
+  ASSERT_TRUE(qr.ok()) << qr.status().ToString();
+  IoQueue& q = **qr;
+  OpenFlags flags;
+  flags.create = true;
+  flags.direct = true;
+  Result<std::unique_ptr<File>> f = fs_.Open(dir_.File("append"), flags);
+  ASSERT_TRUE(f.ok());
+  AlignedBuffer a(1 << 20), b(1 << 20);
+  std::mt19937_64 rng(9);
+  FillRandom(rng, a.data(), 1 << 20);
+  FillRandom(rng, b.data(), 1 << 20);
+  const iovec ra{a.data(), 1 << 20}, rb{b.data(), 1 << 20};
+  auto write_both = [&] {
+    std::vector<IoRequest> reqs;
+    reqs.push_back({IoRequest::Op::kWrite, f->get(), 0, a.data(), 1 << 20, {}});
+    reqs.push_back({IoRequest::Op::kWrite, f->get(), 1 << 20, b.data(), 1 << 20, {}});
+    const uint64_t before = GetUringQueueStats(q).fixed_sqes;
+    EXPECT_TRUE(q.Submit(reqs).ok());
+    return GetUringQueueStats(q).fixed_sqes - before;
+  };
+  Status s = q.RegisterBuffers({&ra, 1});
+  if (!s.ok()) GTEST_SKIP() << "cannot register 1 MiB here: " << s.ToString();
+  EXPECT_EQ(write_both(), 1u);  // only a is registered
+  const iovec both[2] = {ra, rb};
+  ASSERT_TRUE(q.RegisterBuffers(both).ok());
+  EXPECT_EQ(GetUringQueueStats(q).buffer_appends, 1u);
+  EXPECT_EQ(write_both(), 2u);
+  ASSERT_TRUE(q.RegisterBuffers({&rb, 1}).ok());  // not an extension: replaced
+  EXPECT_EQ(GetUringQueueStats(q).buffer_appends, 1u);
+  EXPECT_EQ(write_both(), 1u);
+  // What was written is in the file.
+  AlignedBuffer back(2 << 20);
+  ASSERT_TRUE((*f)->ReadAt(0, back.data(), 2 << 20).ok());
+  EXPECT_EQ(std::memcmp(back.data(), a.data(), 1 << 20), 0);
+  EXPECT_EQ(std::memcmp(back.data() + (1 << 20), b.data(), 1 << 20), 0);
+}
+
 // A queue made on one thread and used on others keeps working (the
 // single-issuer ring binds to its first user and is rebuilt on hand-off).
 TEST_F(UringQueueTest, HandOffBetweenThreads) {
