@@ -350,6 +350,9 @@ void StoreImpl::ReleaseRing(uint64_t alloc_id) {
 // ---------------------------------------------------------------------------
 // Writer thread
 
+// The write ring is registered in pieces of this size (see WriterLoop).
+constexpr uint64_t kRingPiece = 8ull << 20;
+
 // Registers with the writer's io_uring the RAM tier's data area (in pieces of
 // at most 1 GiB, io_uring's limit per buffer; puts are written from its
 // chunks) and the first `ring_bytes` of the write ring, in 8 MiB pieces. The
@@ -367,7 +370,6 @@ void StoreImpl::RegisterWriteBuffers(uint64_t ring_bytes) {
     }
   }
   const size_t ram_regions = regions.size();
-  constexpr uint64_t kRingPiece = 8ull << 20;
   for (uint64_t off = 0; off < ring_bytes; off += kRingPiece)
     regions.push_back(iovec{ring_.base() + off, std::min(kRingPiece, ring_bytes - off)});
   if (write_queue_->RegisterBuffers(regions).ok() || ram_regions == 0) return;
@@ -382,7 +384,6 @@ void StoreImpl::WriterLoop() {
   // and pinning the whole 256 MiB ring up front, on fresh huge pages, took
   // 1.1 s on the test VM (~4 ms per 2 MiB page), delaying the first puts and
   // every mmap of the process. Pages already touched pin in milliseconds.
-  constexpr uint64_t kRingPiece = 8ull << 20;
   uint64_t registered = 0;  // ring bytes registered
   bool ever_registered = false;
   std::vector<WriteOp> group;

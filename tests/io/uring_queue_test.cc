@@ -402,6 +402,15 @@ class UringQueueTest : public ::testing::Test {
     if (!IoUringAvailable()) GTEST_SKIP() << "io_uring: " << IoUringUnavailableReason();
     ASSERT_TRUE(dir_.ok());
   }
+  // A new file under dir_, opened for O_DIRECT I/O.
+  std::unique_ptr<File> OpenDirect(const std::string& name) {
+    OpenFlags flags;
+    flags.create = true;
+    flags.direct = true;
+    Result<std::unique_ptr<File>> f = fs_.Open(dir_.File(name), flags);
+    EXPECT_TRUE(f.ok()) << f.status().ToString();
+    return f.ok() ? std::move(f).value() : nullptr;
+  }
   TempDir dir_;
   PosixFileSystem fs_{IoBackend::kIoUring};
 };
@@ -419,11 +428,8 @@ TEST_F(UringQueueTest, RegisteredBuffersSmallArena) {
   Result<std::unique_ptr<IoQueue>> qr = fs_.NewIoQueue(8);
   ASSERT_TRUE(qr.ok()) << qr.status().ToString();
   IoQueue& q = **qr;
-  OpenFlags flags;
-  flags.create = true;
-  flags.direct = true;
-  Result<std::unique_ptr<File>> f = fs_.Open(dir_.File("fixed"), flags);
-  ASSERT_TRUE(f.ok());
+  std::unique_ptr<File> f = OpenDirect("fixed");
+  ASSERT_NE(f, nullptr);
 
   constexpr size_t kArena = 1 << 20;
   AlignedBuffer arena(kArena), outside(64 * 1024);
@@ -437,9 +443,9 @@ TEST_F(UringQueueTest, RegisteredBuffersSmallArena) {
   // 16 writes of 64 KiB from the arena, one from unregistered memory.
   std::vector<IoRequest> reqs;
   for (size_t i = 0; i < 16; ++i) {
-    reqs.push_back({IoRequest::Op::kWrite, f->get(), i * 65536, arena.data() + i * 65536, 65536, {}});
+    reqs.push_back({IoRequest::Op::kWrite, f.get(), i * 65536, arena.data() + i * 65536, 65536, {}});
   }
-  reqs.push_back({IoRequest::Op::kWrite, f->get(), kArena, outside.data(), outside.size(), {}});
+  reqs.push_back({IoRequest::Op::kWrite, f.get(), kArena, outside.data(), outside.size(), {}});
   ASSERT_TRUE(q.Submit(reqs).ok());
   UringQueueStats st = GetUringQueueStats(q);
   EXPECT_EQ(st.fixed_sqes, 16u);
@@ -450,7 +456,7 @@ TEST_F(UringQueueTest, RegisteredBuffersSmallArena) {
   std::memset(arena.data(), 0, kArena);
   reqs.clear();
   for (size_t i = 0; i < 4; ++i) {
-    reqs.push_back({IoRequest::Op::kRead, f->get(), i * (kArena / 4), arena.data() + i * (kArena / 4), kArena / 4, {}});
+    reqs.push_back({IoRequest::Op::kRead, f.get(), i * (kArena / 4), arena.data() + i * (kArena / 4), kArena / 4, {}});
   }
   ASSERT_TRUE(q.Submit(reqs).ok());
   EXPECT_EQ(std::memcmp(expect.data(), arena.data(), kArena), 0);
@@ -466,15 +472,11 @@ TEST_F(UringQueueTest, RegisteredBuffersSmallArena) {
 // Registering the same regions plus new ones adds the new ones (no unpinning
 // and pinning again of the old); any other set replaces the registration.
 TEST_F(UringQueueTest, AddedRegionsAreAppended) {
-  ASSERT_TRUE(dir_.ok());
   Result<std::unique_ptr<IoQueue>> qr = NewUringIoQueue(4);
   ASSERT_TRUE(qr.ok()) << qr.status().ToString();
   IoQueue& q = **qr;
-  OpenFlags flags;
-  flags.create = true;
-  flags.direct = true;
-  Result<std::unique_ptr<File>> f = fs_.Open(dir_.File("append"), flags);
-  ASSERT_TRUE(f.ok());
+  std::unique_ptr<File> f = OpenDirect("append");
+  ASSERT_NE(f, nullptr);
   AlignedBuffer a(1 << 20), b(1 << 20);
   std::mt19937_64 rng(9);
   FillRandom(rng, a.data(), 1 << 20);
@@ -482,8 +484,8 @@ TEST_F(UringQueueTest, AddedRegionsAreAppended) {
   const iovec ra{a.data(), 1 << 20}, rb{b.data(), 1 << 20};
   auto write_both = [&] {
     std::vector<IoRequest> reqs;
-    reqs.push_back({IoRequest::Op::kWrite, f->get(), 0, a.data(), 1 << 20, {}});
-    reqs.push_back({IoRequest::Op::kWrite, f->get(), 1 << 20, b.data(), 1 << 20, {}});
+    reqs.push_back({IoRequest::Op::kWrite, f.get(), 0, a.data(), 1 << 20, {}});
+    reqs.push_back({IoRequest::Op::kWrite, f.get(), 1 << 20, b.data(), 1 << 20, {}});
     const uint64_t before = GetUringQueueStats(q).fixed_sqes;
     EXPECT_TRUE(q.Submit(reqs).ok());
     return GetUringQueueStats(q).fixed_sqes - before;
@@ -500,7 +502,7 @@ TEST_F(UringQueueTest, AddedRegionsAreAppended) {
   EXPECT_EQ(write_both(), 1u);
   // What was written is in the file.
   AlignedBuffer back(2 << 20);
-  ASSERT_TRUE((*f)->ReadAt(0, back.data(), 2 << 20).ok());
+  ASSERT_TRUE(f->ReadAt(0, back.data(), 2 << 20).ok());
   EXPECT_EQ(std::memcmp(back.data(), a.data(), 1 << 20), 0);
   EXPECT_EQ(std::memcmp(back.data() + (1 << 20), b.data(), 1 << 20), 0);
 }

@@ -3,17 +3,15 @@
 #include "store/read_buffers.h"
 
 #include <gtest/gtest.h>
-#include <stdlib.h>
-#include <unistd.h>
 
 #include <cstring>
-#include <filesystem>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "io/posix_file_system.h"
 #include "io/uring_queue.h"
+#include "store/store_test_util.h"
 #include "util/aligned_buffer.h"
 
 namespace kvtier {
@@ -51,14 +49,12 @@ TEST(ReadBuffers, SlotsForSmallRecordsHeapForLargeOnes) {
 TEST(ReadBuffers, ReadsIntoARegisteredSlotAreFixed) {
   const std::string why = IoUringUnavailableReason();
   if (!why.empty()) GTEST_SKIP() << "io_uring: " << why;
-  std::string tmpl = (std::filesystem::temp_directory_path() / "kvtier-rb-XXXXXX").string();
-  ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-  const std::string dir = tmpl;
+  testing::TempDir dir;  // the store tests' helper: removed with its contents
   PosixFileSystem fs(IoBackend::kIoUring);
   OpenFlags flags;
   flags.create = true;
   flags.direct = true;
-  auto f = fs.Open(dir + "/data", flags);
+  auto f = fs.Open(dir.Sub("data"), flags);
   ASSERT_TRUE(f.ok()) << f.status().ToString();
   std::vector<uint8_t> want(64 * 1024);
   for (size_t i = 0; i < want.size(); ++i) want[i] = static_cast<uint8_t>(i * 7 + 3);
@@ -86,9 +82,6 @@ TEST(ReadBuffers, ReadsIntoARegisteredSlotAreFixed) {
   const UringQueueStats st = GetUringQueueStats(**q);
   EXPECT_EQ(st.fixed_sqes, st.sqes);
   EXPECT_GE(st.fixed_sqes, 2u);
-  f->reset();
-  std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
 }
 
 }  // namespace
