@@ -151,7 +151,7 @@ int main(int argc, char** argv) {
   app.add_option("--kvtier-option", c.kvtier_overrides,
                  "Experiments: override a kvtier Option, name=value (repeatable): read_threads, "
                  "queue_depth, max_write_chunk_bytes, group_commit_bytes, write_queue_bytes, "
-                 "segment_size_bytes, zero_copy_min_bytes, verify_ram_hits (0 or 1). Results are then not kvtier's defaults");
+                 "segment_size_bytes, zero_copy_min_bytes, dense_record_max_bytes, verify_ram_hits (0 or 1). Results are then not kvtier's defaults");
   app.add_flag("--json", json, "Print one JSON object on stdout instead of tables");
   app.add_flag("--no-fio", no_fio, "Do not run fio (no device-limit ratios)");
   app.add_flag("--keep", c.keep, "Keep each design's data after its run");

@@ -101,6 +101,8 @@ struct BlockInfo {
   uint64_t offset = 0;          // byte offset of the record in its segment file
   uint64_t payload_bytes = 0;
   uint64_t record_bytes = 0;    // on-disk size including header and padding
+  uint64_t payload_offset = 0;  // byte offset of the payload in the segment file
+  bool dense = false;           // a dense record, which may share its pages (docs/format.md)
   uint64_t payload_checksum = 0;  // XXH3-64
   uint64_t sequence = 0;
   uint64_t written_unix_ms = 0;

@@ -112,6 +112,7 @@ Status SetOption(Options* o, const std::string& k, const json& v) {
   if (k == "read_threads") return GetUnsigned(k, v, &o->read_threads);
   if (k == "max_write_chunk_bytes") return GetUnsigned(k, v, &o->max_write_chunk_bytes);
   if (k == "zero_copy_min_bytes") return GetUnsigned(k, v, &o->zero_copy_min_bytes);
+  if (k == "dense_record_max_bytes") return GetUnsigned(k, v, &o->dense_record_max_bytes);
   if (k == "write_queue_bytes") return GetUnsigned(k, v, &o->write_queue_bytes);
   if (k == "group_commit_bytes") return GetUnsigned(k, v, &o->group_commit_bytes);
   if (k == "max_pending_reads") return GetUnsigned(k, v, &o->max_pending_reads);

@@ -308,6 +308,9 @@ Result<RecordHeader> DecodeRecordHeader(std::span<const uint8_t> in, uint64_t ma
   }
   RecordHeader h;
   h.flags = GetFixed16(p + kRhFlags);
+  if ((h.flags & ~kRecordDense) != 0 || (IsDense(h.flags) && version < 3)) {
+    return Status::Corruption("record header has unknown flags " + std::to_string(h.flags));
+  }
   h.key_len = key_len;
   h.segment_id = GetFixed32(p + kRhSegmentId);
   h.generation = GetFixed32(p + kRhGeneration);
@@ -361,6 +364,12 @@ Result<IndexValue> DecodeIndexValue(std::string_view in) {
   v.key_len = GetFixed16(p + kIvKeyLen);
   v.flags = GetFixed16(p + kIvFlags);
   v.reserved = GetFixed32(p + kIvReserved);
+  if ((v.flags & ~kRecordDense) != 0) {
+    return Status::Corruption("index value has unknown flags " + std::to_string(v.flags));
+  }
+  if (v.offset % (IsDense(v.flags) ? kDenseAlign : kPage) != 0) {
+    return Status::Corruption("index value offset " + std::to_string(v.offset) + " is misaligned");
+  }
   return v;
 }
 

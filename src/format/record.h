@@ -18,10 +18,12 @@
 namespace kvtier::format {
 
 // 2: a payload starts on its own page when that costs no space (PayloadOffset).
-inline constexpr uint32_t kFormatVersion = 2;
+// 3: dense records (kRecordDense) share pages; written only in version-3 stores.
+inline constexpr uint32_t kFormatVersion = 3;
 // Oldest format this build reads (1 placed every payload right after its key).
 inline constexpr uint32_t kMinFormatVersion = 2;
-inline constexpr size_t kPage = 4096;           // alignment of every record and write
+inline constexpr size_t kPage = 4096;           // alignment of every write and of non-dense records
+inline constexpr size_t kDenseAlign = 8;        // alignment of dense records
 inline constexpr size_t kMaxKeyBytes = 255;
 inline constexpr uint64_t kMinSegmentBytes = 1ull << 20;
 inline constexpr uint64_t kMaxSegmentBytes = 64ull << 30;
@@ -62,19 +64,25 @@ struct SegmentHeader {
 void EncodeSegmentHeader(const SegmentHeader& h, std::span<uint8_t, kSegmentHeaderEncodedBytes> out);
 Result<SegmentHeader> DecodeSegmentHeader(std::span<const uint8_t> in);
 
-// ---- Record: header, key, payload, zero padding to a 4 KiB multiple ----
-// Two layouts, chosen by (key_len, payload_len) alone so that every reader
-// knows where the payload is before reading it:
+// ---- Record: header, key, payload, zero padding ----
+// Three layouts. Two are chosen by (key_len, payload_len) alone, so that every
+// reader knows where the payload is before reading it:
 //   aligned  header + key, zeros to 4096, payload, zeros to a page boundary
 //   packed   header + key, payload right after the key, zeros to a page
 // Aligned is used whenever it takes no more pages than packed (every payload
 // that is a multiple of 4 KiB, and most others); then writes can come
 // straight from page-aligned caller memory and reads can land in it.
+// The third, flagged kRecordDense in the header and in the index value:
+//   dense    header + key + payload, zeros to an 8-byte boundary
+// Dense records start on an 8-byte boundary and are written back to back in
+// one write, whose last page is zero-padded: small records then share pages
+// instead of each wasting most of one (a 4 KiB payload took 8 KiB).
 inline constexpr uint32_t kRecordMagic = 0x5254564Bu;  // "KVTR"
 inline constexpr size_t kRecordHeaderBytes = 72;
+inline constexpr uint16_t kRecordDense = 1;  // flags bit: dense layout
 
 struct RecordHeader {
-  uint16_t flags = 0;  // reserved, 0
+  uint16_t flags = 0;  // 0 or kRecordDense
   uint16_t key_len = 0;
   uint32_t segment_id = 0;
   uint32_t generation = 0;
@@ -85,26 +93,33 @@ struct RecordHeader {
   uint64_t written_unix_ms = 0;
 };
 
-// Bytes a record occupies on disk (header + key + payload, page aligned);
-// the same for both layouts.
-inline uint64_t RecordBytes(size_t key_len, uint64_t payload_len) {
-  return AlignUp(kRecordHeaderBytes + key_len + payload_len);
+inline bool IsDense(uint16_t flags) { return (flags & kRecordDense) != 0; }
+// Bytes a record occupies on disk: header + key + payload, page aligned (the
+// same for the aligned and packed layouts), or 8-byte aligned when dense.
+inline uint64_t RecordBytes(size_t key_len, uint64_t payload_len, uint16_t flags) {
+  return IsDense(flags) ? AlignUp(kRecordHeaderBytes + key_len + payload_len, kDenseAlign)
+                        : AlignUp(kRecordHeaderBytes + key_len + payload_len);
 }
 // True when the payload starts at kPage (the aligned layout).
-inline bool PayloadAligned(size_t key_len, uint64_t payload_len) {
-  return kPage + AlignUp(payload_len) <= RecordBytes(key_len, payload_len);
+inline bool PayloadAligned(size_t key_len, uint64_t payload_len, uint16_t flags) {
+  return !IsDense(flags) && kPage + AlignUp(payload_len) <= RecordBytes(key_len, payload_len, 0);
 }
 // Offset of the payload from the start of the record.
-inline uint64_t PayloadOffset(size_t key_len, uint64_t payload_len) {
-  return PayloadAligned(key_len, payload_len) ? kPage : kRecordHeaderBytes + key_len;
+inline uint64_t PayloadOffset(size_t key_len, uint64_t payload_len, uint16_t flags) {
+  return PayloadAligned(key_len, payload_len, flags) ? kPage : kRecordHeaderBytes + key_len;
+}
+// The pages a record at `offset` touches: [AlignDown(offset), AlignUp(end)).
+inline uint64_t PageStart(uint64_t offset) { return offset / kPage * kPage; }
+inline uint64_t PagedBytes(uint64_t offset, uint64_t record_bytes) {
+  return AlignUp(offset + record_bytes) - PageStart(offset);
 }
 
-// Writes header + key at dst (dst must hold PayloadOffset(key.size()) bytes).
+// Writes header + key at dst (dst must hold kRecordHeaderBytes + key.size() bytes).
 // The header checksum covers the header fields and the key.
 void EncodeRecordHeader(const RecordHeader& h, std::string_view key, uint8_t* dst);
 
 // Parses and checks the header at in[0..) (magic, version, header checksum,
-// key length, payload length <= max_payload). `in` must hold at least
+// key length, payload length <= max_payload, flags known). `in` must hold at least
 // kRecordHeaderBytes; the key is checked only if it fits in `in`, otherwise
 // Corruption. On success `key_out` views the key inside `in`.
 Result<RecordHeader> DecodeRecordHeader(std::span<const uint8_t> in, uint64_t max_payload,
@@ -124,9 +139,10 @@ struct IndexValue {
   uint64_t sequence = 0;
   uint64_t written_unix_ms = 0;
   uint16_t key_len = 0;       // to derive the record size
-  uint16_t flags = 0;
+  uint16_t flags = 0;         // the record's flags (kRecordDense)
   uint32_t reserved = 0;
-  uint64_t RecordBytes() const { return format::RecordBytes(key_len, payload_len); }
+  uint64_t RecordBytes() const { return format::RecordBytes(key_len, payload_len, flags); }
+  uint64_t PayloadOffset() const { return format::PayloadOffset(key_len, payload_len, flags); }
 };
 std::string EncodeIndexValue(const IndexValue& v);
 Result<IndexValue> DecodeIndexValue(std::string_view in);

@@ -52,7 +52,8 @@ bool IsOption(const std::string& k) {
       "capacity_bytes", "reinsert_hot_blocks", "reinsert_max_fraction", "punch_holes",
       "write_budget_bytes_per_day", "admit_on_second_put", "second_put_window", "io_backend",
       "use_direct_io", "queue_depth", "read_threads", "max_write_chunk_bytes", "write_queue_bytes",
-      "group_commit_bytes", "max_pending_reads", "max_payload_bytes", "checkpoint_interval_bytes"};
+      "group_commit_bytes", "max_pending_reads", "max_payload_bytes", "checkpoint_interval_bytes",
+      "zero_copy_min_bytes", "dense_record_max_bytes"};
   for (const char* o : kOptions)
     if (k == o) return true;
   return false;

@@ -1,5 +1,7 @@
 #include "log/scanner.h"
 
+#include "format/coding.h"
+
 #include <algorithm>
 #include <cstring>
 
@@ -17,18 +19,27 @@ bool AllZero(const uint8_t* p, size_t n) {
 
 Result<const uint8_t*> SegmentScanner::Window(uint64_t off, uint64_t len) {
   if (off >= buf_off_ && off + len <= buf_off_ + buf_len_) return buf_.data() + (off - buf_off_);
-  uint64_t want = std::max<uint64_t>(len, kWindow);
-  want = std::min<uint64_t>(want, segment_size_ - off);
+  // O_DIRECT reads start on a page: dense records need not.
+  const uint64_t base = format::PageStart(off);
+  uint64_t want = std::max<uint64_t>(off - base + len, kWindow);
+  want = std::min<uint64_t>(want, segment_size_ - base);
   want = format::AlignUp(want);
-  if (want < len) return Status::Corruption("record extends past segment end");
+  if (base + want < off + len) return Status::Corruption("record extends past segment end");
   if (buf_.size() < want && !buf_.Reset(want)) return Status::NoSpace("out of memory for scan buffer");
   buf_len_ = 0;
-  Status st = file_->ReadAt(off, buf_.data(), want);
+  Status st = file_->ReadAt(base, buf_.data(), want);
   if (!st.ok()) return st;
   bytes_read_ += want;
-  buf_off_ = off;
+  buf_off_ = base;
   buf_len_ = want;
-  return buf_.data();
+  return buf_.data() + (off - base);
+}
+
+Result<bool> SegmentScanner::ZeroToPageEnd(uint64_t off) {
+  const uint64_t n = format::AlignUp(off + 1) - off;
+  auto w = Window(off, n);
+  if (!w.ok()) return w.status();
+  return AllZero(*w, n);
 }
 
 Status SegmentScanner::Scan(uint64_t start, bool verify_payload, bool resync,
@@ -39,52 +50,88 @@ Status SegmentScanner::Scan(uint64_t start, bool verify_payload, bool resync,
   r->end = off;
   bool in_bad_run = false;
   uint64_t last_progress = off;
-  while (off + format::kPage <= segment_size_) {
-    auto page = Window(off, format::kPage);
+  // Marks [from, to) as part of a corrupt region (resync only).
+  auto corrupt = [&](uint64_t from, uint64_t to) {
+    if (!in_bad_run) {
+      ++r->corrupt_regions;
+      if (r->corrupt.size() < 1000) r->corrupt.emplace_back(from, 0);
+    }
+    if (!r->corrupt.empty() && r->corrupt.back().first + r->corrupt.back().second == from)
+      r->corrupt.back().second += to - from;
+    in_bad_run = true;
+  };
+  while (off + format::kRecordHeaderBytes <= segment_size_) {
+    const bool aligned = off % format::kPage == 0;
+    if (!aligned) {
+      // After a dense record: the next one, or zero padding to the page end
+      // (where the write that held it ended).
+      auto zero = ZeroToPageEnd(off);
+      if (!zero.ok()) return zero.status();
+      if (*zero) {
+        off = format::AlignUp(off);
+        continue;
+      }
+    }
+    const uint64_t avail = std::min<uint64_t>(format::kPage, segment_size_ - off);
+    auto page = Window(off, avail);
     if (!page.ok()) return page.status();
     std::string_view key;
-    auto h = format::DecodeRecordHeader({*page, format::kPage}, max_payload_, &key);
-    bool valid = h.ok() && h->segment_id == segment_ && h->generation == generation_;
-    uint64_t rec_bytes = valid ? format::RecordBytes(h->key_len, h->payload_len) : 0;
+    auto h = format::DecodeRecordHeader({*page, avail}, max_payload_, &key);
+    // Only dense records may start off a page boundary.
+    bool valid = h.ok() && h->segment_id == segment_ && h->generation == generation_ &&
+                 (aligned || format::IsDense(h->flags));
+    const uint64_t rec_bytes = h.ok() ? format::RecordBytes(h->key_len, h->payload_len, h->flags) : 0;
     if (valid && off + rec_bytes > segment_size_) valid = false;
     const uint8_t* rec = nullptr;
     if (valid) {
-      auto w = Window(off, verify_payload ? rec_bytes : format::kPage);
+      auto w = Window(off, verify_payload ? rec_bytes : format::kRecordHeaderBytes + h->key_len);
       if (!w.ok()) return w.status();
       rec = *w;
       // The key view must point into the current window (it may have moved).
       key = std::string_view(reinterpret_cast<const char*>(rec) + format::kRecordHeaderBytes,
                              h->key_len);
       if (verify_payload) {
-        const uint8_t* payload = rec + format::PayloadOffset(h->key_len, h->payload_len);
+        const uint8_t* payload = rec + format::PayloadOffset(h->key_len, h->payload_len, h->flags);
         valid = format::Checksum(payload, h->payload_len) == h->payload_checksum;
       }
     }
-    if (!valid && resync && h.ok() && (h->segment_id != segment_ || h->generation != generation_)) {
+    if (!valid && resync && h.ok() && (h->segment_id != segment_ || h->generation != generation_) &&
+        off + rec_bytes <= segment_size_) {
       // A whole record of an earlier life of this segment (space not punched):
       // stale, not corrupt. Skip it.
       in_bad_run = false;
-      off += format::RecordBytes(h->key_len, h->payload_len);
+      off += rec_bytes;
       continue;
     }
     if (!valid) {
-      // Reading the whole record above may have moved or reallocated the
-      // window, so `page` can be stale: look the page up again (no I/O).
-      page = Window(off, format::kPage);
-      if (!page.ok()) return page.status();
-      bool zero = AllZero(*page, format::kPage);
+      bool zero = false;
+      if (aligned) {
+        // Reading the whole record above may have moved or reallocated the
+        // window: look the page up again (no I/O).
+        page = Window(off, avail);
+        if (!page.ok()) return page.status();
+        zero = AllZero(*page, avail);
+      }
       if (!resync) {
         r->torn = !zero;
         break;
       }
-      if (!zero && !in_bad_run) {
-        ++r->corrupt_regions;
-        if (r->corrupt.size() < 1000) r->corrupt.emplace_back(off, 0);
+      if (zero) {
+        in_bad_run = false;
+        off += format::kPage;
+        continue;
       }
-      if (!zero && !r->corrupt.empty() && r->corrupt.back().first + r->corrupt.back().second == off)
-        r->corrupt.back().second += format::kPage;
-      in_bad_run = !zero;
-      off += format::kPage;
+      // Step to the next place a record could start: an 8-byte position
+      // holding the record magic (a dense record), or the next page.
+      uint64_t next = off + format::kDenseAlign;
+      for (; next % format::kPage != 0 && next + format::kRecordHeaderBytes <= segment_size_;
+           next += format::kDenseAlign) {
+        auto m = Window(next, 4);
+        if (!m.ok()) return m.status();
+        if (format::GetFixed32(*m) == format::kRecordMagic) break;
+      }
+      corrupt(off, std::min(next, segment_size_));
+      off = next;
       continue;
     }
     in_bad_run = false;
@@ -93,7 +140,7 @@ Status SegmentScanner::Scan(uint64_t start, bool verify_payload, bool resync,
     sr.record_bytes = rec_bytes;
     sr.header = *h;
     sr.key = key;
-    if (verify_payload) sr.payload = {rec + format::PayloadOffset(h->key_len, h->payload_len), h->payload_len};
+    if (verify_payload) sr.payload = {rec + format::PayloadOffset(h->key_len, h->payload_len, h->flags), h->payload_len};
     ++r->records;
     off += rec_bytes;
     r->end = off;
@@ -105,6 +152,25 @@ Status SegmentScanner::Scan(uint64_t start, bool verify_payload, bool resync,
   }
   if (progress && off > last_progress) progress(std::min(off, segment_size_) - last_progress);
   r->bytes_read = bytes_read_;
+  return Status::OK();
+}
+
+Status ZeroRange(File* file, uint64_t off, uint64_t len) {
+  if (len == 0) return Status::OK();
+  Status st = file->PunchHole(off, len);
+  if (st.code() != Code::kNotSupported) return st;
+  const uint64_t end = off + len;
+  AlignedBuffer buf(1 << 20);
+  if (buf.size() == 0) return Status::NoSpace("out of memory zeroing a region");
+  for (uint64_t at = format::PageStart(off); at < end;) {
+    const uint64_t n = std::min<uint64_t>(buf.size(), format::AlignUp(end) - at);
+    // Keep what lies outside [off, end) in the first and last page.
+    if (at < off || at + n > end) KVTIER_RETURN_IF_ERROR(file->ReadAt(at, buf.data(), n));
+    const uint64_t zfrom = std::max(off, at), zto = std::min(end, at + n);
+    std::memset(buf.data() + (zfrom - at), 0, zto - zfrom);
+    KVTIER_RETURN_IF_ERROR(file->WriteAt(at, buf.data(), n));
+    at += n;
+  }
   return Status::OK();
 }
 

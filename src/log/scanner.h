@@ -6,9 +6,12 @@
 //
 // Stopping rule: a page whose header does not verify, or that belongs to
 // another segment or generation, ends the written part of the segment (a
-// torn tail after a crash, or space never written). With `resync` the scanner
-// instead steps one page and keeps looking, counting the non-zero pages it
-// had to skip as corrupt, so one bad record does not hide the rest.
+// torn tail after a crash, or space never written). After a dense record the
+// rest of its page is either the next dense record or zero padding, which
+// the scanner steps over. With `resync` the scanner instead keeps looking
+// (at the next 8-byte position holding the record magic, or the next page),
+// counting the non-zero bytes it had to skip as corrupt, so one bad record
+// does not hide the rest.
 #ifndef KVTIER_SRC_LOG_SCANNER_H_
 #define KVTIER_SRC_LOG_SCANNER_H_
 
@@ -44,11 +47,12 @@ inline format::IndexValue IndexValueOf(const ScannedRecord& rec, uint32_t segmen
   v.sequence = rec.header.sequence;
   v.written_unix_ms = rec.header.written_unix_ms;
   v.key_len = rec.header.key_len;
+  v.flags = rec.header.flags;
   return v;
 }
 
 struct ScanResult {
-  uint64_t end = 0;             // offset after the last valid record (where writing may resume)
+  uint64_t end = 0;             // offset after the last valid record (8-byte aligned when dense)
   uint64_t records = 0;         // valid records visited
   uint64_t corrupt_regions = 0; // runs of non-zero pages that did not verify (resync only)
   uint64_t bytes_read = 0;
@@ -73,6 +77,8 @@ class SegmentScanner {
  private:
   // Makes [off, off+len) readable and returns a pointer to it.
   Result<const uint8_t*> Window(uint64_t off, uint64_t len);
+  // Whether [off, next page boundary) is all zero.
+  Result<bool> ZeroToPageEnd(uint64_t off);
 
   File* file_;
   uint32_t segment_, generation_;
@@ -81,6 +87,12 @@ class SegmentScanner {
   uint64_t buf_off_ = 0, buf_len_ = 0;
   uint64_t bytes_read_ = 0;
 };
+
+// Zeroes [off, off + len) of a segment file, which need not be page aligned
+// (a torn tail or a corrupt region can start after a dense record): a punched
+// hole, or where the file system cannot punch, zero pages written (a partial
+// page is read, cleared and written back).
+Status ZeroRange(File* file, uint64_t off, uint64_t len);
 
 }  // namespace kvtier
 

@@ -57,7 +57,9 @@ std::string EncodeLocation(const Location& l) {
   format::AppendFixed64(&v, l.payload_len);
   format::AppendFixed64(&v, l.checksum);
   format::AppendFixed64(&v, l.sequence);
-  format::AppendFixed16(&v, l.key_len);
+  // Keys are at most 255 bytes: the high byte of this u16 holds the record
+  // flags (0 in locations written before dense records existed).
+  format::AppendFixed16(&v, static_cast<uint16_t>(l.key_len | (l.flags << 8)));
   v.append(l.base);
   return v;
 }
@@ -74,7 +76,9 @@ Result<Location> DecodeLocation(std::string_view v) {
   l.payload_len = format::GetFixed64(p + 24);
   l.checksum = format::GetFixed64(p + 32);
   l.sequence = format::GetFixed64(p + 40);
-  l.key_len = format::GetFixed16(p + 48);
+  const uint16_t key_and_flags = format::GetFixed16(p + 48);
+  l.key_len = key_and_flags & 0xff;
+  l.flags = key_and_flags >> 8;
   l.base.assign(v.substr(kLocationFixed));
   if (l.part_bytes == 0) return Status::Corruption("remote index: bad location");
   return l;
@@ -155,6 +159,7 @@ Result<uint64_t> RemoteIndex::Import(const SegmentSummary& sum, const std::strin
     l.checksum = e.checksum;
     l.sequence = e.sequence;
     l.key_len = static_cast<uint16_t>(e.key.size());
+    l.flags = e.flags;
     b.Put(EntryKey(e.ns, e.key), EncodeLocation(l));
     b.Put(RowKey(base, e.ns, e.key), "");
     ++added;

@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "format/record.h"
 #include "kvtier/namespace.h"
 #include "kvtier/status.h"
 #include "remote/summary.h"
@@ -34,6 +35,8 @@ struct Location {
   uint64_t offset = 0;  // record start in the uploaded segment
   uint64_t payload_len = 0, checksum = 0, sequence = 0;
   uint16_t key_len = 0;
+  uint16_t flags = 0;  // the record's flags (format::kRecordDense)
+  uint64_t PayloadOffset() const { return format::PayloadOffset(key_len, payload_len, flags); }
 };
 
 class RemoteIndex {

@@ -104,7 +104,7 @@ bool SharedTier::Read(const Location& loc, NamespaceId ns, std::string_view key,
   std::shared_lock<std::shared_mutex> l(client_mu_);
   if (!client_) return false;
   // Header, key and payload; the padding is not needed.
-  const uint64_t total = format::PayloadOffset(loc.key_len, loc.payload_len) + loc.payload_len;
+  const uint64_t total = loc.PayloadOffset() + loc.payload_len;
   std::vector<RadosClient::Piece> pieces;
   for (uint64_t at = 0; at < total;) {
     const uint64_t off = loc.offset + at;
@@ -120,7 +120,7 @@ bool SharedTier::Read(const Location& loc, NamespaceId ns, std::string_view key,
         if (st.ok()) {
           std::string_view k;
           auto h = format::DecodeRecordHeader({data, len}, loc.payload_len, &k);
-          const uint8_t* payload = data + format::PayloadOffset(loc.key_len, loc.payload_len);
+          const uint8_t* payload = data + loc.PayloadOffset();
           const bool good = h.ok() && k == key && h->ns_id == ns && h->segment_id == loc.segment &&
                             h->generation == loc.generation && h->payload_len == loc.payload_len &&
                             h->payload_checksum == loc.checksum &&

@@ -11,7 +11,9 @@ namespace {
 
 constexpr uint32_t kSummaryMagic = 0x5352564Bu;  // "KVRS"
 constexpr uint32_t kCatalogMagic = 0x4352564Bu;  // "KVRC"
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kCatalogVersion = 1;
+// 2 added each entry's record flags (dense records, format 3); 1 is still read.
+constexpr uint32_t kSummaryVersion = 2;
 constexpr size_t kMaxStringBytes = 1u << 20;
 
 void PutString(std::string* out, std::string_view s) {
@@ -49,15 +51,19 @@ class Reader {
   std::string_view p_;
 };
 
-// Magic, version, body, then XXH3-64 of everything before it.
-Result<std::string_view> CheckEnvelope(std::string_view in, uint32_t magic, const char* what) {
+// Magic, version, body, then XXH3-64 of everything before it. Versions 1 to
+// `max_version` are accepted; `version` (if not null) says which.
+Result<std::string_view> CheckEnvelope(std::string_view in, uint32_t magic, const char* what, uint32_t max_version,
+                                       uint32_t* version = nullptr) {
   if (in.size() < 16) return Status::Corruption(std::string(what) + ": too short");
   const auto* b = reinterpret_cast<const uint8_t*>(in.data());
   if (format::GetFixed32(b) != magic) return Status::Corruption(std::string(what) + ": bad magic");
   if (format::Checksum(b, in.size() - 8) != format::GetFixed64(b + in.size() - 8))
     return Status::Corruption(std::string(what) + ": checksum mismatch");
-  if (format::GetFixed32(b + 4) != kVersion)
-    return Status::NotSupported(std::string(what) + ": unknown version " + std::to_string(format::GetFixed32(b + 4)));
+  const uint32_t v = format::GetFixed32(b + 4);
+  if (v == 0 || v > max_version)
+    return Status::NotSupported(std::string(what) + ": unknown version " + std::to_string(v));
+  if (version != nullptr) *version = v;
   return in.substr(8, in.size() - 16);
 }
 
@@ -89,7 +95,7 @@ std::string EncodeSummary(const SegmentSummary& s) {
   std::string out;
   out.reserve(64 + s.entries.size() * 64);
   format::AppendFixed32(&out, kSummaryMagic);
-  format::AppendFixed32(&out, kVersion);
+  format::AppendFixed32(&out, kSummaryVersion);
   PutString(&out, s.store_id);
   format::AppendFixed32(&out, s.segment);
   format::AppendFixed32(&out, s.generation);
@@ -111,13 +117,15 @@ std::string EncodeSummary(const SegmentSummary& s) {
     format::AppendFixed64(&out, e.payload_len);
     format::AppendFixed64(&out, e.checksum);
     format::AppendFixed64(&out, e.sequence);
+    format::AppendFixed16(&out, e.flags);
   }
   Seal(&out);
   return out;
 }
 
 Result<SegmentSummary> DecodeSummary(std::string_view in) {
-  auto body = CheckEnvelope(in, kSummaryMagic, "segment summary");
+  uint32_t version = 0;
+  auto body = CheckEnvelope(in, kSummaryMagic, "segment summary", kSummaryVersion, &version);
   if (!body.ok()) return body.status();
   Reader r(*body);
   SegmentSummary s;
@@ -140,10 +148,13 @@ Result<SegmentSummary> DecodeSummary(std::string_view in) {
     if (!r.U64(&e.ns) || !r.U16(&klen)) return bad("truncated entry");
     if (klen == 0 || klen > format::kMaxKeyBytes) return bad("bad key length");
     if (!r.Bytes(klen, &e.key)) return bad("truncated key");
-    if (!r.U64(&e.offset) || !r.U64(&e.payload_len) || !r.U64(&e.checksum) || !r.U64(&e.sequence))
+    if (!r.U64(&e.offset) || !r.U64(&e.payload_len) || !r.U64(&e.checksum) || !r.U64(&e.sequence) ||
+        (version >= 2 && !r.U16(&e.flags)))
       return bad("truncated entry");
-    if (e.offset < format::kSegmentDataStart ||
-        e.offset + format::RecordBytes(klen, e.payload_len) > s.bytes || e.payload_len == 0)
+    if ((e.flags & ~format::kRecordDense) != 0) return bad("unknown record flags");
+    if (e.offset < format::kSegmentDataStart || e.payload_len == 0 ||
+        e.offset % (format::IsDense(e.flags) ? format::kDenseAlign : format::kPage) != 0 ||
+        e.offset + format::RecordBytes(klen, e.payload_len, e.flags) > s.bytes)
       return bad("entry outside the segment");
     s.entries.push_back(std::move(e));
   }
@@ -160,7 +171,7 @@ std::string CatalogKey(uint64_t uploaded_unix_ms, std::string_view base) {
 std::string EncodeCatalogValue(const CatalogEntry& e) {
   std::string out;
   format::AppendFixed32(&out, kCatalogMagic);
-  format::AppendFixed32(&out, kVersion);
+  format::AppendFixed32(&out, kCatalogVersion);
   PutString(&out, e.base);
   format::AppendFixed64(&out, e.bytes);
   format::AppendFixed64(&out, e.part_bytes);
@@ -170,7 +181,7 @@ std::string EncodeCatalogValue(const CatalogEntry& e) {
 }
 
 Result<CatalogEntry> DecodeCatalogValue(std::string_view key, std::string_view value) {
-  auto body = CheckEnvelope(value, kCatalogMagic, "catalog entry");
+  auto body = CheckEnvelope(value, kCatalogMagic, "catalog entry", kCatalogVersion);
   if (!body.ok()) return body.status();
   Reader r(*body);
   CatalogEntry e;

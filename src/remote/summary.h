@@ -34,6 +34,7 @@ struct SummaryEntry {
   uint64_t payload_len = 0;
   uint64_t checksum = 0;  // XXH3-64 of the payload, as in the record header
   uint64_t sequence = 0;
+  uint16_t flags = 0;     // the record's flags (format::kRecordDense)
 };
 
 struct SegmentSummary {

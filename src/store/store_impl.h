@@ -122,7 +122,8 @@ class StoreImpl final : public Store {
     std::string key;
     uint64_t alloc_id = 0;
     WriteRing::Allocation alloc;  // the whole record, or its header (+ tail) pages
-    uint64_t rec_bytes = 0;       // on-disk size of the record
+    uint64_t rec_bytes = 0;       // on-disk size of the record (8-byte aligned when dense)
+    bool dense = false;           // kRecordDense: the record is at alloc.data, padded to a page
     // The record in disk order: ring memory, or header page + the payload's
     // whole pages where they already are (caller or RAM-tier memory) + tail
     // page. Empty means the whole record is in `alloc`.
@@ -280,8 +281,13 @@ class StoreImpl final : public Store {
   std::unique_ptr<IoQueue> write_queue_;
   bool ram_unregistered_ = false;  // the kernel refused to register the RAM tier (writer thread only)
   uint32_t cur_seg_ = UINT32_MAX, cur_gen_ = 0;
-  uint64_t cur_off_ = 0;
+  uint64_t cur_off_ = 0;  // page aligned between passes; 8-byte aligned after a dense record
   uint64_t epoch_ = 0, next_seq_ = 1;
+  bool dense_ok_ = false;  // the store's format allows dense records (set at open)
+  // Where a pass's dense records are laid out back to back for writing
+  // (writer thread only; a pass holds at most kStagingBytes of them).
+  AlignedBuffer staging_;
+  static constexpr uint64_t kStagingBytes = 8ull << 20;
   bool pass_sealed_ = false;
   // Syncer stage.
   std::mutex sync_mu_;

@@ -29,6 +29,8 @@ Status CheckOptions(const Options& o) {
   if (o.max_write_chunk_bytes < format::kPage || o.max_write_chunk_bytes % format::kPage != 0)
     return Status::InvalidArgument("max_write_chunk_bytes must be a positive multiple of 4096");
   if (o.max_payload_bytes == 0) return Status::InvalidArgument("max_payload_bytes must be > 0");
+  if (o.dense_record_max_bytes > (4u << 20))
+    return Status::InvalidArgument("dense_record_max_bytes must be at most 4 MiB");
   if (o.reinsert_max_fraction < 0 || o.reinsert_max_fraction > 1)
     return Status::InvalidArgument("reinsert_max_fraction must be in [0, 1]");
   return Status::OK();
@@ -137,6 +139,7 @@ Status StoreImpl::CreateOrLoadSuperblock(bool* created) {
   if (!sb.ok()) return sb.status();
   store_id_ = sb->store_id;
   description_.format_version = sb->format_version;
+  dense_ok_ = sb->format_version >= 3 && opt_.dense_record_max_bytes > 0;
   description_.store_id = format::StoreIdHex(sb->store_id);
   description_.segment_size_bytes = sb->segment_size;
   description_.created_unix_ms = sb->created_unix_ms;
@@ -347,17 +350,8 @@ Status StoreImpl::Recover() {
         // acknowledged. Zero it so no later scan can mistake it for data.
         c_.recovery_torn_bytes.Add(r.torn ? description_.segment_size_bytes - r.end : 0);
         File* f = table_->file(s.id);
-        Status ps = f->PunchHole(r.end, description_.segment_size_bytes - r.end);
-        if (ps.code() == Code::kNotSupported) {
-          AlignedBuffer zero(1 << 20);
-          std::memset(zero.data(), 0, zero.size());
-          for (uint64_t off = r.end; off < description_.segment_size_bytes && ps.code() != Code::kIOError;) {
-            uint64_t n = std::min<uint64_t>(zero.size(), description_.segment_size_bytes - off);
-            ps = f->WriteAt(off, zero.data(), n);
-            off += n;
-          }
-        }
-        if (ps.ok() || ps.code() == Code::kNotSupported) ps = f->Sync();
+        Status ps = ZeroRange(f, r.end, description_.segment_size_bytes - r.end);
+        if (ps.ok()) ps = f->Sync();
         if (!ps.ok()) return ps.WithContext("cutting the torn tail of segment " + std::to_string(s.id));
       }
     }

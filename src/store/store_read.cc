@@ -121,9 +121,11 @@ void StoreImpl::ReaderLoop(unsigned index) {
   (void)index;
   auto q = fs_->NewIoQueue(opt_.queue_depth);
   // A slot per read of a batch, big enough for every record a get reads
-  // whole (below zero_copy_min_bytes; direct reads need two pages).
+  // whole (below zero_copy_min_bytes, plus the page a dense record may start
+  // inside; direct reads need two pages).
   ReadBuffers bufs(opt_.queue_depth,
-                   format::RecordBytes(format::kMaxKeyBytes, std::min<uint64_t>(opt_.zero_copy_min_bytes, 1u << 20)));
+                   format::RecordBytes(format::kMaxKeyBytes, std::min<uint64_t>(opt_.zero_copy_min_bytes, 1u << 20), 0) +
+                       format::kPage);
   std::vector<std::shared_ptr<ReadOp>> batch;
   for (;;) {
     batch.clear();
@@ -239,9 +241,11 @@ void StoreImpl::ExecuteReads(IoQueue* queue, std::vector<std::shared_ptr<ReadOp>
     // touched afterwards, which an in-flight read could not keep.
     const uint64_t whole = v.payload_len / kPage * kPage;
     const bool direct = op->deadline == kNoDeadline && whole > 0 && v.payload_len >= opt_.zero_copy_min_bytes &&
-                        format::PayloadAligned(v.key_len, v.payload_len) && DirectTarget(op->out, whole);
+                        format::PayloadAligned(v.key_len, v.payload_len, v.flags) && DirectTarget(op->out, whole);
     size_t b = pending.size();
-    uint8_t* const bounce = bufs.Get(b, direct ? 2 * kPage : v.RecordBytes());
+    // A whole read covers the record's pages (a dense one may share them).
+    const uint64_t paged = format::PagedBytes(v.offset, v.RecordBytes());
+    uint8_t* const bounce = bufs.Get(b, direct ? 2 * kPage : paged);
     if (bounce == nullptr) {
       table_->Unpin(v.segment);
       Complete(op, Status::NoSpace("out of memory for a read buffer"));
@@ -261,7 +265,7 @@ void StoreImpl::ExecuteReads(IoQueue* queue, std::vector<std::shared_ptr<ReadOp>
       ++io.left;
     };
     if (!direct) {
-      add(v.offset, io.bounce, v.RecordBytes());
+      add(format::PageStart(v.offset), io.bounce, paged);
       continue;
     }
     add(v.offset, io.bounce, kPage);  // header and key
@@ -307,7 +311,7 @@ void StoreImpl::FinishRead(ReadIo& io) {
   }
   c_.device_bytes_read.Add(io.device_bytes);
   // Verify everything the record says against what the index expects.
-  const uint8_t* rec = io.bounce;
+  const uint8_t* rec = io.bounce + (io.direct ? 0 : v.offset - format::PageStart(v.offset));
   const uint64_t have = io.direct ? kPage : v.RecordBytes();
   std::string_view key;
   auto h = format::DecodeRecordHeader({rec, have}, opt_.max_payload_bytes, &key);
@@ -315,7 +319,7 @@ void StoreImpl::FinishRead(ReadIo& io) {
               h->generation == v.generation && h->payload_len == v.payload_len &&
               h->payload_checksum == v.payload_checksum;
   const uint64_t whole = v.payload_len / kPage * kPage;
-  const uint8_t* payload = rec + format::PayloadOffset(v.key_len, v.payload_len);
+  const uint8_t* payload = rec + v.PayloadOffset();
   if (good) {
     if (io.direct) {
       // The payload's whole pages are in the caller's fragments, the rest in
@@ -458,6 +462,8 @@ BlockInfo StoreImpl::ToBlockInfo(NamespaceId ns, std::string_view key, const for
   b.offset = v.offset;
   b.payload_bytes = v.payload_len;
   b.record_bytes = v.RecordBytes();
+  b.payload_offset = v.offset + v.PayloadOffset();
+  b.dense = format::IsDense(v.flags);
   b.payload_checksum = v.payload_checksum;
   b.sequence = v.sequence;
   b.written_unix_ms = v.written_unix_ms;

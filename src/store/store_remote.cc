@@ -61,7 +61,7 @@ Status StoreImpl::StartRemote() {
         out->namespaces.emplace_back(ns, spec->Encode());
       }
       out->entries.push_back(remote::SummaryEntry{ns, std::string(key), off, (*e)->payload_len,
-                                                  (*e)->payload_checksum, (*e)->sequence});
+                                                  (*e)->payload_checksum, (*e)->sequence, (*e)->flags});
       return true;
     });
     return st;

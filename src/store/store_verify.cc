@@ -10,7 +10,8 @@
 namespace kvtier {
 
 namespace {
-uint64_t LocationKey(uint32_t seg, uint64_t offset) { return (uint64_t{seg} << 40) | (offset >> 12); }
+// Records start 8-byte aligned (dense) and segments hold at most 64 GiB.
+uint64_t LocationKey(uint32_t seg, uint64_t offset) { return (uint64_t{seg} << 40) | (offset >> 3); }
 
 uint64_t NameHash(NamespaceId ns, std::string_view key) {
   std::string buf(sizeof ns, '\0');
@@ -165,14 +166,8 @@ Result<RepairReport> StoreImpl::RebuildIndex(const std::function<void(uint64_t, 
     // rather than the same damage again.
     if (!r.corrupt.empty()) {
       File* f = table_->file(s.id);
-      AlignedBuffer zero;
       for (const auto& [off, len] : r.corrupt) {
-        Status ps = f->PunchHole(off, len);
-        if (ps.code() == Code::kNotSupported) {
-          if (zero.size() < len && !zero.Reset(len)) return Status::NoSpace("out of memory zeroing a region");
-          std::memset(zero.data(), 0, len);
-          ps = f->WriteAt(off, zero.data(), len);
-        }
+        Status ps = ZeroRange(f, off, len);
         if (!ps.ok()) return ps.WithContext("clearing a corrupt region of segment " + std::to_string(s.id));
         ++rep.regions_cleared;
       }

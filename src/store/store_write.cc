@@ -112,9 +112,13 @@ void StoreImpl::SubmitPut(NamespaceId ns, std::string_view key, std::span<const 
     return Finish(done, Status::NotAdmitted("declined by the admission policy"));
   }
   WriteOp op;
-  op.rec_bytes = format::RecordBytes(key.size(), payload_len);
-  const uint64_t poff = format::PayloadOffset(key.size(), payload_len);
-  const bool aligned = format::PayloadAligned(key.size(), payload_len);
+  // Records below zero_copy_min_bytes are always copied into the ring; the
+  // small ones among them go dense.
+  op.dense = dense_ok_ && payload_len <= opt_.dense_record_max_bytes && payload_len < opt_.zero_copy_min_bytes;
+  const uint16_t flags = op.dense ? format::kRecordDense : 0;
+  op.rec_bytes = format::RecordBytes(key.size(), payload_len, flags);
+  const uint64_t poff = format::PayloadOffset(key.size(), payload_len, flags);
+  const bool aligned = format::PayloadAligned(key.size(), payload_len, flags);
   // Where the device write reads the payload from, in order of preference:
   // the caller's RAM-tier reservation, a fresh RAM-tier copy (write-through
   // with one copy), the caller's own memory, or a copy in the ring.
@@ -135,7 +139,7 @@ void StoreImpl::SubmitPut(NamespaceId ns, std::string_view key, std::span<const 
   const bool direct =
       aligned && payload_len >= opt_.zero_copy_min_bytes && (pin || borrow) && Borrowable(source);
   const uint64_t whole = payload_len / kPage * kPage, tail = payload_len - whole;
-  const uint64_t ring_bytes = direct ? kPage + (tail != 0 ? kPage : 0) : op.rec_bytes;
+  const uint64_t ring_bytes = direct ? kPage + (tail != 0 ? kPage : 0) : format::AlignUp(op.rec_bytes);
   const uint64_t borrowed = direct ? whole : 0;
   {
     std::unique_lock<std::mutex> l(mu_);
@@ -203,7 +207,8 @@ void StoreImpl::SubmitPut(NamespaceId ns, std::string_view key, std::span<const 
   } else {
     std::memset(rec + head, 0, poff - head);
     Gather(source, rec + poff);
-    std::memset(rec + poff + payload_len, 0, op.rec_bytes - poff - payload_len);
+    // Zero to the page end: a dense record written alone is written from here.
+    std::memset(rec + poff + payload_len, 0, ring_bytes - poff - payload_len);
     op.checksum = checksum != nullptr ? *checksum : format::Checksum(rec + poff, payload_len);
   }
   op.kind = WriteOp::Kind::kRecord;
@@ -437,7 +442,10 @@ void StoreImpl::WriterLoop() {
 
 StoreImpl::Place StoreImpl::PlaceRecord(WriteOp& op, const std::unordered_set<uint32_t>& touched) {
   const uint64_t seg_size = table_->segment_size();
-  if (cur_seg_ == UINT32_MAX || cur_off_ + op.rec_bytes > seg_size || IsPoisoned(cur_seg_)) {
+  // Only a dense record may start inside a page (after another dense one);
+  // every write ends on a page, so the record must fit with its padding.
+  if (!op.dense) cur_off_ = format::AlignUp(cur_off_);
+  if (cur_seg_ == UINT32_MAX || format::AlignUp(cur_off_ + op.rec_bytes) > seg_size || IsPoisoned(cur_seg_)) {
     if (cur_seg_ != UINT32_MAX) {
       table_->Seal(cur_seg_, cur_off_);
       pass_sealed_ = true;
@@ -457,6 +465,7 @@ StoreImpl::Place StoreImpl::PlaceRecord(WriteOp& op, const std::unordered_set<ui
   op.sequence = next_seq_++;
   cur_off_ += op.rec_bytes;
   format::RecordHeader h;
+  h.flags = op.dense ? format::kRecordDense : 0;
   h.key_len = static_cast<uint16_t>(op.key.size());
   h.segment_id = op.segment;
   h.generation = op.generation;
@@ -482,9 +491,17 @@ void StoreImpl::WriteGroup(std::vector<WriteOp>& group) {
     reqs.clear();
     pass_sealed_ = false;
     // 1. Place records; stop early when rollover would reclaim a segment this
-    //    pass is still writing.
+    //    pass is still writing, or when the pass's dense records would
+    //    overflow the staging buffer (with a padding page per run).
+    uint64_t dense_bound = 0;
     for (; placed_end < group.size(); ++placed_end) {
       WriteOp& op = group[placed_end];
+      if (op.dense) {
+        const bool new_run = placed_end == begin || !group[placed_end - 1].dense;
+        const uint64_t need = op.rec_bytes + (new_run ? kPage : 0);
+        if (placed_end > begin && dense_bound + need + kPage > kStagingBytes) break;
+        dense_bound += need;
+      }
       Place r = PlaceRecord(op, touched);
       if (r == Place::kEndGroup) break;
       if (r == Place::kPlaced) touched.insert(op.segment);
@@ -493,43 +510,98 @@ void StoreImpl::WriteGroup(std::vector<WriteOp>& group) {
       group[placed_end].status = Status::NoSpace("no segment can be reclaimed");
       ++placed_end;
     }
+    cur_off_ = format::AlignUp(cur_off_);  // the pass's last write is padded to a page
     // 2. One I/O per run that is contiguous on disk and in memory (records
     //    copied into the ring merge; borrowed payloads are written where
-    //    they are). Runs longer than a chunk are split so reads can slip
+    //    they are; dense records are laid out back to back in the staging
+    //    buffer). Runs longer than a chunk are split so reads can slip
     //    between.
-    for (size_t i = begin; i < placed_end; ++i) {
+    auto emit = [&](File* file, uint64_t at, uint8_t* mem, uint64_t len) {
+      for (uint64_t done = 0; done < len;) {
+        IoRequest* last = reqs.empty() ? nullptr : &reqs.back();
+        const uint64_t left = len - done;
+        if (last != nullptr && last->file == file && last->offset + last->len == at + done &&
+            static_cast<uint8_t*>(last->buf) + last->len == mem + done && last->len < opt_.max_write_chunk_bytes) {
+          const uint64_t n = std::min<uint64_t>(left, opt_.max_write_chunk_bytes - last->len);
+          last->len += n;
+          done += n;
+          continue;
+        }
+        const uint64_t n = std::min<uint64_t>(left, opt_.max_write_chunk_bytes);
+        IoRequest rq;
+        rq.op = IoRequest::Op::kWrite;
+        rq.file = file;
+        rq.offset = at + done;
+        rq.buf = mem + done;
+        rq.len = n;
+        reqs.push_back(rq);
+        done += n;
+      }
+    };
+    // The dense run that starts at op i: the ops after it that follow it
+    // on disk (ops that failed placement hold no space and are skipped).
+    auto run_end = [&](size_t i) {
+      size_t last = i, j = i + 1;
+      for (; j < placed_end; ++j) {
+        const WriteOp& o = group[j];
+        if (!o.status.ok()) continue;
+        const WriteOp& p = group[last];
+        if (!o.dense || o.segment != p.segment || o.offset != p.offset + p.rec_bytes) break;
+        last = j;
+      }
+      return std::pair<size_t, size_t>(last, j);  // last op of the run, where to continue
+    };
+    uint64_t stage_need = 0;
+    for (size_t i = begin; i < placed_end;) {
+      if (!group[i].status.ok() || !group[i].dense) {
+        ++i;
+        continue;
+      }
+      auto [last, next] = run_end(i);
+      if (last != i) stage_need += format::AlignUp(group[last].offset + group[last].rec_bytes - group[i].offset);
+      i = next;
+    }
+    if (staging_.size() < stage_need && !staging_.Reset(std::max(stage_need, kStagingBytes))) {
+      // Records placed after unwritten ones must not be acknowledged: fail
+      // the pass and retire its segments, as a failed write does.
+      for (size_t i = begin; i < placed_end; ++i)
+        if (group[i].status.ok()) {
+          group[i].status = Status::NoSpace("out of memory for the write staging buffer");
+          Poison(group[i].segment);
+        }
+    }
+    uint64_t staged = 0;
+    for (size_t i = begin; i < placed_end;) {
       WriteOp& op = group[i];
-      if (!op.status.ok()) continue;
+      if (!op.status.ok()) {
+        ++i;
+        continue;
+      }
       File* file = table_->file(op.segment);
+      if (op.dense) {
+        auto [last, next] = run_end(i);
+        if (last == i) {  // alone: written from the ring, padded there
+          emit(file, op.offset, op.alloc.data, format::AlignUp(op.rec_bytes));
+        } else {
+          const uint64_t bytes = group[last].offset + group[last].rec_bytes - op.offset;
+          uint8_t* dst = staging_.data() + staged;
+          for (size_t k = i; k <= last; ++k)
+            if (group[k].status.ok()) std::memcpy(dst + (group[k].offset - op.offset), group[k].alloc.data, group[k].rec_bytes);
+          std::memset(dst + bytes, 0, format::AlignUp(bytes) - bytes);
+          emit(file, op.offset, dst, format::AlignUp(bytes));
+          staged += format::AlignUp(bytes);
+        }
+        i = next;
+        continue;
+      }
       iovec whole{op.alloc.data, op.rec_bytes};
       std::span<const iovec> pieces = op.pieces.empty() ? std::span<const iovec>(&whole, 1) : op.pieces;
       uint64_t at = op.offset;
       for (const iovec& piece : pieces) {
-        auto* mem = static_cast<uint8_t*>(piece.iov_base);
-        for (uint64_t done = 0; done < piece.iov_len;) {
-          IoRequest* last = reqs.empty() ? nullptr : &reqs.back();
-          const uint64_t left = piece.iov_len - done;
-          if (last != nullptr && last->file == file && last->offset + last->len == at &&
-              static_cast<uint8_t*>(last->buf) + last->len == mem + done &&
-              last->len < opt_.max_write_chunk_bytes) {
-            const uint64_t n = std::min<uint64_t>(left, opt_.max_write_chunk_bytes - last->len);
-            last->len += n;
-            done += n;
-            at += n;
-            continue;
-          }
-          const uint64_t n = std::min<uint64_t>(left, opt_.max_write_chunk_bytes);
-          IoRequest rq;
-          rq.op = IoRequest::Op::kWrite;
-          rq.file = file;
-          rq.offset = at;
-          rq.buf = mem + done;
-          rq.len = n;
-          reqs.push_back(rq);
-          done += n;
-          at += n;
-        }
+        emit(file, at, static_cast<uint8_t*>(piece.iov_base), piece.iov_len);
+        at += piece.iov_len;
       }
+      ++i;
     }
     if (!reqs.empty()) write_queue_->Submit(reqs).IgnoreError();  // per-request statuses below
     c_.registered_writes.Set(GetUringQueueStats(*write_queue_).fixed_sqes);
@@ -653,6 +725,7 @@ void StoreImpl::CommitPass(CommitJob& job) {
     v.sequence = op.sequence;
     v.written_unix_ms = op.written_ms;
     v.key_len = static_cast<uint16_t>(op.key.size());
+    v.flags = op.dense ? format::kRecordDense : 0;
     batch.Put(op.ns, op.key, v);
   }
   if (!batch.empty()) {
@@ -750,8 +823,8 @@ Status StoreImpl::ReclaimSegment(uint32_t seg, bool reuse) {
   }
   // Read the hot records back before the space is reused.
   struct Reinsert {
-    AlignedBuffer rec;
-    uint64_t bytes;
+    AlignedBuffer rec;  // the record at its start, zero padded to a page
+    uint64_t bytes;     // on-disk bytes when rewritten: whole pages
     NamespaceId ns;
     std::string key;
     format::RecordHeader h;
@@ -768,16 +841,21 @@ Status StoreImpl::ReclaimSegment(uint32_t seg, bool reuse) {
       if (!e.ok() || !e->has_value()) continue;
       const format::IndexValue& v = **e;
       if (v.segment != seg || v.generation != old_gen || v.offset != r.offset) continue;
-      uint64_t bytes = v.RecordBytes();
+      // A dense record may share its pages: read them all, then move the
+      // record to the front. It is rewritten alone, padded to a page.
+      const uint64_t rec_bytes = v.RecordBytes(), bytes = format::AlignUp(rec_bytes);
+      const uint64_t first = format::PageStart(v.offset), paged = format::PagedBytes(v.offset, rec_bytes);
       if (bytes > budget) continue;
-      Reinsert ri{AlignedBuffer(bytes), bytes, r.ns, r.key, {}};
-      if (!file->ReadAt(r.offset, ri.rec.data(), bytes).ok()) continue;
-      c_.device_bytes_read.Add(bytes);
+      Reinsert ri{AlignedBuffer(paged), bytes, r.ns, r.key, {}};
+      if (ri.rec.size() == 0 || !file->ReadAt(first, ri.rec.data(), paged).ok()) continue;
+      c_.device_bytes_read.Add(paged);
+      if (v.offset != first) std::memmove(ri.rec.data(), ri.rec.data() + (v.offset - first), rec_bytes);
+      std::memset(ri.rec.data() + rec_bytes, 0, bytes - rec_bytes);
       std::string_view k;
-      auto h = format::DecodeRecordHeader({ri.rec.data(), bytes}, opt_.max_payload_bytes, &k);
+      auto h = format::DecodeRecordHeader({ri.rec.data(), rec_bytes}, opt_.max_payload_bytes, &k);
       if (!h.ok() || k != r.key || h->ns_id != r.ns || h->payload_checksum != v.payload_checksum ||
-          format::Checksum(ri.rec.data() + format::PayloadOffset(k.size(), h->payload_len), h->payload_len) !=
-              h->payload_checksum)
+          h->flags != v.flags ||
+          format::Checksum(ri.rec.data() + v.PayloadOffset(), h->payload_len) != h->payload_checksum)
         continue;
       ri.h = *h;
       budget -= bytes;
@@ -864,6 +942,7 @@ Status StoreImpl::ReclaimSegment(uint32_t seg, bool reuse) {
     v.sequence = h.sequence;
     v.written_unix_ms = h.written_unix_ms;
     v.key_len = static_cast<uint16_t>(ri.key.size());
+    v.flags = h.flags;
     auto e = index_->Get(ri.ns, ri.key);
     if (e.ok() && !e->has_value()) re.Put(ri.ns, ri.key, v);  // not replaced or removed meanwhile
     cur_off_ += ri.bytes;

@@ -144,7 +144,7 @@ TEST(SuperblockTest, NewerVersionNotSupported) {
   auto r = DecodeSuperblock(buf);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Code::kNotSupported);
-  EXPECT_EQ(r.status().message(), "format version 3 is newer than this build supports (2)");
+  EXPECT_EQ(r.status().message(), "format version 4 is newer than this build supports (3)");
 }
 
 TEST(SuperblockTest, OlderLayoutNotSupported) {
@@ -286,7 +286,7 @@ RecordHeader TestRecordHeader(uint64_t payload_len) {
 }
 
 std::vector<uint8_t> EncodeRecord(const RecordHeader& h, std::string_view key) {
-  std::vector<uint8_t> rec(RecordBytes(key.size(), h.payload_len), 0);
+  std::vector<uint8_t> rec(RecordBytes(key.size(), h.payload_len, h.flags), 0);
   EncodeRecordHeader(h, key, rec.data());
   return rec;
 }
@@ -346,28 +346,28 @@ TEST(RecordHeaderTest, GoldenLayout) {
   EXPECT_EQ(GetFixed64(p + 56), 1700000001000ull);
   EXPECT_EQ(GetFixed64(p + 64), ReferenceHeaderChecksum(p, key.size()));
   EXPECT_EQ(Bytes(p + 72, 3), "abc");
-  EXPECT_EQ(PayloadOffset(key.size(), 1000), 75u);  // aligned would take a second page
+  EXPECT_EQ(PayloadOffset(key.size(), 1000, 0), 75u);  // aligned would take a second page
 }
 
 TEST(RecordLayoutTest, PayloadOnItsOwnPageWhenThatIsFree) {
   // Multiples of 4 KiB always start on the second page.
   for (uint64_t p : {uint64_t{4096}, uint64_t{65536}, uint64_t{2} << 20})
     for (size_t k : {size_t{1}, size_t{40}, kMaxKeyBytes}) {
-      EXPECT_TRUE(PayloadAligned(k, p));
-      EXPECT_EQ(PayloadOffset(k, p), kPage);
-      EXPECT_EQ(RecordBytes(k, p), kPage + p);
+      EXPECT_TRUE(PayloadAligned(k, p, 0));
+      EXPECT_EQ(PayloadOffset(k, p, 0), kPage);
+      EXPECT_EQ(RecordBytes(k, p, 0), kPage + p);
     }
   // Packed when aligning would cost a page: 3 + 4000 fits one page with the header.
-  EXPECT_EQ(PayloadOffset(3, 4000), kRecordHeaderBytes + 3);
-  EXPECT_EQ(RecordBytes(3, 4000), kPage);
+  EXPECT_EQ(PayloadOffset(3, 4000, 0), kRecordHeaderBytes + 3);
+  EXPECT_EQ(RecordBytes(3, 4000, 0), kPage);
   // 4050 spills into a second page either way, so it is aligned.
-  EXPECT_EQ(PayloadOffset(3, 4050), kPage);
-  EXPECT_EQ(RecordBytes(3, 4050), 2 * kPage);
+  EXPECT_EQ(PayloadOffset(3, 4050, 0), kPage);
+  EXPECT_EQ(RecordBytes(3, 4050, 0), 2 * kPage);
   // Either way the payload ends inside the record.
   for (uint64_t p = 1; p < 3 * kPage; p += 97)
     for (size_t k : {size_t{1}, size_t{16}, size_t{40}, kMaxKeyBytes}) {
-      EXPECT_LE(PayloadOffset(k, p) + p, RecordBytes(k, p));
-      EXPECT_GE(PayloadOffset(k, p), kRecordHeaderBytes + k);
+      EXPECT_LE(PayloadOffset(k, p, 0) + p, RecordBytes(k, p, 0));
+      EXPECT_GE(PayloadOffset(k, p, 0), kRecordHeaderBytes + k);
     }
 }
 
@@ -495,18 +495,83 @@ TEST(RecordBytesTest, PageAligned) {
   for (size_t key_len : {size_t{1}, size_t{17}, kMaxKeyBytes}) {
     for (uint64_t payload : {1ull, 100ull, 4096ull - 73, 4096ull - 72, 4096ull, 4097ull,
                              (1ull << 20) - 1, 1ull << 20, (16ull << 20) + 5}) {
-      const uint64_t n = RecordBytes(key_len, payload);
+      const uint64_t n = RecordBytes(key_len, payload, 0);
       EXPECT_EQ(n % kPage, 0u) << key_len << " " << payload;
       EXPECT_GE(n, kRecordHeaderBytes + key_len + payload);
       EXPECT_LT(n, kRecordHeaderBytes + key_len + payload + kPage);
     }
   }
-  EXPECT_EQ(RecordBytes(1, 4096 - 73), kPage);
-  EXPECT_EQ(RecordBytes(1, 4096 - 72), 2 * kPage);
+  EXPECT_EQ(RecordBytes(1, 4096 - 73, 0), kPage);
+  EXPECT_EQ(RecordBytes(1, 4096 - 72, 0), 2 * kPage);
+}
+
+TEST(RecordBytesTest, DenseRecordsAreEightByteAlignedWithThePayloadAfterTheKey) {
+  for (size_t key_len : {size_t{1}, size_t{17}, kMaxKeyBytes}) {
+    for (uint64_t payload : {1ull, 100ull, 4096ull, 4097ull, 65536ull, 256ull << 10}) {
+      const uint64_t n = RecordBytes(key_len, payload, kRecordDense);
+      EXPECT_EQ(n % kDenseAlign, 0u);
+      EXPECT_GE(n, kRecordHeaderBytes + key_len + payload);
+      EXPECT_LT(n, kRecordHeaderBytes + key_len + payload + kDenseAlign);
+      EXPECT_FALSE(PayloadAligned(key_len, payload, kRecordDense));
+      EXPECT_EQ(PayloadOffset(key_len, payload, kRecordDense), kRecordHeaderBytes + key_len);
+    }
+  }
+  // The shapes that motivated it: a 4 KiB payload took two pages, 64 KiB seventeen.
+  EXPECT_EQ(RecordBytes(32, 4096, 0), 2 * kPage);
+  EXPECT_EQ(RecordBytes(32, 4096, kRecordDense), 4200u);
+  EXPECT_EQ(RecordBytes(32, 65536, 0), 17 * kPage);
+  EXPECT_EQ(RecordBytes(32, 65536, kRecordDense), 65640u);
+  // Pages a record at an offset touches.
+  EXPECT_EQ(PageStart(3 * kPage + 8), 3 * kPage);
+  EXPECT_EQ(PagedBytes(3 * kPage + 8, 4200), 2 * kPage);
+  EXPECT_EQ(PagedBytes(3 * kPage + 4000, 4200), 3 * kPage);
+  EXPECT_EQ(PagedBytes(3 * kPage, kPage), kPage);
+}
+
+TEST(RecordHeaderTest, DenseFlagRoundTripsAndUnknownFlagsAreCorruption) {
+  RecordHeader h = TestRecordHeader(10);
+  h.flags = kRecordDense;
+  std::vector<uint8_t> rec = EncodeRecord(h, "key");
+  auto r = DecodeRecordHeader(rec, kMaxPayload, nullptr);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->flags, kRecordDense);
+  // A flag this build does not know.
+  PutFixed16(rec.data() + 6, 2);
+  Resign(&rec);
+  EXPECT_EQ(DecodeRecordHeader(rec, kMaxPayload, nullptr).status().code(), Code::kCorruption);
+  // Version 2 had no dense records: a v2 header claiming one is damaged.
+  PutFixed16(rec.data() + 6, kRecordDense);
+  PutFixed16(rec.data() + 4, 2);
+  Resign(&rec);
+  EXPECT_EQ(DecodeRecordHeader(rec, kMaxPayload, nullptr).status().code(), Code::kCorruption);
+  PutFixed16(rec.data() + 6, 0);
+  Resign(&rec);
+  EXPECT_TRUE(DecodeRecordHeader(rec, kMaxPayload, nullptr).ok());  // v2 records are still read
 }
 
 // ---------------------------------------------------------------------------
 // Index value
+
+TEST(IndexValueTest, DenseOffsetsAndFlagsAreChecked) {
+  IndexValue v;
+  v.offset = 3 * kPage + 40;
+  v.payload_len = 4096;
+  v.key_len = 32;
+  v.flags = kRecordDense;
+  auto r = DecodeIndexValue(EncodeIndexValue(v));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->flags, kRecordDense);
+  EXPECT_EQ(r->RecordBytes(), 4200u);
+  EXPECT_EQ(r->PayloadOffset(), kRecordHeaderBytes + 32);
+  v.offset = 3 * kPage + 4;  // not 8-byte aligned
+  EXPECT_EQ(DecodeIndexValue(EncodeIndexValue(v)).status().code(), Code::kCorruption);
+  v.offset = 3 * kPage + 40;
+  v.flags = 0;  // a record with its own pages starts on one
+  EXPECT_EQ(DecodeIndexValue(EncodeIndexValue(v)).status().code(), Code::kCorruption);
+  v.offset = 3 * kPage;
+  v.flags = 4;
+  EXPECT_EQ(DecodeIndexValue(EncodeIndexValue(v)).status().code(), Code::kCorruption);
+}
 
 TEST(IndexValueTest, RoundTripAndLayout) {
   IndexValue v;
@@ -541,7 +606,7 @@ TEST(IndexValueTest, RoundTripAndLayout) {
   EXPECT_EQ(r->sequence, v.sequence);
   EXPECT_EQ(r->written_unix_ms, v.written_unix_ms);
   EXPECT_EQ(r->key_len, v.key_len);
-  EXPECT_EQ(r->RecordBytes(), RecordBytes(200, 99999));
+  EXPECT_EQ(r->RecordBytes(), RecordBytes(200, 99999, 0));
 }
 
 TEST(IndexValueTest, WrongSizeRejected) {

@@ -43,8 +43,8 @@ void PutU16(Bytes* b, uint16_t v) {
 // ---- scanner_fuzz: segment images ----
 // Segment 7, generation 3 (the ids scanner_fuzz.cc scans for).
 Bytes Record(uint32_t seg, uint32_t gen, std::string_view key, size_t payload_len, uint8_t fill) {
-  Bytes rec(kvtier::format::RecordBytes(key.size(), payload_len), 0);
-  uint8_t* payload = rec.data() + kvtier::format::PayloadOffset(key.size(), payload_len);
+  Bytes rec(kvtier::format::RecordBytes(key.size(), payload_len, 0), 0);
+  uint8_t* payload = rec.data() + kvtier::format::PayloadOffset(key.size(), payload_len, 0);
   for (size_t i = 0; i < payload_len; ++i) payload[i] = static_cast<uint8_t>(fill + i);
   kvtier::format::RecordHeader h;
   h.key_len = static_cast<uint16_t>(key.size());

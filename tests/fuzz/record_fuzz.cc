@@ -67,7 +67,8 @@ void FuzzRecordHeader(std::span<const uint8_t> in) {
   FUZZ_CHECK(k == in.data() + kRecordHeaderBytes);
   FUZZ_CHECK(kRecordHeaderBytes + key.size() <= in.size());
   FUZZ_CHECK(r->payload_len >= 1 && r->payload_len <= kFuzzMaxPayload);
-  FUZZ_CHECK(RecordBytes(key.size(), r->payload_len) % kPage == 0);
+  FUZZ_CHECK(r->flags == 0 || r->flags == kRecordDense);
+  FUZZ_CHECK(RecordBytes(key.size(), r->payload_len, r->flags) % (IsDense(r->flags) ? kDenseAlign : kPage) == 0);
   std::vector<uint8_t> out(kRecordHeaderBytes + key.size());
   EncodeRecordHeader(*r, key, out.data());
   FUZZ_CHECK(std::memcmp(out.data(), in.data(), out.size()) == 0);

@@ -110,10 +110,11 @@ Scan RunScanner(const std::vector<uint8_t>& data, uint64_t file_size, uint64_t s
   s.status = scanner.Scan(
       start, verify, resync,
       [&](const ScannedRecord& r) {
-        FUZZ_CHECK(r.offset % kPage == 0 && r.offset >= next);
+        // Only dense records start off a page boundary.
+        FUZZ_CHECK(r.offset % (format::IsDense(r.header.flags) ? format::kDenseAlign : kPage) == 0 && r.offset >= next);
         FUZZ_CHECK(r.header.segment_id == kSeg && r.header.generation == kGen);
         FUZZ_CHECK(r.header.payload_len >= 1 && r.header.payload_len <= max_payload);
-        FUZZ_CHECK(r.record_bytes == format::RecordBytes(r.header.key_len, r.header.payload_len));
+        FUZZ_CHECK(r.record_bytes == format::RecordBytes(r.header.key_len, r.header.payload_len, r.header.flags));
         FUZZ_CHECK(r.offset + r.record_bytes <= segment_size);
         FUZZ_CHECK(r.key.size() == r.header.key_len);
         // The key handed out is the one in the file.
@@ -125,7 +126,7 @@ Scan RunScanner(const std::vector<uint8_t>& data, uint64_t file_size, uint64_t s
           FUZZ_CHECK(r.payload.size() == r.header.payload_len);
           FUZZ_CHECK(format::Checksum(r.payload.data(), r.payload.size()) ==
                      r.header.payload_checksum);
-          const uint64_t at = r.offset + format::PayloadOffset(r.header.key_len, r.header.payload_len);
+          const uint64_t at = r.offset + format::PayloadOffset(r.header.key_len, r.header.payload_len, r.header.flags);
           const uint64_t have = at < data.size() ? std::min<uint64_t>(data.size() - at, r.payload.size()) : 0;
           FUZZ_CHECK(std::memcmp(r.payload.data(), data.data() + at, have) == 0);
           FUZZ_CHECK(AllZero(r.payload.data() + have, r.payload.size() - have));
@@ -161,7 +162,7 @@ void Resign(std::vector<uint8_t>* d, size_t p, uint64_t max_payload) {
   format::PutFixed32(h + 20, 0);
   uint64_t payload_len = format::GetFixed64(h + 40) % (max_payload + 1);
   format::PutFixed64(h + 40, payload_len);
-  const size_t poff = p + format::PayloadOffset(key_len, payload_len);
+  const size_t poff = p + format::PayloadOffset(key_len, payload_len, 0);
   if (poff + payload_len <= d->size()) {
     format::PutFixed64(h + 48, format::Checksum(d->data() + poff, payload_len));
   }
@@ -221,7 +222,7 @@ void FuzzStructured(uint8_t mode, Bytes& b) {
         // Mostly small; 1 in 128 large enough to cross the 4 MiB read window
         // (rare: megabyte inputs cost the fuzzer a second each).
         uint64_t payload_len = 1 + (size_class >= 254 ? b.U24() % (5u << 20) : b.U16());
-        if (data.size() + format::RecordBytes(key_len, payload_len) > kMaxSegmentBytes) {
+        if (data.size() + format::RecordBytes(key_len, payload_len, 0) > kMaxSegmentBytes) {
           payload_len = 1;
         }
         const uint8_t damage = b.U8();
@@ -230,10 +231,10 @@ void FuzzStructured(uint8_t mode, Bytes& b) {
         for (size_t i = 0; i < key_len; ++i) e.key.push_back(static_cast<char>(b.U8()));
         e.kind = Element::kRecord;
         e.payload_len = payload_len;
-        e.bytes = format::RecordBytes(key_len, payload_len);
+        e.bytes = format::RecordBytes(key_len, payload_len, 0);
         data.resize(e.offset + e.bytes);
         uint8_t* rec = data.data() + e.offset;
-        uint8_t* payload = rec + format::PayloadOffset(key_len, payload_len);
+        uint8_t* payload = rec + format::PayloadOffset(key_len, payload_len, 0);
         // A payload the fuzzer steers (fill 0 gives zero pages) without
         // copying megabytes out of the input; memset keeps it cheap.
         for (uint64_t i = 0; i < payload_len; i += 512) {

@@ -455,7 +455,7 @@ TEST_F(RemoteTierTest, CorruptedObjectIsAChecksumMiss) {
 
   // Flip a payload byte of keys[1] inside its RADOS object.
   const uint64_t part_bytes = Opts().remote.object_bytes;
-  const uint64_t at = info->offset + format::PayloadOffset(keys[1].size(), SizeOf(keys[1])) + 1000;
+  const uint64_t at = info->payload_offset + 1000;
   const std::string object =
       remote::PartObject(remote::ObjectBase(node->Description().store_id, info->segment, info->generation),
                          static_cast<uint32_t>(at / part_bytes));

@@ -311,7 +311,7 @@ TEST_P(StoreTest, FlippedPayloadBitIsAMissNeverWrongBytes) {
   }
   std::string seg = dir_.Sub("store/segments/seg-" + std::string(6 - std::to_string(info.segment).size(), '0') +
                              std::to_string(info.segment) + ".kvs");
-  testing::FlipBit(seg, info.offset + format::PayloadOffset(32, 20000) + 1234, 3);
+  testing::FlipBit(seg, info.payload_offset + 1234, 3);
   auto s = OpenStore();
   auto r = s->GetVector(ns, Key(2));
   EXPECT_TRUE(r.status().IsNotFound()) << r.status().ToString();

@@ -78,11 +78,11 @@ TEST_P(ZeroCopyTest, AlignedPayloadsAreWrittenFromCallerMemory) {
     auto s = OpenStore();
     NamespaceId ns = Ns(s.get());
     for (size_t size : sizes) {
-      ASSERT_TRUE(format::PayloadAligned(32, size));
+      ASSERT_TRUE(format::PayloadAligned(32, size, 0));
       ASSERT_TRUE(PutAligned(s.get(), ns, Key(size), size).ok());
       whole_pages += size / kPage * kPage;
     }
-    ASSERT_FALSE(format::PayloadAligned(32, 1000));
+    ASSERT_FALSE(format::PayloadAligned(32, 1000, 0));
     ASSERT_TRUE(PutAligned(s.get(), ns, Key(1000), 1000).ok());
     Stats st = s->GetStats();
     EXPECT_EQ(st.zero_copy_put_bytes, whole_pages);

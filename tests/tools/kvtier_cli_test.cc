@@ -376,7 +376,7 @@ TEST_F(KvtierCli, VerifyCorruptRepairVerify) {
 
   // Flip one payload bit of alpha's key 5.
   json s = Json(Kv({"show", f_.dir, "--ns", "alpha", Hex(KeyOf(5)), "--json"}));
-  const uint64_t off = s["index"]["offset"].get<uint64_t>() + format::PayloadOffset(KeyOf(5).size(), s["index"]["payload_bytes"].get<uint64_t>()) + 777;
+  const uint64_t off = s["index"]["payload_offset"].get<uint64_t>() + 777;
   {
     const std::string seg = s["segment_file"];
     const int fd = ::open(seg.c_str(), O_RDWR);

@@ -62,6 +62,7 @@ int Run(const Show& in) {
     nlohmann::json j{{"key", ToHex(key)}, {"ns_id", NamespaceIdToHex(ns)}, {"segment_file", path},
                      {"index", {{"segment", info->segment}, {"generation", info->generation}, {"offset", info->offset},
                                 {"payload_bytes", info->payload_bytes}, {"record_bytes", info->record_bytes},
+                                {"payload_offset", info->payload_offset}, {"dense", info->dense},
                                 {"payload_checksum", info->payload_checksum}, {"sequence", info->sequence},
                                 {"written_unix_ms", info->written_unix_ms}}},
                      {"problems", problems}};
@@ -81,7 +82,7 @@ int Run(const Show& in) {
       std::snprintf(cks, sizeof cks, "%016llx", static_cast<unsigned long long>(h->payload_checksum));
       std::cout << "record header (decoded, header checksum ok)\n"
                 << "  magic          KVTR, format v" << format::kFormatVersion << "\n"
-                << "  flags          " << h->flags << "\n"
+                << "  flags          " << h->flags << (format::IsDense(h->flags) ? " (dense)" : "") << "\n"
                 << "  key_len        " << h->key_len << "\n"
                 << "  segment        " << h->segment_id << " generation " << h->generation << "\n"
                 << "  ns_id          " << NamespaceIdToHex(h->ns_id) << "\n"
@@ -89,7 +90,9 @@ int Run(const Show& in) {
                 << "  payload_len    " << h->payload_len << " (" << FormatBytes(h->payload_len) << ")\n"
                 << "  payload xxh3   " << cks << "\n"
                 << "  written        " << FormatTime(h->written_unix_ms) << " (" << FormatAge(h->written_unix_ms) << " ago)\n"
-                << "  record bytes   " << info->record_bytes << " (header + key + payload, 4 KiB aligned)\n";
+                << "  record bytes   " << info->record_bytes
+                << (info->dense ? " (header + key + payload, 8-byte aligned: dense)\n"
+                                : " (header + key + payload, 4 KiB aligned)\n");
     }
     std::cout << "matches index    " << (problems.empty() ? "yes" : "NO") << "\n";
     for (const std::string& p : problems) std::cout << "  problem: " << p << "\n";
