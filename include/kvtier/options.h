@@ -113,11 +113,11 @@ struct Options {
   uint64_t zero_copy_min_bytes = 256u << 10;
   // Records with payloads below zero_copy_min_bytes (always copied through
   // the write ring) and of at most this many bytes are written dense: back
-  // to back on 8-byte boundaries, so that a
-  // group commit pads only its last page instead of every record's (4 KiB
-  // payloads took 8 KiB on disk; 64 KiB ones 68). The writer copies them once
-  // more, into a staging buffer. 0 gives every record its own pages. At most
-  // 4 MiB. Stores of format 2 (made by older builds) never get dense records.
+  // to back on 8-byte boundaries, so that only the last page of each write
+  // is padded instead of every record's (4 KiB payloads took 8 KiB on disk,
+  // 64 KiB ones 68). 0 gives every record its own pages. At most 4 MiB; Open
+  // lowers it to a quarter of the segment size. Stores of format 2 (made by
+  // older builds) never get dense records (docs/format.md).
   uint64_t dense_record_max_bytes = 256u << 10;
 
   // --- Back-pressure ----------------------------------------------------------

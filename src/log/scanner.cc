@@ -1,20 +1,14 @@
 #include "log/scanner.h"
 
-#include "format/coding.h"
-
 #include <algorithm>
 #include <cstring>
+
+#include "format/coding.h"
 
 namespace kvtier {
 
 namespace {
 constexpr uint64_t kWindow = 4ull << 20;
-
-bool AllZero(const uint8_t* p, size_t n) {
-  for (size_t i = 0; i < n; ++i)
-    if (p[i] != 0) return false;
-  return true;
-}
 }  // namespace
 
 Result<const uint8_t*> SegmentScanner::Window(uint64_t off, uint64_t len) {
@@ -35,11 +29,16 @@ Result<const uint8_t*> SegmentScanner::Window(uint64_t off, uint64_t len) {
   return buf_.data() + (off - base);
 }
 
-Result<bool> SegmentScanner::ZeroToPageEnd(uint64_t off) {
-  const uint64_t n = format::AlignUp(off + 1) - off;
-  auto w = Window(off, n);
+Result<uint64_t> SegmentScanner::NonZeroInPage(uint64_t off) {
+  const uint64_t end = std::min(format::AlignUp(off + 1), segment_size_);
+  auto w = Window(off, end - off);
   if (!w.ok()) return w.status();
-  return AllZero(*w, n);
+  for (uint64_t i = 0; i + format::kDenseAlign <= end - off; i += format::kDenseAlign) {
+    uint64_t word;
+    std::memcpy(&word, *w + i, sizeof word);
+    if (word != 0) return off + i;
+  }
+  return UINT64_MAX;
 }
 
 Status SegmentScanner::Scan(uint64_t start, bool verify_payload, bool resync,
@@ -61,17 +60,23 @@ Status SegmentScanner::Scan(uint64_t start, bool verify_payload, bool resync,
     in_bad_run = true;
   };
   while (off + format::kRecordHeaderBytes <= segment_size_) {
-    const bool aligned = off % format::kPage == 0;
-    if (!aligned) {
-      // After a dense record: the next one, or zero padding to the page end
-      // (where the write that held it ended).
-      auto zero = ZeroToPageEnd(off);
-      if (!zero.ok()) return zero.status();
-      if (*zero) {
+    // Zeros up to the page end are padding: after the last record of a
+    // write, or before a dense run that starts inside its page. A page of
+    // zeros is where the written part ends.
+    auto nz = NonZeroInPage(off);
+    if (!nz.ok()) return nz.status();
+    if (*nz == UINT64_MAX) {
+      if (off % format::kPage != 0) {
         off = format::AlignUp(off);
         continue;
       }
+      if (!resync) break;
+      in_bad_run = false;
+      off += format::kPage;
+      continue;
     }
+    off = *nz;
+    const bool aligned = off % format::kPage == 0;
     const uint64_t avail = std::min<uint64_t>(format::kPage, segment_size_ - off);
     auto page = Window(off, avail);
     if (!page.ok()) return page.status();
@@ -104,22 +109,10 @@ Status SegmentScanner::Scan(uint64_t start, bool verify_payload, bool resync,
       continue;
     }
     if (!valid) {
-      bool zero = false;
-      if (aligned) {
-        // Reading the whole record above may have moved or reallocated the
-        // window: look the page up again (no I/O).
-        page = Window(off, avail);
-        if (!page.ok()) return page.status();
-        zero = AllZero(*page, avail);
-      }
+      // The word at `off` is not zero (above): damage or a torn write.
       if (!resync) {
-        r->torn = !zero;
+        r->torn = true;
         break;
-      }
-      if (zero) {
-        in_bad_run = false;
-        off += format::kPage;
-        continue;
       }
       // Step to the next place a record could start: an 8-byte position
       // holding the record magic (a dense record), or the next page.

@@ -6,9 +6,9 @@
 //
 // Stopping rule: a page whose header does not verify, or that belongs to
 // another segment or generation, ends the written part of the segment (a
-// torn tail after a crash, or space never written). After a dense record the
-// rest of its page is either the next dense record or zero padding, which
-// the scanner steps over. With `resync` the scanner instead keeps looking
+// torn tail after a crash, or space never written). Zeros inside a page are
+// padding, which the scanner steps over: after the last record of a write,
+// or before a dense record that starts a write inside its page. With `resync` the scanner instead keeps looking
 // (at the next 8-byte position holding the record magic, or the next page),
 // counting the non-zero bytes it had to skip as corrupt, so one bad record
 // does not hide the rest.
@@ -77,8 +77,9 @@ class SegmentScanner {
  private:
   // Makes [off, off+len) readable and returns a pointer to it.
   Result<const uint8_t*> Window(uint64_t off, uint64_t len);
-  // Whether [off, next page boundary) is all zero.
-  Result<bool> ZeroToPageEnd(uint64_t off);
+  // The first 8-byte position in [off, next page boundary) whose word is not
+  // zero, or UINT64_MAX (off is 8-byte aligned).
+  Result<uint64_t> NonZeroInPage(uint64_t off);
 
   File* file_;
   uint32_t segment_, generation_;

@@ -42,27 +42,35 @@ bool WriteRing::Free(uint64_t offset, uint64_t bytes) const {
   return true;
 }
 
-WriteRing::Allocation WriteRing::Allocate(uint64_t bytes) {
+WriteRing::Allocation WriteRing::Allocate(uint64_t want, uint64_t align) {
   Allocation a;
-  if (bytes == 0 || bytes > capacity_ || used_ + bytes > capacity_) return a;
+  assert(align >= 8 && align <= 4096 && (align & (align - 1)) == 0 && want % 8 == 0);
+  if (want == 0 || want > capacity_ || used_ + want > capacity_) return a;
   const uint64_t head = runs_.empty() ? 0 : runs_.back().end;
   uint64_t highest = 0;
   for (const Run& r : runs_) highest = std::max(highest, r.end);
+  // Runs stay contiguous: the bytes up to an aligned start belong to the
+  // allocation (freed with it). Only appends after the newest or highest run
+  // can need that gap; the front is offset 0.
+  const uint64_t head_gap = (align - head % align) % align, high_gap = (align - highest % align) % align;
   // In order of preference: extend the newest run within touched memory; a
   // new run at the front when it holds everything in flight plus this one
   // (so that runs stay few and long); extend into untouched memory; a new
   // run past the highest one; a new run at the front.
   bool extend = false;
-  uint64_t offset = 0;
-  if (head + bytes <= touched_ && Free(head, bytes)) {
+  uint64_t offset = 0, bytes = want;
+  if (head + head_gap + want <= touched_ && Free(head, head_gap + want)) {
     extend = true;
-  } else if (!runs_.empty() && runs_.size() < kMaxRuns && Free(0, used_ + bytes)) {
+    bytes = head_gap + want;
+  } else if (!runs_.empty() && runs_.size() < kMaxRuns && Free(0, used_ + want)) {
     offset = 0;
-  } else if (Free(head, bytes)) {
+  } else if (Free(head, head_gap + want)) {
     extend = true;
-  } else if (runs_.size() < kMaxRuns && Free(highest, bytes)) {
+    bytes = head_gap + want;
+  } else if (runs_.size() < kMaxRuns && Free(highest, high_gap + want)) {
     offset = highest;
-  } else if (runs_.size() < kMaxRuns && Free(0, bytes)) {
+    bytes = high_gap + want;
+  } else if (runs_.size() < kMaxRuns && Free(0, want)) {
     offset = 0;
   } else {
     return a;
@@ -76,7 +84,7 @@ WriteRing::Allocation WriteRing::Allocate(uint64_t bytes) {
   }
   a.offset = offset;
   a.bytes = bytes;
-  a.data = base_ + offset;
+  a.data = base_ + offset + (bytes - want);
   touched_ = std::max(touched_, offset + bytes);
   used_ += bytes;
   return a;

@@ -30,9 +30,9 @@ namespace kvtier {
 class WriteRing {
  public:
   struct Allocation {
-    uint8_t* data = nullptr;
-    uint64_t offset = 0;  // within the ring
-    uint64_t bytes = 0;   // requested bytes
+    uint8_t* data = nullptr;  // `align`-aligned start of the requested bytes
+    uint64_t offset = 0;      // within the ring, including the gap before data
+    uint64_t bytes = 0;       // requested bytes plus that gap
   };
 
   WriteRing() = default;
@@ -43,9 +43,13 @@ class WriteRing {
   // Maps `capacity` bytes (rounded up to 1 MiB) on 2 MiB-aligned memory
   // advised for transparent huge pages.
   Status Init(uint64_t capacity);
-  // Contiguous `bytes` (a multiple of 4096), or an Allocation with data ==
-  // nullptr when the ring cannot hold it now (full, or no gap fits).
-  Allocation Allocate(uint64_t bytes);
+  // Contiguous `bytes` starting on an `align` boundary (a power of two up to
+  // 4096; `bytes` a multiple of 8), or an Allocation with data == nullptr
+  // when the ring cannot hold it now (full, or no gap fits). Allocations of
+  // 8-byte alignment follow each other without gaps, so that dense records
+  // queued one after another lie back to back in memory as on disk; a page
+  // aligned one after them skips to the next page.
+  Allocation Allocate(uint64_t bytes, uint64_t align = 4096);
   // Frees the oldest allocation; must be called in allocation order.
   void Release(const Allocation& a);
 

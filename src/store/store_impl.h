@@ -123,7 +123,7 @@ class StoreImpl final : public Store {
     uint64_t alloc_id = 0;
     WriteRing::Allocation alloc;  // the whole record, or its header (+ tail) pages
     uint64_t rec_bytes = 0;       // on-disk size of the record (8-byte aligned when dense)
-    bool dense = false;           // kRecordDense: the record is at alloc.data, padded to a page
+    bool dense = false;           // kRecordDense: the record is at alloc.data, 8-byte aligned
     // The record in disk order: ring memory, or header page + the payload's
     // whole pages where they already are (caller or RAM-tier memory) + tail
     // page. Empty means the whole record is in `alloc`.
@@ -284,10 +284,13 @@ class StoreImpl final : public Store {
   uint64_t cur_off_ = 0;  // page aligned between passes; 8-byte aligned after a dense record
   uint64_t epoch_ = 0, next_seq_ = 1;
   bool dense_ok_ = false;  // the store's format allows dense records (set at open)
-  // Where a pass's dense records are laid out back to back for writing
-  // (writer thread only; a pass holds at most kStagingBytes of them).
+  // The end in the ring of the last dense record placed, while the next one
+  // may continue its run on disk (PlaceRecord).
+  const uint8_t* dense_mem_end_ = nullptr;
+  // Zero-padded copies of the first and last page of each dense run in a
+  // pass (writer thread only; the rest of a run is written from the ring).
   AlignedBuffer staging_;
-  static constexpr uint64_t kStagingBytes = 8ull << 20;
+  static constexpr uint64_t kStagingBytes = 1ull << 20;
   bool pass_sealed_ = false;
   // Syncer stage.
   std::mutex sync_mu_;

@@ -139,6 +139,9 @@ Status StoreImpl::CreateOrLoadSuperblock(bool* created) {
   if (!sb.ok()) return sb.status();
   store_id_ = sb->store_id;
   description_.format_version = sb->format_version;
+  // A quarter segment at most, so a dense record at any offset within its
+  // first page fits an empty segment.
+  opt_.dense_record_max_bytes = std::min<uint64_t>(opt_.dense_record_max_bytes, sb->segment_size / 4);
   dense_ok_ = sb->format_version >= 3 && opt_.dense_record_max_bytes > 0;
   description_.store_id = format::StoreIdHex(sb->store_id);
   description_.segment_size_bytes = sb->segment_size;

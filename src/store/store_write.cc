@@ -139,7 +139,9 @@ void StoreImpl::SubmitPut(NamespaceId ns, std::string_view key, std::span<const 
   const bool direct =
       aligned && payload_len >= opt_.zero_copy_min_bytes && (pin || borrow) && Borrowable(source);
   const uint64_t whole = payload_len / kPage * kPage, tail = payload_len - whole;
-  const uint64_t ring_bytes = direct ? kPage + (tail != 0 ? kPage : 0) : format::AlignUp(op.rec_bytes);
+  // A dense record takes exactly its bytes, so that dense records queued one
+  // after another lie back to back in the ring as they will on disk.
+  const uint64_t ring_bytes = direct ? kPage + (tail != 0 ? kPage : 0) : op.rec_bytes;
   const uint64_t borrowed = direct ? whole : 0;
   {
     std::unique_lock<std::mutex> l(mu_);
@@ -154,7 +156,7 @@ void StoreImpl::SubmitPut(NamespaceId ns, std::string_view key, std::span<const 
       const bool fits = borrowed == 0 || borrowed_inflight_ == 0 ||
                         borrowed_inflight_ + borrowed + ring_.used() <= opt_.write_queue_bytes;
       if (fits) {
-        op.alloc = ring_.Allocate(ring_bytes);
+        op.alloc = ring_.Allocate(ring_bytes, op.dense ? format::kDenseAlign : kPage);
         if (op.alloc.data != nullptr) break;
       }
       if (!blocking) {
@@ -207,7 +209,6 @@ void StoreImpl::SubmitPut(NamespaceId ns, std::string_view key, std::span<const 
   } else {
     std::memset(rec + head, 0, poff - head);
     Gather(source, rec + poff);
-    // Zero to the page end: a dense record written alone is written from here.
     std::memset(rec + poff + payload_len, 0, ring_bytes - poff - payload_len);
     op.checksum = checksum != nullptr ? *checksum : format::Checksum(rec + poff, payload_len);
   }
@@ -442,10 +443,19 @@ void StoreImpl::WriterLoop() {
 
 StoreImpl::Place StoreImpl::PlaceRecord(WriteOp& op, const std::unordered_set<uint32_t>& touched) {
   const uint64_t seg_size = table_->segment_size();
-  // Only a dense record may start inside a page (after another dense one);
-  // every write ends on a page, so the record must fit with its padding.
-  if (!op.dense) cur_off_ = format::AlignUp(cur_off_);
-  if (cur_seg_ == UINT32_MAX || format::AlignUp(cur_off_ + op.rec_bytes) > seg_size || IsPoisoned(cur_seg_)) {
+  // A dense record that follows the previous one in the ring follows it on
+  // disk. Any other starts on a fresh page, a dense one at its offset within
+  // its ring page, so that the pages in between can be written from the ring
+  // as they are (WriteGroup). Every write ends on a page: the record must fit
+  // with its padding.
+  auto where = [&]() -> uint64_t {
+    if (op.dense && dense_mem_end_ == op.alloc.data) return cur_off_;
+    const uint64_t page = format::AlignUp(cur_off_);
+    return op.dense ? page + reinterpret_cast<uintptr_t>(op.alloc.data) % kPage : page;
+  };
+  uint64_t at = where();
+  if (cur_seg_ == UINT32_MAX || format::AlignUp(at + op.rec_bytes) > seg_size || IsPoisoned(cur_seg_)) {
+    dense_mem_end_ = nullptr;
     if (cur_seg_ != UINT32_MAX) {
       table_->Seal(cur_seg_, cur_off_);
       pass_sealed_ = true;
@@ -458,12 +468,14 @@ StoreImpl::Place StoreImpl::PlaceRecord(WriteOp& op, const std::unordered_set<ui
       op.status = st;
       return Place::kFailed;
     }
+    at = where();  // fits: dense records are at most a quarter of a segment
   }
   op.segment = cur_seg_;
   op.generation = cur_gen_;
-  op.offset = cur_off_;
+  op.offset = at;
   op.sequence = next_seq_++;
-  cur_off_ += op.rec_bytes;
+  cur_off_ = at + op.rec_bytes;
+  dense_mem_end_ = op.dense ? op.alloc.data + op.rec_bytes : nullptr;
   format::RecordHeader h;
   h.flags = op.dense ? format::kRecordDense : 0;
   h.key_len = static_cast<uint16_t>(op.key.size());
@@ -491,16 +503,15 @@ void StoreImpl::WriteGroup(std::vector<WriteOp>& group) {
     reqs.clear();
     pass_sealed_ = false;
     // 1. Place records; stop early when rollover would reclaim a segment this
-    //    pass is still writing, or when the pass's dense records would
-    //    overflow the staging buffer (with a padding page per run).
-    uint64_t dense_bound = 0;
+    //    pass is still writing, or when the pass's dense runs could need more
+    //    than the staging buffer for their partial first and last pages.
+    dense_mem_end_ = nullptr;  // cur_off_ is on a page: nothing continues
+    uint64_t scratch = 0;
     for (; placed_end < group.size(); ++placed_end) {
       WriteOp& op = group[placed_end];
-      if (op.dense) {
-        const bool new_run = placed_end == begin || !group[placed_end - 1].dense;
-        const uint64_t need = op.rec_bytes + (new_run ? kPage : 0);
-        if (placed_end > begin && dense_bound + need + kPage > kStagingBytes) break;
-        dense_bound += need;
+      if (op.dense && dense_mem_end_ != op.alloc.data) {
+        if (placed_end > begin && scratch + 2 * kPage > kStagingBytes) break;
+        scratch += 2 * kPage;
       }
       Place r = PlaceRecord(op, touched);
       if (r == Place::kEndGroup) break;
@@ -513,9 +524,10 @@ void StoreImpl::WriteGroup(std::vector<WriteOp>& group) {
     cur_off_ = format::AlignUp(cur_off_);  // the pass's last write is padded to a page
     // 2. One I/O per run that is contiguous on disk and in memory (records
     //    copied into the ring merge; borrowed payloads are written where
-    //    they are; dense records are laid out back to back in the staging
-    //    buffer). Runs longer than a chunk are split so reads can slip
-    //    between.
+    //    they are). Runs longer than a chunk are split so reads can slip
+    //    between. A run of dense records shares its first and last pages
+    //    with other ring memory: those go through the staging buffer, zero
+    //    outside the run.
     auto emit = [&](File* file, uint64_t at, uint8_t* mem, uint64_t len) {
       for (uint64_t done = 0; done < len;) {
         IoRequest* last = reqs.empty() ? nullptr : &reqs.back();
@@ -538,15 +550,17 @@ void StoreImpl::WriteGroup(std::vector<WriteOp>& group) {
         done += n;
       }
     };
-    // The dense run that starts at op i: the ops after it that follow it
-    // on disk (ops that failed placement hold no space and are skipped).
+    // The dense run that starts at op i: the ops after it that follow it on
+    // disk and in memory (ops that failed placement hold no space).
     auto run_end = [&](size_t i) {
       size_t last = i, j = i + 1;
       for (; j < placed_end; ++j) {
         const WriteOp& o = group[j];
         if (!o.status.ok()) continue;
         const WriteOp& p = group[last];
-        if (!o.dense || o.segment != p.segment || o.offset != p.offset + p.rec_bytes) break;
+        if (!o.dense || o.segment != p.segment || o.offset != p.offset + p.rec_bytes ||
+            o.alloc.data != p.alloc.data + p.rec_bytes)
+          break;
         last = j;
       }
       return std::pair<size_t, size_t>(last, j);  // last op of the run, where to continue
@@ -557,9 +571,8 @@ void StoreImpl::WriteGroup(std::vector<WriteOp>& group) {
         ++i;
         continue;
       }
-      auto [last, next] = run_end(i);
-      if (last != i) stage_need += format::AlignUp(group[last].offset + group[last].rec_bytes - group[i].offset);
-      i = next;
+      stage_need += 2 * kPage;
+      i = run_end(i).second;
     }
     if (staging_.size() < stage_need && !staging_.Reset(std::max(stage_need, kStagingBytes))) {
       // Records placed after unwritten ones must not be acknowledged: fail
@@ -570,7 +583,7 @@ void StoreImpl::WriteGroup(std::vector<WriteOp>& group) {
           Poison(group[i].segment);
         }
     }
-    uint64_t staged = 0;
+    uint8_t* scratch_page = staging_.data();
     for (size_t i = begin; i < placed_end;) {
       WriteOp& op = group[i];
       if (!op.status.ok()) {
@@ -580,16 +593,23 @@ void StoreImpl::WriteGroup(std::vector<WriteOp>& group) {
       File* file = table_->file(op.segment);
       if (op.dense) {
         auto [last, next] = run_end(i);
-        if (last == i) {  // alone: written from the ring, padded there
-          emit(file, op.offset, op.alloc.data, format::AlignUp(op.rec_bytes));
-        } else {
-          const uint64_t bytes = group[last].offset + group[last].rec_bytes - op.offset;
-          uint8_t* dst = staging_.data() + staged;
-          for (size_t k = i; k <= last; ++k)
-            if (group[k].status.ok()) std::memcpy(dst + (group[k].offset - op.offset), group[k].alloc.data, group[k].rec_bytes);
-          std::memset(dst + bytes, 0, format::AlignUp(bytes) - bytes);
-          emit(file, op.offset, dst, format::AlignUp(bytes));
-          staged += format::AlignUp(bytes);
+        // The run is [f0, f1) on disk and starts at m0 in the ring, at the
+        // same offset within a page (PlaceRecord).
+        const uint64_t f0 = op.offset, f1 = group[last].offset + group[last].rec_bytes;
+        uint8_t* const m0 = op.alloc.data;
+        for (uint64_t pg = format::PageStart(f0); pg < f1;) {
+          if (pg >= f0 && pg + kPage <= f1) {  // whole pages of the run
+            const uint64_t end = format::PageStart(f1);
+            emit(file, pg, m0 + (pg - f0), end - pg);
+            pg = end;
+            continue;
+          }
+          const uint64_t lo = std::max(pg, f0), hi = std::min(pg + kPage, f1);
+          std::memset(scratch_page, 0, kPage);
+          std::memcpy(scratch_page + (lo - pg), m0 + (lo - f0), hi - lo);
+          emit(file, pg, scratch_page, kPage);
+          scratch_page += kPage;
+          pg += kPage;
         }
         i = next;
         continue;

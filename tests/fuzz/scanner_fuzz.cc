@@ -202,6 +202,7 @@ struct Element {
   bool header_ok = true;  // decodes with our segment/generation
   bool stale = false;     // decodes, but another segment or generation
   bool payload_ok = true;
+  bool dense = false;     // format 3: 8-byte aligned, back to back within a write
   uint64_t payload_len = 0;
   std::string key;
 };
@@ -213,16 +214,28 @@ void FuzzStructured(uint8_t mode, Bytes& b) {
   std::vector<Element> elems;
   while (!b.empty() && data.size() < kMaxSegmentBytes) {
     Element e{};
+    const uint8_t kind = b.U8() % 6;
+    // Dense records (kinds 4, 5) follow a dense record back to back, or start
+    // a write inside its first page after zeros; anything else starts on a
+    // page after the zero padding that ends the write before it.
+    const bool dense = kind >= 4;
+    const bool continues = dense && !elems.empty() && elems.back().dense && data.size() % kPage != 0;
+    if (!continues) data.resize(format::AlignUp(data.size()));
+    if (dense && !continues) data.resize(data.size() + (b.U8() % 8) * 64);
     e.offset = data.size();
-    switch (b.U8() % 4) {
+    switch (kind) {
       case 0:
-      case 1: {
+      case 1:
+      case 4:
+      case 5: {
+        const uint16_t flags = dense ? format::kRecordDense : 0;
+        e.dense = dense;
         const size_t key_len = 1 + b.U8() % format::kMaxKeyBytes;
         const uint8_t size_class = b.U8();
         // Mostly small; 1 in 128 large enough to cross the 4 MiB read window
         // (rare: megabyte inputs cost the fuzzer a second each).
         uint64_t payload_len = 1 + (size_class >= 254 ? b.U24() % (5u << 20) : b.U16());
-        if (data.size() + format::RecordBytes(key_len, payload_len, 0) > kMaxSegmentBytes) {
+        if (format::AlignUp(data.size() + format::RecordBytes(key_len, payload_len, flags)) > kMaxSegmentBytes) {
           payload_len = 1;
         }
         const uint8_t damage = b.U8();
@@ -231,10 +244,10 @@ void FuzzStructured(uint8_t mode, Bytes& b) {
         for (size_t i = 0; i < key_len; ++i) e.key.push_back(static_cast<char>(b.U8()));
         e.kind = Element::kRecord;
         e.payload_len = payload_len;
-        e.bytes = format::RecordBytes(key_len, payload_len, 0);
+        e.bytes = format::RecordBytes(key_len, payload_len, flags);
         data.resize(e.offset + e.bytes);
         uint8_t* rec = data.data() + e.offset;
-        uint8_t* payload = rec + format::PayloadOffset(key_len, payload_len, 0);
+        uint8_t* payload = rec + format::PayloadOffset(key_len, payload_len, flags);
         // A payload the fuzzer steers (fill 0 gives zero pages) without
         // copying megabytes out of the input; memset keeps it cheap.
         for (uint64_t i = 0; i < payload_len; i += 512) {
@@ -242,6 +255,7 @@ void FuzzStructured(uint8_t mode, Bytes& b) {
                       std::min<uint64_t>(512, payload_len - i));
         }
         format::RecordHeader h;
+        h.flags = flags;
         h.key_len = static_cast<uint16_t>(key_len);
         h.segment_id = kSeg;
         h.generation = kGen;
@@ -287,6 +301,7 @@ void FuzzStructured(uint8_t mode, Bytes& b) {
     }
     if (e.bytes > 0) elems.push_back(std::move(e));
   }
+  data.resize(format::AlignUp(data.size()));  // the last write's padding
   if (data.size() < 2 * kPage) data.resize(2 * kPage);
 
   // Segment size: exact, or cut short so the last records do not fit.
@@ -311,7 +326,11 @@ void FuzzStructured(uint8_t mode, Bytes& b) {
       continue;
     }
     if (resync) continue;
-    if (e.offset + kPage <= segment_size) torn = !AllZero(data.data() + e.offset, kPage);
+    if (e.dense) {
+      torn = e.offset + format::kRecordHeaderBytes <= segment_size;  // its magic is never zero
+    } else if (e.offset + kPage <= segment_size) {
+      torn = !AllZero(data.data() + e.offset, kPage);
+    }
     break;
   }
   if (want.size() > stop_after) {
