@@ -347,7 +347,7 @@ Status StoreImpl::Recover() {
       if (!ist.ok()) return ist.WithContext("recovery re-index");
       if (!batch.empty()) KVTIER_RETURN_IF_ERROR(index_->Commit(batch, false));
       c_.recovery_scanned_bytes.Add(r.bytes_read);
-      table_->Seal(s.id, r.end);
+      table_->Seal(s.id, format::AlignUp(r.end));  // zero from r.end (cut below)
       if (s.epoch == epoch_ && r.end < description_.segment_size_bytes) {
         // Cut the torn tail: whatever follows the last valid record was never
         // acknowledged. Zero it so no later scan can mistake it for data.

@@ -173,7 +173,7 @@ Result<RepairReport> StoreImpl::RebuildIndex(const std::function<void(uint64_t, 
       }
       KVTIER_RETURN_IF_ERROR(f->Sync());
     }
-    table_->Seal(s.id, r.end);
+    table_->Seal(s.id, format::AlignUp(r.end));  // a dense record's page ends in zeros
   }
   // Records indexed twice (a key put again later) were replaced, not added.
   KVTIER_RETURN_IF_ERROR(index_->ForEach(0, "", [&](NamespaceId, std::string_view, const format::IndexValue&) {

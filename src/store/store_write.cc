@@ -457,7 +457,9 @@ StoreImpl::Place StoreImpl::PlaceRecord(WriteOp& op, const std::unordered_set<ui
   if (cur_seg_ == UINT32_MAX || format::AlignUp(at + op.rec_bytes) > seg_size || IsPoisoned(cur_seg_)) {
     dense_mem_end_ = nullptr;
     if (cur_seg_ != UINT32_MAX) {
-      table_->Seal(cur_seg_, cur_off_);
+      // Its last write is padded to a page: used bytes stay page aligned
+      // (the shared tier uploads them with O_DIRECT reads).
+      table_->Seal(cur_seg_, format::AlignUp(cur_off_));
       pass_sealed_ = true;
       RemoteNoteSealed(cur_seg_, cur_gen_);
       cur_seg_ = UINT32_MAX;
