@@ -252,6 +252,7 @@ class KvtierDesign final : public Design {
     out->bytes_ram = st.bytes_read_ram;
     out->bytes_disk = st.bytes_read_disk;
     out->ram_evictions = st.ram_evictions;
+    out->segment_write_amp = st.write_amplification;
     return true;
   }
 

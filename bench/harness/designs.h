@@ -61,6 +61,9 @@ struct RunStats {
 struct TierCounts {
   uint64_t hits_ram = 0, hits_disk = 0, bytes_ram = 0, bytes_disk = 0;
   uint64_t ram_evictions = 0;
+  // kvtier: its own segment bytes written / payload bytes put (Stats::
+  // write_amplification), without its RocksDB index; 0 when unknown.
+  double segment_write_amp = 0;
 };
 
 class Design {

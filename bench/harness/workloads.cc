@@ -381,6 +381,10 @@ void RunSmall(const BenchConfig& c, uint64_t size, uint64_t count, const Payload
                                 std::to_string(std::min(n, i + slice)) + "/" + std::to_string(n)));
       }
       const double secs = SecondsSince(t0);
+      // Before Close: w-amp below counts every byte the process wrote; this
+      // is the store's segments alone (the rest is its index).
+      TierCounts counts;
+      const bool have_counts = d->TierCounters(&counts) && counts.segment_write_amp > 0;
       const auto tc = SteadyClock::now();
       Status cs = d->Close();
       const double close_s = SecondsSince(tc);
@@ -391,6 +395,11 @@ void RunSmall(const BenchConfig& c, uint64_t size, uint64_t count, const Payload
       char buf[96];
       std::snprintf(buf, sizeof buf, "close took %.2f s", close_s);
       m.note = buf;
+      if (have_counts) {
+        std::snprintf(buf, sizeof buf, "; segment bytes / payload %.3f (w-amp also counts the index)",
+                      counts.segment_write_amp);
+        m.note += buf;
+      }
       if (!all.first_error.empty()) m.note += "; first error: " + all.first_error;
       if (!cs.ok()) m.note += "; close: " + cs.ToString();
       wr.results.push_back(m);
