@@ -1,5 +1,5 @@
-// The write ring: page-aligned staging memory for records on their way to a
-// segment. Callers encode a record straight into ring memory (one copy from
+// The write ring: staging memory for records on their way to a segment
+// (page aligned, or 8-byte aligned and back to back for dense records). Callers encode a record straight into ring memory (one copy from
 // the engine's buffer), the writer thread hands ring memory to the device and
 // frees it in the order it was allocated once the group is durable.
 //

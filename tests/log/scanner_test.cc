@@ -79,12 +79,13 @@ Placed PutRecord(VecFile* f, uint64_t off, const std::string& key, uint64_t payl
 }
 
 // Three dense records in the first write (padded to its page end), a
-// non-dense record on the next page, zeros after.
+// non-dense record on the next page, zeros after. The dense run may start
+// `skew` bytes into its page, after zeros (where it lay in the write ring).
 struct Layout {
   VecFile file{kSegmentBytes};
   std::vector<Placed> recs;
-  Layout() {
-    uint64_t off = format::kSegmentDataStart;
+  explicit Layout(uint64_t skew = 0) {
+    uint64_t off = format::kSegmentDataStart + skew;
     for (int i = 0; i < 3; ++i) {
       recs.push_back(PutRecord(&file, off, "dense-" + std::to_string(i), 3000 + 1000 * i, true, uint8_t(i)));
       off += recs.back().bytes;
@@ -122,6 +123,28 @@ TEST(ScannerDense, FindsRecordsInsidePagesAndStepsOverPadding) {
   }
   EXPECT_FALSE(r.torn);
   EXPECT_EQ(r.end, l.recs[3].offset + l.recs[3].bytes);
+}
+
+TEST(ScannerDense, ARunMayStartInsideItsPageAfterZeros) {
+  Layout l(1000);
+  EXPECT_EQ(l.recs[0].offset, format::kSegmentDataStart + 1000);
+  for (bool resync : {false, true}) {
+    ScanResult r;
+    auto found = ScanAll(&l.file, resync, &r);
+    ASSERT_EQ(found.size(), 4u) << resync;
+    EXPECT_EQ(found[0].offset, l.recs[0].offset);
+    EXPECT_EQ(found[3].offset, l.recs[3].offset);
+    EXPECT_FALSE(r.torn);
+    EXPECT_EQ(r.corrupt_regions, 0u);
+  }
+  // Garbage in that gap is damage, not padding.
+  l.file.data_[format::kSegmentDataStart + 8] = 0x5a;
+  ScanResult r;
+  EXPECT_TRUE(ScanAll(&l.file, false, &r).empty());
+  EXPECT_TRUE(r.torn);
+  auto found = ScanAll(&l.file, true, &r);
+  EXPECT_EQ(found.size(), 4u);
+  EXPECT_EQ(r.corrupt_regions, 1u);
 }
 
 TEST(ScannerDense, ATornRecordInsideAPageEndsTheScanThere) {
