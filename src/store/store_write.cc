@@ -552,9 +552,17 @@ void StoreImpl::WriteGroup(std::vector<WriteOp>& group) {
         done += n;
       }
     };
-    // The dense run that starts at op i: the ops after it that follow it on
-    // disk and in memory (ops that failed placement hold no space).
-    auto run_end = [&](size_t i) {
+    // Dense runs: from an op, the ops after it that follow it on disk and in
+    // memory (ops that failed placement hold no space and are skipped).
+    struct DenseRun {
+      size_t last, next;  // the run's last op, where to continue after it
+    };
+    std::vector<DenseRun> runs;
+    for (size_t i = begin; i < placed_end;) {
+      if (!group[i].status.ok() || !group[i].dense) {
+        ++i;
+        continue;
+      }
       size_t last = i, j = i + 1;
       for (; j < placed_end; ++j) {
         const WriteOp& o = group[j];
@@ -565,17 +573,10 @@ void StoreImpl::WriteGroup(std::vector<WriteOp>& group) {
           break;
         last = j;
       }
-      return std::pair<size_t, size_t>(last, j);  // last op of the run, where to continue
-    };
-    uint64_t stage_need = 0;
-    for (size_t i = begin; i < placed_end;) {
-      if (!group[i].status.ok() || !group[i].dense) {
-        ++i;
-        continue;
-      }
-      stage_need += 2 * kPage;
-      i = run_end(i).second;
+      runs.push_back(DenseRun{last, j});
+      i = j;
     }
+    const uint64_t stage_need = 2 * kPage * runs.size();  // a run's partial first and last page
     if (staging_.size() < stage_need && !staging_.Reset(std::max(stage_need, kStagingBytes))) {
       // Records placed after unwritten ones must not be acknowledged: fail
       // the pass and retire its segments, as a failed write does.
@@ -586,6 +587,7 @@ void StoreImpl::WriteGroup(std::vector<WriteOp>& group) {
         }
     }
     uint8_t* scratch_page = staging_.data();
+    size_t run = 0;
     for (size_t i = begin; i < placed_end;) {
       WriteOp& op = group[i];
       if (!op.status.ok()) {
@@ -594,7 +596,7 @@ void StoreImpl::WriteGroup(std::vector<WriteOp>& group) {
       }
       File* file = table_->file(op.segment);
       if (op.dense) {
-        auto [last, next] = run_end(i);
+        const auto [last, next] = runs[run++];
         // The run is [f0, f1) on disk and starts at m0 in the ring, at the
         // same offset within a page (PlaceRecord).
         const uint64_t f0 = op.offset, f1 = group[last].offset + group[last].rec_bytes;
