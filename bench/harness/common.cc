@@ -71,16 +71,28 @@ bool Payloads::Verify(uint64_t id, size_t size, const uint8_t* got) const {
   return std::memcmp(got + 16, want + 16, size - 24) == 0;
 }
 
+namespace {
+bool g_huge_buffers = true;
+}  // namespace
+
+void SetHugePageBuffers(bool on) { g_huge_buffers = on; }
+bool HugePageBuffers() { return g_huge_buffers; }
+
 AlignedBuf::AlignedBuf(size_t size) : size_(size) {
   // Buffers of 2 MiB and more sit on huge pages where the kernel has them,
   // like an engine's pinned staging memory: O_DIRECT I/O from them pins one
   // page per 2 MiB instead of 512 (expensive on this VM), for every design.
   constexpr size_t kHuge = 2u << 20;
-  const size_t align = size >= kHuge ? kHuge : 4096;
+  const size_t align = size >= kHuge && g_huge_buffers ? kHuge : 4096;
   const size_t rounded = (size + align - 1) / align * align;
   p_ = static_cast<uint8_t*>(std::aligned_alloc(align, rounded == 0 ? align : rounded));
   if (p_ == nullptr) throw std::bad_alloc();
-  if (align == kHuge) madvise(p_, rounded, MADV_HUGEPAGE);  // a hint; fine if refused
+  // Hints, fine if refused; 4 KiB mode also opts out where THP is "always".
+  if (align == kHuge) {
+    madvise(p_, rounded, MADV_HUGEPAGE);
+  } else if (!g_huge_buffers) {
+    madvise(p_, rounded, MADV_NOHUGEPAGE);
+  }
 }
 
 AlignedBuf::~AlignedBuf() { std::free(p_); }

@@ -46,6 +46,13 @@ class Payloads {
   std::vector<uint8_t> base_;
 };
 
+// Whether AlignedBuf puts buffers of 2 MiB and more on transparent huge pages
+// (the default, like pinned staging memory) or leaves every buffer on 4 KiB
+// pages, the memory fio's own buffers have (--buffer-pages 4k). Set once,
+// before any buffer is made.
+void SetHugePageBuffers(bool on);
+bool HugePageBuffers();
+
 // Aligned heap buffer for O_DIRECT (4 KiB alignment).
 class AlignedBuf {
  public:

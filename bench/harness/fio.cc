@@ -49,7 +49,9 @@ kvtier::Status RunFio(const std::string& fio, const std::string& file, const std
   // enough are reserved (vm.nr_hugepages). Where page pinning is costly (this
   // VM) the difference is 4x, so the run says which memory fio had.
   std::string iomem;
-  if (block_bytes >= (2u << 20) && HugetlbFreeBytes() >= block_bytes * queue_depth + (4u << 20)) {
+  if (block_bytes >= (2u << 20) && !HugePageBuffers()) {
+    m->note = "fio and the designs on 4 KiB pages (--buffer-pages 4k)";
+  } else if (block_bytes >= (2u << 20) && HugetlbFreeBytes() >= block_bytes * queue_depth + (4u << 20)) {
     iomem = " --iomem=mmaphuge";
     m->note = "fio buffers on hugetlbfs pages (--iomem=mmaphuge), like the designs' huge-page buffers";
   } else if (block_bytes >= (2u << 20)) {

@@ -152,6 +152,12 @@ int main(int argc, char** argv) {
                  "Experiments: override a kvtier Option, name=value (repeatable): read_threads, "
                  "queue_depth, max_write_chunk_bytes, group_commit_bytes, write_queue_bytes, "
                  "segment_size_bytes, zero_copy_min_bytes, dense_record_max_bytes, verify_ram_hits (0 or 1). Results are then not kvtier's defaults");
+  std::string buffer_pages = "huge";
+  app.add_option("--buffer-pages", buffer_pages,
+                 "Memory of the blocks handed to every design: huge (buffers of 2 MiB and more on transparent "
+                 "huge pages, like pinned staging memory) or 4k (4 KiB pages, the memory fio uses)")
+      ->check(CLI::IsMember({"huge", "4k"}))
+      ->capture_default_str();
   app.add_flag("--json", json, "Print one JSON object on stdout instead of tables");
   app.add_flag("--no-fio", no_fio, "Do not run fio (no device-limit ratios)");
   app.add_flag("--keep", c.keep, "Keep each design's data after its run");
@@ -170,6 +176,7 @@ int main(int argc, char** argv) {
     // --help is 0; every bad option is 2, as documented above.
     return app.exit(e) == 0 ? 0 : 2;
   }
+  SetHugePageBuffers(buffer_pages == "huge");
 
   if (child) ChildFill(child_design, dir, child_count, child_block, c.queue_depth, child_cap);
 

@@ -63,6 +63,7 @@ nlohmann::json DescribeMachine(const std::string& dir, const std::string& fio) {
   std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
   m["date"] = date;
   m["fio"] = fio.empty() ? "missing" : fio;
+  m["buffer_pages"] = HugePageBuffers() ? "huge" : "4k";
   return m;
 }
 
@@ -73,7 +74,10 @@ void PrintMachine(const nlohmann::json& m) {
   std::printf("  kernel: %s\n", m.value("kernel", "?").c_str());
   std::printf("  dir: %s (%s, %s free)\n", m.value("dir", "").c_str(),
               m.value("fs_type", "?").c_str(), HumanBytes(m.value("free_bytes", uint64_t{0})).c_str());
-  std::printf("  fio: %s\n\n", m.value("fio", "").c_str());
+  std::printf("  fio: %s\n", m.value("fio", "").c_str());
+  std::printf("  buffers: %s\n\n", m.value("buffer_pages", "huge") == "4k"
+                                       ? "4 KiB pages, like fio's (--buffer-pages 4k)"
+                                       : "2 MiB and larger on transparent huge pages (--buffer-pages huge)");
 }
 
 std::optional<double> RatioTo(const WorkloadResult& w, const Measurement& m,
@@ -297,6 +301,7 @@ nlohmann::json ToJson(const nlohmann::json& machine, const std::vector<WorkloadR
       put("cpu_s_per_gb", m.cpu_s_per_gb);
       put("bytes_read_ram", m.bytes_read_ram);
       put("bytes_read_disk", m.bytes_read_disk);
+      if (!m.note.empty()) r["note"] = m.note;  // e.g. which memory fio had
       jw["results"].push_back(std::move(r));
     }
     for (const PolicyResult& p : w.policies)

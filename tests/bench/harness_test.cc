@@ -75,7 +75,7 @@ TEST_F(BenchHarnessTest, TinyPresetVerifiesEveryBlockAndPrintsTheSchema) {
   const std::set<std::string> ops = {"put", "get", "lookup", "reopen"};
   const std::set<std::string> fields = {"design",  "op",        "gbps",         "ops_per_s",
                                         "p50_us",  "p99_us",    "p999_us",      "write_amp",
-                                        "cpu_s_per_gb", "bytes_read_ram", "bytes_read_disk"};
+                                        "cpu_s_per_gb", "bytes_read_ram", "bytes_read_disk", "note"};
   std::set<std::string> names, seen_designs;
   for (const auto& w : j["workloads"]) {
     names.insert(w["name"].get<std::string>());
@@ -193,6 +193,30 @@ TEST_F(BenchHarnessTest, FioIsTheReferenceWhenInstalled) {
   EXPECT_EQ(durable_rows, 1);  // the same writes with fdatasync
 }
 
+TEST_F(BenchHarnessTest, BufferPagesChoosesTheMemoryOfEveryDesign) {
+  // 2 MiB blocks on 4 KiB pages, fio's memory: still every block verifies,
+  // and the run says which memory it used (a fio row, if any, says so too).
+  BenchRun r = RunBench("--preset tiny --workloads seq --sizes 2M --seq-bytes 8M --fio-bytes 8M "
+                        "--designs kvtier,file-per-block --buffer-pages 4k --json --dir " + dir_);
+  ASSERT_EQ(r.status, 0) << r.out;
+  nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.out;
+  EXPECT_EQ(j["machine"]["buffer_pages"], "4k");
+  for (const auto& w : j["workloads"]) {
+    for (const auto& res : w["results"]) {
+      if (res["design"] == "fio") {
+        EXPECT_NE(res.value("note", "").find("4 KiB pages"), std::string::npos) << res;
+      }
+    }
+  }
+  r = RunBench("--preset tiny --no-fio --workloads seq --sizes 64K --seq-bytes 1M --designs kvtier --json --dir " +
+               dir_);
+  ASSERT_EQ(r.status, 0) << r.out;
+  j = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.out;
+  EXPECT_EQ(j["machine"]["buffer_pages"], "huge");
+}
+
 TEST_F(BenchHarnessTest, TablesEndWithTargetsAndWallTime) {
   // Only kvtier at 64 KiB: the 2 MiB targets are still listed, as not measured.
   BenchRun r = RunBench("--preset tiny --no-fio --workloads seq --sizes 64K --seq-bytes 2M "
@@ -218,6 +242,8 @@ TEST_F(BenchHarnessTest, BadOptionsGetAClearError) {
   r = RunBench("--revisit-ram-fraction 1.5 --dir " + dir_);
   EXPECT_EQ(r.status, 2);
   r = RunBench("--ram-tier lots --dir " + dir_);
+  EXPECT_EQ(r.status, 2);
+  r = RunBench("--buffer-pages 1G --dir " + dir_);
   EXPECT_EQ(r.status, 2);
   r = RunBench("--help");
   EXPECT_EQ(r.status, 0);
