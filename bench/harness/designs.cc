@@ -92,6 +92,7 @@ bool ApplyOverride(const std::string& kv, kvtier::Options* o) {
   else if (k == "zero_copy_min_bytes") o->zero_copy_min_bytes = *v;
   else if (k == "dense_record_max_bytes") o->dense_record_max_bytes = *v;
   else if (k == "verify_ram_hits" && *v <= 1) o->verify_ram_hits = *v == 1;
+  else if (k == "zero_copy_small_pages" && *v <= 1) o->zero_copy_small_pages = *v == 1;
   else return false;
   return true;
 }
@@ -514,7 +515,7 @@ std::string CheckKvtierOverride(const std::string& kv) {
   kvtier::Options o;
   return ApplyOverride(kv, &o) ? "" : "bad --kvtier-option '" + kv + "' (want name=value; names: "
       "read_threads, queue_depth, max_write_chunk_bytes, group_commit_bytes, write_queue_bytes, "
-      "segment_size_bytes, zero_copy_min_bytes, dense_record_max_bytes, verify_ram_hits=0|1)";
+      "segment_size_bytes, zero_copy_min_bytes, dense_record_max_bytes, verify_ram_hits=0|1, zero_copy_small_pages=0|1)";
 }
 
 std::unique_ptr<Design> MakeDesign(const std::string& name, const DesignConfig& config) {

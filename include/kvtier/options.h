@@ -111,6 +111,18 @@ struct Options {
   // with their header in one request: below a few hundred KiB the extra
   // device request costs more than the copy it saves.
   uint64_t zero_copy_min_bytes = 256u << 10;
+  // Whether zero-copy also applies to caller memory on 4 KiB pages. Off (the
+  // default): a payload goes straight from or into the caller's memory only
+  // when every page of it is a huge page (THP or hugetlbfs; the kernel is
+  // asked per buffer with PAGEMAP_SCAN, Linux 6.7+), and memory on 4 KiB pages
+  // is copied through kvtier's own huge-page buffers instead. An O_DIRECT I/O
+  // from 4 KiB pages pins every page and gives the device a segment per page;
+  // on the VM of docs/benchmarks.md that made 2 MiB puts 1.5-1.7x and gets
+  // 1.2-1.5x slower than the copy. Turn it on where pinning is cheap (bare
+  // metal without an IOMMU in the way) to save the copy's CPU. Where the
+  // kernel cannot tell (before 6.7) or THP is "never", zero-copy applies
+  // whatever the pages. Stats::small_page_copies counts the copies.
+  bool zero_copy_small_pages = false;
   // Records with payloads below zero_copy_min_bytes (always copied through
   // the write ring) and of at most this many bytes are written dense: back
   // to back on 8-byte boundaries, so that only the last page of each write

@@ -149,6 +149,9 @@ struct Stats {
   // Payload bytes written to the device from where they already were (the
   // caller's or the RAM tier's pages), and read straight into callers' pages.
   uint64_t zero_copy_put_bytes = 0, direct_read_bytes = 0;
+  // Puts and gets of at least zero_copy_min_bytes that were copied because
+  // the caller's memory sits on 4 KiB pages (Options::zero_copy_small_pages).
+  uint64_t small_page_copies = 0;
   // Device writes issued from io_uring-registered memory (the write ring and
   // the RAM tier's data area); 0 on the posix backend.
   uint64_t registered_writes = 0;

@@ -121,6 +121,7 @@ Status SetOption(Options* o, const std::string& k, const json& v) {
   if (k == "ram_tier_bytes") return GetUnsigned(k, v, &o->ram_tier_bytes);
   if (k == "ram_tier_shared_memory") return GetBool(k, v, &o->ram_tier_shared_memory);
   if (k == "verify_ram_hits") return GetBool(k, v, &o->verify_ram_hits);
+  if (k == "zero_copy_small_pages") return GetBool(k, v, &o->zero_copy_small_pages);
   if (k == "remote") return RemoteFromJson(v, &o->remote);
   if (k == "io_backend") {
     std::string b;
@@ -193,6 +194,7 @@ std::string StatsToJson(const Stats& s) {
       {"device_bytes_read", s.device_bytes_read},
       {"zero_copy_put_bytes", s.zero_copy_put_bytes},
       {"direct_read_bytes", s.direct_read_bytes},
+      {"small_page_copies", s.small_page_copies},
       {"registered_writes", s.registered_writes},
       {"remote_connected", s.remote_connected},
       {"hits_remote", s.hits_remote},

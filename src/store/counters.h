@@ -21,7 +21,7 @@ struct Counters {
   Counter get_deadline_misses, checksum_failures, stale_entries_dropped;
   Counter lookups, contains, removes;
   Counter device_bytes_written, device_bytes_read, syncs, group_commits;
-  Counter zero_copy_put_bytes, direct_read_bytes, registered_writes;
+  Counter zero_copy_put_bytes, direct_read_bytes, registered_writes, small_page_copies;
   Counter remote_admitted_to_ram;
   Counter evictions, evicted_blocks, evicted_bytes, reinsertions, reinserted_bytes;
   Counter recovery_scanned_bytes, recovery_reindexed, recovery_torn_bytes;

@@ -42,13 +42,29 @@ void ReadBuffers::Register(IoQueue* queue) {
   registered_ = region.iov_len;
 }
 
+bool ReadBuffers::BounceFits(size_t b, size_t bytes, size_t budget) const {
+  if (InSlab(b, bytes)) return true;
+  const size_t have = b < heap_.size() ? heap_[b].size() : 0;
+  if (have >= bytes) return true;
+  const size_t align = bytes >= kHuge ? kHuge : kPage;
+  return heap_bytes_ - have + (bytes + align - 1) / align * align <= budget;
+}
+
 uint8_t* ReadBuffers::Get(size_t b, size_t bytes) {
   if (InSlab(b, bytes)) {
     used_slots_ = std::max(used_slots_, b + 1);
     return slab_ + b * slot_bytes_;
   }
   if (heap_.size() <= b) heap_.resize(b + 1);
-  if (heap_[b].size() < bytes && !heap_[b].Reset(bytes)) return nullptr;
+  if (heap_[b].size() < bytes) {
+    // Large records on huge pages too, where the kernel has them: one device
+    // segment per 2 MiB instead of one per 4 KiB page.
+    const size_t align = bytes >= kHuge ? kHuge : kPage;
+    heap_bytes_ -= heap_[b].size();
+    if (!heap_[b].Reset(bytes, align)) return nullptr;
+    heap_bytes_ += heap_[b].size();
+    if (align == kHuge) madvise(heap_[b].data(), heap_[b].size(), MADV_HUGEPAGE);  // best effort
+  }
   return heap_[b].data();
 }
 

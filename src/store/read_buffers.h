@@ -2,7 +2,7 @@
 // read into a slab of fixed-size slots on transparent huge pages, registered
 // with the thread's io_uring, so a small read neither pins pages nor fills
 // the device's request with one segment per 4 KiB page; larger records use
-// heap buffers kept for reuse.
+// heap buffers kept for reuse (on huge pages from 2 MiB up).
 //
 // Not thread-safe: one per reader thread, used with that thread's IoQueue.
 #ifndef KVTIER_SRC_STORE_READ_BUFFERS_H_
@@ -38,6 +38,10 @@ class ReadBuffers {
   uint8_t* Get(size_t b, size_t bytes);
   // Whether Get(b, bytes) is served from the slab.
   bool InSlab(size_t b, size_t bytes) const { return slab_ != nullptr && b < slots_ && bytes <= slot_bytes_; }
+  // Whether Get(b, bytes) would keep the heap buffers within `budget` bytes
+  // in all: a bounce that is a choice (not a must) asks first, so that large
+  // blocks cannot make each reader keep queue_depth copies of them.
+  bool BounceFits(size_t b, size_t bytes, size_t budget) const;
 
  private:
   size_t RegisterBytes() const;
@@ -50,6 +54,7 @@ class ReadBuffers {
   size_t used_slots_ = 0;  // 1 + the highest slot handed out
   size_t registered_ = 0;  // bytes of the slab registered
   std::vector<AlignedBuffer> heap_;
+  size_t heap_bytes_ = 0;  // the sizes of heap_ in all
 };
 
 }  // namespace kvtier

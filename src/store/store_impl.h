@@ -41,6 +41,7 @@
 #include "store/read_buffers.h"
 #include "tier/ram_tier.h"
 #include "util/aligned_buffer.h"
+#include "util/page_backing.h"
 
 namespace kvtier {
 
@@ -220,6 +221,20 @@ class StoreImpl final : public Store {
   void TimerLoop();
   void RequestDrop(NamespaceId ns, std::string_view key, uint64_t sequence);
   void NoteHit(uint32_t seg, uint64_t offset);
+  // Whether the first `bytes` of a caller's pieces may be used for zero-copy
+  // I/O: false when some page is a 4 KiB page and copying through kvtier's
+  // huge-page buffers is the cheaper way (Options::zero_copy_small_pages).
+  template <typename P>
+  bool ZeroCopyPagesOk(std::span<const P> pieces, uint64_t bytes) const {
+    if (opt_.zero_copy_small_pages || !TransparentHugePagesUsable()) return true;
+    for (const P& p : pieces) {
+      if (bytes == 0) break;
+      const uint64_t n = std::min<uint64_t>(p.size, bytes);
+      if (n != 0 && QueryPageBacking(p.data, n) == PageBacking::kSmall) return false;
+      bytes -= n;
+    }
+    return true;
+  }
   BlockInfo ToBlockInfo(NamespaceId ns, std::string_view key, const format::IndexValue& v);
 
   // ---- Shared tier on Ceph (store_remote.cc); no-ops while it is off ----

@@ -507,6 +507,7 @@ Stats StoreImpl::GetStats() {
   s.device_bytes_read = c_.device_bytes_read.Get();
   s.zero_copy_put_bytes = c_.zero_copy_put_bytes.Get();
   s.direct_read_bytes = c_.direct_read_bytes.Get();
+  s.small_page_copies = c_.small_page_copies.Get();
   s.remote_admitted_to_ram = c_.remote_admitted_to_ram.Get();
   s.registered_writes = c_.registered_writes.Get();
   s.syncs = c_.syncs.Get();

@@ -157,6 +157,9 @@ void StoreImpl::ReaderLoop(unsigned index) {
 
 namespace {
 constexpr uint64_t kPage = format::kPage;
+// Heap bounce buffers a read thread keeps for reads it could have made
+// direct (caller memory on 4 KiB pages): 32 x 2 MiB blocks.
+constexpr size_t kChosenBounceBytes = 64u << 20;
 
 bool PageAligned(const void* p) { return (reinterpret_cast<uintptr_t>(p) & (kPage - 1)) == 0; }
 
@@ -240,11 +243,16 @@ void StoreImpl::ExecuteReads(IoQueue* queue, std::vector<std::shared_ptr<ReadOp>
     // can complete the op early: a deadline miss promises `out` is never
     // touched afterwards, which an in-flight read could not keep.
     const uint64_t whole = v.payload_len / kPage * kPage;
-    const bool direct = op->deadline == kNoDeadline && whole > 0 && v.payload_len >= opt_.zero_copy_min_bytes &&
-                        format::PayloadAligned(v.key_len, v.payload_len, v.flags) && DirectTarget(op->out, whole);
+    bool direct = op->deadline == kNoDeadline && whole > 0 && v.payload_len >= opt_.zero_copy_min_bytes &&
+                  format::PayloadAligned(v.key_len, v.payload_len, v.flags) && DirectTarget(op->out, whole);
     size_t b = pending.size();
     // A whole read covers the record's pages (a dense one may share them).
     const uint64_t paged = format::PagedBytes(v.offset, v.RecordBytes());
+    if (direct && bufs.BounceFits(b, paged, kChosenBounceBytes) &&
+        !ZeroCopyPagesOk(std::span<const MutableFragment>(op->out), whole)) {
+      direct = false;  // 4 KiB pages: read into a huge-page bounce buffer and copy
+      c_.small_page_copies.Add();
+    }
     uint8_t* const bounce = bufs.Get(b, direct ? 2 * kPage : paged);
     if (bounce == nullptr) {
       table_->Unpin(v.segment);

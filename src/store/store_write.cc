@@ -136,8 +136,11 @@ void StoreImpl::SubmitPut(NamespaceId ns, std::string_view key, std::span<const 
     for (const RamTier::Piece& p : pin.pieces()) pin_frags.push_back(Fragment{p.data, p.size});
     source = pin_frags;
   }
-  const bool direct =
-      aligned && payload_len >= opt_.zero_copy_min_bytes && (pin || borrow) && Borrowable(source);
+  bool direct = aligned && payload_len >= opt_.zero_copy_min_bytes && (pin || borrow) && Borrowable(source);
+  if (direct && !pin && !ZeroCopyPagesOk(source, payload_len)) {
+    direct = false;  // the caller's 4 KiB pages: one copy into the huge-page ring is cheaper
+    c_.small_page_copies.Add();
+  }
   const uint64_t whole = payload_len / kPage * kPage, tail = payload_len - whole;
   // A dense record takes exactly its bytes, so that dense records queued one
   // after another lie back to back in the ring as they will on disk.

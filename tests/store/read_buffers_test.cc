@@ -46,6 +46,26 @@ TEST(ReadBuffers, SlotsForSmallRecordsHeapForLargeOnes) {
   EXPECT_EQ(seen.count(extra), 0u);
 }
 
+TEST(ReadBuffers, ChosenBouncesStayWithinABudget) {
+  ReadBuffers b(2, 64 * 1024);
+  const size_t budget = 8u << 20;
+  EXPECT_TRUE(b.BounceFits(0, 64 * 1024, 0)) << "a slot costs no heap";
+  // 2 MiB buffers are huge-page aligned and rounded to 2 MiB.
+  for (size_t i = 0; i < 4; ++i) {
+    ASSERT_TRUE(b.BounceFits(i, (2u << 20) + 4096, 2 * budget)) << i;
+  }
+  for (size_t i = 0; i < 2; ++i) {
+    ASSERT_TRUE(b.BounceFits(i, (2u << 20) + 4096, budget)) << i;
+    uint8_t* p = b.Get(i, (2u << 20) + 4096);  // 4 MiB each
+    ASSERT_NE(p, nullptr);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % (2u << 20), 0u);
+  }
+  EXPECT_FALSE(b.BounceFits(2, 4096 * 3 + (64 * 1024), budget)) << "8 MiB kept: the budget is spent";
+  EXPECT_TRUE(b.BounceFits(1, 4u << 20, budget)) << "reusing a kept buffer costs nothing";
+  EXPECT_FALSE(b.BounceFits(1, (4u << 20) + 1, budget)) << "growing one past the budget";
+  EXPECT_TRUE(b.BounceFits(1, (4u << 20) + 1, budget + (2u << 20)));
+}
+
 TEST(ReadBuffers, ReadsIntoARegisteredSlotAreFixed) {
   const std::string why = IoUringUnavailableReason();
   if (!why.empty()) GTEST_SKIP() << "io_uring: " << why;

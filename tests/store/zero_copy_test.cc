@@ -10,9 +10,12 @@
 #include <future>
 #include <memory>
 
+#include <sys/mman.h>
+
 #include "format/record.h"
 #include "kvtier/store.h"
 #include "store/store_test_util.h"
+#include "util/page_backing.h"
 
 namespace kvtier {
 namespace {
@@ -41,6 +44,9 @@ class ZeroCopyTest : public ::testing::TestWithParam<IoBackend> {
     if (GetParam() == IoBackend::kIoUring && !IoUringAvailable()) GTEST_SKIP() << "io_uring unavailable";
     opt_ = testing::SmallOptions(GetParam());
     opt_.zero_copy_min_bytes = 4096;  // every aligned size here takes the zero-copy path
+    // The mechanism with any memory (aligned_alloc gives 4 KiB pages); the
+    // page-aware default has its own test below.
+    opt_.zero_copy_small_pages = true;
   }
   std::unique_ptr<Store> OpenStore() {
     auto s = Store::Open(dir_.Sub("store"), opt_);
@@ -244,6 +250,80 @@ TEST_P(ZeroCopyTest, GetsLandInAlignedCallerPages) {
   ASSERT_TRUE(s->Get(ns, "k", plain.data() + 1, size).ok());
   EXPECT_EQ(std::memcmp(plain.data() + 1, want.data(), size), 0);
   EXPECT_EQ(s->GetStats().direct_read_bytes, 3 * kPage + 8 * 8192);
+}
+
+// Anonymous memory of `bytes` starting on a 2 MiB boundary, on huge pages or
+// kept on 4 KiB pages (whole 2 MiB units, as THP maps them), touched.
+struct MappedBuf {
+  MappedBuf(size_t bytes, bool huge) : size(bytes) {
+    constexpr size_t kHuge = 2u << 20;
+    bytes = (bytes + kHuge - 1) / kHuge * kHuge;
+    map_bytes = bytes + kHuge;
+    void* p = mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    map = p == MAP_FAILED ? nullptr : static_cast<uint8_t*>(p);
+    if (map == nullptr) return;
+    data = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(map) + kHuge - 1) & ~(kHuge - 1));
+    madvise(data, bytes, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+    std::memset(data, 0, bytes);
+  }
+  ~MappedBuf() {
+    if (map != nullptr) munmap(map, map_bytes);
+  }
+  MappedBuf(const MappedBuf&) = delete;
+  MappedBuf& operator=(const MappedBuf&) = delete;
+  uint8_t* map = nullptr;
+  uint8_t* data = nullptr;
+  size_t map_bytes = 0, size = 0;
+};
+
+TEST_P(ZeroCopyTest, CallerMemoryOnSmallPagesIsCopiedByDefault) {
+  opt_.zero_copy_small_pages = false;
+  const size_t size = 512u << 10;  // a test segment is 1 MiB
+  MappedBuf small(size, /*huge=*/false), small_out(size, false);
+  ASSERT_NE(small.data, nullptr);
+  ASSERT_NE(small_out.data, nullptr);
+  if (!TransparentHugePagesUsable() || QueryPageBacking(small.data, size) == PageBacking::kUnknown)
+    GTEST_SKIP() << "the kernel cannot tell huge pages from small ones here (PAGEMAP_SCAN, THP)";
+  ASSERT_EQ(QueryPageBacking(small.data, size), PageBacking::kSmall);
+
+  auto s = OpenStore();
+  NamespaceId ns = Ns(s.get());
+  auto want = Payload(ns, "small", size);
+  std::memcpy(small.data, want.data(), size);
+  ASSERT_TRUE(s->Put(ns, "small", small.data, size).ok());
+  Stats st = s->GetStats();
+  EXPECT_EQ(st.zero_copy_put_bytes, 0u) << "4 KiB pages go through the ring";
+  EXPECT_EQ(st.small_page_copies, 1u);
+  std::memset(small.data, 0xEE, size);  // the store kept its own copy
+  ASSERT_TRUE(s->Close().ok());
+  s = OpenStore();
+  auto n = s->Get(ns, "small", small_out.data, size);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(*n, size);
+  EXPECT_EQ(std::memcmp(small_out.data, want.data(), size), 0);
+  st = s->GetStats();
+  EXPECT_EQ(st.direct_read_bytes, 0u) << "read into a huge-page bounce buffer, then copied";
+  EXPECT_EQ(st.small_page_copies, 1u);
+
+  // Huge pages, where the kernel has one free: zero-copy both ways.
+  MappedBuf huge(size, /*huge=*/true), huge_out(size, true);
+  ASSERT_NE(huge.data, nullptr);
+  ASSERT_NE(huge_out.data, nullptr);
+  if (QueryPageBacking(huge.data, size) != PageBacking::kHuge ||
+      QueryPageBacking(huge_out.data, size) != PageBacking::kHuge)
+    GTEST_SKIP() << "no free huge page for the second half";
+  auto want2 = Payload(ns, "huge", size);
+  std::memcpy(huge.data, want2.data(), size);
+  ASSERT_TRUE(s->Put(ns, "huge", huge.data, size).ok());
+  EXPECT_EQ(s->GetStats().zero_copy_put_bytes, size);
+  ASSERT_TRUE(s->Close().ok());
+  s = OpenStore();
+  ASSERT_TRUE(s->Get(ns, "huge", huge_out.data, size).ok());
+  EXPECT_EQ(std::memcmp(huge_out.data, want2.data(), size), 0);
+  st = s->GetStats();
+  EXPECT_EQ(st.direct_read_bytes, size);
+  EXPECT_EQ(st.small_page_copies, 0u);
+  ExpectBlock(s.get(), ns, "small", size);
 }
 
 TEST_P(ZeroCopyTest, CorruptPayloadReadDirectlyIsAMiss) {

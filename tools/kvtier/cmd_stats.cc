@@ -116,6 +116,7 @@ int Run(const StatsCmd& in) {
   e.One("device_read_bytes_total", "counter", "Bytes read from segment files.", static_cast<double>(s.device_bytes_read));
   e.One("zero_copy_put_bytes_total", "counter", "Payload bytes written from the caller's or RAM tier's pages (no copy).", static_cast<double>(s.zero_copy_put_bytes));
   e.One("direct_read_bytes_total", "counter", "Payload bytes read straight into callers' pages (no copy).", static_cast<double>(s.direct_read_bytes));
+  e.One("small_page_copies_total", "counter", "Large puts and gets copied because the caller's memory is on 4 KiB pages.", static_cast<double>(s.small_page_copies));
   e.One("registered_writes_total", "counter", "Device writes from io_uring-registered memory (write ring, RAM tier).", static_cast<double>(s.registered_writes));
   e.One("syncs_total", "counter", "fdatasync calls.", static_cast<double>(s.syncs));
   e.One("remote_connected", "gauge", "1 while the shared tier on Ceph is connected.", s.remote_connected ? 1.0 : 0.0);

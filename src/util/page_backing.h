@@ -1,0 +1,32 @@
+// Whether memory sits on huge pages, asked of the kernel.
+//
+// Zero-copy I/O from memory on 4 KiB pages pins every page and gives the
+// device one segment per page; where that is costly (a VM with shadow paging,
+// an IOMMU) copying into kvtier's own huge-page buffers is faster. The store
+// asks this per buffer to choose (Options::zero_copy_small_pages).
+//
+// Thread-safe.
+#ifndef KVTIER_SRC_UTIL_PAGE_BACKING_H_
+#define KVTIER_SRC_UTIL_PAGE_BACKING_H_
+
+#include <cstddef>
+
+namespace kvtier {
+
+enum class PageBacking {
+  kHuge,     // every page of the range is a huge page (THP or hugetlbfs)
+  kSmall,    // at least one page is a 4 KiB page, or not mapped in yet
+  kUnknown,  // the kernel cannot tell (no PAGEMAP_SCAN before Linux 6.7)
+};
+
+// The backing of [p, p + len). One ioctl on /proc/self/pagemap (opened once).
+PageBacking QueryPageBacking(const void* p, size_t len);
+
+// Whether transparent huge pages can back kvtier's own buffers (its madvise
+// asks for them): false when /sys/kernel/mm/transparent_hugepage/enabled
+// says "never". Read once.
+bool TransparentHugePagesUsable();
+
+}  // namespace kvtier
+
+#endif  // KVTIER_SRC_UTIL_PAGE_BACKING_H_
