@@ -23,6 +23,7 @@ mkdir -p "$out"
   nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width.current --format=csv 2>&1
   df -h "$(dirname "$bench_dir")" /dev/shm 2>&1
   nproc; free -g
+  echo "THP: $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>&1)"
 } > "$out/env.txt" 2>&1
 
 rc=0

@@ -323,6 +323,11 @@ int main(int argc, char** argv) {
       CheckAll((*t)->GetToDevice(*ns, dst.blocks, stream), "get");
       CK(cudaStreamSynchronize(stream));
       Field(p + "disk_to_gpu_GBps", GBps(double(dst.bytes), Seconds(t0)));
+      // Staging is on huge pages, so these should be 0 (no copy on the way).
+      const kvtier::Stats ss = (*store)->GetStats();
+      Field(p + "disk_small_page_copies", double(ss.small_page_copies));
+      Field(p + "disk_zero_copy_put_bytes", double(ss.zero_copy_put_bytes));
+      Field(p + "disk_direct_read_bytes", double(ss.direct_read_bytes));
       t->reset();
       if (!(*store)->Close().ok()) return 1;
       std::vector<std::string> files;
