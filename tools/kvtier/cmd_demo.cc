@@ -2,7 +2,10 @@
 // KV blocks shaped like real models (one namespace each), closes and reopens
 // the store, reads everything back, checks it byte for byte and reports
 // throughput and reopen time. Exit 1 on any mismatch.
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <future>
 #include <iostream>
@@ -69,35 +72,61 @@ void Fill(size_t s, uint64_t i, uint32_t piece, uint8_t* dst, size_t n) {
 
 // A batch of blocks of one shape laid out like an engine's KV cache: one
 // buffer for whole blocks, or one buffer per layer piece ("layer tensors")
-// with block b's piece at offset b * piece_bytes.
+// with block b's piece at offset b * piece_bytes. Like an engine's staging
+// memory the tensors are page-aligned, on huge pages where the kernel has
+// them, and reused from batch to batch (the demo keeps two batches).
 struct Batch {
   size_t shape = 0;
   uint64_t first = 0, count = 0;
-  std::vector<std::vector<uint8_t>> tensors;
+  uint32_t tensors = 0;
+  uint64_t tensor_stride = 0;  // bytes from one tensor to the next
   std::vector<std::string> keys;
 
-  void Allocate(size_t s, uint64_t f, uint64_t c) {
+  Batch() = default;
+  Batch(const Batch&) = delete;
+  Batch& operator=(const Batch&) = delete;
+  ~Batch() {
+    if (mem_ != nullptr) munmap(mem_, mem_bytes_);
+  }
+  // Lays out `c` blocks of shape `s` starting at block `f`; false when out of
+  // memory. With `clear` the tensors are zeroed (for reads).
+  bool Allocate(size_t s, uint64_t f, uint64_t c, bool clear) {
     shape = s;
     first = f;
     count = c;
     const Shape& sh = kShapes[s];
-    const uint64_t piece = sh.block_bytes / sh.fragments;
-    tensors.assign(sh.fragments, std::vector<uint8_t>(piece * c));
+    tensors = sh.fragments;
+    tensor_stride = (piece_bytes() * c + 4095) / 4096 * 4096;
+    const uint64_t need = tensor_stride * tensors;
+    if (need > mem_bytes_) {
+      if (mem_ != nullptr) munmap(mem_, mem_bytes_);
+      const uint64_t huge = 2u << 20;
+      mem_bytes_ = (need + huge - 1) / huge * huge;
+      void* p = mmap(nullptr, mem_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      mem_ = p == MAP_FAILED ? nullptr : static_cast<uint8_t*>(p);
+      if (mem_ == nullptr) {
+        mem_bytes_ = 0;
+        return false;
+      }
+      madvise(mem_, mem_bytes_, MADV_HUGEPAGE);  // a hint
+    }
+    if (clear) std::memset(mem_, 0, need);
     keys.resize(c);
     for (uint64_t b = 0; b < c; ++b) keys[b] = KeyOf(s, f + b);
+    return true;
   }
   uint64_t piece_bytes() const { return kShapes[shape].block_bytes / kShapes[shape].fragments; }
-  uint8_t* piece(uint64_t b, uint32_t p) { return tensors[p].data() + b * piece_bytes(); }
+  uint8_t* piece(uint64_t b, uint32_t p) { return mem_ + p * tensor_stride + b * piece_bytes(); }
   void Generate() {
     for (uint64_t b = 0; b < count; ++b)
-      for (uint32_t p = 0; p < tensors.size(); ++p) Fill(shape, first + b, p, piece(b, p), piece_bytes());
+      for (uint32_t p = 0; p < tensors; ++p) Fill(shape, first + b, p, piece(b, p), piece_bytes());
   }
   // Blocks whose bytes differ from what Generate() writes.
   std::vector<uint64_t> Mismatches() {
     std::vector<uint64_t> bad;
     std::vector<uint8_t> want(piece_bytes());
     for (uint64_t b = 0; b < count; ++b) {
-      for (uint32_t p = 0; p < tensors.size(); ++p) {
+      for (uint32_t p = 0; p < tensors; ++p) {
         Fill(shape, first + b, p, want.data(), want.size());
         if (std::memcmp(want.data(), piece(b, p), want.size()) != 0) {
           bad.push_back(first + b);
@@ -107,6 +136,10 @@ struct Batch {
     }
     return bad;
   }
+
+ private:
+  uint8_t* mem_ = nullptr;
+  uint64_t mem_bytes_ = 0;
 };
 
 struct ShapeResult {
@@ -176,20 +209,23 @@ int Run(Demo& in) {
   double write_secs = 0;
   uint64_t written = 0;
   const auto wall0 = std::chrono::steady_clock::now();
+  // Two batches: the next is generated while this one is put.
+  std::array<Batch, 2> wbatch;
   auto make = [&](size_t i) {
-    auto b = std::make_unique<Batch>();
-    b->Allocate(plan[i].shape, plan[i].first, plan[i].count);
+    Batch* b = &wbatch[i % 2];
+    if (!b->Allocate(plan[i].shape, plan[i].first, plan[i].count, /*clear=*/false)) return false;
     b->Generate();
-    return b;
+    return true;
   };
-  std::future<std::unique_ptr<Batch>> next = std::async(std::launch::async, make, 0);
+  std::future<bool> next = std::async(std::launch::async, make, 0);
   for (size_t i = 0; i < plan.size(); ++i) {
-    std::unique_ptr<Batch> b = next.get();
+    if (!next.get()) return Fail(cmd, kExitProblems, "out of memory for a batch of blocks");
+    Batch* b = &wbatch[i % 2];
     if (i + 1 < plan.size()) next = std::async(std::launch::async, make, i + 1);
     std::vector<std::vector<Fragment>> frags(b->count);
     std::vector<PutItem> items(b->count);
     for (uint64_t k = 0; k < b->count; ++k) {
-      for (uint32_t p = 0; p < b->tensors.size(); ++p) frags[k].push_back({b->piece(k, p), b->piece_bytes()});
+      for (uint32_t p = 0; p < b->tensors; ++p) frags[k].push_back({b->piece(k, p), b->piece_bytes()});
       items[k] = {b->keys[k], frags[k]};
     }
     const auto t0 = std::chrono::steady_clock::now();
@@ -239,8 +275,10 @@ int Run(Demo& in) {
     auto n = store->LookupPrefix(res[s].ns, views);
     if (n.ok()) present += *n;
   }
+  // Two batches: one is read while the other is checked.
+  std::array<Batch, 2> rbatch;
   std::future<std::vector<uint64_t>> checking;
-  std::unique_ptr<Batch> checking_batch;
+  Batch* checking_batch = nullptr;
   auto collect = [&]() {
     if (!checking.valid()) return;
     for (uint64_t bad : checking.get()) {
@@ -249,12 +287,13 @@ int Run(Demo& in) {
     }
   };
   for (size_t i = 0; i < plan.size(); ++i) {
-    auto b = std::make_unique<Batch>();
-    b->Allocate(plan[i].shape, plan[i].first, plan[i].count);
+    Batch* b = &rbatch[i % 2];  // the other one may still be checked
+    if (!b->Allocate(plan[i].shape, plan[i].first, plan[i].count, /*clear=*/true))
+      return Fail(cmd, kExitProblems, "out of memory for a batch of blocks");
     std::vector<std::vector<MutableFragment>> frags(b->count);
     std::vector<GetItem> items(b->count);
     for (uint64_t k = 0; k < b->count; ++k) {
-      for (uint32_t p = 0; p < b->tensors.size(); ++p) frags[k].push_back({b->piece(k, p), b->piece_bytes()});
+      for (uint32_t p = 0; p < b->tensors; ++p) frags[k].push_back({b->piece(k, p), b->piece_bytes()});
       items[k] = {b->keys[k], frags[k]};
     }
     const auto t0 = std::chrono::steady_clock::now();
@@ -266,9 +305,8 @@ int Run(Demo& in) {
       else read += *got[k];
     }
     collect();
-    checking_batch = std::move(b);
-    Batch* raw = checking_batch.get();
-    checking = std::async(std::launch::async, [raw] { return raw->Mismatches(); });
+    checking_batch = b;
+    checking = std::async(std::launch::async, [b] { return b->Mismatches(); });
     rp.Update(read, total_payload);
   }
   collect();
