@@ -45,6 +45,16 @@ BenchRun RunBench(const std::string& args) {
   return r;
 }
 
+// Runs `args` with --json and parses stdout. A run that fails or prints no
+// JSON is a test failure; the result is then discarded (is_discarded()).
+nlohmann::json RunJson(const std::string& args) {
+  BenchRun r = RunBench(args + " --json");
+  EXPECT_EQ(r.status, 0) << r.out;
+  nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
+  EXPECT_FALSE(j.is_discarded()) << r.out;
+  return r.status == 0 ? j : nlohmann::json(nlohmann::json::value_t::discarded);
+}
+
 class BenchHarnessTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -170,11 +180,8 @@ TEST_F(BenchHarnessTest, TinyPresetVerifiesEveryBlockAndPrintsTheSchema) {
 }
 
 TEST_F(BenchHarnessTest, FioIsTheReferenceWhenInstalled) {
-  BenchRun r = RunBench("--preset tiny --workloads seq --sizes 64K --seq-bytes 4M --designs kvtier "
-                   "--json --dir " + dir_);
-  ASSERT_EQ(r.status, 0) << r.out;
-  nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
-  ASSERT_FALSE(j.is_discarded()) << r.out;
+  nlohmann::json j = RunJson("--preset tiny --workloads seq --sizes 64K --seq-bytes 4M --designs kvtier --dir " + dir_);
+  ASSERT_FALSE(j.is_discarded());
   if (j["machine"]["fio"] == "missing") GTEST_SKIP() << "fio is not installed";
   int fio_rows = 0, durable_rows = 0;
   for (const auto& w : j["workloads"])
@@ -196,11 +203,9 @@ TEST_F(BenchHarnessTest, FioIsTheReferenceWhenInstalled) {
 TEST_F(BenchHarnessTest, BufferPagesChoosesTheMemoryOfEveryDesign) {
   // 2 MiB blocks on 4 KiB pages, fio's memory: still every block verifies,
   // and the run says which memory it used (a fio row, if any, says so too).
-  BenchRun r = RunBench("--preset tiny --workloads seq --sizes 2M --seq-bytes 8M --fio-bytes 8M "
-                        "--designs kvtier,file-per-block --buffer-pages 4k --json --dir " + dir_);
-  ASSERT_EQ(r.status, 0) << r.out;
-  nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
-  ASSERT_FALSE(j.is_discarded()) << r.out;
+  nlohmann::json j = RunJson("--preset tiny --workloads seq --sizes 2M --seq-bytes 8M --fio-bytes 8M "
+                              "--designs kvtier,file-per-block --buffer-pages 4k --dir " + dir_);
+  ASSERT_FALSE(j.is_discarded());
   EXPECT_EQ(j["machine"]["buffer_pages"], "4k");
   for (const auto& w : j["workloads"]) {
     for (const auto& res : w["results"]) {
@@ -209,11 +214,8 @@ TEST_F(BenchHarnessTest, BufferPagesChoosesTheMemoryOfEveryDesign) {
       }
     }
   }
-  r = RunBench("--preset tiny --no-fio --workloads seq --sizes 64K --seq-bytes 1M --designs kvtier --json --dir " +
-               dir_);
-  ASSERT_EQ(r.status, 0) << r.out;
-  j = nlohmann::json::parse(r.out, nullptr, false);
-  ASSERT_FALSE(j.is_discarded()) << r.out;
+  j = RunJson("--preset tiny --no-fio --workloads seq --sizes 64K --seq-bytes 1M --designs kvtier --dir " + dir_);
+  ASSERT_FALSE(j.is_discarded());
   EXPECT_EQ(j["machine"]["buffer_pages"], "huge");
 }
 
