@@ -9,7 +9,14 @@ namespace kvtier {
 
 namespace {
 constexpr size_t kPage = 4096;
-constexpr size_t kHuge = size_t{2} << 20;
+constexpr size_t kHuge = AlignedBuffer::kHugeBytes;
+
+// What a heap buffer for `bytes` takes: large ones sit on huge pages (one
+// device segment per 2 MiB instead of one per 4 KiB page).
+size_t HeapBytes(size_t bytes) {
+  const size_t align = bytes >= kHuge ? kHuge : kPage;
+  return (bytes + align - 1) / align * align;
+}
 }  // namespace
 
 ReadBuffers::ReadBuffers(size_t slots, size_t slot_bytes) {
@@ -46,8 +53,7 @@ bool ReadBuffers::BounceFits(size_t b, size_t bytes, size_t budget) const {
   if (InSlab(b, bytes)) return true;
   const size_t have = b < heap_.size() ? heap_[b].size() : 0;
   if (have >= bytes) return true;
-  const size_t align = bytes >= kHuge ? kHuge : kPage;
-  return heap_bytes_ - have + (bytes + align - 1) / align * align <= budget;
+  return heap_bytes_ - have + HeapBytes(bytes) <= budget;
 }
 
 uint8_t* ReadBuffers::Get(size_t b, size_t bytes) {
@@ -57,13 +63,9 @@ uint8_t* ReadBuffers::Get(size_t b, size_t bytes) {
   }
   if (heap_.size() <= b) heap_.resize(b + 1);
   if (heap_[b].size() < bytes) {
-    // Large records on huge pages too, where the kernel has them: one device
-    // segment per 2 MiB instead of one per 4 KiB page.
-    const size_t align = bytes >= kHuge ? kHuge : kPage;
     heap_bytes_ -= heap_[b].size();
-    if (!heap_[b].Reset(bytes, align)) return nullptr;
+    if (!(bytes >= kHuge ? heap_[b].ResetHuge(bytes) : heap_[b].Reset(bytes))) return nullptr;
     heap_bytes_ += heap_[b].size();
-    if (align == kHuge) madvise(heap_[b].data(), heap_[b].size(), MADV_HUGEPAGE);  // best effort
   }
   return heap_[b].data();
 }

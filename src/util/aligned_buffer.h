@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <sys/mman.h>
 #include <utility>
 
 namespace kvtier {
@@ -40,6 +41,15 @@ class AlignedBuffer {
     size_ = rounded;
     return true;
   }
+  // Reset on 2 MiB boundaries, rounded up to 2 MiB, advised for transparent
+  // huge pages (a hint: one device segment and one fault per 2 MiB where the
+  // kernel has them).
+  bool ResetHuge(size_t size) {
+    if (!Reset(size, kHugeBytes)) return false;
+    if (data_ != nullptr) madvise(data_, size_, MADV_HUGEPAGE);
+    return true;
+  }
+  static constexpr size_t kHugeBytes = size_t{2} << 20;
   uint8_t* data() { return data_; }
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }

@@ -1,6 +1,7 @@
 #include "util/page_backing.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
 
@@ -41,21 +42,27 @@ static_assert(sizeof(PageRegion) == 24, "struct page_region is 24 bytes");
 constexpr unsigned long kPagemapScan = _IOWR('f', 16, PmScanArg);
 constexpr uint64_t kPageIsHuge = 1u << 6;
 
-// /proc/self/pagemap, opened once per process: the file names the process
-// that opened it, so a forked child must open its own. -1 when unavailable
-// (no /proc, seccomp).
+// /proc/self/pagemap, opened on first use: -1 when unavailable (no /proc,
+// seccomp). The file names the process that opened it, so a forked child
+// drops the parent's (an atfork handler) and opens its own.
+constexpr int kNotOpened = -2;
+std::atomic<int> g_pagemap_fd{kNotOpened};
+
+void DropPagemapInChild() {
+  const int fd = g_pagemap_fd.exchange(kNotOpened);
+  if (fd >= 0) ::close(fd);
+}
+
 int PagemapFd() {
-  static std::mutex mu;
-  static int fd = -1;
-  static pid_t owner = 0;
-  const pid_t me = ::getpid();
-  std::lock_guard<std::mutex> l(mu);
-  if (owner != me) {
-    if (fd >= 0) ::close(fd);
-    fd = ::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
-    owner = me;
-  }
-  return fd;
+  int fd = g_pagemap_fd.load(std::memory_order_acquire);
+  if (fd != kNotOpened) return fd;
+  static std::once_flag atfork;
+  std::call_once(atfork, [] { pthread_atfork(nullptr, nullptr, DropPagemapInChild); });
+  const int opened = ::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+  int expected = kNotOpened;
+  if (g_pagemap_fd.compare_exchange_strong(expected, opened)) return opened;
+  if (opened >= 0) ::close(opened);  // another thread was first
+  return expected;
 }
 
 std::atomic<bool> g_scan_unsupported{false};

@@ -2,8 +2,6 @@
 // KV blocks shaped like real models (one namespace each), closes and reopens
 // the store, reads everything back, checks it byte for byte and reports
 // throughput and reopen time. Exit 1 on any mismatch.
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -11,6 +9,7 @@
 #include <iostream>
 
 #include "commands.h"
+#include "util/aligned_buffer.h"
 
 namespace kvtier::cli {
 
@@ -82,12 +81,6 @@ struct Batch {
   uint64_t tensor_stride = 0;  // bytes from one tensor to the next
   std::vector<std::string> keys;
 
-  Batch() = default;
-  Batch(const Batch&) = delete;
-  Batch& operator=(const Batch&) = delete;
-  ~Batch() {
-    if (mem_ != nullptr) munmap(mem_, mem_bytes_);
-  }
   // Lays out `c` blocks of shape `s` starting at block `f`; false when out of
   // memory. With `clear` the tensors are zeroed (for reads).
   bool Allocate(size_t s, uint64_t f, uint64_t c, bool clear) {
@@ -98,25 +91,14 @@ struct Batch {
     tensors = sh.fragments;
     tensor_stride = (piece_bytes() * c + 4095) / 4096 * 4096;
     const uint64_t need = tensor_stride * tensors;
-    if (need > mem_bytes_) {
-      if (mem_ != nullptr) munmap(mem_, mem_bytes_);
-      const uint64_t huge = 2u << 20;
-      mem_bytes_ = (need + huge - 1) / huge * huge;
-      void* p = mmap(nullptr, mem_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-      mem_ = p == MAP_FAILED ? nullptr : static_cast<uint8_t*>(p);
-      if (mem_ == nullptr) {
-        mem_bytes_ = 0;
-        return false;
-      }
-      madvise(mem_, mem_bytes_, MADV_HUGEPAGE);  // a hint
-    }
-    if (clear) std::memset(mem_, 0, need);
+    if (need > mem_.size() && !mem_.ResetHuge(need)) return false;
+    if (clear) std::memset(mem_.data(), 0, need);
     keys.resize(c);
     for (uint64_t b = 0; b < c; ++b) keys[b] = KeyOf(s, f + b);
     return true;
   }
   uint64_t piece_bytes() const { return kShapes[shape].block_bytes / kShapes[shape].fragments; }
-  uint8_t* piece(uint64_t b, uint32_t p) { return mem_ + p * tensor_stride + b * piece_bytes(); }
+  uint8_t* piece(uint64_t b, uint32_t p) { return mem_.data() + p * tensor_stride + b * piece_bytes(); }
   void Generate() {
     for (uint64_t b = 0; b < count; ++b)
       for (uint32_t p = 0; p < tensors; ++p) Fill(shape, first + b, p, piece(b, p), piece_bytes());
@@ -138,8 +120,7 @@ struct Batch {
   }
 
  private:
-  uint8_t* mem_ = nullptr;
-  uint64_t mem_bytes_ = 0;
+  AlignedBuffer mem_;
 };
 
 struct ShapeResult {
