@@ -140,9 +140,6 @@ struct Stats {
   uint64_t ram_adopted_blocks = 0, ram_adopt_dropped = 0;  // at open, from shared memory
   uint64_t ram_checksum_failures = 0;  // RAM hits whose copy no longer matched (dropped; served from disk)
   bool ram_shared_memory = false;                          // tier lives in /dev/shm
-  // Bytes of the tier faulted in ahead of use by its background thread: only
-  // a tier on 4 KiB pages (shared memory, or no THP) is prefaulted.
-  uint64_t ram_prefaulted_bytes = 0;
   uint64_t get_deadline_misses = 0;
   uint64_t checksum_failures = 0;                // records that failed a check on read
   uint64_t stale_entries_dropped = 0;            // index entries pointing at reused space

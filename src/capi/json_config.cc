@@ -239,7 +239,6 @@ std::string StatsToJson(const Stats& s) {
       {"ram_adopt_dropped", s.ram_adopt_dropped},
       {"ram_checksum_failures", s.ram_checksum_failures},
       {"ram_shared_memory", s.ram_shared_memory},
-      {"ram_prefaulted_bytes", s.ram_prefaulted_bytes},
   };
   // Non-finite doubles would be written as null; keep them numbers.
   if (!std::isfinite(s.write_amplification)) j["write_amplification"] = 0.0;

@@ -546,7 +546,6 @@ Stats StoreImpl::GetStats() {
     s.ram_adopt_dropped = r.adopt_dropped;
     s.ram_checksum_failures = r.checksum_failures;
     s.ram_shared_memory = r.shared;
-    s.ram_prefaulted_bytes = r.prefaulted_bytes;
   }
   RemoteStats(&s);  // store_remote.cc
   return s;

@@ -31,12 +31,6 @@ Status StoreImpl::OpenRamTier() {
     std::string path = RamTierShmPath(description_.store_id);
     if (ShmHasRoom(path, o.capacity_bytes)) o.shm_path = std::move(path);
   }
-  // Zero the whole area ahead of use only where it faults page by page
-  // (shared memory, or THP off). On huge pages a first use costs one fault
-  // per 2 MiB, while zeroing all of a large tier in the background took a
-  // core from the first reads after an open: cold gets of kvtier-ram ran
-  // 1.8-2.6x faster without it, puts no slower (docs/benchmarks.md).
-  o.prefault = !o.shm_path.empty() || !TransparentHugePagesUsable();
   // Adopt only blocks the index still names with the same size and checksum.
   auto filter = [this](NamespaceId ns, std::string_view key, uint64_t len, uint64_t checksum) {
     {

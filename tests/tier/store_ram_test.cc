@@ -12,7 +12,6 @@
 
 #include "kvtier/store.h"
 #include "tier/ram_tier.h"
-#include "util/page_backing.h"
 
 namespace kvtier {
 namespace {
@@ -103,33 +102,6 @@ class StoreRam : public ::testing::Test {
   std::unique_ptr<Store> store_;
   NamespaceId ns_ = 0;
 };
-
-TEST_F(StoreRam, OnlyATierOnSmallPagesIsPrefaulted) {
-  opt_.ram_tier_bytes = 8 << 20;
-  Open();
-  ASSERT_NE(store_, nullptr);
-  auto prefaulted = [&] {
-    // The background thread may still be at it: wait until it is done.
-    uint64_t n = 0;
-    for (int i = 0; i < 2000; ++i) {
-      n = store_->GetStats().ram_prefaulted_bytes;
-      if (n >= opt_.ram_tier_bytes) break;
-      usleep(1000);
-    }
-    return n;
-  };
-  if (TransparentHugePagesUsable()) {
-    usleep(50 * 1000);  // time enough for a thread that had started to show
-    EXPECT_EQ(store_->GetStats().ram_prefaulted_bytes, 0u) << "anonymous tier on huge pages";
-  } else {
-    EXPECT_EQ(prefaulted(), opt_.ram_tier_bytes) << "THP off: faulted ahead of use";
-  }
-  PutN(4);
-  EXPECT_TRUE(GetOk(3));
-  store_.reset();
-  if (!OpenShared()) GTEST_SKIP() << "no room in /dev/shm";
-  EXPECT_EQ(prefaulted(), opt_.ram_tier_bytes) << "shared memory is on 4 KiB pages";
-}
 
 TEST_F(StoreRam, PutsAreServedFromRam) {
   Open();
