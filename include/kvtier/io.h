@@ -64,27 +64,48 @@ struct IoRequest {
   uint64_t offset = 0;
   void* buf = nullptr;  // for writes the bytes are only read
   size_t len = 0;
-  Status status;        // filled in by Submit
-  // Optional: called once, on the submitting thread inside Submit, as soon as
-  // this request's status is final, so a caller can act on early completions
-  // while the rest of the batch is still in flight.
+  Status status;        // filled in by the queue
+  // Optional: called once, on the queue's thread inside Submit or Reap, as
+  // soon as this request's status is final, so a caller can act on early
+  // completions while the rest is still in flight. It may Enqueue more
+  // requests, but not call Submit or Reap.
   void (*on_done)(IoRequest&) = nullptr;
   void* user = nullptr;  // for on_done
 };
 
 // A submission queue owned by one thread: io_uring ring, or a loop of
 // pread/pwrite with identical results.
+//
+// Two ways to use it. Batch: Submit hands over a batch and returns when all
+// of it is done. Streaming, for a thread that keeps the device busy while
+// new work arrives: Enqueue requests as they come and call Reap, which
+// returns as soon as some of them finished, so their slots can be refilled
+// without waiting for the slowest request of a batch.
 class IoQueue {
  public:
+  // Requests still outstanding when a queue is destroyed are waited for
+  // (the kernel is done with their buffers) but their on_done is not run.
   virtual ~IoQueue() = default;
   // Issues every request (keeping up to depth() in flight), waits for all of
   // them, and sets each request's status. Returns OK when all succeeded, else
-  // the first failure (the others' statuses are still filled in).
+  // the first failure (the others' statuses are still filled in). Requests
+  // enqueued earlier and still outstanding are waited for too.
   virtual Status Submit(std::span<IoRequest> requests) = 0;
+  // Streaming: hands `request` to the queue. It must stay alive and unmoved
+  // until its on_done has run; on_done never runs inside Enqueue, only
+  // inside Reap or Submit.
+  virtual void Enqueue(IoRequest* request) = 0;
+  // Issues what fits in depth(), then waits (when `wait` and requests are
+  // outstanding) until at least one of them is final; runs on_done for each
+  // request that became final and returns how many did. With `wait` false
+  // it only collects what is already done.
+  virtual size_t Reap(bool wait) = 0;
+  // Enqueued requests whose on_done has not run yet.
+  virtual size_t Outstanding() const = 0;
   // Registers memory regions for fixed-buffer I/O. Requests whose buffer lies
   // in registered regions use them (a request crossing from one region into
   // the next may run in parts). Best effort: an error means the regions are
-  // simply used unregistered.
+  // simply used unregistered. Only while nothing is outstanding.
   virtual Status RegisterBuffers(std::span<const iovec> regions) { (void)regions; return Status::OK(); }
   virtual unsigned depth() const = 0;
   // "io_uring" or "posix" (or a test wrapper's name).

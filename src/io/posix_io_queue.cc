@@ -1,5 +1,7 @@
 #include "io/posix_io_queue.h"
 
+#include <vector>
+
 #include "io/io_errors.h"
 
 namespace kvtier {
@@ -24,6 +26,8 @@ class PosixIoQueue final : public IoQueue {
   explicit PosixIoQueue(unsigned depth) : depth_(depth) {}
 
   Status Submit(std::span<IoRequest> requests) override {
+    while (Reap(true) > 0) {
+    }
     Status first;
     for (IoRequest& r : requests) {
       if (!RunRequestSync(r).ok() && first.ok()) first = r.status;
@@ -31,11 +35,37 @@ class PosixIoQueue final : public IoQueue {
     return first;
   }
 
+  void Enqueue(IoRequest* request) override { pending_.push_back(request); }
+
+  // Runs everything enqueued, in order; what on_done enqueues meanwhile waits
+  // for the next call.
+  size_t Reap(bool wait) override {
+    (void)wait;
+    running_.swap(pending_);
+    pending_.clear();
+    const size_t n = running_.size();
+    for (size_t i = 0; i < n; ++i) {
+      IoRequest* r = running_[i];
+      running_[i] = nullptr;
+      (void)RunRequestSync(*r);  // calls on_done
+    }
+    running_.clear();
+    return n;
+  }
+
+  size_t Outstanding() const override {
+    size_t n = pending_.size();
+    for (const IoRequest* r : running_) n += r != nullptr ? 1 : 0;
+    return n;
+  }
+
   unsigned depth() const override { return depth_; }
   const char* backend() const override { return "posix"; }
 
  private:
   const unsigned depth_;
+  std::vector<IoRequest*> pending_;  // enqueued, not yet run
+  std::vector<IoRequest*> running_;  // the batch Reap is running (null: done)
 };
 
 }  // namespace

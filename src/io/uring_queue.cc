@@ -63,7 +63,18 @@ class UringIoQueue final : public IoQueue {
   UringIoQueue(unsigned depth, size_t max_transfer) : depth_(depth), max_transfer_(max_transfer) {}
 
   ~UringIoQueue() override {
-    if (ring_live_) io_uring_queue_exit(&ring_);
+    if (!ring_live_) return;
+    // The kernel may still be writing into the buffers of requests in
+    // flight: wait for them before the ring (and the caller's memory) goes.
+    while (in_flight_ > 0) {
+      io_uring_cqe* cqe = nullptr;
+      const int w = io_uring_wait_cqe(&ring_, &cqe);
+      if (w == -EINTR) continue;
+      if (w < 0) break;
+      io_uring_cqe_seen(&ring_, cqe);
+      --in_flight_;
+    }
+    io_uring_queue_exit(&ring_);
   }
 
   UringIoQueue(const UringIoQueue&) = delete;
@@ -78,6 +89,9 @@ class UringIoQueue final : public IoQueue {
   }
 
   Status Submit(std::span<IoRequest> requests) override;
+  void Enqueue(IoRequest* request) override;
+  size_t Reap(bool wait) override;
+  size_t Outstanding() const override { return outstanding_; }
   Status RegisterBuffers(std::span<const iovec> regions) override;
   unsigned depth() const override { return depth_; }
   const char* backend() const override { return "io_uring"; }
@@ -85,11 +99,32 @@ class UringIoQueue final : public IoQueue {
   const UringQueueStats& stats() const { return stats_; }
 
  private:
+  // A request the ring is working on; its index is the SQE's user data.
+  struct Slot {
+    IoRequest* r = nullptr;  // null: free
+    size_t done = 0;         // bytes transferred so far
+    unsigned retries = 0;    // -EINTR/-EAGAIN completions seen
+  };
+  // A request settled without the ring: invalid or empty (status final), or
+  // on a file without a descriptor (run synchronously in Reap).
+  struct Direct {
+    IoRequest* r;
+    bool run;
+  };
+
   Status Bind();
   int FixedIndex(const void* buf, size_t len) const;
-  void Prep(io_uring_sqe* sqe, std::span<IoRequest> reqs, uint32_t i);
-  void Complete(std::span<IoRequest> reqs, uint32_t i, int res);
-  Status Run(std::span<IoRequest> reqs);
+  void Prep(io_uring_sqe* sqe, uint32_t slot);
+  // Applies a completion; true when the request is final (else it was queued
+  // to be issued again).
+  bool Settle(uint32_t slot, int res);
+  // Frees a final request's slot and runs its on_done.
+  void Finish(uint32_t slot);
+  // Preps SQEs from work_ while fewer than depth_ are in flight.
+  void Issue();
+  // The ring broke: settles what the kernel took, fails everything else.
+  size_t Abandon(const Status& why);
+  size_t FailQueued(const Status& why);
 
   const unsigned depth_;
   const size_t max_transfer_;
@@ -107,12 +142,14 @@ class UringIoQueue final : public IoQueue {
   std::vector<uint32_t> by_base_;  // indices into regions_, sorted by base address
   unsigned sparse_slots_ = 0;      // size of a sparse buffer table, 0 when registered plainly
 
-  // Per-Submit scratch, kept across calls to avoid allocating each time.
-  std::vector<size_t> done_;       // bytes transferred so far
-  std::vector<unsigned> retries_;  // -EINTR/-EAGAIN completions seen
-  std::vector<uint8_t> finished_;  // status is final
-  std::vector<uint32_t> work_;     // request indices to (re)issue, consumed from work_head_
+  std::vector<Slot> slots_;
+  std::vector<uint32_t> free_;   // free slot indices
+  std::vector<uint32_t> work_;   // slots to (re)issue, consumed from work_head_
   size_t work_head_ = 0;
+  std::vector<Direct> direct_;   // settled without the ring, delivered by Reap
+  std::vector<uint32_t> final_;  // scratch: slots that became final in one pass
+  size_t in_flight_ = 0;         // SQEs prepared and not yet completed
+  size_t outstanding_ = 0;       // enqueued, on_done not yet run
 
   UringQueueStats stats_;
 };
@@ -125,7 +162,10 @@ Status UringIoQueue::Bind() {
   bool rebuilt = false;
   if (enabled_) {
     // A single-issuer ring refuses every thread but its owner (-EEXIST).
-    // Nothing is in flight between calls, so a fresh ring is equivalent.
+    // With nothing in flight a fresh ring is equivalent.
+    if (in_flight_ > 0) {
+      return Status::InvalidArgument("io_uring queue used from a second thread while requests are in flight");
+    }
     io_uring_queue_exit(&ring_);
     ring_live_ = false;
     Status s = CreateRing();
@@ -239,9 +279,10 @@ int UringIoQueue::FixedIndex(const void* buf, size_t len) const {
   return static_cast<int>(idx);
 }
 
-void UringIoQueue::Prep(io_uring_sqe* sqe, std::span<IoRequest> reqs, uint32_t i) {
-  IoRequest& r = reqs[i];
-  const size_t done = done_[i];
+void UringIoQueue::Prep(io_uring_sqe* sqe, uint32_t slot) {
+  const Slot& st = slots_[slot];
+  IoRequest& r = *st.r;
+  const size_t done = st.done;
   size_t len = std::min(r.len - done, max_transfer_);
   char* p = static_cast<char*>(r.buf) + done;
   const uint64_t off = r.offset + done;
@@ -274,121 +315,189 @@ void UringIoQueue::Prep(io_uring_sqe* sqe, std::span<IoRequest> reqs, uint32_t i
       io_uring_prep_write(sqe, fd, p, chunk, off);
     }
   }
-  io_uring_sqe_set_data64(sqe, i);
+  io_uring_sqe_set_data64(sqe, slot);
   ++stats_.sqes;
   if (fixed >= 0) ++stats_.fixed_sqes;
 }
 
-void UringIoQueue::Complete(std::span<IoRequest> reqs, uint32_t i, int res) {
-  IoRequest& r = reqs[i];
+bool UringIoQueue::Settle(uint32_t slot, int res) {
+  Slot& st = slots_[slot];
+  IoRequest& r = *st.r;
   const bool write = r.op == IoRequest::Op::kWrite;
   if (res < 0) {
     const int err = -res;
-    if ((err == EINTR || err == EAGAIN) && ++retries_[i] < kMaxRequestRetries) {
-      work_.push_back(i);
+    if ((err == EINTR || err == EAGAIN) && ++st.retries < kMaxRequestRetries) {
+      work_.push_back(slot);
       ++stats_.resubmissions;
-      return;
+      return false;
     }
     r.status = TransferError(err, write, r.file->path(), r.offset, r.len);
   } else if (res == 0) {
-    r.status = write ? StalledWriteError(r.file->path(), r.offset, r.len, done_[i])
-                     : ShortReadError(r.file->path(), r.offset, r.len, done_[i]);
+    r.status = write ? StalledWriteError(r.file->path(), r.offset, r.len, st.done)
+                     : ShortReadError(r.file->path(), r.offset, r.len, st.done);
   } else {
-    done_[i] += static_cast<size_t>(res);
-    if (done_[i] >= r.len) {
+    st.done += static_cast<size_t>(res);
+    if (st.done >= r.len) {
       r.status = Status::OK();
-    } else if (!write && r.file->direct() && done_[i] % kDirectAlign != 0) {
+    } else if (!write && r.file->direct() && st.done % kDirectAlign != 0) {
       // A direct read stops short of a block boundary only at end of file;
       // asking for the rest at an unaligned offset would just fail EINVAL.
-      r.status = ShortReadError(r.file->path(), r.offset, r.len, done_[i]);
+      r.status = ShortReadError(r.file->path(), r.offset, r.len, st.done);
     } else {
-      work_.push_back(i);
+      work_.push_back(slot);
       ++stats_.resubmissions;
-      return;
+      return false;
     }
   }
-  finished_[i] = 1;
-  if (r.on_done != nullptr) r.on_done(r);
+  return true;
 }
 
-Status UringIoQueue::Run(std::span<IoRequest> reqs) {
-  size_t in_flight = 0;
+void UringIoQueue::Finish(uint32_t slot) {
+  IoRequest* r = slots_[slot].r;
+  slots_[slot].r = nullptr;
+  free_.push_back(slot);
+  --outstanding_;
+  if (r->on_done != nullptr) r->on_done(*r);
+}
+
+void UringIoQueue::Issue() {
+  while (in_flight_ < depth_ && work_head_ < work_.size()) {
+    io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+    if (sqe == nullptr) break;  // cannot happen: the SQ holds >= depth_ entries
+    Prep(sqe, work_[work_head_++]);
+    ++in_flight_;
+  }
+  if (work_head_ == work_.size()) {
+    work_.clear();
+    work_head_ = 0;
+  }
+}
+
+size_t UringIoQueue::FailQueued(const Status& why) {
+  // Every slot still held is either queued or was never seen by the kernel.
+  size_t n = 0;
+  work_.clear();
+  work_head_ = 0;
+  for (uint32_t i = 0; i < slots_.size(); ++i) {
+    if (slots_[i].r == nullptr) continue;
+    slots_[i].r->status = why;
+    Finish(i);
+    ++n;
+  }
+  return n;
+}
+
+size_t UringIoQueue::Abandon(const Status& why) {
+  // Entries still in the SQ were never seen by the kernel and never will be
+  // (the queue is broken from now on); wait for those it did take so that no
+  // buffer is in use when we return.
+  broken_ = why;
+  size_t taken = in_flight_ - std::min<size_t>(in_flight_, io_uring_sq_ready(&ring_));
+  final_.clear();
+  while (taken > 0) {
+    io_uring_cqe* cqe = nullptr;
+    const int w = io_uring_wait_cqe(&ring_, &cqe);
+    if (w == -EINTR) continue;
+    if (w < 0) break;  // nothing more we can do; the ring is abandoned
+    const auto slot = static_cast<uint32_t>(io_uring_cqe_get_data64(cqe));
+    const int res = cqe->res;
+    io_uring_cqe_seen(&ring_, cqe);
+    --taken;
+    if (Settle(slot, res)) final_.push_back(slot);
+  }
+  in_flight_ = 0;
+  for (uint32_t slot : final_) Finish(slot);
+  return final_.size() + FailQueued(why);
+}
+
+void UringIoQueue::Enqueue(IoRequest* r) {
+  ++outstanding_;
+  r->status = ValidateRequest(*r);
+  if (!r->status.ok() || r->len == 0) {
+    direct_.push_back(Direct{r, false});
+    return;
+  }
+  if (r->file->fd() < 0) {
+    direct_.push_back(Direct{r, true});
+    return;
+  }
+  if (!broken_.ok()) {
+    r->status = broken_;
+    direct_.push_back(Direct{r, false});
+    return;
+  }
+  uint32_t slot;
+  if (!free_.empty()) {
+    slot = free_.back();
+    free_.pop_back();
+  } else {
+    slot = static_cast<uint32_t>(slots_.size());
+    slots_.emplace_back();
+  }
+  slots_[slot] = Slot{r, 0, 0};
+  work_.push_back(slot);
+}
+
+size_t UringIoQueue::Reap(bool wait) {
+  size_t finished = 0;
+  if (!direct_.empty()) {
+    std::vector<Direct> now;
+    now.swap(direct_);  // on_done may enqueue more
+    for (const Direct& d : now) {
+      --outstanding_;
+      ++finished;
+      if (d.run) {
+        ++stats_.sync_fallbacks;
+        (void)RunRequestSync(*d.r);  // calls on_done
+      } else if (d.r->on_done != nullptr) {
+        d.r->on_done(*d.r);
+      }
+    }
+  }
+  if (work_head_ == work_.size() && in_flight_ == 0) return finished;
+  Status s = Bind();
+  if (!s.ok()) {
+    // A ring that could not be rebuilt is broken for good; a call from the
+    // wrong thread fails only what was queued.
+    return finished + (in_flight_ == 0 ? FailQueued(s) : 0);
+  }
   unsigned enter_failures = 0;
   io_uring_cqe* cqes[64];
-  while (work_head_ < work_.size() || in_flight > 0) {
-    while (in_flight < depth_ && work_head_ < work_.size()) {
-      io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
-      if (sqe == nullptr) break;  // cannot happen: the SQ holds >= depth_ entries
-      Prep(sqe, reqs, work_[work_head_++]);
-      ++in_flight;
-    }
-    const int ret = io_uring_submit_and_wait(&ring_, 1);
+  for (;;) {
+    Issue();
+    const bool block = wait && finished == 0 && in_flight_ > 0;
+    const int ret = block ? io_uring_submit_and_wait(&ring_, 1) : io_uring_submit_and_get_events(&ring_);
     if (ret < 0) {
       if (TransientEnterError(-ret) && ++enter_failures < kMaxEnterRetries) continue;
-      // Entries still in the SQ were never seen by the kernel and never will
-      // be (the queue is broken from now on); wait for those it did take so
-      // that no buffer is in use when we return.
-      broken_ = Status::FromErrno(-ret, "io_uring_enter");
-      size_t taken = in_flight - std::min<size_t>(in_flight, io_uring_sq_ready(&ring_));
-      while (taken > 0) {
-        io_uring_cqe* cqe = nullptr;
-        const int w = io_uring_wait_cqe(&ring_, &cqe);
-        if (w == -EINTR) continue;
-        if (w < 0) break;  // nothing more we can do; the ring is abandoned
-        const auto i = static_cast<uint32_t>(io_uring_cqe_get_data64(cqe));
-        const int res = cqe->res;
-        io_uring_cqe_seen(&ring_, cqe);
-        --taken;
-        Complete(reqs, i, res);
-      }
-      return broken_;
+      return finished + Abandon(Status::FromErrno(-ret, "io_uring_enter"));
     }
     enter_failures = 0;
+    final_.clear();
     unsigned got;
     while ((got = io_uring_peek_batch_cqe(&ring_, cqes, 64)) > 0) {
       for (unsigned k = 0; k < got; ++k) {
-        Complete(reqs, static_cast<uint32_t>(io_uring_cqe_get_data64(cqes[k])), cqes[k]->res);
+        const auto slot = static_cast<uint32_t>(io_uring_cqe_get_data64(cqes[k]));
+        if (Settle(slot, cqes[k]->res)) final_.push_back(slot);
       }
       io_uring_cq_advance(&ring_, got);
-      in_flight -= got;
+      in_flight_ -= got;
     }
+    if (!final_.empty()) {
+      // Refill the ring before the callbacks run (they verify and copy), so
+      // the device is not idle meanwhile.
+      Issue();
+      if (io_uring_sq_ready(&ring_) > 0) (void)io_uring_submit(&ring_);  // else at the next enter
+      for (uint32_t slot : final_) Finish(slot);  // on_done may Enqueue, never Reap
+      finished += final_.size();
+    }
+    if (!wait || finished > 0 || (in_flight_ == 0 && work_head_ == work_.size())) return finished;
   }
-  return Status::OK();
 }
 
 Status UringIoQueue::Submit(std::span<IoRequest> reqs) {
-  const size_t n = reqs.size();
-  done_.assign(n, 0);
-  retries_.assign(n, 0);
-  finished_.assign(n, 1);
-  work_.clear();
-  work_head_ = 0;
-  for (size_t i = 0; i < n; ++i) {
-    IoRequest& r = reqs[i];
-    r.status = ValidateRequest(r);
-    if (!r.status.ok() || r.len == 0) {
-      if (r.on_done != nullptr) r.on_done(r);
-      continue;
-    }
-    if (r.file->fd() < 0) {
-      ++stats_.sync_fallbacks;
-      (void)RunRequestSync(r);  // calls on_done
-      continue;
-    }
-    finished_[i] = 0;
-    work_.push_back(static_cast<uint32_t>(i));
-  }
-  if (!work_.empty()) {
-    Status s = Bind();
-    if (s.ok()) s = Run(reqs);
-    if (!s.ok()) {
-      for (size_t i = 0; i < n; ++i) {
-        if (!finished_[i]) {
-          reqs[i].status = s;
-          if (reqs[i].on_done != nullptr) reqs[i].on_done(reqs[i]);
-        }
-      }
-    }
+  for (IoRequest& r : reqs) Enqueue(&r);
+  while (outstanding_ > 0) {
+    if (Reap(true) == 0 && in_flight_ == 0 && work_head_ == work_.size() && direct_.empty()) break;
   }
   for (const IoRequest& r : reqs) {
     if (!r.status.ok()) return r.status;

@@ -1,19 +1,22 @@
 // The "io_uring" IoQueue (liburing).
 //
-// One ring per queue. Submit keeps up to depth() requests in flight, reaps
-// completions in bulk, resubmits the rest of short transfers and retries
-// -EINTR/-EAGAIN; it returns only when the kernel is done with every buffer.
-// Requests of one Submit run concurrently and in no particular order, so they
-// must not overlap in the file when one of them writes.
+// One ring per queue. Submit and Reap keep up to depth() requests in flight,
+// reap completions in bulk, resubmit the rest of short transfers and retry
+// -EINTR/-EAGAIN; Submit returns only when the kernel is done with every
+// buffer. Enqueued requests are tracked in slots (a slot's index is the SQE's
+// user data), so new requests join while others are in flight. Requests in
+// flight together run concurrently and in no particular order, so they must
+// not overlap in the file when one of them writes.
 //
 // Requests whose File has no descriptor (fd() < 0: simulations and wrappers)
 // run synchronously through File::ReadAt/WriteAt instead.
 //
 // The ring is created with IORING_SETUP_SINGLE_ISSUER|DEFER_TASKRUN where the
 // kernel has them (else COOP_TASKRUN, else no flags). Such a ring belongs to
-// one thread: it is bound to the first thread that calls Submit or
-// RegisterBuffers, and if a later call comes from another thread the ring is
-// rebuilt for it (slow, but correct). Not thread-safe: one queue per thread.
+// one thread: it is bound to the first thread that calls Submit, Reap or
+// RegisterBuffers, and if a later call comes from another thread while
+// nothing is in flight the ring is rebuilt for it (slow, but correct). Not
+// thread-safe: one queue per thread.
 #ifndef KVTIER_IO_URING_QUEUE_H_
 #define KVTIER_IO_URING_QUEUE_H_
 

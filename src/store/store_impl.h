@@ -6,7 +6,8 @@
 //                  changes, reclaims segments and writes checkpoints. Every
 //                  index mutation goes through it, so "read entry, then
 //                  delete it if unchanged" needs no further locking.
-//   readers (N)    serve gets in batches, each with its own IoQueue.
+//   readers (N)    serve gets, each with its own IoQueue, taking new ones
+//                  as earlier reads complete.
 //   timer (1)      completes gets whose deadline passed as misses.
 //
 // The way of a put: caller validates, passes admission, reserves ring space,
@@ -197,22 +198,62 @@ class StoreImpl final : public Store {
     GetCallback done;
     std::atomic<int> state{0};  // 0 pending, 1 completing, 2 expired
   };
-  void ReaderLoop(unsigned index);
-  void ExecuteReads(IoQueue* queue, std::vector<std::shared_ptr<ReadOp>>& ops, ReadBuffers& bufs);
-  void Complete(const std::shared_ptr<ReadOp>& op, Result<size_t> r);
+  class ReadSlots;
   // One get's I/O: the whole record into `bounce`, or (direct) the header
   // page and tail page into `bounce` and the payload's whole pages straight
   // into the caller's fragments.
   struct ReadIo {
-    StoreImpl* self;
+    StoreImpl* self = nullptr;
+    ReadSlots* slots = nullptr;  // owner; slot is also this read's ReadBuffers slot
+    size_t slot = 0;
     std::shared_ptr<ReadOp> op;
     format::IndexValue v;
-    uint8_t* bounce;
-    bool direct;
-    int left;  // requests still in flight
-    Status status;  // the first failure
-    uint64_t device_bytes;
+    uint8_t* bounce = nullptr;
+    bool direct = false;
+    int left = 0;                  // requests still in flight
+    Status status;                 // the first failure
+    uint64_t device_bytes = 0;
+    std::vector<IoRequest> reqs;  // enqueued on the reader's queue; never grown while in flight
   };
+  // The reads one reader thread has in flight, one per slot. Not
+  // thread-safe: one per reader thread.
+  class ReadSlots {
+   public:
+    ReadSlots(StoreImpl* self, size_t n) : ios_(n) {
+      for (size_t i = 0; i < n; ++i) {
+        ios_[i] = std::make_unique<ReadIo>();
+        ios_[i]->self = self;
+        ios_[i]->slots = this;
+        ios_[i]->slot = i;
+        free_.push_back(n - 1 - i);  // hand out low slots first: less slab memory touched
+      }
+    }
+    size_t size() const { return ios_.size(); }
+    size_t busy() const { return ios_.size() - free_.size(); }
+    // Requires busy() < size().
+    size_t Acquire() {
+      const size_t b = free_.back();
+      free_.pop_back();
+      ios_[b]->reqs.clear();
+      return b;
+    }
+    // Drops the op (its requests are cleared by the next Acquire: Release
+    // runs inside one of their on_done).
+    void Release(size_t b) {
+      ios_[b]->op.reset();
+      free_.push_back(b);
+    }
+    ReadIo& at(size_t b) { return *ios_[b]; }
+
+   private:
+    std::vector<std::unique_ptr<ReadIo>> ios_;
+    std::vector<size_t> free_;
+  };
+  void ReaderLoop(unsigned index);
+  // Looks up and enqueues reads on `queue` (at most slots' free count of
+  // ops); those that need no I/O complete at once.
+  void StartReads(IoQueue* queue, std::vector<std::shared_ptr<ReadOp>>& ops, ReadBuffers& bufs, ReadSlots& slots);
+  void Complete(const std::shared_ptr<ReadOp>& op, Result<size_t> r);
   // Verifies a record read for an op and completes it (from
   // IoRequest::on_done, when the last of its requests is done).
   void FinishRead(ReadIo& io);

@@ -120,28 +120,35 @@ void StoreImpl::NoteHit(uint32_t seg, uint64_t offset) {
 void StoreImpl::ReaderLoop(unsigned index) {
   (void)index;
   auto q = fs_->NewIoQueue(opt_.queue_depth);
-  // A slot per read of a batch, big enough for every record a get reads
+  // A slot per read in flight, big enough for every record a get reads
   // whole (below zero_copy_min_bytes, plus the page a dense record may start
   // inside; direct reads need two pages).
   ReadBuffers bufs(opt_.queue_depth,
                    format::RecordBytes(format::kMaxKeyBytes, std::min<uint64_t>(opt_.zero_copy_min_bytes, 1u << 20), 0) +
                        format::kPage);
+  ReadSlots slots(this, opt_.queue_depth);
   std::vector<std::shared_ptr<ReadOp>> batch;
+  // Streaming: take reads while this thread has free slots, and come back
+  // for more as soon as any read in flight is done, so one large read never
+  // holds up the small ones behind it.
   for (;;) {
     batch.clear();
-    {
+    const size_t busy = slots.busy();
+    if (busy < slots.size()) {
       std::unique_lock<std::mutex> l(read_mu_);
-      if (reads_.empty() && q.ok() && bufs.NeedsRegister()) {  // idle: register what was used
-        l.unlock();
-        bufs.Register(q->get());
-        l.lock();
+      if (busy == 0) {
+        if (reads_.empty() && q.ok() && bufs.NeedsRegister()) {  // idle: register what was used
+          l.unlock();
+          bufs.Register(q->get());
+          l.lock();
+        }
+        read_cv_.wait(l, [this] { return !reads_.empty() || readers_stop_; });
+        if (reads_.empty() && readers_stop_) return;
       }
-      read_cv_.wait(l, [this] { return !reads_.empty() || readers_stop_; });
-      if (reads_.empty() && readers_stop_) return;
       // Share the waiting reads among the threads (each keeps its own ring
       // busy) rather than letting one thread take them all.
-      const size_t share = std::max<size_t>(
-          1, std::min<size_t>(opt_.queue_depth, (reads_.size() + opt_.read_threads - 1) / opt_.read_threads));
+      const size_t share = std::min<size_t>(slots.size() - busy,
+                                            (reads_.size() + opt_.read_threads - 1) / opt_.read_threads);
       while (!reads_.empty() && batch.size() < share) {
         batch.push_back(std::move(reads_.front()));
         reads_.pop_front();
@@ -151,7 +158,8 @@ void StoreImpl::ReaderLoop(unsigned index) {
       for (auto& op : batch) Complete(op, q.status());
       continue;
     }
-    ExecuteReads(q->get(), batch, bufs);
+    StartReads(q->get(), batch, bufs, slots);
+    if ((*q)->Outstanding() > 0) (*q)->Reap(/*wait=*/true);  // runs FinishRead of what is done
   }
 }
 
@@ -195,13 +203,10 @@ void ScatterAt(std::span<const MutableFragment> out, uint64_t at, const uint8_t*
 }
 }  // namespace
 
-void StoreImpl::ExecuteReads(IoQueue* queue, std::vector<std::shared_ptr<ReadOp>>& ops, ReadBuffers& bufs) {
-  // Each read completes on its own (IoRequest::on_done) as soon as its I/O
-  // does, not when the whole batch has.
-  std::vector<ReadIo> pending;
-  pending.reserve(ops.size());  // requests point into it
-  std::vector<IoRequest> reqs;
-  std::vector<size_t> owner;  // reqs[i] belongs to pending[owner[i]]
+void StoreImpl::StartReads(IoQueue* queue, std::vector<std::shared_ptr<ReadOp>>& ops, ReadBuffers& bufs,
+                           ReadSlots& slots) {
+  // Each read completes on its own (IoRequest::on_done, inside Reap) as soon
+  // as its I/O does.
   const auto now = Clock::now();
   for (auto& op : ops) {
     if (op->state.load() != 0) continue;  // expired while queued
@@ -245,7 +250,7 @@ void StoreImpl::ExecuteReads(IoQueue* queue, std::vector<std::shared_ptr<ReadOp>
     const uint64_t whole = v.payload_len / kPage * kPage;
     bool direct = op->deadline == kNoDeadline && whole > 0 && v.payload_len >= opt_.zero_copy_min_bytes &&
                   format::PayloadAligned(v.key_len, v.payload_len, v.flags) && DirectTarget(op->out, whole);
-    size_t b = pending.size();
+    const size_t b = slots.Acquire();  // the caller took no more ops than free slots
     // A whole read covers the record's pages (a dense one may share them).
     const uint64_t paged = format::PagedBytes(v.offset, v.RecordBytes());
     if (direct && bufs.BounceFits(b, paged, kChosenBounceBytes) &&
@@ -255,12 +260,18 @@ void StoreImpl::ExecuteReads(IoQueue* queue, std::vector<std::shared_ptr<ReadOp>
     }
     uint8_t* const bounce = bufs.Get(b, direct ? 2 * kPage : paged);
     if (bounce == nullptr) {
+      slots.Release(b);
       table_->Unpin(v.segment);
       Complete(op, Status::NoSpace("out of memory for a read buffer"));
       continue;
     }
-    pending.push_back(ReadIo{this, op, v, bounce, direct, 0, Status::OK(), 0});
-    ReadIo& io = pending.back();
+    ReadIo& io = slots.at(b);
+    io.op = op;
+    io.v = v;
+    io.bounce = bounce;
+    io.direct = direct;
+    io.status = Status::OK();
+    io.device_bytes = 0;
     auto add = [&](uint64_t offset, void* buf, uint64_t len) {
       IoRequest rq;
       rq.op = IoRequest::Op::kRead;
@@ -268,38 +279,40 @@ void StoreImpl::ExecuteReads(IoQueue* queue, std::vector<std::shared_ptr<ReadOp>
       rq.offset = offset;
       rq.buf = buf;
       rq.len = len;
-      reqs.push_back(rq);
-      owner.push_back(b);
-      ++io.left;
+      rq.user = &io;
+      rq.on_done = [](IoRequest& r) {
+        auto* done_io = static_cast<ReadIo*>(r.user);
+        if (r.status.ok()) {
+          done_io->device_bytes += r.len;
+        } else if (done_io->status.ok()) {
+          done_io->status = r.status;
+        }
+        if (--done_io->left == 0) {
+          done_io->self->FinishRead(*done_io);
+          done_io->slots->Release(done_io->slot);
+        }
+      };
+      io.reqs.push_back(rq);
     };
     if (!direct) {
       add(format::PageStart(v.offset), io.bounce, paged);
-      continue;
-    }
-    add(v.offset, io.bounce, kPage);  // header and key
-    uint64_t done = 0;
-    for (const MutableFragment& f : op->out) {
-      if (done == whole) break;
-      const uint64_t n = std::min<uint64_t>(f.size, whole - done);
-      if (n == 0) continue;
-      add(v.offset + kPage + done, f.data, n);
-      done += n;
-    }
-    if (v.payload_len > whole) add(v.offset + kPage + whole, io.bounce + kPage, kPage);  // tail
-  }
-  for (size_t i = 0; i < reqs.size(); ++i) {
-    reqs[i].user = &pending[owner[i]];
-    reqs[i].on_done = [](IoRequest& rq) {
-      auto* io = static_cast<ReadIo*>(rq.user);
-      if (rq.status.ok()) {
-        io->device_bytes += rq.len;
-      } else if (io->status.ok()) {
-        io->status = rq.status;
+    } else {
+      add(v.offset, io.bounce, kPage);  // header and key
+      uint64_t done = 0;
+      for (const MutableFragment& f : op->out) {
+        if (done == whole) break;
+        const uint64_t n = std::min<uint64_t>(f.size, whole - done);
+        if (n == 0) continue;
+        add(v.offset + kPage + done, f.data, n);
+        done += n;
       }
-      if (--io->left == 0) io->self->FinishRead(*io);
-    };
+      if (v.payload_len > whole) add(v.offset + kPage + whole, io.bounce + kPage, kPage);  // tail
+    }
+    // Enqueued once complete: the vector no longer moves, and on_done runs
+    // only inside Reap.
+    io.left = static_cast<int>(io.reqs.size());
+    for (IoRequest& rq : io.reqs) queue->Enqueue(&rq);
   }
-  if (!reqs.empty()) queue->Submit(reqs).IgnoreError();  // each finished in on_done
 }
 
 void StoreImpl::FinishRead(ReadIo& io) {

@@ -391,6 +391,121 @@ TEST_P(QueueErrorTest, FilesWithoutDescriptor) {
   }
 }
 
+// Streaming: requests enqueued as earlier ones finish (on_done enqueues the
+// next read of its chain), every on_done runs inside Reap and exactly once,
+// Reap reports how many finished, and Outstanding() counts down to zero.
+TEST_P(QueueErrorTest, StreamingRefillsFromOnDone) {
+  SKIP_WITHOUT_URING(GetParam());
+  std::unique_ptr<IoQueue> qp = MakeQueue(GetParam(), 4, kUringMaxTransfer);
+  ASSERT_NE(qp, nullptr);
+  IoQueue& q = *qp;
+  constexpr size_t kChunks = 64;
+  auto f = MakeFile("stream", kChunks * kPage);
+  // Each chunk holds its own index, so a read that landed in the wrong
+  // buffer shows.
+  for (size_t i = 0; i < kChunks; ++i) {
+    std::vector<char> c(kPage, static_cast<char>('A' + i % 50));
+    ASSERT_TRUE(f->WriteAt(i * kPage, c.data(), c.size()).ok());
+  }
+  struct Chain {
+    IoQueue* q;
+    size_t next;   // next chunk this chain reads
+    size_t step;   // chains interleave: chain k reads k, k+step, ...
+    int* in_reap;  // 1 while the test is inside Reap
+    std::vector<int>* seen;
+    bool outside = false;  // an on_done ran outside Reap
+    IoRequest rq;
+    std::vector<char> buf = std::vector<char>(kPage);
+  };
+  int in_reap = 0;
+  std::vector<int> seen(kChunks, 0);
+  constexpr size_t kChains = 6;  // more chains than depth: some wait in the queue
+  std::vector<Chain> chains(kChains);
+  auto start = [&f](Chain& c) {
+    c.rq = IoRequest{IoRequest::Op::kRead, f.get(), c.next * kPage, c.buf.data(), kPage, {}};
+    c.rq.user = &c;
+    c.rq.on_done = [](IoRequest& r) {
+      auto* ch = static_cast<Chain*>(r.user);
+      if (*ch->in_reap == 0) ch->outside = true;
+      EXPECT_TRUE(r.status.ok()) << r.status.ToString();
+      const size_t chunk = r.offset / kPage;
+      EXPECT_EQ(ch->buf, std::vector<char>(kPage, static_cast<char>('A' + chunk % 50))) << chunk;
+      ++(*ch->seen)[chunk];
+      ch->next += ch->step;
+      if (ch->next < kChunks) {
+        r.offset = ch->next * kPage;  // the same request, again: it is ours once on_done runs
+        ch->q->Enqueue(&r);
+      }
+    };
+    c.q->Enqueue(&c.rq);
+  };
+  for (size_t k = 0; k < kChains; ++k) {
+    chains[k].q = &q;
+    chains[k].next = k;
+    chains[k].step = kChains;
+    chains[k].in_reap = &in_reap;
+    chains[k].seen = &seen;
+    start(chains[k]);
+  }
+  EXPECT_EQ(q.Outstanding(), kChains);
+  size_t finished = 0;
+  int reaps = 0;
+  while (q.Outstanding() > 0 && reaps < 10000) {
+    in_reap = 1;
+    const size_t n = q.Reap(true);
+    in_reap = 0;
+    EXPECT_GT(n, 0u);
+    finished += n;
+    ++reaps;
+  }
+  EXPECT_EQ(finished, kChunks);
+  EXPECT_EQ(seen, std::vector<int>(kChunks, 1));
+  for (const Chain& c : chains) EXPECT_FALSE(c.outside);
+  EXPECT_EQ(q.Reap(true), 0u);  // nothing outstanding: returns at once
+  EXPECT_EQ(q.Reap(false), 0u);
+  // Submit after streaming works as before.
+  std::vector<char> b(kPage);
+  IoRequest r{IoRequest::Op::kRead, f.get(), 3 * kPage, b.data(), b.size(), {}};
+  EXPECT_TRUE(q.Submit(std::span<IoRequest>(&r, 1)).ok());
+  EXPECT_EQ(b, std::vector<char>(kPage, 'D'));
+}
+
+// Failures reach on_done through Reap like successes, with the same statuses
+// Submit gives, and invalid requests never block the valid ones.
+TEST_P(QueueErrorTest, StreamingFailuresCompleteThroughReap) {
+  SKIP_WITHOUT_URING(GetParam());
+  std::unique_ptr<IoQueue> qp = MakeQueue(GetParam(), 2, kUringMaxTransfer);
+  ASSERT_NE(qp, nullptr);
+  IoQueue& q = *qp;
+  auto f = MakeFile("streamfail", 10000);
+  MemFile mem(4096);
+  std::vector<char> a(4096), b(8192), c(4096);
+  char byte = 0;
+  IoRequest reqs[5];
+  reqs[0] = {IoRequest::Op::kRead, f.get(), 0, a.data(), a.size(), {}};
+  reqs[1] = {IoRequest::Op::kRead, f.get(), 8192, b.data(), b.size(), {}};  // short
+  reqs[2] = {IoRequest::Op::kRead, nullptr, 0, &byte, 1, {}};               // invalid
+  reqs[3] = {IoRequest::Op::kRead, &mem, 0, c.data(), c.size(), {}};        // no descriptor
+  reqs[4] = {IoRequest::Op::kRead, f.get(), 0, &byte, 0, {}};               // empty
+  int calls[5] = {0, 0, 0, 0, 0};
+  for (int i = 0; i < 5; ++i) {
+    reqs[i].user = &calls[i];
+    reqs[i].on_done = [](IoRequest& r) { ++*static_cast<int*>(r.user); };
+    q.Enqueue(&reqs[i]);
+  }
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(calls[i], 0) << i;  // never inside Enqueue
+  size_t finished = 0;
+  for (int guard = 0; q.Outstanding() > 0 && guard < 100; ++guard) finished += q.Reap(true);
+  EXPECT_EQ(finished, 5u);
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(calls[i], 1) << i;
+  EXPECT_TRUE(reqs[0].status.ok());
+  EXPECT_EQ(reqs[1].status.code(), Code::kCorruption) << reqs[1].status.ToString();
+  EXPECT_EQ(reqs[2].status.code(), Code::kInvalidArgument);
+  EXPECT_TRUE(reqs[3].status.ok());
+  EXPECT_TRUE(reqs[4].status.ok());
+  EXPECT_EQ(a, std::vector<char>(4096, 'z'));
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, QueueErrorTest, ::testing::Values("io_uring", "posix"),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            return IsUring(info.param) ? std::string("uring") : std::string("posix");
@@ -414,6 +529,83 @@ class UringQueueTest : public ::testing::Test {
   TempDir dir_;
   PosixFileSystem fs_{IoBackend::kIoUring};
 };
+
+// A pipe's read end as a File: a read of it waits until the test writes.
+class PipeFile final : public File {
+ public:
+  explicit PipeFile(int fd) : fd_(fd) {}
+  const std::string& path() const override { return path_; }
+  int fd() const override { return fd_; }
+  Status ReadAt(uint64_t, void*, size_t) override { return Status::NotSupported("pipe"); }
+  Status WriteAt(uint64_t, const void*, size_t) override { return Status::NotSupported("pipe"); }
+  Status Sync() override { return Status::OK(); }
+  Status Allocate(uint64_t, uint64_t) override { return Status::OK(); }
+  Status PunchHole(uint64_t, uint64_t) override { return Status::OK(); }
+  Result<uint64_t> Size() override { return uint64_t{0}; }
+  Status Truncate(uint64_t) override { return Status::OK(); }
+
+ private:
+  const int fd_;
+  const std::string path_ = "pipe:";
+};
+
+// The point of streaming: while one request waits (a pipe nobody has written
+// to yet), Reap hands back the others as they finish, and requests enqueued
+// meanwhile run too. A batch Submit could not return before the pipe read.
+TEST_F(UringQueueTest, AWaitingRequestDoesNotHoldBackOthers) {
+  Result<std::unique_ptr<IoQueue>> qr = NewUringIoQueue(4);
+  ASSERT_TRUE(qr.ok());
+  IoQueue& q = **qr;
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  PipeFile pipe_file(fds[0]);
+  auto f = OpenDirect("others");
+  ASSERT_NE(f, nullptr);
+  AlignedBuffer data(4 * kPage), got(4 * kPage);
+  std::memset(data.data(), 'o', data.size());
+  ASSERT_TRUE(f->WriteAt(0, data.data(), data.size()).ok());
+
+  int done[5] = {0, 0, 0, 0, 0};
+  auto count = [](IoRequest& r) { ++*static_cast<int*>(r.user); };
+  char pipe_buf[16] = {};
+  IoRequest slow{IoRequest::Op::kRead, &pipe_file, 0, pipe_buf, 5, {}};
+  slow.user = &done[4];
+  slow.on_done = count;
+  q.Enqueue(&slow);
+  IoRequest fast[4];
+  for (int i = 0; i < 2; ++i) {
+    fast[i] = {IoRequest::Op::kRead, f.get(), i * kPage, got.data() + i * kPage, kPage, {}};
+    fast[i].user = &done[i];
+    fast[i].on_done = count;
+    q.Enqueue(&fast[i]);
+  }
+  size_t finished = 0;
+  for (int guard = 0; finished < 2 && guard < 1000; ++guard) finished += q.Reap(true);
+  EXPECT_EQ(finished, 2u);
+  EXPECT_EQ(done[0] + done[1], 2);
+  EXPECT_EQ(done[4], 0);
+  EXPECT_EQ(q.Outstanding(), 1u);
+  // More work joins while the pipe read still waits.
+  for (int i = 2; i < 4; ++i) {
+    fast[i] = {IoRequest::Op::kRead, f.get(), i * kPage, got.data() + i * kPage, kPage, {}};
+    fast[i].user = &done[i];
+    fast[i].on_done = count;
+    q.Enqueue(&fast[i]);
+  }
+  for (int guard = 0; finished < 4 && guard < 1000; ++guard) finished += q.Reap(true);
+  EXPECT_EQ(finished, 4u);
+  EXPECT_EQ(done[4], 0);
+  EXPECT_EQ(std::memcmp(got.data(), data.data(), data.size()), 0);
+  // Now the pipe: its read completes through the same loop.
+  ASSERT_EQ(::write(fds[1], "hello", 5), 5);
+  for (int guard = 0; q.Outstanding() > 0 && guard < 1000; ++guard) finished += q.Reap(true);
+  EXPECT_EQ(finished, 5u);
+  EXPECT_EQ(done[4], 1);
+  EXPECT_TRUE(slow.status.ok()) << slow.status.ToString();
+  EXPECT_EQ(std::string(pipe_buf, 5), "hello");
+  ::close(fds[0]);
+  ::close(fds[1]);
+}
 
 TEST_F(UringQueueTest, RejectsBadArguments) {
   EXPECT_EQ(NewUringIoQueue(0).status().code(), Code::kInvalidArgument);
