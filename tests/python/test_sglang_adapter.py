@@ -1,5 +1,6 @@
 """Drives KvtierHiCacheStorage the way SGLang's HiCache controller does."""
 import hashlib
+import os
 
 import numpy as np
 import pytest
@@ -95,3 +96,39 @@ def test_plain_get_set(store_dir):
 def test_needs_path():
     with pytest.raises(ValueError):
         adapter.KvtierHiCacheStorage(adapter.HiCacheStorageConfig(extra_config={}))
+
+
+def test_ranks_share_a_path_without_sharing_a_store(store_dir):
+    """SGLang runs each TP rank in its own process against one extra config:
+    every rank must open (a store folder has one writer), keep its own
+    blocks, and find them again after a restart."""
+    pool = HostPool(4)
+    pool.k[:] = 7
+    pool.v[:] = 9
+    keys = page_keys(3)
+    ranks = [make(store_dir, tp_rank=r) for r in (0, 1)]  # same path: both must open
+    for be in ranks:
+        be.register_mem_pool_host(pool)
+    assert ranks[0].batch_set_v1(keys[:2], [0, 1]) == [True, True]
+    assert ranks[1].batch_set_v1(keys[:1], [2]) == [True]
+    assert ranks[0].batch_exists(keys) == 2
+    assert ranks[1].batch_exists(keys) == 1  # each rank sees only its own pages
+    for be in ranks:
+        be.close()
+    assert sorted(os.listdir(store_dir)) == ["tp0-pp0", "tp1-pp0"]
+    again = make(store_dir, tp_rank=1)
+    assert again.batch_exists(keys) == 1
+    again.close()
+
+
+def test_rank_config_splits_capacity(tmp_path):
+    d = str(tmp_path / "kv")
+    cfg = adapter.HiCacheStorageConfig(tp_rank=3, tp_size=4, pp_rank=1, pp_size=2)
+    out = adapter.store_config({"path": d, "capacity_gb": 64}, cfg)
+    assert out["path"] == os.path.join(d, "tp3-pp1")
+    assert out["capacity_gb"] == 8.0
+    assert os.path.isdir(d)
+    single = adapter.store_config({"path": d, "capacity_gb": 64}, adapter.HiCacheStorageConfig())
+    assert single == {"path": d, "capacity_gb": 64}
+    with pytest.raises(ValueError):
+        adapter.store_config({"path": d}, adapter.HiCacheStorageConfig(tp_rank=2, tp_size=2))

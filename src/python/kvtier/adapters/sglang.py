@@ -9,13 +9,17 @@ hicache_storage.py) of SGLang 0.5.x, loaded with
       "path": "/nvme/kvtier", "capacity_gb": 512}'
 
 The namespace comes from the HiCacheStorageConfig: model_name, TP rank and
-size (MLA models share one copy across ranks), and the host layout. The
+size (MLA models share one copy across ranks), and the host layout. SGLang
+runs each TP / PP rank in a process of its own and a store folder has one
+writing process, so with more than one rank each rank opens its own
+sub-folder of `path` (`tp<r>-pp<p>`) with an even share of `capacity_gb`. The
 zero-copy path (batch_get_v1 / batch_set_v1) reads and writes the host
 pool's pages in place through pool.get_page_buffer_meta(); a page's
 fragments (K and V for non-MLA) are stored as one kvtier block.
 When SGLang is importable the class subclasses its HiCacheStorage.
 """
 import dataclasses
+import os
 
 from .._errors import Code, KvtierError
 from ._common import open_store
@@ -46,6 +50,27 @@ except ImportError:
 _LOADER_KEYS = ("backend_name", "module_path", "class_name", "interface_v1")
 
 
+def store_config(cfg, storage_config):
+    """The store options of this rank: with several TP / PP ranks (one
+    process each, and a store folder admits one writing process) the folder
+    is `path`/tp<r>-pp<p> and capacity_gb is split evenly among the ranks."""
+    cfg = dict(cfg)
+    tp_rank = int(getattr(storage_config, "tp_rank", 0) or 0)
+    tp_size = int(getattr(storage_config, "tp_size", 1) or 1)
+    pp_rank = int(getattr(storage_config, "pp_rank", 0) or 0)
+    pp_size = int(getattr(storage_config, "pp_size", 1) or 1)
+    ranks = tp_size * pp_size
+    path = cfg.get("path")
+    if ranks > 1 and path:
+        if not (0 <= tp_rank < tp_size and 0 <= pp_rank < pp_size):
+            raise ValueError(f"rank tp{tp_rank}/{tp_size} pp{pp_rank}/{pp_size} is out of range")
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        cfg["path"] = os.path.join(path, f"tp{tp_rank}-pp{pp_rank}")
+        if cfg.get("capacity_gb") is not None:
+            cfg["capacity_gb"] = float(cfg["capacity_gb"]) / ranks
+    return cfg
+
+
 def namespace_spec(storage_config, overrides=None):
     mla = bool(getattr(storage_config, "is_mla_model", False))
     page_first = bool(getattr(storage_config, "is_page_first_layout", True))
@@ -70,8 +95,9 @@ def _target(loc, size):
 
 
 class KvtierHiCacheStorage(HiCacheStorage):
-    """Extra-config keys: path (required), capacity_gb, namespace (dict of
-    spec overrides, e.g. {"dtype": "bf16"}), and any kvtier Options field."""
+    """Extra-config keys: path (required), capacity_gb (for all ranks
+    together), namespace (dict of spec overrides, e.g. {"dtype": "bf16"}),
+    and any kvtier Options field."""
 
     def __init__(self, storage_config=None, kwargs=None, **extra):
         cfg = dict(getattr(storage_config, "extra_config", None) or {})
@@ -80,7 +106,7 @@ class KvtierHiCacheStorage(HiCacheStorage):
         for k in _LOADER_KEYS:
             cfg.pop(k, None)
         self._spec = namespace_spec(storage_config, cfg.pop("namespace", None))
-        self._store = open_store(cfg)
+        self._store = open_store(store_config(cfg, storage_config))
         self._ns = self._store.register_namespace(**self._spec)
         self.mem_pool_host = None
         self._stats = {"gets": 0, "hits": 0, "sets": 0, "exists": 0}
