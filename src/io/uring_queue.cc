@@ -21,6 +21,8 @@ constexpr unsigned kMaxDepth = 32768;         // IORING_MAX_ENTRIES
 constexpr unsigned kMaxRequestRetries = 1000;  // -EINTR/-EAGAIN completions of one request
 constexpr unsigned kMaxEnterRetries = 100000;  // transient io_uring_enter failures in a row
 constexpr size_t kDirectAlign = 4096;
+// User data of the cancel the destructor issues (slot indices are 32-bit).
+constexpr uint64_t kCancelTag = ~uint64_t{0};
 
 // Ring setup flags, best first. SINGLE_ISSUER|DEFER_TASKRUN (6.1) runs
 // completion work only when we wait, in our thread; R_DISABLED delays binding
@@ -65,14 +67,26 @@ class UringIoQueue final : public IoQueue {
   ~UringIoQueue() override {
     if (!ring_live_) return;
     // The kernel may still be writing into the buffers of requests in
-    // flight: wait for them before the ring (and the caller's memory) goes.
-    while (in_flight_ > 0) {
-      io_uring_cqe* cqe = nullptr;
-      const int w = io_uring_wait_cqe(&ring_, &cqe);
-      if (w == -EINTR) continue;
-      if (w < 0) break;
-      io_uring_cqe_seen(&ring_, cqe);
-      --in_flight_;
+    // flight: cancel what can be cancelled (a read that would wait forever,
+    // e.g. on a pipe) and wait for the rest before the ring (and the caller's
+    // memory) goes. Entries the kernel never took are dropped with the ring.
+    if (in_flight_ > 0 && broken_.ok()) {
+      (void)io_uring_submit(&ring_);
+      size_t taken = in_flight_ - std::min<size_t>(in_flight_, io_uring_sq_ready(&ring_));
+      if (taken > 0 && io_uring_sq_space_left(&ring_) > 0) {
+        io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+        io_uring_prep_cancel64(sqe, 0, IORING_ASYNC_CANCEL_ANY);
+        io_uring_sqe_set_data64(sqe, kCancelTag);
+        (void)io_uring_submit(&ring_);
+      }
+      while (taken > 0) {
+        io_uring_cqe* cqe = nullptr;
+        const int w = io_uring_wait_cqe(&ring_, &cqe);
+        if (w == -EINTR) continue;
+        if (w < 0) break;
+        if (io_uring_cqe_get_data64(cqe) != kCancelTag) --taken;
+        io_uring_cqe_seen(&ring_, cqe);
+      }
     }
     io_uring_queue_exit(&ring_);
   }
