@@ -83,8 +83,9 @@ struct IoRequest {
 // without waiting for the slowest request of a batch.
 class IoQueue {
  public:
-  // Requests still outstanding when a queue is destroyed are waited for
-  // (the kernel is done with their buffers) but their on_done is not run.
+  // Requests still outstanding when a queue is destroyed are cancelled
+  // where the kernel can and otherwise waited for (it is done with their
+  // buffers when the destructor returns); their on_done is not run.
   virtual ~IoQueue() = default;
   // Issues every request (keeping up to depth() in flight), waits for all of
   // them, and sets each request's status. Returns OK when all succeeded, else
