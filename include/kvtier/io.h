@@ -33,7 +33,14 @@ namespace kvtier {
 
 class File {
  public:
+  File();
   virtual ~File() = default;
+  File(const File&) = delete;
+  File& operator=(const File&) = delete;
+  // A number no other File of this process has had or will have. Queues key
+  // per-file state (a registered descriptor) by it: descriptor numbers are
+  // reused by the kernel as soon as a file is closed.
+  uint64_t uid() const { return uid_; }
   virtual const std::string& path() const = 0;
   // Reads exactly n bytes at offset into buf. With direct I/O, buf, offset and
   // n must be multiples of 4096 (the caller guarantees it).
@@ -54,6 +61,9 @@ class File {
   // The kernel descriptor, or -1 for files that have none (simulations).
   virtual int fd() const { return -1; }
   virtual bool direct() const { return false; }
+
+ private:
+  const uint64_t uid_;
 };
 
 // One batched I/O on an IoQueue.

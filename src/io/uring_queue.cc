@@ -1,6 +1,7 @@
 #include "io/uring_queue.h"
 
 #include <liburing.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -8,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "io/io_errors.h"
@@ -62,7 +64,8 @@ bool TransientEnterError(int err) { return err == EINTR || err == EAGAIN || err 
 
 class UringIoQueue final : public IoQueue {
  public:
-  UringIoQueue(unsigned depth, size_t max_transfer) : depth_(depth), max_transfer_(max_transfer) {}
+  UringIoQueue(unsigned depth, size_t max_transfer, unsigned file_slots)
+      : depth_(depth), max_transfer_(max_transfer), want_file_slots_(file_slots) {}
 
   ~UringIoQueue() override {
     if (!ring_live_) return;
@@ -127,6 +130,11 @@ class UringIoQueue final : public IoQueue {
   };
 
   Status Bind();
+  // Registers the sparse file table (best effort) on a ring just enabled.
+  void SetUpFileTable();
+  // The registered-file slot of `f`, registering it if a slot can be had;
+  // -1: name its descriptor.
+  int FixedFile(const File& f);
   int FixedIndex(const void* buf, size_t len) const;
   void Prep(io_uring_sqe* sqe, uint32_t slot);
   // Applies a completion; true when the request is final (else it was queued
@@ -142,6 +150,7 @@ class UringIoQueue final : public IoQueue {
 
   const unsigned depth_;
   const size_t max_transfer_;
+  const unsigned want_file_slots_;
   io_uring ring_;
   bool ring_live_ = false;
   bool enabled_ = false;
@@ -155,6 +164,12 @@ class UringIoQueue final : public IoQueue {
   std::vector<iovec> regions_;    // registered, in registration order (= buffer index)
   std::vector<uint32_t> by_base_;  // indices into regions_, sorted by base address
   unsigned sparse_slots_ = 0;      // size of a sparse buffer table, 0 when registered plainly
+
+  // The registered file table (stats_.file_slots entries).
+  std::unordered_map<uint64_t, uint32_t> file_slot_;  // File::uid -> slot
+  std::vector<uint64_t> slot_file_;                   // slot -> File::uid (0: free)
+  std::vector<uint64_t> slot_used_;                   // slot -> use_clock_ at its last use
+  uint64_t use_clock_ = 0;
 
   std::vector<Slot> slots_;
   std::vector<uint32_t> free_;   // free slot indices
@@ -199,6 +214,7 @@ Status UringIoQueue::Bind() {
   }
   enabled_ = true;
   owner_ = me;
+  SetUpFileTable();
   if (rebuilt && !regions_.empty()) {
     // Best effort, as RegisterBuffers promises: without them requests simply
     // run unregistered.
@@ -209,6 +225,51 @@ Status UringIoQueue::Bind() {
     }
   }
   return Status::OK();
+}
+
+void UringIoQueue::SetUpFileTable() {
+  // A fresh ring: whatever the old one had registered is gone with it.
+  file_slot_.clear();
+  slot_file_.clear();
+  slot_used_.clear();
+  stats_.file_slots = 0;
+  if (want_file_slots_ == 0) return;
+  // The table counts against RLIMIT_NOFILE; ask for less where it is low.
+  unsigned n = want_file_slots_;
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY)
+    n = static_cast<unsigned>(std::min<rlim_t>(n, lim.rlim_cur / 4));
+  if (n == 0 || io_uring_register_files_sparse(&ring_, n) < 0) return;  // plain descriptors then
+  stats_.file_slots = n;
+  slot_file_.assign(n, 0);
+  slot_used_.assign(n, 0);
+}
+
+int UringIoQueue::FixedFile(const File& f) {
+  if (stats_.file_slots == 0) return -1;
+  auto it = file_slot_.find(f.uid());
+  if (it != file_slot_.end()) {
+    slot_used_[it->second] = ++use_clock_;
+    return static_cast<int>(it->second);
+  }
+  // A free slot, else (only with nothing in flight, so that no request
+  // already prepared can see its slot change) the least recently used.
+  uint32_t slot = UINT32_MAX;
+  for (uint32_t i = 0; i < slot_file_.size() && slot == UINT32_MAX; ++i) {
+    if (slot_file_[i] == 0) slot = i;
+  }
+  if (slot == UINT32_MAX) {
+    if (in_flight_ > 0) return -1;
+    slot = static_cast<uint32_t>(std::min_element(slot_used_.begin(), slot_used_.end()) - slot_used_.begin());
+  }
+  int fd = f.fd();
+  if (io_uring_register_files_update(&ring_, slot, &fd, 1) != 1) return -1;
+  if (slot_file_[slot] != 0) file_slot_.erase(slot_file_[slot]);
+  slot_file_[slot] = f.uid();
+  slot_used_[slot] = ++use_clock_;
+  file_slot_[f.uid()] = slot;
+  ++stats_.file_registrations;
+  return static_cast<int>(slot);
 }
 
 namespace {
@@ -300,7 +361,8 @@ void UringIoQueue::Prep(io_uring_sqe* sqe, uint32_t slot) {
   size_t len = std::min(r.len - done, max_transfer_);
   char* p = static_cast<char*>(r.buf) + done;
   const uint64_t off = r.offset + done;
-  const int fd = r.file->fd();
+  const int fixed_file = FixedFile(*r.file);
+  const int fd = fixed_file >= 0 ? fixed_file : r.file->fd();
   int fixed = FixedIndex(p, len);
   if (fixed < 0) {
     // Straddling the end of a registered region (a large buffer registered
@@ -328,6 +390,10 @@ void UringIoQueue::Prep(io_uring_sqe* sqe, uint32_t slot) {
     } else {
       io_uring_prep_write(sqe, fd, p, chunk, off);
     }
+  }
+  if (fixed_file >= 0) {
+    sqe->flags |= IOSQE_FIXED_FILE;
+    ++stats_.fixed_file_sqes;
   }
   io_uring_sqe_set_data64(sqe, slot);
   ++stats_.sqes;
@@ -568,7 +634,7 @@ const ProbeResult& Probe() {
 
 }  // namespace
 
-Result<std::unique_ptr<IoQueue>> NewUringIoQueue(unsigned depth, size_t max_transfer) {
+Result<std::unique_ptr<IoQueue>> NewUringIoQueue(unsigned depth, size_t max_transfer, unsigned file_slots) {
   if (depth == 0 || depth > kMaxDepth) {
     return Status::InvalidArgument("io_uring depth " + std::to_string(depth) + " outside [1, " +
                                    std::to_string(kMaxDepth) + "]");
@@ -577,7 +643,7 @@ Result<std::unique_ptr<IoQueue>> NewUringIoQueue(unsigned depth, size_t max_tran
     return Status::InvalidArgument("io_uring max transfer " + std::to_string(max_transfer) +
                                    " must be a multiple of 4096 in [4096, 1 GiB]");
   }
-  auto q = std::make_unique<UringIoQueue>(depth, max_transfer);
+  auto q = std::make_unique<UringIoQueue>(depth, max_transfer, file_slots);
   KVTIER_RETURN_IF_ERROR(q->CreateRing());
   return std::unique_ptr<IoQueue>(std::move(q));
 }

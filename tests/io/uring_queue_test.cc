@@ -644,6 +644,103 @@ TEST_F(UringQueueTest, DestroyedWithRequestsOutstanding) {
   ::close(fds[1]);
 }
 
+// Files are registered on first use and named by slot from then on.
+TEST_F(UringQueueTest, FilesAreRegisteredOnFirstUse) {
+  Result<std::unique_ptr<IoQueue>> qr = NewUringIoQueue(4);
+  ASSERT_TRUE(qr.ok());
+  IoQueue& q = **qr;
+  auto a = OpenDirect("reg_a");
+  auto b = OpenDirect("reg_b");
+  ASSERT_TRUE(a && b);
+  AlignedBuffer wa(kPage), wb(kPage), ra(kPage), rb(kPage);
+  std::memset(wa.data(), 'a', kPage);
+  std::memset(wb.data(), 'b', kPage);
+  IoRequest w[2] = {{IoRequest::Op::kWrite, a.get(), 0, wa.data(), kPage, {}},
+                    {IoRequest::Op::kWrite, b.get(), 0, wb.data(), kPage, {}}};
+  ASSERT_TRUE(q.Submit(w).ok());
+  IoRequest r[2] = {{IoRequest::Op::kRead, a.get(), 0, ra.data(), kPage, {}},
+                    {IoRequest::Op::kRead, b.get(), 0, rb.data(), kPage, {}}};
+  ASSERT_TRUE(q.Submit(r).ok());
+  EXPECT_EQ(std::memcmp(ra.data(), wa.data(), kPage), 0);
+  EXPECT_EQ(std::memcmp(rb.data(), wb.data(), kPage), 0);
+  const UringQueueStats st = GetUringQueueStats(q);
+  if (st.file_slots == 0) GTEST_SKIP() << "the kernel refused a registered file table";
+  EXPECT_EQ(st.file_registrations, 2u);
+  EXPECT_EQ(st.fixed_file_sqes, st.sqes);
+}
+
+// The kernel hands a closed file's descriptor number to the next file
+// opened; the queue still holds the closed file in its slot, so a request
+// for the new file must not be routed there by number.
+TEST_F(UringQueueTest, AReusedDescriptorNeverReachesTheOldFile) {
+  Result<std::unique_ptr<IoQueue>> qr = NewUringIoQueue(4);
+  ASSERT_TRUE(qr.ok());
+  IoQueue& q = **qr;
+  AlignedBuffer buf(kPage);
+  auto fill = [&](File* f, char c) {
+    std::memset(buf.data(), c, kPage);
+    IoRequest w{IoRequest::Op::kWrite, f, 0, buf.data(), kPage, {}};
+    return q.Submit(std::span<IoRequest>(&w, 1)).ok();
+  };
+  auto first_byte = [&](File* f) {
+    std::memset(buf.data(), 0, kPage);
+    IoRequest r{IoRequest::Op::kRead, f, 0, buf.data(), kPage, {}};
+    return q.Submit(std::span<IoRequest>(&r, 1)).ok() ? buf.data()[0] : '?';
+  };
+  auto old_file = OpenDirect("old");
+  ASSERT_NE(old_file, nullptr);
+  ASSERT_TRUE(fill(old_file.get(), 'o'));
+  ASSERT_EQ(first_byte(old_file.get()), 'o');
+  const int old_fd = old_file->fd();
+  old_file.reset();  // closes the descriptor; the ring's slot keeps the file alive
+  auto new_file = OpenDirect("new");
+  ASSERT_NE(new_file, nullptr);
+  ASSERT_EQ(new_file->fd(), old_fd) << "the test needs the descriptor number reused";
+  ASSERT_TRUE(fill(new_file.get(), 'n'));
+  EXPECT_EQ(first_byte(new_file.get()), 'n');
+  auto check = OpenDirect("old");  // what the old file holds: untouched by the writes to the new one
+  ASSERT_NE(check, nullptr);
+  EXPECT_EQ(first_byte(check.get()), 'o');
+}
+
+// A full table: files beyond it use their descriptors while requests are in
+// flight, and take the least recently used slot once the queue is idle.
+TEST_F(UringQueueTest, FullFileTable) {
+  Result<std::unique_ptr<IoQueue>> qr = NewUringIoQueue(8, kUringMaxTransfer, /*file_slots=*/2);
+  ASSERT_TRUE(qr.ok());
+  IoQueue& q = **qr;
+  std::vector<std::unique_ptr<File>> files;
+  AlignedBuffer data(4 * kPage), got(4 * kPage);
+  for (int i = 0; i < 4; ++i) {
+    files.push_back(OpenDirect("full_" + std::to_string(i)));
+    ASSERT_NE(files.back(), nullptr);
+    std::memset(data.data() + i * kPage, 'A' + i, kPage);
+    ASSERT_TRUE(files.back()->WriteAt(0, data.data() + i * kPage, kPage).ok());
+  }
+  auto read_all = [&](std::vector<int> which) {
+    std::vector<IoRequest> reqs;
+    for (int i : which) reqs.push_back({IoRequest::Op::kRead, files[i].get(), 0, got.data() + i * kPage, kPage, {}});
+    return q.Submit(reqs).ok();
+  };
+  std::memset(got.data(), 0, got.size());
+  ASSERT_TRUE(read_all({0, 1, 2, 3}));  // all in flight together
+  EXPECT_EQ(std::memcmp(got.data(), data.data(), data.size()), 0);
+  UringQueueStats st = GetUringQueueStats(q);
+  if (st.file_slots == 0) GTEST_SKIP() << "the kernel refused a registered file table";
+  EXPECT_EQ(st.file_slots, 2u);
+  EXPECT_EQ(st.file_registrations, 2u);
+  EXPECT_EQ(st.fixed_file_sqes, 2u);  // files 2 and 3 went by descriptor
+  std::memset(got.data(), 0, got.size());
+  ASSERT_TRUE(read_all({3}));  // idle queue: file 3 takes file 0's slot (least recently used)
+  ASSERT_TRUE(read_all({0}));  // and file 0 takes file 1's
+  ASSERT_TRUE(read_all({3}));
+  EXPECT_EQ(std::memcmp(got.data() + 3 * kPage, data.data() + 3 * kPage, kPage), 0);
+  EXPECT_EQ(std::memcmp(got.data(), data.data(), kPage), 0);
+  st = GetUringQueueStats(q);
+  EXPECT_EQ(st.file_registrations, 4u);
+  EXPECT_EQ(st.fixed_file_sqes, 5u);
+}
+
 TEST_F(UringQueueTest, RejectsBadArguments) {
   EXPECT_EQ(NewUringIoQueue(0).status().code(), Code::kInvalidArgument);
   EXPECT_EQ(NewUringIoQueue(1u << 20).status().code(), Code::kInvalidArgument);
