@@ -215,7 +215,18 @@ INSTANTIATE_TEST_SUITE_P(
     ParamName);
 
 // A File whose descriptor is not open: every transfer fails EBADF.
-class BadFdFile final : public File {
+// A File whose housekeeping calls do nothing: the tests' stand-ins below
+// differ only in their descriptor and transfers.
+class StubFile : public File {
+ public:
+  Status Sync() override { return Status::OK(); }
+  Status Allocate(uint64_t, uint64_t) override { return Status::OK(); }
+  Status PunchHole(uint64_t, uint64_t) override { return Status::OK(); }
+  Result<uint64_t> Size() override { return uint64_t{0}; }
+  Status Truncate(uint64_t) override { return Status::OK(); }
+};
+
+class BadFdFile final : public StubFile {
  public:
   const std::string& path() const override { return path_; }
   int fd() const override { return kFd; }
@@ -227,11 +238,6 @@ class BadFdFile final : public File {
     if (::pwrite(kFd, buf, n, static_cast<off_t>(offset)) < 0) return Status::FromErrno(errno, "write " + path_);
     return Status::OK();
   }
-  Status Sync() override { return Status::OK(); }
-  Status Allocate(uint64_t, uint64_t) override { return Status::OK(); }
-  Status PunchHole(uint64_t, uint64_t) override { return Status::OK(); }
-  Result<uint64_t> Size() override { return uint64_t{0}; }
-  Status Truncate(uint64_t) override { return Status::OK(); }
 
  private:
   static constexpr int kFd = 1 << 20;  // above any RLIMIT_NOFILE: never open
@@ -531,22 +537,32 @@ class UringQueueTest : public ::testing::Test {
 };
 
 // A pipe's read end as a File: a read of it waits until the test writes.
-class PipeFile final : public File {
+class PipeFile final : public StubFile {
  public:
   explicit PipeFile(int fd) : fd_(fd) {}
   const std::string& path() const override { return path_; }
   int fd() const override { return fd_; }
   Status ReadAt(uint64_t, void*, size_t) override { return Status::NotSupported("pipe"); }
   Status WriteAt(uint64_t, const void*, size_t) override { return Status::NotSupported("pipe"); }
-  Status Sync() override { return Status::OK(); }
-  Status Allocate(uint64_t, uint64_t) override { return Status::OK(); }
-  Status PunchHole(uint64_t, uint64_t) override { return Status::OK(); }
-  Result<uint64_t> Size() override { return uint64_t{0}; }
-  Status Truncate(uint64_t) override { return Status::OK(); }
 
  private:
   const int fd_;
   const std::string path_ = "pipe:";
+};
+
+// A pipe whose read end is a File; both ends closed on destruction.
+struct TestPipe {
+  TestPipe() {
+    if (::pipe(fds) != 0) fds[0] = fds[1] = -1;
+    read_end = std::make_unique<PipeFile>(fds[0]);
+  }
+  ~TestPipe() {
+    for (int fd : fds)
+      if (fd >= 0) ::close(fd);
+  }
+  bool ok() const { return fds[0] >= 0; }
+  int fds[2];
+  std::unique_ptr<PipeFile> read_end;
 };
 
 // The point of streaming: while one request waits (a pipe nobody has written
@@ -556,9 +572,8 @@ TEST_F(UringQueueTest, AWaitingRequestDoesNotHoldBackOthers) {
   Result<std::unique_ptr<IoQueue>> qr = NewUringIoQueue(4);
   ASSERT_TRUE(qr.ok());
   IoQueue& q = **qr;
-  int fds[2];
-  ASSERT_EQ(::pipe(fds), 0);
-  PipeFile pipe_file(fds[0]);
+  TestPipe pipe;
+  ASSERT_TRUE(pipe.ok());
   auto f = OpenDirect("others");
   ASSERT_NE(f, nullptr);
   AlignedBuffer data(4 * kPage), got(4 * kPage);
@@ -568,7 +583,7 @@ TEST_F(UringQueueTest, AWaitingRequestDoesNotHoldBackOthers) {
   int done[5] = {0, 0, 0, 0, 0};
   auto count = [](IoRequest& r) { ++*static_cast<int*>(r.user); };
   char pipe_buf[16] = {};
-  IoRequest slow{IoRequest::Op::kRead, &pipe_file, 0, pipe_buf, 5, {}};
+  IoRequest slow{IoRequest::Op::kRead, pipe.read_end.get(), 0, pipe_buf, 5, {}};
   slow.user = &done[4];
   slow.on_done = count;
   q.Enqueue(&slow);
@@ -597,23 +612,20 @@ TEST_F(UringQueueTest, AWaitingRequestDoesNotHoldBackOthers) {
   EXPECT_EQ(done[4], 0);
   EXPECT_EQ(std::memcmp(got.data(), data.data(), data.size()), 0);
   // Now the pipe: its read completes through the same loop.
-  ASSERT_EQ(::write(fds[1], "hello", 5), 5);
+  ASSERT_EQ(::write(pipe.fds[1], "hello", 5), 5);
   for (int guard = 0; q.Outstanding() > 0 && guard < 1000; ++guard) finished += q.Reap(true);
   EXPECT_EQ(finished, 5u);
   EXPECT_EQ(done[4], 1);
   EXPECT_TRUE(slow.status.ok()) << slow.status.ToString();
   EXPECT_EQ(std::string(pipe_buf, 5), "hello");
-  ::close(fds[0]);
-  ::close(fds[1]);
 }
 
 // A queue destroyed with requests outstanding cancels what it can and waits
 // for the rest: a read of a pipe nobody writes to does not hang it, and the
 // disk reads beside it are done before it returns.
 TEST_F(UringQueueTest, DestroyedWithRequestsOutstanding) {
-  int fds[2];
-  ASSERT_EQ(::pipe(fds), 0);
-  PipeFile pipe_file(fds[0]);
+  TestPipe pipe;
+  ASSERT_TRUE(pipe.ok());
   auto f = OpenDirect("outstanding");
   ASSERT_NE(f, nullptr);
   AlignedBuffer data(2 * kPage), got(2 * kPage);
@@ -627,7 +639,7 @@ TEST_F(UringQueueTest, DestroyedWithRequestsOutstanding) {
     ASSERT_TRUE(qr.ok());
     IoQueue& q = **qr;
     IoRequest reqs[3];
-    reqs[0] = {IoRequest::Op::kRead, &pipe_file, 0, pipe_buf, sizeof pipe_buf, {}};
+    reqs[0] = {IoRequest::Op::kRead, pipe.read_end.get(), 0, pipe_buf, sizeof pipe_buf, {}};
     reqs[1] = {IoRequest::Op::kRead, f.get(), 0, got.data(), kPage, {}};
     reqs[2] = {IoRequest::Op::kRead, f.get(), kPage, got.data() + kPage, kPage, {}};
     for (IoRequest& r : reqs) {
@@ -640,8 +652,6 @@ TEST_F(UringQueueTest, DestroyedWithRequestsOutstanding) {
     ran = false;  // what the destructor finishes runs no on_done
   }
   EXPECT_FALSE(ran);
-  ::close(fds[0]);
-  ::close(fds[1]);
 }
 
 // Files are registered on first use and named by slot from then on.
