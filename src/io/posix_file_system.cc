@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cstring>
 
@@ -17,12 +16,6 @@
 #include "io/uring_queue.h"
 
 namespace kvtier {
-
-File::File() : uid_([] {
-  static std::atomic<uint64_t> next{1};
-  return next.fetch_add(1, std::memory_order_relaxed);
-}()) {}
-
 
 namespace {
 
