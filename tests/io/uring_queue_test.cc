@@ -217,7 +217,7 @@ INSTANTIATE_TEST_SUITE_P(
 // A File whose descriptor is not open: every transfer fails EBADF.
 // A File whose housekeeping calls do nothing: the tests' stand-ins below
 // differ only in their descriptor and transfers.
-class StubFile : public File {
+class TestFileBase : public File {
  public:
   Status Sync() override { return Status::OK(); }
   Status Allocate(uint64_t, uint64_t) override { return Status::OK(); }
@@ -226,7 +226,7 @@ class StubFile : public File {
   Status Truncate(uint64_t) override { return Status::OK(); }
 };
 
-class BadFdFile final : public StubFile {
+class BadFdFile final : public TestFileBase {
  public:
   const std::string& path() const override { return path_; }
   int fd() const override { return kFd; }
@@ -537,7 +537,7 @@ class UringQueueTest : public ::testing::Test {
 };
 
 // A pipe's read end as a File: a read of it waits until the test writes.
-class PipeFile final : public StubFile {
+class PipeFile final : public TestFileBase {
  public:
   explicit PipeFile(int fd) : fd_(fd) {}
   const std::string& path() const override { return path_; }
