@@ -41,23 +41,17 @@ class PosixIoQueue final : public IoQueue {
   // for the next call.
   size_t Reap(bool wait) override {
     (void)wait;
-    running_.swap(pending_);
-    pending_.clear();
-    const size_t n = running_.size();
-    for (size_t i = 0; i < n; ++i) {
-      IoRequest* r = running_[i];
-      running_[i] = nullptr;
+    std::vector<IoRequest*> batch;
+    batch.swap(pending_);
+    running_ = batch.size();
+    for (IoRequest* r : batch) {
+      --running_;  // final before its on_done runs, as on the io_uring queue
       (void)RunRequestSync(*r);  // calls on_done
     }
-    running_.clear();
-    return n;
+    return batch.size();
   }
 
-  size_t Outstanding() const override {
-    size_t n = pending_.size();
-    for (const IoRequest* r : running_) n += r != nullptr ? 1 : 0;
-    return n;
-  }
+  size_t Outstanding() const override { return pending_.size() + running_; }
 
   unsigned depth() const override { return depth_; }
   const char* backend() const override { return "posix"; }
@@ -65,7 +59,7 @@ class PosixIoQueue final : public IoQueue {
  private:
   const unsigned depth_;
   std::vector<IoRequest*> pending_;  // enqueued, not yet run
-  std::vector<IoRequest*> running_;  // the batch Reap is running (null: done)
+  size_t running_ = 0;               // requests of the batch Reap is running, not yet started
 };
 
 }  // namespace
