@@ -128,7 +128,7 @@ struct OpenFlags {
   bool exclusive = false;  // O_EXCL (with create)
   bool read_only = false;  // O_RDONLY instead of O_RDWR
   bool direct = false;     // O_DIRECT; falls back to buffered if the fs refuses, see File::direct()
-  unsigned mode = 0600;    // permission bits for new files
+  unsigned mode = 0600;    // permission bits for new files, set whatever the umask
 };
 
 // An advisory whole-store lock (flock). Released when destroyed.
@@ -141,7 +141,8 @@ class FileSystem {
  public:
   virtual ~FileSystem() = default;
   virtual Result<std::unique_ptr<File>> Open(const std::string& path, OpenFlags flags) = 0;
-  virtual Status CreateDir(const std::string& path, unsigned mode) = 0;  // OK if it exists
+  // OK if it exists; a new folder gets exactly `mode`, whatever the umask.
+  virtual Status CreateDir(const std::string& path, unsigned mode) = 0;
   virtual Status SyncDir(const std::string& path) = 0;
   // Atomically replaces `to` with `from` (rename(2)). Durable after SyncDir.
   virtual Status Rename(const std::string& from, const std::string& to) = 0;
@@ -149,10 +150,11 @@ class FileSystem {
   virtual Result<bool> Exists(const std::string& path) = 0;
   // Names (not paths) of the entries of a directory, without "." and "..".
   virtual Result<std::vector<std::string>> ListDir(const std::string& path) = 0;
-  // Takes an exclusive (or shared) flock on `path`, creating it. When the lock
-  // is held elsewhere, returns Busy. With exclusive locks the holder's pid is
-  // written into the file and named in the error: "store is in use by pid N".
-  virtual Result<std::unique_ptr<FileLock>> Lock(const std::string& path, bool exclusive) = 0;
+  // Takes an exclusive (or shared) flock on `path`, creating it with `mode`.
+  // When the lock is held elsewhere, returns Busy. With exclusive locks the
+  // holder's pid is written into the file and named in the error: "store is
+  // in use by pid N".
+  virtual Result<std::unique_ptr<FileLock>> Lock(const std::string& path, bool exclusive, unsigned mode) = 0;
   // Bytes free to unprivileged users on the file system holding `path`.
   virtual Result<uint64_t> FreeSpace(const std::string& path) = 0;
   // A queue for batched I/O on files of this FileSystem; one per thread.

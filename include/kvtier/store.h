@@ -190,6 +190,9 @@ struct VerifyReport {
   uint64_t records_without_entry = 0;   // valid record, no (or an older) index entry
   uint64_t stale_entries = 0;           // entry names an old generation
   uint64_t bytes_scanned = 0;
+  // Bytes behind a segment's last record left by an earlier life of the
+  // segment (holes not punched): unreachable, so not a problem.
+  uint64_t stale_tail_bytes = 0;
   std::vector<std::string> problems;    // first few, human-readable
   bool ok() const {
     return records_corrupt == 0 && entries_without_record == 0 && stale_entries == 0;

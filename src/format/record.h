@@ -52,6 +52,11 @@ std::string StoreIdHex(const std::array<uint8_t, 16>& id);
 inline constexpr uint32_t kSegmentMagic = 0x4753564Bu;  // "KVSG"
 inline constexpr size_t kSegmentHeaderEncodedBytes = 72;
 inline constexpr uint64_t kSegmentDataStart = kPage;  // first record offset
+// The format's bound on a stored payload: whatever fits in a segment's data
+// area. Records on disk are judged by it, never by an opener's options, which
+// bound only what that opener writes (a smaller write queue must not make
+// acknowledged larger blocks look corrupt).
+inline constexpr uint64_t MaxStoredPayload(uint64_t segment_size) { return segment_size - kSegmentDataStart; }
 
 struct SegmentHeader {
   uint32_t segment_id = 0;

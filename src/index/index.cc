@@ -16,6 +16,7 @@
 #include <atomic>
 #include <thread>
 
+#include "index/file_mode_fs.h"
 #include "index/presence_map.h"
 
 #include <rocksdb/cache.h>
@@ -331,6 +332,7 @@ size_t IndexBatch::count() const { return rep_ ? rep_->count : 0; }
 struct Index::Rep {
   std::string path;
   bool read_only = false;
+  std::unique_ptr<rocksdb::Env> env;  // outlives db (deleted by ~Index)
   rocksdb::DB* db = nullptr;
   rocksdb::ColumnFamilyHandle* entries = nullptr;     // "default"
   rocksdb::ColumnFamilyHandle* by_segment = nullptr;
@@ -396,6 +398,8 @@ Result<std::unique_ptr<Index>> Index::Open(const std::string& path, const IndexO
 
   auto cache = rocksdb::NewLRUCache(kBlockCacheBytes);
   rocksdb::DBOptions dbo = MakeDBOptions(o);
+  std::unique_ptr<rocksdb::Env> env = NewFileModeEnv(o.file_mode, o.dir_mode);
+  dbo.env = env.get();
   std::vector<rocksdb::ColumnFamilyDescriptor> cfs;
   cfs.emplace_back(rocksdb::kDefaultColumnFamilyName, MakeCfOptions(cache, true, o.write_buffer_bytes));
   cfs.emplace_back(kBySegmentName, MakeCfOptions(cache, false, o.write_buffer_bytes));
@@ -422,6 +426,7 @@ Result<std::unique_ptr<Index>> Index::Open(const std::string& path, const IndexO
   Rep& r = *index->rep_;
   r.path = path;
   r.read_only = o.read_only;
+  r.env = std::move(env);
   r.db = db;
   r.entries = handles[0];
   r.by_segment = handles[1];

@@ -66,7 +66,8 @@ class IndexBatch {
 struct IndexOpenOptions {
   bool read_only = false;
   bool create_if_missing = true;
-  unsigned dir_mode = 0700;  // applied to the index folder
+  unsigned dir_mode = 0700;   // applied to the index folder
+  unsigned file_mode = 0600;  // applied to every file RocksDB creates in it
   // RocksDB memtable size per column family. Opening costs grow with it (its
   // Bloom filter is zeroed, the WAL is preallocated to about this size), so a
   // small store asks for less; see the store's choice in store_open.cc.

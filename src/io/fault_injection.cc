@@ -251,9 +251,9 @@ Result<std::vector<std::string>> FaultInjectionFileSystem::ListDir(const std::st
   return state_->base->ListDir(path);
 }
 
-Result<std::unique_ptr<FileLock>> FaultInjectionFileSystem::Lock(const std::string& path, bool exclusive) {
+Result<std::unique_ptr<FileLock>> FaultInjectionFileSystem::Lock(const std::string& path, bool exclusive, unsigned mode) {
   KVTIER_FAULT_(FaultOp::kLock, path);
-  return state_->base->Lock(path, exclusive);
+  return state_->base->Lock(path, exclusive, mode);
 }
 
 Result<uint64_t> FaultInjectionFileSystem::FreeSpace(const std::string& path) {

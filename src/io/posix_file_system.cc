@@ -168,6 +168,17 @@ long ReadLockPid(int fd) {
   return (end != buf && pid > 0) ? pid : 0;
 }
 
+// A file opened with O_CREAT gets the bits of `mode` the umask took away
+// (group write under umask 022 would defeat Options::group_access). Only the
+// owner's files are changed, and only by adding bits: a group member opening
+// an existing file leaves it as it is.
+void EnsureModeBits(int fd, mode_t mode) {
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || st.st_uid != ::geteuid()) return;
+  const mode_t want = (st.st_mode | mode) & 07777;
+  if ((st.st_mode & 07777) != want) (void)::fchmod(fd, want);
+}
+
 }  // namespace
 
 PosixFileSystem::PosixFileSystem(IoBackend backend) : backend_(backend) {}
@@ -192,11 +203,17 @@ Result<std::unique_ptr<File>> PosixFileSystem::Open(const std::string& path, Ope
     } while (fd < 0 && errno == EINTR);
   }
   if (fd < 0) return Status::FromErrno(errno, "open " + path);
+  if (flags.create) EnsureModeBits(fd, mode);
   return std::unique_ptr<File>(new PosixFile(path, fd, direct));
 }
 
 Status PosixFileSystem::CreateDir(const std::string& path, unsigned mode) {
-  if (::mkdir(path.c_str(), static_cast<mode_t>(mode)) == 0) return Status::OK();
+  if (::mkdir(path.c_str(), static_cast<mode_t>(mode)) == 0) {
+    // The umask may have taken bits away (group write under 022).
+    if (::chmod(path.c_str(), static_cast<mode_t>(mode & 07777)) != 0)
+      return Status::FromErrno(errno, "chmod " + path);
+    return Status::OK();
+  }
   const int err = errno;
   if (err == EEXIST) {
     struct stat st;
@@ -257,12 +274,13 @@ Result<std::vector<std::string>> PosixFileSystem::ListDir(const std::string& pat
   return names;
 }
 
-Result<std::unique_ptr<FileLock>> PosixFileSystem::Lock(const std::string& path, bool exclusive) {
+Result<std::unique_ptr<FileLock>> PosixFileSystem::Lock(const std::string& path, bool exclusive, unsigned mode) {
   int fd;
   do {
-    fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, static_cast<mode_t>(mode));
   } while (fd < 0 && errno == EINTR);
   if (fd < 0) return Status::FromErrno(errno, "open lock file " + path);
+  EnsureModeBits(fd, static_cast<mode_t>(mode));
   int r;
   do {
     r = ::flock(fd, (exclusive ? LOCK_EX : LOCK_SH) | LOCK_NB);

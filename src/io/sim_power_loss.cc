@@ -385,8 +385,8 @@ Result<std::vector<std::string>> SimPowerLossFileSystem::ListDir(const std::stri
   return state_->base->ListDir(path);
 }
 
-Result<std::unique_ptr<FileLock>> SimPowerLossFileSystem::Lock(const std::string& path, bool exclusive) {
-  return state_->base->Lock(path, exclusive);
+Result<std::unique_ptr<FileLock>> SimPowerLossFileSystem::Lock(const std::string& path, bool exclusive, unsigned mode) {
+  return state_->base->Lock(path, exclusive, mode);
 }
 
 Result<uint64_t> SimPowerLossFileSystem::FreeSpace(const std::string& path) {

@@ -49,14 +49,24 @@ Status SegmentScanner::Scan(uint64_t start, bool verify_payload, bool resync,
   r->end = off;
   bool in_bad_run = false;
   uint64_t last_progress = off;
+  // Regions found since the last valid record: corrupt if a valid record
+  // follows them or one of them starts with a header of this life.
+  struct Trailing {
+    uint64_t regions = 0, bytes = 0;
+    size_t first_listed = 0;
+    bool own_life = false;
+  } trailing;
   // Marks [from, to) as part of a corrupt region (resync only).
-  auto corrupt = [&](uint64_t from, uint64_t to) {
+  auto corrupt = [&](uint64_t from, uint64_t to, bool own_life) {
     if (!in_bad_run) {
       ++r->corrupt_regions;
+      ++trailing.regions;
       if (r->corrupt.size() < 1000) r->corrupt.emplace_back(from, 0);
     }
     if (!r->corrupt.empty() && r->corrupt.back().first + r->corrupt.back().second == from)
       r->corrupt.back().second += to - from;
+    trailing.bytes += to - from;
+    trailing.own_life |= own_life;
     in_bad_run = true;
   };
   while (off + format::kRecordHeaderBytes <= segment_size_) {
@@ -123,11 +133,13 @@ Status SegmentScanner::Scan(uint64_t start, bool verify_payload, bool resync,
         if (!m.ok()) return m.status();
         if (format::GetFixed32(*m) == format::kRecordMagic) break;
       }
-      corrupt(off, std::min(next, segment_size_));
+      corrupt(off, std::min(next, segment_size_),
+              h.ok() && h->segment_id == segment_ && h->generation == generation_);
       off = next;
       continue;
     }
     in_bad_run = false;
+    trailing = Trailing{0, 0, r->corrupt.size(), false};
     ScannedRecord sr;
     sr.offset = off;
     sr.record_bytes = rec_bytes;
@@ -144,6 +156,11 @@ Status SegmentScanner::Scan(uint64_t start, bool verify_payload, bool resync,
     }
   }
   if (progress && off > last_progress) progress(std::min(off, segment_size_) - last_progress);
+  if (resync && trailing.regions > 0 && !trailing.own_life) {
+    r->corrupt_regions -= trailing.regions;
+    r->stale_tail_bytes = trailing.bytes;
+    r->corrupt.resize(std::min(r->corrupt.size(), trailing.first_listed));
+  }
   r->bytes_read = bytes_read_;
   return Status::OK();
 }

@@ -11,7 +11,9 @@
 // or before a dense record that starts a write inside its page. With `resync` the scanner instead keeps looking
 // (at the next 8-byte position holding the record magic, or the next page),
 // counting the non-zero bytes it had to skip as corrupt, so one bad record
-// does not hide the rest.
+// does not hide the rest. What follows the last valid record is corrupt only
+// if it starts with a header of this life (a torn record recovery should have
+// cut); otherwise it is an earlier life's bytes (ScanResult::stale_tail_bytes).
 #ifndef KVTIER_SRC_LOG_SCANNER_H_
 #define KVTIER_SRC_LOG_SCANNER_H_
 
@@ -57,6 +59,10 @@ struct ScanResult {
   uint64_t corrupt_regions = 0; // runs of non-zero pages that did not verify (resync only)
   uint64_t bytes_read = 0;
   bool torn = false;            // stopped at a non-zero page that did not verify
+  // Non-zero bytes after the last valid record that hold no header of this
+  // segment's life (resync only): an earlier life's bytes behind the new end
+  // where holes are not punched. Not corruption: nothing can point there.
+  uint64_t stale_tail_bytes = 0;
   // (offset, bytes) of each corrupt region (resync only; the first 1000).
   std::vector<std::pair<uint64_t, uint64_t>> corrupt;
 };

@@ -116,6 +116,10 @@ class StoreImpl final : public Store {
                    RamTier::Pin reservation, bool blocking, PutCallback done, const uint64_t* checksum = nullptr);
 
  private:
+  // Bound on payloads of records already on disk (format::MaxStoredPayload);
+  // opt_.max_payload_bytes bounds only what this opener writes.
+  uint64_t StoredPayloadLimit() const { return format::MaxStoredPayload(description_.segment_size_bytes); }
+
   // ---- Write path ----
   struct WriteOp {
     enum class Kind : uint8_t { kRecord, kFlush, kRemove, kDrop, kRemoveNamespace, kEvictTo };

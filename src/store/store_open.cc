@@ -161,7 +161,7 @@ Status StoreImpl::OpenImpl() {
     KVTIER_RETURN_IF_ERROR(fs_->CreateDir(dir_, dmode));
   }
   if (!opt_.read_only) {
-    auto lock = fs_->Lock(dir_ + "/" + kLockName, /*exclusive=*/true);
+    auto lock = fs_->Lock(dir_ + "/" + kLockName, /*exclusive=*/true, opt_.group_access ? 0660 : 0600);
     if (!lock.ok()) return lock.status();
     lock_ = std::move(lock).value();
   }
@@ -172,6 +172,7 @@ Status StoreImpl::OpenImpl() {
   io.read_only = opt_.read_only;
   io.create_if_missing = !opt_.read_only;
   io.dir_mode = dmode;
+  io.file_mode = opt_.group_access ? 0660 : 0600;
   // About 100 bytes of index per block and blocks of >= 4 KiB: a memtable of
   // capacity/256 holds more than a tenth of the store's entries; at most
   // RocksDB's usual 64 MiB, at least 4 MiB.
@@ -319,7 +320,7 @@ Status StoreImpl::Recover() {
       uint64_t start = s.epoch == cp.epoch ? cp.offset : format::kSegmentDataStart;
       if (start >= description_.segment_size_bytes) continue;
       SegmentScanner scanner(table_->file(s.id), s.id, s.generation, description_.segment_size_bytes,
-                             opt_.max_payload_bytes);
+                             StoredPayloadLimit());
       IndexBatch batch;
       Status ist;
       ScanResult r;
@@ -348,8 +349,10 @@ Status StoreImpl::Recover() {
       if (!batch.empty()) KVTIER_RETURN_IF_ERROR(index_->Commit(batch, false));
       c_.recovery_scanned_bytes.Add(r.bytes_read);
       table_->Seal(s.id, format::AlignUp(r.end));  // zero from r.end (cut below)
-      if (s.epoch == epoch_ && r.end < description_.segment_size_bytes) {
-        // Cut the torn tail: whatever follows the last valid record was never
+      if (r.end < description_.segment_size_bytes) {
+        // Cut the torn tail of every segment written since the checkpoint (a
+        // group commit can tear the end of one segment and the start of the
+        // next): whatever follows the last valid record was never
         // acknowledged. Zero it so no later scan can mistake it for data.
         c_.recovery_torn_bytes.Add(r.torn ? description_.segment_size_bytes - r.end : 0);
         File* f = table_->file(s.id);

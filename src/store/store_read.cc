@@ -335,7 +335,7 @@ void StoreImpl::FinishRead(ReadIo& io) {
   const uint8_t* rec = io.bounce + (io.direct ? 0 : v.offset - format::PageStart(v.offset));
   const uint64_t have = io.direct ? kPage : v.RecordBytes();
   std::string_view key;
-  auto h = format::DecodeRecordHeader({rec, have}, opt_.max_payload_bytes, &key);
+  auto h = format::DecodeRecordHeader({rec, have}, StoredPayloadLimit(), &key);
   bool good = h.ok() && key == op->key && h->ns_id == op->ns && h->segment_id == v.segment &&
               h->generation == v.generation && h->payload_len == v.payload_len &&
               h->payload_checksum == v.payload_checksum;

@@ -36,7 +36,7 @@ Result<VerifyReport> StoreImpl::Verify(const VerifyOptions& options) {
   std::unordered_map<uint64_t, std::pair<uint64_t, uint64_t>> records;
   for (const SegmentInfo& s : segs) {
     SegmentScanner scanner(table_->file(s.id), s.id, s.generation, description_.segment_size_bytes,
-                           opt_.max_payload_bytes);
+                           StoredPayloadLimit());
     ScanResult r;
     uint64_t seg_done = 0;
     Status st = scanner.Scan(format::kSegmentDataStart, options.deep, /*resync=*/true,
@@ -64,6 +64,7 @@ Result<VerifyReport> StoreImpl::Verify(const VerifyOptions& options) {
     if (!st.ok()) return st.WithContext("scanning segment " + std::to_string(s.id));
     rep.bytes_scanned += r.bytes_read;
     rep.records_corrupt += r.corrupt_regions;
+    rep.stale_tail_bytes += r.stale_tail_bytes;
     if (r.corrupt_regions > 0)
       Problem(&rep, "segment " + std::to_string(s.id) + ": " + std::to_string(r.corrupt_regions) +
                         " region(s) fail verification");
@@ -121,7 +122,7 @@ Result<RepairReport> StoreImpl::RebuildIndex(const std::function<void(uint64_t, 
   uint64_t max_seq = 0;
   for (const SegmentInfo& s : segs) {
     SegmentScanner scanner(table_->file(s.id), s.id, s.generation, description_.segment_size_bytes,
-                           opt_.max_payload_bytes);
+                           StoredPayloadLimit());
     IndexBatch batch;
     std::unordered_map<std::string, uint64_t> pending;  // name -> sequence in this batch
     Status ist;

@@ -879,7 +879,7 @@ Status StoreImpl::ReclaimSegment(uint32_t seg, bool reuse) {
       if (v.offset != first) std::memmove(ri.rec.data(), ri.rec.data() + (v.offset - first), rec_bytes);
       std::memset(ri.rec.data() + rec_bytes, 0, bytes - rec_bytes);
       std::string_view k;
-      auto h = format::DecodeRecordHeader({ri.rec.data(), rec_bytes}, opt_.max_payload_bytes, &k);
+      auto h = format::DecodeRecordHeader({ri.rec.data(), rec_bytes}, StoredPayloadLimit(), &k);
       if (!h.ok() || k != r.key || h->ns_id != r.ns || h->payload_checksum != v.payload_checksum ||
           h->flags != v.flags ||
           format::Checksum(ri.rec.data() + v.PayloadOffset(), h->payload_len) != h->payload_checksum)

@@ -189,7 +189,7 @@ TEST_F(FaultInjectionTest, EveryOperationKind) {
        }},
       {FaultOp::kExists, [&] { return St(fs_->Exists(dir_.path())); }},
       {FaultOp::kListDir, [&] { return St(fs_->ListDir(dir_.path())); }},
-      {FaultOp::kLock, [&] { return St(fs_->Lock(dir_.File("LOCK"), true)); }},
+      {FaultOp::kLock, [&] { return St(fs_->Lock(dir_.File("LOCK"), true, 0600)); }},
       {FaultOp::kFreeSpace, [&] { return St(fs_->FreeSpace(dir_.path())); }},
   };
   ASSERT_EQ(cases.size(), kNumFaultOps);

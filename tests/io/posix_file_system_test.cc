@@ -176,7 +176,7 @@ TEST_F(PosixFileSystemTest, NoFollowRefusesSymlink) {
   EXPECT_EQ(f.status().code(), Code::kIOError) << f.status().ToString();
   EXPECT_NE(f.status().message().find(link), std::string::npos) << f.status().ToString();
   // The lock file is not followed either.
-  Result<std::unique_ptr<FileLock>> lock = fs_.Lock(link, true);
+  Result<std::unique_ptr<FileLock>> lock = fs_.Lock(link, true, 0600);
   EXPECT_FALSE(lock.ok());
   // The link itself exists.
   Result<bool> exists = fs_.Exists(link);
@@ -186,12 +186,12 @@ TEST_F(PosixFileSystemTest, NoFollowRefusesSymlink) {
 
 TEST_F(PosixFileSystemTest, LockTwiceInOneProcessIsBusy) {
   const std::string path = dir_.File("LOCK");
-  Result<std::unique_ptr<FileLock>> first = fs_.Lock(path, /*exclusive=*/true);
+  Result<std::unique_ptr<FileLock>> first = fs_.Lock(path, /*exclusive=*/true, 0600);
   ASSERT_TRUE(first.ok()) << first.status().ToString();
 
   // flock belongs to the open file description, so a second Lock (a second
   // open) conflicts even within this process.
-  Result<std::unique_ptr<FileLock>> second = fs_.Lock(path, true);
+  Result<std::unique_ptr<FileLock>> second = fs_.Lock(path, true, 0600);
   ASSERT_FALSE(second.ok());
   EXPECT_EQ(second.status().code(), Code::kBusy);
   const std::string pid = "pid " + std::to_string(::getpid());
@@ -199,21 +199,21 @@ TEST_F(PosixFileSystemTest, LockTwiceInOneProcessIsBusy) {
       << second.status().ToString();
   EXPECT_NE(second.status().message().find(path), std::string::npos);
 
-  Result<std::unique_ptr<FileLock>> shared = fs_.Lock(path, /*exclusive=*/false);
+  Result<std::unique_ptr<FileLock>> shared = fs_.Lock(path, /*exclusive=*/false, 0600);
   ASSERT_FALSE(shared.ok());
   EXPECT_EQ(shared.status().code(), Code::kBusy);
 
   first.value().reset();  // release
-  Result<std::unique_ptr<FileLock>> again = fs_.Lock(path, true);
+  Result<std::unique_ptr<FileLock>> again = fs_.Lock(path, true, 0600);
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   again.value().reset();
 
   // Shared locks coexist and keep an exclusive one out.
-  Result<std::unique_ptr<FileLock>> s1 = fs_.Lock(path, false);
-  Result<std::unique_ptr<FileLock>> s2 = fs_.Lock(path, false);
+  Result<std::unique_ptr<FileLock>> s1 = fs_.Lock(path, false, 0600);
+  Result<std::unique_ptr<FileLock>> s2 = fs_.Lock(path, false, 0600);
   ASSERT_TRUE(s1.ok());
   ASSERT_TRUE(s2.ok());
-  Result<std::unique_ptr<FileLock>> x = fs_.Lock(path, true);
+  Result<std::unique_ptr<FileLock>> x = fs_.Lock(path, true, 0600);
   ASSERT_FALSE(x.ok());
   EXPECT_EQ(x.status().code(), Code::kBusy);
 }

@@ -35,7 +35,8 @@ int Run(const Verify& in) {
                {"records_corrupt", v.records_corrupt}, {"index_entries", v.index_entries},
                {"entries_without_record", v.entries_without_record},
                {"records_without_entry", v.records_without_entry}, {"stale_entries", v.stale_entries},
-               {"bytes_scanned", v.bytes_scanned}, {"seconds", secs}, {"problems", v.problems}});
+               {"bytes_scanned", v.bytes_scanned}, {"stale_tail_bytes", v.stale_tail_bytes},
+               {"seconds", secs}, {"problems", v.problems}});
   } else {
     Table t({"CHECK", "COUNT"}, {1});
     t.Add({"records scanned", std::to_string(v.records_scanned)});
@@ -45,6 +46,7 @@ int Run(const Verify& in) {
     t.Add({"entries without record", std::to_string(v.entries_without_record)});
     t.Add({"stale entries", std::to_string(v.stale_entries)});
     t.Add({"records without entry", std::to_string(v.records_without_entry)});
+    t.Add({"stale bytes of earlier segment lives", std::to_string(v.stale_tail_bytes)});
     std::cout << t.Render();
     std::cout << "scanned " << FormatBytes(v.bytes_scanned) << " in " << secs << " s"
               << (in.deep ? " (payload checksums checked)" : " (headers only; --deep checks payloads)") << "\n";
