@@ -93,9 +93,14 @@ using PutCallback = std::function<void(Status)>;
 using GetCallback = std::function<void(Result<size_t>)>;
 
 // Where a block lives, as recorded in the index.
+// Where Stat found a block: on local disk, only in the host RAM tier (a
+// shared-tier hit admitted there), or only in the shared tier on Ceph.
+enum class BlockTier : uint8_t { kDisk, kRam, kShared };
+
 struct BlockInfo {
   NamespaceId ns = 0;
   std::string key;
+  BlockTier tier = BlockTier::kDisk;  // the fields below up to payload_bytes describe a disk copy
   uint32_t segment = 0;
   uint32_t generation = 0;
   uint64_t offset = 0;          // byte offset of the record in its segment file
@@ -293,6 +298,8 @@ class Store {
   virtual Result<bool> Contains(NamespaceId ns, std::string_view key) = 0;
   // How many leading keys are present (engines' prefix match).
   virtual Result<size_t> LookupPrefix(NamespaceId ns, std::span<const std::string_view> keys) = 0;
+  // The local disk copy's record when there is one; else the RAM tier's or
+  // the shared tier's copy (tier, payload_bytes and, from RAM, the checksum).
   virtual Result<BlockInfo> Stat(NamespaceId ns, std::string_view key) = 0;
   // Visits index entries of one namespace (ns = 0: all) in key order. Return
   // false from `fn` to stop.

@@ -24,6 +24,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 #include <string>
 #include <thread>
@@ -190,6 +191,7 @@ class StoreImpl final : public Store {
   void DoRemoveNamespace(WriteOp& op);
   void DoEvictTo(WriteOp& op);
   Status CheckpointNow(bool clean);
+  void HoldCheckpointAtFailedWrites(const CommitJob& job);
   uint64_t UsedBytes() const;
 
   // ---- Read path ----
@@ -290,6 +292,8 @@ class StoreImpl final : public Store {
   bool RemoteGet(const std::shared_ptr<ReadOp>& op);
   // Extends a local prefix match of `n` keys with blocks the tier holds.
   size_t RemoteExtendPrefix(NamespaceId ns, std::span<const std::string_view> keys, size_t n);
+  // The payload size of a block the shared tier holds, if it holds one.
+  std::optional<uint64_t> RemotePayloadBytes(NamespaceId ns, std::string_view key);
   void RemoteStats(Stats* s);
   std::shared_ptr<remote::SharedTier> remote_;  // set at open, then only read
 
@@ -361,6 +365,10 @@ class StoreImpl final : public Store {
   std::mutex poison_mu_;
   std::unordered_set<uint32_t> poisoned_;  // segments with a failed write or sync
   std::mutex checkpoint_mu_;
+  // The earliest record whose write or sync failed (epoch of its segment,
+  // offset). Its bytes may be torn, so no checkpoint may pass it: recovery
+  // must rescan and cut from there. Set by the syncer, held until reopen.
+  std::optional<Checkpoint> failed_write_at_;  // guarded by checkpoint_mu_
 
   // Readers.
   std::mutex read_mu_;

@@ -500,9 +500,26 @@ BlockInfo StoreImpl::ToBlockInfo(NamespaceId ns, std::string_view key, const for
 Result<BlockInfo> StoreImpl::Stat(NamespaceId ns, std::string_view key) {
   auto e = index_->Get(ns, key);
   if (!e.ok()) return e.status();
-  if (!e->has_value() || !table_->IsLive((*e)->segment, (*e)->generation))
-    return Status::NotFound("no such key");
-  return ToBlockInfo(ns, key, **e);
+  if (e->has_value() && table_->IsLive((*e)->segment, (*e)->generation)) return ToBlockInfo(ns, key, **e);
+  // Not on local disk: a shared-tier hit admitted to RAM, or one only Ceph
+  // holds, is still a block a get returns (callers size buffers from this).
+  BlockInfo b;
+  b.ns = ns;
+  b.key.assign(key);
+  if (ram_ != nullptr) {
+    if (RamTier::Pin pin = ram_->Acquire(ns, key)) {
+      b.tier = BlockTier::kRam;
+      b.payload_bytes = pin.size();
+      b.payload_checksum = pin.checksum();
+      return b;
+    }
+  }
+  if (std::optional<uint64_t> n = RemotePayloadBytes(ns, key)) {  // store_remote.cc
+    b.tier = BlockTier::kShared;
+    b.payload_bytes = *n;
+    return b;
+  }
+  return Status::NotFound("no such key");
 }
 
 Status StoreImpl::ListBlocks(NamespaceId ns, std::string_view key_prefix,

@@ -26,6 +26,7 @@ void StoreImpl::StopRemote() {}
 void StoreImpl::RemoteNoteSealed(uint32_t, uint32_t) {}
 bool StoreImpl::RemoteGet(const std::shared_ptr<ReadOp>&) { return false; }
 size_t StoreImpl::RemoteExtendPrefix(NamespaceId, std::span<const std::string_view>, size_t n) { return n; }
+std::optional<uint64_t> StoreImpl::RemotePayloadBytes(NamespaceId, std::string_view) { return std::nullopt; }
 void StoreImpl::RemoteStats(Stats*) {}
 
 #else
@@ -145,6 +146,15 @@ size_t StoreImpl::RemoteExtendPrefix(NamespaceId ns, std::span<const std::string
   const std::string canonical = spec->Canonical();
   while (n < keys.size() && remote_->Lookup(ns, keys[n], canonical)) ++n;
   return n;
+}
+
+std::optional<uint64_t> StoreImpl::RemotePayloadBytes(NamespaceId ns, std::string_view key) {
+  if (!remote_) return std::nullopt;
+  auto spec = SpecOf(ns);
+  if (!spec.ok()) return std::nullopt;
+  auto loc = remote_->Lookup(ns, key, spec->Canonical());
+  if (!loc) return std::nullopt;
+  return loc->payload_len;
 }
 
 void StoreImpl::RemoteStats(Stats* s) {

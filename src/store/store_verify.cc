@@ -67,7 +67,11 @@ Result<VerifyReport> StoreImpl::Verify(const VerifyOptions& options) {
     rep.stale_tail_bytes += r.stale_tail_bytes;
     if (r.corrupt_regions > 0)
       Problem(&rep, "segment " + std::to_string(s.id) + ": " + std::to_string(r.corrupt_regions) +
-                        " region(s) fail verification");
+                        " region(s) fail verification" +
+                        (r.corrupt.empty() ? std::string()
+                                           : ", the first at offset " + std::to_string(r.corrupt[0].first) + " (" +
+                                                 std::to_string(r.corrupt[0].second) + " bytes; records end at " +
+                                                 std::to_string(r.end) + ")"));
     done += s.used_bytes;
     if (options.progress) options.progress(std::min(done, total), total);
   }

@@ -739,6 +739,7 @@ void StoreImpl::CommitPass(CommitJob& job) {
     auto f = failed.find(op.segment);
     if (f != failed.end()) op.status = f->second.WithContext("syncing record");
   }
+  HoldCheckpointAtFailedWrites(job);
   // 4. Index entries in one batch.
   IndexBatch batch;
   for (WriteOp& op : job.ops) {
@@ -996,9 +997,35 @@ Status StoreImpl::CheckpointNow(bool clean) {
   return CheckpointAt(cp);
 }
 
+// A record whose write or sync failed may be torn on disk, and the segment is
+// poisoned (nothing more is appended to it). Recovery cuts such tails, but
+// only of segments after the checkpoint: a checkpoint written past the
+// record (by a later pass, or by this one while the process is dying of the
+// same fault) would leave its bytes behind for good.
+void StoreImpl::HoldCheckpointAtFailedWrites(const CommitJob& job) {
+  for (const WriteOp& op : job.ops) {
+    if (op.status.ok() || op.kind != WriteOp::Kind::kRecord || !IsPoisoned(op.segment)) continue;
+    const SegmentInfo info = table_->Info(op.segment);
+    std::lock_guard<std::mutex> l(checkpoint_mu_);
+    if (!failed_write_at_ || info.epoch < failed_write_at_->epoch ||
+        (info.epoch == failed_write_at_->epoch && format::PageStart(op.offset) < failed_write_at_->offset)) {
+      Checkpoint at;
+      at.epoch = info.epoch;
+      at.offset = format::PageStart(op.offset);  // recovery scans from a page; dense records start inside one
+      failed_write_at_ = at;
+    }
+  }
+}
+
 Status StoreImpl::CheckpointAt(const Checkpoint& cp) {
   std::lock_guard<std::mutex> l(checkpoint_mu_);
-  Status st = index_->WriteCheckpoint(cp);
+  Checkpoint to = cp;
+  if (failed_write_at_) {
+    to.epoch = failed_write_at_->epoch;
+    to.offset = failed_write_at_->offset;
+    to.clean = false;
+  }
+  Status st = index_->WriteCheckpoint(to);
   if (st.ok()) bytes_since_checkpoint_ = 0;
   return st;
 }

@@ -22,12 +22,16 @@ TEST(KillTorture, NoEvictionEveryAckedBlockSurvives) {
   c.fresh_store_every = 10;  // bounds the space a fast disk (tmpfs) fills
   c.rounds = Kills() / 2;
   c.seed = RoundsFromEnv("KVTIER_TORTURE_SEED", 7);
+  c.vary_opener_limits = true;
+  c.verify_after_recovery = true;
   TortureResult r = RunTorture(dir.path(), c);
   std::printf("[kill/no-eviction] %s\n", r.Summary().c_str());
   EXPECT_TRUE(r.ok()) << r.Summary();
   EXPECT_EQ(r.crashes, c.rounds);
   EXPECT_GT(r.acked_puts, 0u);
   EXPECT_GT(r.blocks_present, 0u);
+  EXPECT_GT(r.small_limit_rounds, 0u);
+  EXPECT_EQ(r.verifies, r.verified_rounds);
 }
 
 TEST(KillTorture, WithEvictionNeverWrongBytes) {
@@ -37,6 +41,8 @@ TEST(KillTorture, WithEvictionNeverWrongBytes) {
   c.eviction = true;
   c.rounds = Kills() - Kills() / 2;
   c.seed = RoundsFromEnv("KVTIER_TORTURE_SEED", 7) + 1;
+  c.vary_opener_limits = true;
+  c.verify_after_recovery = true;
   TortureResult r = RunTorture(dir.path(), c);
   std::printf("[kill/eviction] %s\n", r.Summary().c_str());
   EXPECT_TRUE(r.ok()) << r.Summary();

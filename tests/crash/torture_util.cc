@@ -116,6 +116,14 @@ class Child {
 
   [[noreturn]] void Run() {
     Options o = StoreOptions(c_);
+    small_limits_ = c_.vary_opener_limits && rng_() % 2 == 0;
+    if (small_limits_) {
+      // Smaller than blocks already stored: reads, recovery and verify must
+      // judge those by the format, not by this opener's options.
+      o.max_payload_bytes = c_.max_payload / 2;
+      o.write_queue_bytes = 1 << 20;
+      o.group_commit_bytes = 128 << 10;
+    }
     std::shared_ptr<SimPowerLossFileSystem> sim;
     if (c_.crash == TortureConfig::Crash::kPowerLoss) {
       sim = std::make_shared<SimPowerLossFileSystem>(DefaultFileSystem(IoBackend::kPosix), rng_());
@@ -228,8 +236,21 @@ class Child {
       if (st.segments_total * (1ull << 20) >= StoreOptions(c_).capacity_bytes)
         Fail("no-eviction variant reached its capacity: raise capacity or fresh_store_every", 24);
     }
+    uint64_t verified = 0, corrupt = 0;
+    if (c_.verify_after_recovery) {
+      VerifyOptions vo;
+      vo.deep = true;
+      auto rep = s->Verify(vo);
+      if (!rep.ok()) Fail("Verify after recovery: " + rep.status().ToString(), 33);
+      verified = 1;
+      corrupt = rep->records_corrupt;
+      for (const std::string& p : rep->problems)
+        if (corrupt > 0 && p.find("fail verification") != std::string::npos) note("deep verify after recovery: " + p);
+    }
     std::string out = "S " + std::to_string(checked) + " " + std::to_string(present) + " " + std::to_string(lost) +
-                      " " + std::to_string(wrong) + " " + std::to_string(unexpected) + "\n" + problems + "O\n" + obs;
+                      " " + std::to_string(wrong) + " " + std::to_string(unexpected) + " " +
+                      std::to_string(small_limits_) + " " + std::to_string(verified) + " " + std::to_string(corrupt) +
+                      "\n" + problems + "O\n" + obs;
     const std::string tmp = work_ + "/verify.tmp";
     int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
     if (fd < 0) Fail("cannot write verify result", 25);
@@ -351,6 +372,7 @@ class Child {
   std::unique_ptr<Store> store_ptr_;
   std::atomic<bool> in_open_{false};
   std::atomic<bool> crashing_{false};
+  bool small_limits_ = false;
 };
 
 // ---- The parent ---------------------------------------------------------------
@@ -378,8 +400,9 @@ void ApplyLog(const std::string& log, std::vector<KeyModel>& model, TortureResul
       if (r.type == 'A') {
         op.s = Op::S::kAcked;
         ++(op.version < 0 ? res->acked_removes : res->acked_puts);
-      } else if (static_cast<Code>(r.code) == Code::kNotAdmitted) {
-        op.s = Op::S::kDeclined;  // nothing stored, by contract
+      } else if (static_cast<Code>(r.code) == Code::kNotAdmitted ||
+                 static_cast<Code>(r.code) == Code::kInvalidArgument) {
+        op.s = Op::S::kDeclined;  // nothing stored, by contract (over this opener's payload limit)
       }  // other errors: outcome unknown, stays pending
     } else if (r.type == 'W') {
       ++res->wrong_bytes;
@@ -398,6 +421,8 @@ std::string TortureResult::Summary() const {
     << " acked_lost=" << acked_lost << " wrong_bytes=" << wrong_bytes << " unexpected=" << unexpected
     << " reopen_failures=" << reopen_failures << " child_failures=" << child_failures
     << " index_losses=" << index_losses;
+  if (small_limit_rounds > 0) o << " small_limit_rounds=" << small_limit_rounds;
+  if (verifies > 0) o << " deep_verifies=" << verifies << " corrupt_after_recovery=" << corrupt_after_recovery;
   if (writes_pending + names_undone > 0)
     o << " unsynced_writes=" << writes_pending << " torn_writes=" << writes_torn << " names_undone=" << names_undone
       << " modes(drop/keep/subset/tear)=" << mode_counts[0] << "/" << mode_counts[1] << "/" << mode_counts[2]
@@ -494,9 +519,12 @@ TortureResult RunTortureHere(const std::string& dir, const TortureConfig& c) {
     std::istringstream vin(ReadFile(work + "/verify"));
     std::string tag;
     if (vin >> tag && tag == "S") {
-      uint64_t checked, present, lost, wrong, unexpected;
-      vin >> checked >> present >> lost >> wrong >> unexpected;
+      uint64_t checked, present, lost, wrong, unexpected, small, verified, corrupt;
+      vin >> checked >> present >> lost >> wrong >> unexpected >> small >> verified >> corrupt;
       ++res.verified_rounds;
+      res.small_limit_rounds += small;
+      res.verifies += verified;
+      res.corrupt_after_recovery += corrupt;
       res.blocks_checked += checked;
       res.blocks_present += present;
       res.acked_lost += lost;
@@ -542,7 +570,7 @@ std::string EncodeConfig(const TortureConfig& c) {
   o.precision(17);
   o << static_cast<int>(c.crash) << ' ' << c.eviction << ' ' << c.rounds << ' ' << c.seed << ' ' << c.keys << ' '
     << c.max_payload << ' ' << c.max_kill_delay_ms << ' ' << c.max_crash_op << ' ' << c.fresh_store_every << ' '
-    << c.index_loss_probability << '\n';
+    << c.index_loss_probability << ' ' << c.vary_opener_limits << ' ' << c.verify_after_recovery << '\n';
   return o.str();
 }
 
@@ -550,7 +578,8 @@ bool DecodeConfig(const std::string& text, TortureConfig* c) {
   std::istringstream in(text);
   int crash = 0;
   in >> crash >> c->eviction >> c->rounds >> c->seed >> c->keys >> c->max_payload >> c->max_kill_delay_ms >>
-      c->max_crash_op >> c->fresh_store_every >> c->index_loss_probability;
+      c->max_crash_op >> c->fresh_store_every >> c->index_loss_probability >> c->vary_opener_limits >>
+      c->verify_after_recovery;
   c->crash = static_cast<TortureConfig::Crash>(crash);
   return static_cast<bool>(in) && (crash == 0 || crash == 1);
 }
@@ -561,7 +590,8 @@ std::string EncodeResult(const TortureResult& r) {
   for (uint64_t v : {r.rounds, r.crashes, r.crashes_in_open, r.verified_rounds, r.blocks_checked, r.blocks_present,
                      r.acked_puts, r.acked_removes, r.acked_lost, r.wrong_bytes, r.unexpected, r.reopen_failures,
                      r.child_failures, r.index_losses, r.writes_pending, r.writes_torn, r.names_undone,
-                     r.mode_counts[0], r.mode_counts[1], r.mode_counts[2], r.mode_counts[3]})
+                     r.mode_counts[0], r.mode_counts[1], r.mode_counts[2], r.mode_counts[3],
+                     r.small_limit_rounds, r.verifies, r.corrupt_after_recovery})
     o << v << ' ';
   o << '\n';
   for (const std::string& p : r.problems) {
@@ -578,7 +608,8 @@ bool DecodeResult(const std::string& text, TortureResult* r) {
                       &r->blocks_present, &r->acked_puts, &r->acked_removes, &r->acked_lost, &r->wrong_bytes,
                       &r->unexpected, &r->reopen_failures, &r->child_failures, &r->index_losses,
                       &r->writes_pending, &r->writes_torn, &r->names_undone, &r->mode_counts[0],
-                      &r->mode_counts[1], &r->mode_counts[2], &r->mode_counts[3]})
+                      &r->mode_counts[1], &r->mode_counts[2], &r->mode_counts[3], &r->small_limit_rounds,
+                      &r->verifies, &r->corrupt_after_recovery})
     if (!(in >> *v)) return false;
   std::string line;
   std::getline(in, line);

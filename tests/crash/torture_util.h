@@ -42,6 +42,13 @@ struct TortureConfig {
   uint64_t max_crash_op = 120;      // power loss: crash at mutating op 1..max
   uint32_t fresh_store_every = 25;  // no eviction: new store every N rounds (space)
   double index_loss_probability = 0;  // power loss: delete the index folder before a round
+  // Half the rounds reopen with a smaller max_payload_bytes and write queue
+  // than the blocks already stored (they must all survive; puts over the
+  // smaller limit are refused and count as declined).
+  bool vary_opener_limits = false;
+  // After each recovery, run a deep Verify: it must find no corrupt region
+  // (a torn tail recovery left behind, in any segment).
+  bool verify_after_recovery = false;
 };
 
 struct TortureResult {
@@ -56,10 +63,12 @@ struct TortureResult {
   uint64_t index_losses = 0;
   uint64_t writes_pending = 0, writes_torn = 0, names_undone = 0;
   uint64_t mode_counts[4] = {0, 0, 0, 0};
+  uint64_t small_limit_rounds = 0;        // reopened with smaller limits (vary_opener_limits)
+  uint64_t verifies = 0, corrupt_after_recovery = 0;  // verify_after_recovery
   std::vector<std::string> problems;  // first few, human-readable
   bool ok() const {
     return acked_lost == 0 && wrong_bytes == 0 && unexpected == 0 && reopen_failures == 0 &&
-           child_failures == 0;
+           child_failures == 0 && corrupt_after_recovery == 0;
   }
   std::string Summary() const;
 };

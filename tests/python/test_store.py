@@ -1,5 +1,7 @@
 import array
+import os
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -204,3 +206,57 @@ def test_ram_tier_options_and_stats(store_dir):
         assert st["ram_capacity_bytes"] > 0
         assert st["hits_ram"] == 1
         assert st["ram_blocks"] == 1
+
+
+def test_path_with_nul_is_refused(tmp_path):
+    # C would read "a\0b" as "a" and open (or create) another folder.
+    for path in (str(tmp_path / "a") + "\0b", (str(tmp_path / "a") + "\0b").encode()):
+        with pytest.raises(KvtierError) as e:
+            kvtier.Store(path, **SMALL)
+        assert e.value.code == Code.INVALID_ARGUMENT
+    assert not (tmp_path / "a").exists()
+
+
+def _remote_options(rados_ns):
+    conf = os.environ.get("KVTIER_CEPH_CONF", "")
+    return dict(SMALL, segment_size_bytes=4 << 20, capacity_bytes=64 << 20, ram_tier_bytes=16 << 20,
+                ram_tier_shared_memory=False,
+                remote=dict(enabled=True, ceph_conf=conf, pool="kvtier", rados_namespace=rados_ns,
+                            poll_interval_ms=100, admit_to_ram=True))
+
+
+def _wait(pred, seconds=60):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(0.05)
+    return pred()
+
+
+@pytest.mark.skipif(not os.environ.get("KVTIER_CEPH_CONF"), reason="no Ceph cluster (KVTIER_CEPH_CONF unset)")
+def test_get_returns_shared_tier_blocks(tmp_path):
+    # Node B holds the block only in the shared tier, then only in its RAM
+    # tier: get() (which sizes its buffer from block_size) must return it.
+    opts = _remote_options(f"py{os.getpid()}-{int(time.time() * 1000) % 1000000}")
+    spec = dict(name="t", model_id="m/remote", dtype="bf16", block_tokens=16)
+    blocks = {}
+    with kvtier.Store(str(tmp_path / "a"), **opts) as a:
+        ns = a.register_namespace(**spec)
+        i = 0
+        while a.stats()["segments_sealed"] < 1:
+            key, data = b"k%04d" % i, bytes([i % 251]) * (200_000 + i)
+            assert ns.put(key, data)
+            blocks[key] = data
+            i += 1
+        assert _wait(lambda: a.stats()["remote_uploads"] >= 1)
+    with kvtier.Store(str(tmp_path / "b"), **opts) as b:
+        ns = b.register_namespace(**spec)
+        assert _wait(lambda: b.stats()["remote_segments_imported"] >= 1)
+        key = b"k0000"
+        assert ns.contains(key)
+        assert ns.block_size(key) == len(blocks[key])
+        assert ns.get(key) == blocks[key]       # from Ceph, admitted to RAM
+        assert b.stats()["hits_remote"] == 1
+        assert ns.get(key) == blocks[key]       # from the RAM tier
+        assert b.stats()["hits_ram"] == 1

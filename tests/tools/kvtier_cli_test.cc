@@ -357,6 +357,16 @@ TEST_F(KvtierCli, GetShowPutRoundTrip) {
   EXPECT_EQ(pt.rc, 0);
   EXPECT_NE(pt.out.find("stored c0ffee01"), std::string::npos);
   EXPECT_EQ(Kv({"put", f_.dir, "--ns", "beta", "c0ffee", tmp_.Sub("no-such-file")}).rc, 1);
+  // A folder, an endless device and an empty file get a clear error, not an
+  // abort or an unbounded read.
+  Out dir_put = Kv({"put", f_.dir, "--ns", "beta", "c0ffee02", tmp_.Sub("")});
+  EXPECT_EQ(dir_put.rc, 2);
+  EXPECT_NE(dir_put.err.find("is a folder"), std::string::npos) << dir_put.err;
+  Out zero_put = Kv({"put", f_.dir, "--ns", "beta", "c0ffee03", "/dev/zero"});
+  EXPECT_EQ(zero_put.rc, 2);
+  EXPECT_NE(zero_put.err.find("more than the payload limit"), std::string::npos) << zero_put.err;
+  WriteFile(tmp_.Sub("empty.bin"), "");
+  EXPECT_EQ(Kv({"put", f_.dir, "--ns", "beta", "c0ffee04", tmp_.Sub("empty.bin")}).rc, 2);
 
   // put and ns create make a new store when asked.
   const std::string fresh = tmp_.Sub("fresh");
@@ -441,11 +451,17 @@ TEST_F(KvtierCli, EvictAndRm) {
   EXPECT_EQ(rm["blocks_removed"], 2);
   EXPECT_EQ(rm["keys_absent"], 1);
   EXPECT_EQ(Json(Kv({"ls", f_.dir, "--ns", "alpha", "--json"})).size(), 10u);
-  Out drop = Kv({"rm", f_.dir, "--ns", "beta"});
+  // No key and no --all-blocks: refused, nothing dropped.
+  Out none = Kv({"rm", f_.dir, "--ns", "beta"});
+  EXPECT_EQ(none.rc, 2);
+  EXPECT_NE(none.err.find("--all-blocks"), std::string::npos) << none.err;
+  EXPECT_EQ(Json(Kv({"ns", f_.dir, "--json"})).size(), 2u);
+  EXPECT_EQ(Kv({"rm", f_.dir, "--ns", "beta", "--all-blocks", "00ff"}).rc, 2);
+  Out drop = Kv({"rm", f_.dir, "--ns", "beta", "--all-blocks"});
   ASSERT_EQ(drop.rc, 0) << drop.err;
   EXPECT_NE(drop.out.find("removed namespace beta"), std::string::npos);
   EXPECT_EQ(Json(Kv({"ns", f_.dir, "--json"})).size(), 1u);
-  EXPECT_EQ(Kv({"rm", f_.dir, "--ns", "beta"}).rc, 1);
+  EXPECT_EQ(Kv({"rm", f_.dir, "--ns", "beta", "--all-blocks"}).rc, 1);
 
   const uint64_t before = Json(Kv({"info", f_.dir, "--json"}))["used_bytes"];
   json ev = Json(Kv({"evict", f_.dir, "--to", "0", "--json"}));

@@ -1,5 +1,6 @@
-// kvtier rm DIR --ns N [KEY...]: remove keys, or the whole namespace when no
-// key is given (takes the lock).
+// kvtier rm DIR --ns N KEY...: remove keys; `--all-blocks` with no key drops
+// the whole namespace (takes the lock). An empty key list alone is refused:
+// a script whose key list came out empty must not wipe a namespace.
 #include <iostream>
 
 #include "commands.h"
@@ -12,9 +13,14 @@ struct Rm {
   StoreArgs a;
   std::string ns;
   std::vector<std::string> keys;
+  bool all = false;
 };
 
 int Run(const Rm& in) {
+  if (in.keys.empty() && !in.all)
+    return Fail("rm", kExitUsage, "no KEY given: name the keys to remove, or pass --all-blocks to drop namespace " +
+                                      in.ns + " with every block in it");
+  if (!in.keys.empty() && in.all) return Fail("rm", kExitUsage, "--all-blocks takes no KEY");
   std::vector<std::string> keys;
   for (const std::string& h : in.keys) {
     std::string k;
@@ -71,9 +77,10 @@ int Run(const Rm& in) {
 
 Command AddRm(CLI::App& root) {
   auto in = std::make_shared<Rm>();
-  CLI::App* sub = root.add_subcommand("rm", "Remove blocks by key, or drop a whole namespace when no key is given (takes the lock)");
+  CLI::App* sub = root.add_subcommand("rm", "Remove blocks by key, or drop a whole namespace with --all-blocks (takes the lock)");
   AddDirArg(sub, &in->a);
-  sub->add_option("KEY", in->keys, "Keys as hex (none: drop the namespace)");
+  sub->add_option("KEY", in->keys, "Keys as hex");
+  sub->add_flag("--all-blocks", in->all, "Drop the namespace and every block in it (no KEY)");
   sub->add_option("--ns", in->ns, "Namespace (display name or 16-hex id)")->required();
   AddJsonFlag(sub, &in->a.json);
   return {sub, [in] { return Run(*in); }};

@@ -46,6 +46,9 @@ class Store:
             raise KvtierError(Code.INVALID_ARGUMENT, f"options: {e}") from None
         if not isinstance(path, (str, bytes, os.PathLike)):
             raise KvtierError(Code.INVALID_ARGUMENT, "path must be a str or path")
+        if b"\0" in os.fsencode(path):
+            # C would stop at the NUL and open another folder.
+            raise KvtierError(Code.INVALID_ARGUMENT, "path contains a NUL byte")
         self._h = None
         self._lock = threading.Lock()
         self._inflight = {}  # user_data -> (future, kind, keepalive)
