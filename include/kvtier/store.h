@@ -168,6 +168,9 @@ struct Stats {
   uint64_t capacity_bytes = 0, used_bytes = 0;
   uint64_t blocks_estimate = 0;                  // RocksDB's estimate of index entries
   uint32_t segments_total = 0, segments_sealed = 0, segments_free = 0;
+  // Entries of segments/ with a segment's name that are not regular files
+  // (a stray symlink or folder): ignored, never used.
+  uint32_t segment_entries_ignored = 0;
   // Open and recovery.
   bool recovered_from_crash = false;
   uint64_t recovery_scanned_bytes = 0, recovery_reindexed = 0, recovery_torn_bytes = 0;
@@ -215,6 +218,8 @@ struct RepairReport {
   uint64_t records_scanned = 0, records_indexed = 0, records_dropped = 0;
   uint64_t regions_cleared = 0;  // corrupt regions zeroed (punched) in segments
   uint64_t entries_before = 0, entries_after = 0;
+  // An index RocksDB could not open is moved here and rebuilt ("" if none).
+  std::string damaged_index_moved_to;
 };
 
 // Information read from a store folder without opening it for I/O.

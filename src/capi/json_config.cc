@@ -224,6 +224,7 @@ std::string StatsToJson(const Stats& s) {
       {"segments_total", s.segments_total},
       {"segments_sealed", s.segments_sealed},
       {"segments_free", s.segments_free},
+      {"segment_entries_ignored", s.segment_entries_ignored},
       {"recovered_from_crash", s.recovered_from_crash},
       {"recovery_scanned_bytes", s.recovery_scanned_bytes},
       {"recovery_reindexed", s.recovery_reindexed},

@@ -203,6 +203,12 @@ Result<std::unique_ptr<File>> PosixFileSystem::Open(const std::string& path, Ope
     } while (fd < 0 && errno == EINTR);
   }
   if (fd < 0) return Status::FromErrno(errno, "open " + path);
+  struct stat st;
+  if (::fstat(fd, &st) == 0 && !S_ISREG(st.st_mode)) {
+    // A folder opens read-only; every store file is a regular file.
+    ::close(fd);
+    return Status::InvalidArgument("open " + path + ": not a regular file");
+  }
   if (flags.create) EnsureModeBits(fd, mode);
   return std::unique_ptr<File>(new PosixFile(path, fd, direct));
 }

@@ -1,5 +1,6 @@
 #include "log/segment_table.h"
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -42,6 +43,12 @@ Status SegmentTable::Load() {
     f.read_only = c_.read_only;
     f.direct = c_.direct;
     auto file = c_.fs->Open(PathOf(id), f);
+    if (!file.ok() && file.status().code() == Code::kInvalidArgument) {
+      // A symlink or folder with a segment's name: not ours to open, delete
+      // or reuse, and no reason to refuse the store (verify must still run).
+      ignored_.emplace_back(id, name);
+      continue;
+    }
     if (!file.ok()) return file.status();
     auto seg = std::make_unique<Seg>();
     seg->info.id = id;
@@ -104,6 +111,13 @@ bool SegmentTable::IsLive(uint32_t seg, uint32_t gen) const {
          s->info.generation == gen;
 }
 
+std::vector<std::string> SegmentTable::Ignored() const {
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<std::string> names;
+  for (const auto& e : ignored_) names.push_back(e.second);
+  return names;
+}
+
 uint32_t SegmentTable::CountFiles() const {
   std::lock_guard<std::mutex> l(mu_);
   uint32_t n = 0;
@@ -115,8 +129,12 @@ Result<uint32_t> SegmentTable::CreateSegmentFile() {
   uint32_t id;
   {
     std::lock_guard<std::mutex> l(mu_);
+    auto taken = [this](uint32_t i) {
+      return (i < segs_.size() && segs_[i] != nullptr) ||
+             std::any_of(ignored_.begin(), ignored_.end(), [i](const auto& e) { return e.first == i; });
+    };
     id = 0;
-    while (id < segs_.size() && segs_[id] != nullptr) ++id;
+    while (taken(id)) ++id;
   }
   OpenFlags f;
   f.create = true;

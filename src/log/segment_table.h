@@ -88,6 +88,9 @@ class SegmentTable {
   std::vector<SegmentInfo> Snapshot() const;
   uint64_t MaxEpoch() const;
   uint64_t segment_size() const { return c_.segment_size; }
+  // Entries of segments/ named like a segment that are not regular files (a
+  // stray symlink or folder): left alone, their ids never used (Load).
+  std::vector<std::string> Ignored() const;
 
  private:
   struct Seg {
@@ -104,6 +107,7 @@ class SegmentTable {
   mutable std::mutex mu_;
   std::condition_variable readers_gone_;
   std::vector<std::unique_ptr<Seg>> segs_;  // indexed by id; null where no file
+  std::vector<std::pair<uint32_t, std::string>> ignored_;  // (id, name): not regular files
 };
 
 }  // namespace kvtier

@@ -103,6 +103,8 @@ class StoreImpl final : public Store {
   Result<RepairReport> RebuildIndex(const std::function<void(uint64_t, uint64_t)>& progress);
   // Open without recovery or threads, for Repair.
   void set_repair_mode() { repair_mode_ = true; }
+  // Where a repair-mode open moved an index it could not open ("" if none).
+  const std::string& damaged_index_moved_to() const { return damaged_index_moved_to_; }
 
   // The host RAM tier, or null when off. For the GPU path (src/cuda).
   RamTier* ram_tier() { return ram_.get(); }
@@ -315,6 +317,7 @@ class StoreImpl final : public Store {
   std::unique_ptr<Admission> admission_;
   std::unique_ptr<RamTier> ram_;  // host RAM tier (Options::ram_tier_bytes), may be null
   StoreDescription description_;
+  std::string damaged_index_moved_to_;
   std::array<uint8_t, 16> store_id_{};
   uint64_t max_segments_ = 0;
   std::chrono::steady_clock::time_point open_started_;

@@ -179,7 +179,20 @@ Status StoreImpl::OpenImpl() {
   const uint64_t capacity = opt_.capacity_bytes != 0 ? opt_.capacity_bytes : 8ull << 30;
   io.write_buffer_bytes = std::clamp<uint64_t>(capacity / 256, 4u << 20, 64u << 20);
   auto index = Index::Open(dir_ + "/" + kIndexDir, io);
-  if (!index.ok()) return index.status().WithContext("opening index of " + dir_);
+  if (!index.ok() && repair_mode_ && index.status().code() != Code::kBusy) {
+    // The index is a cache of the segments: set the damaged one aside (for
+    // inspection) and rebuild into a fresh one.
+    const std::string aside = dir_ + "/" + kIndexDir + ".damaged-" + std::to_string(NowUnixMs());
+    KVTIER_RETURN_IF_ERROR(fs_->Rename(dir_ + "/" + kIndexDir, aside));
+    KVTIER_RETURN_IF_ERROR(fs_->SyncDir(dir_));
+    damaged_index_moved_to_ = aside;
+    index = Index::Open(dir_ + "/" + kIndexDir, io);
+  }
+  if (!index.ok()) {
+    return index.status().WithContext("opening index of " + dir_ +
+                                      (repair_mode_ ? "" : " (`kvtier repair " + dir_ +
+                                                               "` rebuilds it from the segments)"));
+  }
   index_ = std::move(index).value();
   KVTIER_RETURN_IF_ERROR(LoadNamespaces());
 
@@ -536,6 +549,7 @@ Stats StoreImpl::GetStats() {
       if (seg.state == SegmentState::kFree) ++s.segments_free;
       if (seg.state != SegmentState::kFree) s.used_bytes += seg.used_bytes;
     }
+    s.segment_entries_ignored = static_cast<uint32_t>(table_->Ignored().size());
   }
   if (index_) s.blocks_estimate = index_->ApproximateEntries();
   if (ram_) {

@@ -75,6 +75,8 @@ Result<VerifyReport> StoreImpl::Verify(const VerifyOptions& options) {
     done += s.used_bytes;
     if (options.progress) options.progress(std::min(done, total), total);
   }
+  for (const std::string& name : table_->Ignored())
+    Problem(&rep, "segments/" + name + " is not a regular file: ignored (not counted as a problem)");
   Status st = index_->ForEach(0, "", [&](NamespaceId ns, std::string_view key, const format::IndexValue& v) {
     ++rep.index_entries;
     if (!table_->IsLive(v.segment, v.generation)) {
@@ -109,6 +111,7 @@ Result<RepairReport> Store::Repair(const std::string& dir, const Options& option
   Status st = s->Close();
   if (!r.ok()) return r.status();
   if (!st.ok()) return st;
+  r->damaged_index_moved_to = s->damaged_index_moved_to();
   return r;
 }
 

@@ -32,7 +32,10 @@ Status Status::FromErrno(int err, std::string_view context) {
     case ENOSPC:
     case EDQUOT: return NoSpace(std::move(msg));
     case ENOENT: return NotFound(std::move(msg));
-    case EINVAL: return InvalidArgument(std::move(msg));
+    case EINVAL:
+    case ELOOP:   // O_NOFOLLOW met a symlink
+    case EISDIR:  // a folder where a file was expected
+      return InvalidArgument(std::move(msg));
     case EWOULDBLOCK: return Busy(std::move(msg));
     default: return IOError(std::move(msg));
   }

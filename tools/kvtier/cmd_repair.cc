@@ -39,7 +39,8 @@ int Run(const Repair& in) {
     PrintJson({{"dir", in.a.dir}, {"records_scanned", p.records_scanned}, {"records_indexed", p.records_indexed},
                {"records_dropped", p.records_dropped}, {"regions_cleared", p.regions_cleared},
                {"entries_before", p.entries_before},
-               {"entries_after", p.entries_after}, {"seconds", secs}});
+               {"entries_after", p.entries_after}, {"damaged_index_moved_to", p.damaged_index_moved_to},
+               {"seconds", secs}});
   } else {
     Table t({"REPAIR", "COUNT"}, {1});
     t.Add({"records scanned", std::to_string(p.records_scanned)});
@@ -49,6 +50,9 @@ int Run(const Repair& in) {
     t.Add({"index entries before", std::to_string(p.entries_before)});
     t.Add({"index entries after", std::to_string(p.entries_after)});
     std::cout << t.Render() << "index rebuilt from the segments in " << secs << " s\n";
+    if (!p.damaged_index_moved_to.empty())
+      std::cout << "the old index could not be opened; it was moved to " << p.damaged_index_moved_to
+                << " (delete it once you no longer need it)\n";
   }
   return kExitOk;
 }
