@@ -4,6 +4,7 @@
 #define KVTIER_OPTIONS_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -89,6 +90,13 @@ struct Options {
   // NotAdmitted.
   bool admit_on_second_put = false;
   uint32_t second_put_window = 1u << 20;
+
+  // --- Warnings ----------------------------------------------------------------
+  // Called (from any of the store's threads, so it must be thread-safe) with
+  // one line for each condition an operator should hear of that is no error:
+  // the byte budget capped to what the disk can hold, the disk filling up
+  // before the budget. Null: the line goes to stderr, prefixed "kvtier: ".
+  std::function<void(const std::string& line)> warn;
 
   // --- I/O -------------------------------------------------------------------
   // The file system all I/O goes through; null means DefaultFileSystem(io_backend).

@@ -164,6 +164,10 @@ struct Stats {
   double write_amplification = 0;                // device bytes written / payload bytes put
   // Capacity.
   uint64_t evictions = 0, evicted_blocks = 0, evicted_bytes = 0;
+  // The budget asked for (Options::capacity_bytes) when capacity_bytes is
+  // less: the disk could not hold it (at open, or when it filled up first).
+  uint64_t capacity_configured_bytes = 0;
+  uint64_t disk_full_events = 0;  // a new segment file found no space: the store shrank instead
   uint64_t reinsertions = 0, reinserted_bytes = 0;
   uint64_t capacity_bytes = 0, used_bytes = 0;
   uint64_t blocks_estimate = 0;                  // RocksDB's estimate of index entries

@@ -214,6 +214,8 @@ std::string StatsToJson(const Stats& s) {
       {"group_commits", s.group_commits},
       {"write_amplification", s.write_amplification},
       {"evictions", s.evictions},
+      {"capacity_configured_bytes", s.capacity_configured_bytes},
+      {"disk_full_events", s.disk_full_events},
       {"evicted_blocks", s.evicted_blocks},
       {"evicted_bytes", s.evicted_bytes},
       {"reinsertions", s.reinsertions},

@@ -77,6 +77,7 @@ struct FaultInjectionFileSystem::State {
 
   const std::shared_ptr<FileSystem> base;
   mutable std::mutex mu;
+  std::optional<uint64_t> free_space;  // guarded by mu
   std::array<PerOp, kNumFaultOps> ops;
   std::mt19937_64 rng;
 };
@@ -258,7 +259,16 @@ Result<std::unique_ptr<FileLock>> FaultInjectionFileSystem::Lock(const std::stri
 
 Result<uint64_t> FaultInjectionFileSystem::FreeSpace(const std::string& path) {
   KVTIER_FAULT_(FaultOp::kFreeSpace, path);
+  {
+    std::lock_guard<std::mutex> l(state_->mu);
+    if (state_->free_space) return *state_->free_space;
+  }
   return state_->base->FreeSpace(path);
+}
+
+void FaultInjectionFileSystem::SetFreeSpace(std::optional<uint64_t> bytes) {
+  std::lock_guard<std::mutex> l(state_->mu);
+  state_->free_space = bytes;
 }
 
 #undef KVTIER_FAULT_

@@ -31,6 +31,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -112,6 +113,9 @@ class FaultInjectionFileSystem final : public FileSystem {
   void ClearAllFaults();
   // Restarts the random sequence.
   void Reseed(uint64_t seed);
+  // FreeSpace reports `bytes` (a small or nearly full disk) instead of the
+  // base's answer; nullopt restores the base's.
+  void SetFreeSpace(std::optional<uint64_t> bytes);
 
   // Calls of `op` seen (failed or not) since construction or ResetCounts().
   uint64_t Calls(FaultOp op) const;

@@ -24,6 +24,7 @@ struct Counters {
   Counter zero_copy_put_bytes, direct_read_bytes, registered_writes, small_page_copies;
   Counter remote_admitted_to_ram;
   Counter evictions, evicted_blocks, evicted_bytes, reinsertions, reinserted_bytes;
+  Counter disk_full_events;
   Counter recovery_scanned_bytes, recovery_reindexed, recovery_torn_bytes;
   std::atomic<bool> recovered_from_crash{false};
   std::atomic<double> open_seconds{0};

@@ -319,7 +319,14 @@ class StoreImpl final : public Store {
   StoreDescription description_;
   std::string damaged_index_moved_to_;
   std::array<uint8_t, 16> store_id_{};
-  uint64_t max_segments_ = 0;
+  // Segment files the budget allows; lowered when the disk cannot hold more
+  // (writer-owned after open; read by GetStats).
+  std::atomic<uint64_t> max_segments_{0};
+  uint64_t configured_segments_ = 0;  // from Options::capacity_bytes
+  void Warn(const std::string& line) const;
+  // Lowers max_segments_ to what the segments already held plus the disk's
+  // free space can hold (store_open.cc).
+  void CapCapacityToDisk();
   std::chrono::steady_clock::time_point open_started_;
   Counters c_;
   bool repair_mode_ = false;

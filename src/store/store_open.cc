@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 #include "format/coding.h"
@@ -208,6 +209,8 @@ Status StoreImpl::OpenImpl() {
   KVTIER_RETURN_IF_ERROR(table_->Load());
 
   max_segments_ = std::max<uint64_t>(2, capacity / description_.segment_size_bytes);
+  configured_segments_ = max_segments_;
+  if (!opt_.read_only) CapCapacityToDisk();
   opt_.max_payload_bytes =
       std::min({opt_.max_payload_bytes, description_.segment_size_bytes - format::kPage,
                 format::AlignUp(opt_.write_queue_bytes, 1ull << 20) - format::kPage});
@@ -234,6 +237,32 @@ Status StoreImpl::OpenImpl() {
   KVTIER_RETURN_IF_ERROR(StartRemote());  // store_remote.cc
   c_.open_seconds.store(SecondsSince(open_started_));
   return Status::OK();
+}
+
+void StoreImpl::Warn(const std::string& line) const {
+  if (opt_.warn) {
+    opt_.warn(line);
+  } else {
+    std::fprintf(stderr, "kvtier: %s\n", line.c_str());
+  }
+}
+
+// Segment files are preallocated, so the ones held already have their
+// space; new ones need free space beside the index's growth (kept free).
+// A budget above that would be met by evicting at every rollover while each
+// put still answered OK: cap it, and say so.
+void StoreImpl::CapCapacityToDisk() {
+  auto free = fs_->FreeSpace(dir_);
+  if (!free.ok()) return;
+  const uint64_t seg = description_.segment_size_bytes;
+  const uint64_t headroom = std::min<uint64_t>(*free / 8, 256ull << 20);
+  const uint64_t room = table_->CountFiles() + (*free - headroom) / seg;
+  if (room >= max_segments_) return;
+  const uint64_t capped = std::max<uint64_t>(2, room);
+  Warn("capacity " + std::to_string(max_segments_ * seg) + " bytes is more than the disk under " + dir_ +
+       " can hold (" + std::to_string(*free) + " bytes free): using " + std::to_string(capped * seg) +
+       " bytes, " + std::to_string((max_segments_ - capped) * seg) + " less");
+  max_segments_ = capped;
 }
 
 // Namespaces live in the index and, so that the index can be rebuilt from
@@ -531,6 +560,7 @@ Stats StoreImpl::GetStats() {
   s.write_amplification =
       s.put_bytes == 0 ? 0 : static_cast<double>(s.device_bytes_written) / static_cast<double>(s.put_bytes);
   s.evictions = c_.evictions.Get();
+  s.disk_full_events = c_.disk_full_events.Get();
   s.evicted_blocks = c_.evicted_blocks.Get();
   s.evicted_bytes = c_.evicted_bytes.Get();
   s.reinsertions = c_.reinsertions.Get();
@@ -543,6 +573,8 @@ Stats StoreImpl::GetStats() {
   s.io_backend = fs_ ? fs_->IoBackendName() : "";
   if (table_) {
     s.capacity_bytes = max_segments_ * description_.segment_size_bytes;
+    if (max_segments_ < configured_segments_)
+      s.capacity_configured_bytes = configured_segments_ * description_.segment_size_bytes;
     for (const SegmentInfo& seg : table_->Snapshot()) {
       ++s.segments_total;
       if (seg.state == SegmentState::kSealed) ++s.segments_sealed;

@@ -800,8 +800,18 @@ Status StoreImpl::OpenNextSegment(const std::unordered_set<uint32_t>& touched) {
       seg = *created;
     } else if (created.status().code() != Code::kNoSpace || table_->OldestSealed() == UINT32_MAX) {
       return created.status();
+    } else {
+      // Out of disk before the budget: the budget becomes what is held, and
+      // the store reclaims from here on. Said once, and counted.
+      c_.disk_full_events.Add();
+      const uint64_t held = std::max<uint64_t>(2, table_->CountFiles());
+      if (held < max_segments_) {
+        Warn("the disk under " + dir_ + " is full before the capacity was reached: capacity lowered from " +
+             std::to_string(max_segments_ * table_->segment_size()) + " to " +
+             std::to_string(held * table_->segment_size()) + " bytes (" + created.status().message() + ")");
+        max_segments_ = held;
+      }
     }
-    // Out of disk before the budget: fall through and reclaim instead.
   }
   if (seg == UINT32_MAX) {
     seg = table_->OldestSealed();

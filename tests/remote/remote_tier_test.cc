@@ -308,7 +308,14 @@ TEST_F(RemoteTierTest, LocalEvictionStillServesFromCeph) {
   const NamespaceId ns = a.ns;
   const std::vector<std::string>& keys = a.keys;
   ASSERT_TRUE(node->EvictTo(0).ok());
-  for (const std::string& k : keys) ASSERT_FALSE(node->Stat(ns, k).ok()) << "still local";
+  for (const std::string& k : keys) {
+    // No local copy is left; Stat reports the shared tier's (callers size
+    // their buffers from it).
+    auto info = node->Stat(ns, k);
+    ASSERT_TRUE(info.ok()) << info.status().ToString();
+    EXPECT_EQ(info->tier, BlockTier::kShared) << "still local";
+    EXPECT_EQ(info->payload_bytes, SizeOf(k));
+  }
   std::vector<std::string_view> views(keys.begin(), keys.end());
   auto prefix = node->LookupPrefix(ns, views);
   ASSERT_TRUE(prefix.ok());
@@ -382,8 +389,16 @@ TEST_F(RemoteTierTest, RemoteHitsAreAdmittedToTheRamTier) {
     auto bns = b->RegisterNamespace(spec_);
     ASSERT_TRUE(bns.ok());
     ASSERT_TRUE(WaitUntil([&] { return b->GetStats().remote_segments_imported >= 1; }));
+    auto before = b->Stat(*bns, keys[0]);
+    ASSERT_TRUE(before.ok()) << before.status().ToString();
+    EXPECT_EQ(before->tier, BlockTier::kShared);
+    EXPECT_EQ(before->payload_bytes, SizeOf(keys[0]));
     std::string why;
     ASSERT_TRUE(SameBlock(b.get(), *bns, keys[0], &why)) << why;
+    auto after = b->Stat(*bns, keys[0]);
+    ASSERT_TRUE(after.ok());
+    EXPECT_EQ(after->tier, admit ? BlockTier::kRam : BlockTier::kShared);
+    EXPECT_EQ(after->payload_bytes, SizeOf(keys[0]));
     // Admitted before the get returned: the next get is a RAM hit.
     EXPECT_EQ(b->GetStats().remote_admitted_to_ram, admit ? 1u : 0u);
     ASSERT_TRUE(SameBlock(b.get(), *bns, keys[0], &why)) << why;

@@ -74,12 +74,22 @@ int Run(const Info& in) {
   const bool in_use = LockHolder(in.a.dir, &pid);
   const double space_ratio = payload == 0 ? 0 : static_cast<double>(st.used_bytes) / static_cast<double>(payload);
 
+  // What a writer would cap the budget to (Store::Open does, read-write).
+  uint64_t disk_free = 0, held_bytes = 0;
+  bool exceeds_disk = false;
+  if (auto f = DefaultFileSystem()->FreeSpace(in.a.dir); f.ok()) {
+    disk_free = *f;
+    held_bytes = uint64_t{st.segments_total} * d.segment_size_bytes;
+    exceeds_disk = st.capacity_bytes > held_bytes + disk_free;
+  }
   if (in.a.json) {
     nlohmann::json ns = nlohmann::json::array();
     for (const NamespaceInfo& n : *nss)
       ns.push_back({{"id", NamespaceIdToHex(n.id)}, {"name", n.spec.DisplayName()},
                     {"blocks", n.blocks}, {"payload_bytes", n.payload_bytes}});
     PrintJson({{"dir", in.a.dir},
+               {"disk_free_bytes", disk_free},
+               {"capacity_exceeds_disk", exceeds_disk},
                {"format_version", d.format_version},
                {"store_id", d.store_id},
                {"created_unix_ms", d.created_unix_ms},
@@ -112,6 +122,10 @@ int Run(const Info& in) {
             << "created        " << FormatTime(d.created_unix_ms) << "\n"
             << "segment size   " << FormatBytes(d.segment_size_bytes) << "\n"
             << "capacity       " << FormatBytes(st.capacity_bytes) << " (budget of this open; set with --capacity)\n"
+            << (exceeds_disk ? "               warning: more than the disk holds (" + FormatBytes(disk_free) +
+                                   " free beside " + FormatBytes(held_bytes) +
+                                   " of segment files): a writer caps it and says so\n"
+                             : std::string())
             << "used           " << FormatBytes(st.used_bytes) << " (" << pcts << ")\n"
             << "segments       " << st.segments_total << " total: " << st.segments_sealed << " sealed, "
             << open_segments << " open, " << st.segments_free << " free\n"

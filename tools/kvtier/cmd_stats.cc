@@ -130,6 +130,11 @@ int Run(const StatsCmd& in) {
   e.One("group_commits_total", "counter", "Group commits.", static_cast<double>(s.group_commits));
   e.One("write_amplification", "gauge", "Device bytes written per payload byte put.", s.write_amplification);
   e.One("evictions_total", "counter", "Segments reclaimed.", static_cast<double>(s.evictions));
+  e.One("disk_full_events_total", "counter", "New segment files that found the disk full (the store shrank instead).",
+        static_cast<double>(s.disk_full_events));
+  e.One("capacity_configured_bytes", "gauge",
+        "The byte budget asked for, where the disk could not hold it (else 0).",
+        static_cast<double>(s.capacity_configured_bytes));
   e.One("evicted_blocks_total", "counter", "Blocks dropped by reclaim.", static_cast<double>(s.evicted_blocks));
   e.One("evicted_bytes_total", "counter", "Payload bytes dropped by reclaim.", static_cast<double>(s.evicted_bytes));
   e.One("reinsertions_total", "counter", "Hot blocks reinserted on reclaim.", static_cast<double>(s.reinsertions));
