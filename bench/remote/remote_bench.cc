@@ -46,11 +46,16 @@ double Secs(Clock::duration d) { return std::chrono::duration<double>(d).count()
 struct Args {
   std::string conf, pool = "kvtier", dir;
   uint32_t convs = 64, blocks = 8, block_kib = 2048, window = 16, segment_mib = 64, rados_seconds = 10;
+  bool help = false;
 };
 
 bool Parse(int argc, char** argv, Args* a) {
   for (int i = 1; i < argc; ++i) {
     std::string k = argv[i];
+    if (k == "--help" || k == "-h") {
+      a->help = true;
+      return false;
+    }
     if (i + 1 >= argc) return false;
     std::string v = argv[++i];
     if (k == "--conf") a->conf = v;
@@ -137,11 +142,17 @@ bool WaitUntil(F pred, double seconds) {
 
 int main(int argc, char** argv) {
   Args a;
-  if (!Parse(argc, argv, &a)) {
-    std::fprintf(stderr,
+  bool parsed = false;
+  try {
+    parsed = Parse(argc, argv, &a);
+  } catch (const std::exception&) {  // std::stoul on a value that is no number
+    parsed = false;
+  }
+  if (!parsed) {
+    std::fprintf(a.help ? stdout : stderr,
                  "usage: kvtier_remote_bench --conf CEPH.CONF [--pool P] [--dir TMP] [--convs N] [--blocks N]\n"
                  "       [--block-kib N] [--window N] [--segment-mib N] [--rados-seconds N]\n");
-    return 2;
+    return a.help ? 0 : 2;
   }
   if (a.dir.empty()) a.dir = std::filesystem::temp_directory_path() / ("kvtier-remote-bench-" + std::to_string(::getpid()));
   std::filesystem::remove_all(a.dir);

@@ -205,6 +205,10 @@ int kvtier_list_keys(kvtier_store* s, kvtier_ns ns, const void* prefix, size_t p
 int kvtier_remove(kvtier_store* s, kvtier_ns ns, const void* key, size_t key_len);
 /* Returns when every put submitted before it has completed. */
 int kvtier_flush(kvtier_store* s);
+/* Shared tier: seals the open segment and waits up to timeout_ms for every
+ * sealed segment to be uploaded (Store::ShareNow). KVTIER_TIMED_OUT when the
+ * uploads outlast it; KVTIER_OK at once without a shared tier. */
+int kvtier_share_now(kvtier_store* s, uint32_t timeout_ms);
 /* kvtier::Stats as a JSON object (field names as in kvtier/store.h), NUL
  * terminated. *out_len gets the length without the NUL; when cap is too
  * small the call returns KVTIER_BUFFER_TOO_SMALL and *out_len the length

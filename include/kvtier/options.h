@@ -49,6 +49,10 @@ struct RemoteTierOptions {
   // never). The grace must exceed the longest upload of any node.
   uint32_t orphan_sweep_interval_ms = 10 * 60 * 1000;
   uint32_t orphan_grace_ms = 30 * 60 * 1000;
+  // A clean Close() seals the open segment and waits this long for the
+  // uploads to finish (Store::ShareNow), so the last blocks written are
+  // shared without a reopen. 0: close at once (they go up at the next open).
+  uint32_t close_upload_timeout_ms = 30 * 1000;
 };
 
 struct Options {

@@ -189,7 +189,8 @@ struct Stats {
   uint64_t remote_upload_retries = 0;     // failed attempts, retried with back-off
   uint64_t remote_uploads_skipped = 0;    // segments reclaimed locally before their upload
   uint64_t remote_segments_imported = 0;  // summaries imported into the remote index
-  uint64_t remote_objects_deleted = 0;    // segment uploads deleted for the budget
+  uint64_t remote_objects_deleted = 0;    // RADOS objects (parts, summaries) deleted for the budget
+  uint64_t remote_uploads_deleted = 0;    // whole segment uploads deleted for the budget
   uint64_t remote_admitted_to_ram = 0;    // remote hits copied into the RAM tier
   uint64_t remote_orphans_removed = 0;    // objects no catalog entry named, swept
 };
@@ -322,6 +323,12 @@ class Store {
   virtual Status Flush() = 0;
   // Reclaims oldest segments until used bytes <= target.
   virtual Status EvictTo(uint64_t target_used_bytes) = 0;
+  // Shared tier: seals the open segment (the next put starts a new one) and
+  // waits until every sealed segment is uploaded, so other nodes can serve
+  // what this node wrote. TimedOut when `timeout` passes first (the uploads
+  // go on); OK at once when no shared tier is enabled. Close() does the same,
+  // bounded by RemoteTierOptions::close_upload_timeout_ms.
+  virtual Status ShareNow(std::chrono::milliseconds timeout) = 0;
 
   // --- Inspection -----------------------------------------------------------------
   virtual Stats GetStats() = 0;

@@ -452,6 +452,13 @@ int kvtier_flush(kvtier_store* s) {
   });
 }
 
+int kvtier_share_now(kvtier_store* s, uint32_t timeout_ms) {
+  return Guard([&]() -> int {
+    if (int rc = CheckStore(s)) return rc;
+    return Report(s->store->ShareNow(std::chrono::milliseconds(timeout_ms)));
+  });
+}
+
 int kvtier_stats_json(kvtier_store* s, char* buf, size_t cap, size_t* out_len) {
   return Guard([&]() -> int {
     if (int rc = CheckStore(s)) return rc;

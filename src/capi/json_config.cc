@@ -80,6 +80,7 @@ static Status SetRemoteOption(RemoteTierOptions* r, const std::string& k, const 
   if (k == "admit_to_ram") return GetBool(n, v, &r->admit_to_ram);
   if (k == "orphan_sweep_interval_ms") return GetUnsigned(n, v, &r->orphan_sweep_interval_ms);
   if (k == "orphan_grace_ms") return GetUnsigned(n, v, &r->orphan_grace_ms);
+  if (k == "close_upload_timeout_ms") return GetUnsigned(n, v, &r->close_upload_timeout_ms);
   return Status::NotFound("unknown option '" + n + "'");
 }
 
@@ -210,6 +211,7 @@ std::string StatsToJson(const Stats& s) {
       {"remote_orphans_removed", s.remote_orphans_removed},
       {"remote_segments_imported", s.remote_segments_imported},
       {"remote_objects_deleted", s.remote_objects_deleted},
+      {"remote_uploads_deleted", s.remote_uploads_deleted},
       {"syncs", s.syncs},
       {"group_commits", s.group_commits},
       {"write_amplification", s.write_amplification},

@@ -77,6 +77,11 @@ void SharedTier::NoteSealed(uint32_t seg, uint32_t gen) {
   cv_.notify_all();
 }
 
+bool SharedTier::WaitUploaded(Clock::time_point deadline) {
+  std::unique_lock<std::mutex> l(mu_);
+  return cv_.wait_until(l, deadline, [this] { return uploads_.empty() || stop_; }) && uploads_.empty();
+}
+
 std::optional<Location> SharedTier::Lookup(NamespaceId ns, std::string_view key, const std::string& canonical) {
   auto loc = index_->Get(ns, key);
   if (!loc.ok() || !loc->has_value()) return std::nullopt;
@@ -174,6 +179,7 @@ void SharedTier::Run() {
       l.lock();
       if (st.ok()) {
         uploads_.pop_front();
+        if (uploads_.empty()) cv_.notify_all();  // WaitUploaded
         upload_backoff = kMinBackoff;
         next_poll = Clock::now();  // enforce the budget now
       } else {
@@ -265,9 +271,11 @@ Status SharedTier::Poll() {
       // readers that did treat the vanishing objects as misses.
       if (!c->OmapRemove(kCatalogObject, {e.key}).ok()) break;
       const uint32_t parts = static_cast<uint32_t>((e.bytes + e.part_bytes - 1) / e.part_bytes);
-      for (uint32_t p = 0; p < parts; ++p) c->Remove(PartObject(e.base, p)).IgnoreError();
-      c->Remove(SummaryObject(e.base)).IgnoreError();
-      counters_.deleted.fetch_add(1);
+      // An object that fails to go is an orphan now: the sweeper takes it.
+      for (uint32_t p = 0; p < parts; ++p)
+        if (c->Remove(PartObject(e.base, p)).ok()) counters_.deleted.fetch_add(1);
+      if (c->Remove(SummaryObject(e.base)).ok()) counters_.deleted.fetch_add(1);
+      counters_.uploads_deleted.fetch_add(1);
     }
     entries.erase(entries.begin(), entries.begin() + static_cast<ptrdiff_t>(drop));
   }

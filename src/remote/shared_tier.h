@@ -48,7 +48,9 @@ class RadosClient;
 struct SharedTierCounters {
   std::atomic<uint64_t> hits{0}, bytes_read{0}, misses{0}, deadline_misses{0}, checksum_failures{0};
   std::atomic<uint64_t> uploads{0}, upload_bytes{0}, upload_retries{0}, uploads_skipped{0};
-  std::atomic<uint64_t> imported{0}, deleted{0}, orphans_removed{0};
+  std::atomic<uint64_t> imported{0}, orphans_removed{0};
+  std::atomic<uint64_t> deleted{0};          // objects (parts and summaries) removed for the budget
+  std::atomic<uint64_t> uploads_deleted{0};  // whole uploads (catalog entries) removed for the budget
 };
 
 class SharedTier {
@@ -73,6 +75,9 @@ class SharedTier {
 
   // Queues an upload of (seg, gen) unless it was uploaded before. Never blocks.
   void NoteSealed(uint32_t seg, uint32_t gen);
+  // Waits until no upload is queued or running. False at the deadline, or
+  // when the tier stopped with uploads left.
+  bool WaitUploaded(Clock::time_point deadline);
 
   // Where (ns, key) is, if an upload holds it under a namespace whose
   // canonical identity equals `canonical` (the caller's spec).

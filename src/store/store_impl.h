@@ -90,6 +90,7 @@ class StoreImpl final : public Store {
   Status Remove(NamespaceId ns, std::string_view key) override;
   Status Flush() override;
   Status EvictTo(uint64_t target_used_bytes) override;
+  Status ShareNow(std::chrono::milliseconds timeout) override;
 
   Stats GetStats() override;
   std::vector<SegmentInfo> Segments() override;
@@ -125,7 +126,7 @@ class StoreImpl final : public Store {
 
   // ---- Write path ----
   struct WriteOp {
-    enum class Kind : uint8_t { kRecord, kFlush, kRemove, kDrop, kRemoveNamespace, kEvictTo };
+    enum class Kind : uint8_t { kRecord, kFlush, kRemove, kDrop, kRemoveNamespace, kEvictTo, kSeal };
     Kind kind = Kind::kRecord;
     NamespaceId ns = 0;
     std::string key;
@@ -192,6 +193,7 @@ class StoreImpl final : public Store {
   void DoDrop(WriteOp& op);
   void DoRemoveNamespace(WriteOp& op);
   void DoEvictTo(WriteOp& op);
+  void DoSeal(WriteOp& op);
   Status CheckpointNow(bool clean);
   void HoldCheckpointAtFailedWrites(const CommitJob& job);
   uint64_t UsedBytes() const;
@@ -294,6 +296,10 @@ class StoreImpl final : public Store {
   bool RemoteGet(const std::shared_ptr<ReadOp>& op);
   // Extends a local prefix match of `n` keys with blocks the tier holds.
   size_t RemoteExtendPrefix(NamespaceId ns, std::span<const std::string_view> keys, size_t n);
+  // Waits until the shared tier has no upload left (false at the deadline).
+  bool RemoteWaitUploaded(Clock::time_point deadline);
+  // A clean close seals and uploads the open segment (bounded wait).
+  void ShareOnClose();
   // The payload size of a block the shared tier holds, if it holds one.
   std::optional<uint64_t> RemotePayloadBytes(NamespaceId ns, std::string_view key);
   void RemoteStats(Stats* s);

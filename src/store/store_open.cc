@@ -423,7 +423,12 @@ void StoreImpl::StartThreads() {
 }
 
 Status StoreImpl::Close() {
-  StopRemote();  // store_remote.cc
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (closed_) return Status::Closed("store already closed");
+  }
+  ShareOnClose();  // store_remote.cc
+  StopRemote();
   {
     std::lock_guard<std::mutex> l(mu_);
     if (closed_) return Status::Closed("store already closed");

@@ -23,10 +23,12 @@ Status StoreImpl::StartRemote() {
       "(install librados-dev and rebuild; docs/shared-tier.md)");
 }
 void StoreImpl::StopRemote() {}
+void StoreImpl::ShareOnClose() {}
 void StoreImpl::RemoteNoteSealed(uint32_t, uint32_t) {}
 bool StoreImpl::RemoteGet(const std::shared_ptr<ReadOp>&) { return false; }
 size_t StoreImpl::RemoteExtendPrefix(NamespaceId, std::span<const std::string_view>, size_t n) { return n; }
 std::optional<uint64_t> StoreImpl::RemotePayloadBytes(NamespaceId, std::string_view) { return std::nullopt; }
+bool StoreImpl::RemoteWaitUploaded(Clock::time_point) { return true; }
 void StoreImpl::RemoteStats(Stats*) {}
 
 #else
@@ -87,6 +89,16 @@ Status StoreImpl::StartRemote() {
 
 void StoreImpl::StopRemote() {
   if (remote_) remote_->Stop();
+}
+
+void StoreImpl::ShareOnClose() {
+  // Bounded: the cluster may be down, and a close must end.
+  if (remote_ && opt_.remote.close_upload_timeout_ms > 0 && writer_.joinable())
+    ShareNow(std::chrono::milliseconds(opt_.remote.close_upload_timeout_ms)).IgnoreError();
+}
+
+bool StoreImpl::RemoteWaitUploaded(Clock::time_point deadline) {
+  return !remote_ || remote_->WaitUploaded(deadline);
 }
 
 void StoreImpl::RemoteNoteSealed(uint32_t seg, uint32_t gen) {
@@ -173,6 +185,7 @@ void StoreImpl::RemoteStats(Stats* s) {
   s->remote_orphans_removed = c.orphans_removed.load();
   s->remote_segments_imported = c.imported.load();
   s->remote_objects_deleted = c.deleted.load();
+  s->remote_uploads_deleted = c.uploads_deleted.load();
 }
 
 #endif  // KVTIER_WITH_CEPH

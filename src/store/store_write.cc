@@ -440,6 +440,7 @@ void StoreImpl::WriterLoop() {
       case WriteOp::Kind::kDrop: DoDrop(first); break;
       case WriteOp::Kind::kRemoveNamespace: DoRemoveNamespace(first); break;
       case WriteOp::Kind::kEvictTo: DoEvictTo(first); break;
+      case WriteOp::Kind::kSeal: DoSeal(first); break;
     }
   }
 }
@@ -1110,6 +1111,29 @@ void StoreImpl::DoEvictTo(WriteOp& op) {
   }
   if (st.ok()) st = CheckpointNow(false);
   Finish(op.done, st);
+}
+
+// Seals the open segment if it holds records, for the shared tier to upload.
+void StoreImpl::DoSeal(WriteOp& op) {
+  Status st;
+  if (cur_seg_ != UINT32_MAX && cur_off_ > format::kSegmentDataStart) {
+    table_->Seal(cur_seg_, format::AlignUp(cur_off_));
+    RemoteNoteSealed(cur_seg_, cur_gen_);
+    cur_seg_ = UINT32_MAX;
+    st = CheckpointNow(false);
+  }
+  Finish(op.done, st);
+}
+
+Status StoreImpl::ShareNow(std::chrono::milliseconds timeout) {
+  if (!remote_ || opt_.read_only) return Status::OK();
+  const Clock::time_point deadline = Clock::now() + timeout;
+  WriteOp op;
+  op.kind = WriteOp::Kind::kSeal;
+  KVTIER_RETURN_IF_ERROR(RunOnWriter(std::move(op)));
+  if (!RemoteWaitUploaded(deadline))
+    return Status::TimedOut("shared tier uploads still running after " + std::to_string(timeout.count()) + " ms");
+  return Status::OK();
 }
 
 uint64_t StoreImpl::UsedBytes() const {

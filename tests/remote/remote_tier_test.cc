@@ -527,6 +527,62 @@ TEST_F(RemoteTierTest, RestartedNodeCatchesUpFromTheCatalog) {
   EXPECT_EQ(b->GetStats().hits_remote, both.size());
 }
 
+// The open segment is shared without a reopen: by ShareNow, and by a clean
+// Close (bounded by close_upload_timeout_ms).
+TEST_F(RemoteTierTest, ShareNowAndCleanCloseUploadTheOpenSegment) {
+  for (bool by_close : {false, true}) {
+    SCOPED_TRACE(by_close ? "clean close" : "ShareNow");
+    const std::string tag = by_close ? "z" : "y";
+    auto a = OpenStore(tmp_.Sub(tag + "a"), Opts());
+    ASSERT_NE(a, nullptr);
+    auto ns = a->RegisterNamespace(spec_);
+    ASSERT_TRUE(ns.ok());
+    std::vector<std::string> keys;
+    for (int i = 0; i < 5; ++i) {  // well under one 8 MiB segment: nothing sealed
+      std::string key = tag + Key(i).substr(0, 24);
+      auto p = Payload(*ns, key, SizeOf(key));
+      ASSERT_TRUE(a->Put(*ns, key, p.data(), p.size()).ok());
+      keys.push_back(key);
+    }
+    EXPECT_EQ(a->GetStats().remote_uploads, 0u);
+    if (by_close) {
+      ASSERT_TRUE(a->Close().ok());
+    } else {
+      ASSERT_TRUE(a->ShareNow(seconds(30)).ok());
+      EXPECT_EQ(a->GetStats().remote_uploads, 1u);
+      // Puts go on in a new segment.
+      auto p = Payload(*ns, keys[0], SizeOf(keys[0]));
+      ASSERT_TRUE(a->Put(*ns, tag + "after", p.data(), p.size()).ok());
+    }
+    auto b = OpenStore(tmp_.Sub(tag + "b"), Opts());
+    ASSERT_NE(b, nullptr);
+    auto bns = b->RegisterNamespace(spec_);
+    ASSERT_TRUE(bns.ok());
+    ASSERT_TRUE(WaitUntil([&] { return b->GetStats().remote_segments_imported >= 1; }));
+    for (const std::string& k : keys) {
+      std::string why;
+      EXPECT_TRUE(SameBlock(b.get(), *bns, k, &why)) << k << ": " << why;
+    }
+  }
+}
+
+// A cluster that cannot be reached does not hold up Close beyond its bound.
+TEST_F(RemoteTierTest, CloseUploadIsBoundedWhenTheClusterIsUnreachable) {
+  Options o = Opts();
+  o.remote.ceph_conf = tmp_.Sub("no-such-ceph.conf");
+  o.remote.close_upload_timeout_ms = 500;
+  auto a = OpenStore(tmp_.Sub("u"), o);
+  ASSERT_NE(a, nullptr);
+  auto ns = a->RegisterNamespace(spec_);
+  ASSERT_TRUE(ns.ok());
+  auto p = Payload(*ns, "k", 4096);
+  ASSERT_TRUE(a->Put(*ns, "k", p.data(), p.size()).ok());
+  EXPECT_EQ(a->ShareNow(milliseconds(200)).code(), Code::kTimedOut);
+  const auto t0 = SteadyClock::now();
+  ASSERT_TRUE(a->Close().ok());
+  EXPECT_LT(SteadyClock::now() - t0, seconds(10));
+}
+
 TEST_F(RemoteTierTest, BudgetDeletesTheOldestUploads) {
   Options o = Opts();
   o.remote.budget_bytes = 12 << 20;  // room for one 8 MiB segment, not two
@@ -537,7 +593,9 @@ TEST_F(RemoteTierTest, BudgetDeletesTheOldestUploads) {
   const std::vector<std::string>& first = a.keys;
   auto second = PutUntilSealed(node, ns, "c", 2);
   ASSERT_FALSE(second.empty());
-  ASSERT_TRUE(WaitUntil([&] { return node->GetStats().remote_objects_deleted >= 1; }));
+  ASSERT_TRUE(WaitUntil([&] { return node->GetStats().remote_uploads_deleted >= 1; }));
+  // An 8 MiB segment in 4 MiB objects: two parts and a summary per upload.
+  EXPECT_EQ(node->GetStats().remote_objects_deleted, 3 * node->GetStats().remote_uploads_deleted);
   ASSERT_TRUE(node->EvictTo(0).ok());
   std::vector<uint8_t> buf(kBlock + 4096);
   // The first segment's blocks vanished with its objects: misses.

@@ -197,6 +197,14 @@ TEST(KvtierCliUsage, HelpListsEverySubcommandAndExitCodes) {
   Out v = Kv({"verify", "--help"});
   EXPECT_EQ(v.rc, 0);
   EXPECT_NE(v.out.find("--deep"), std::string::npos);
+  Out sh = Kv({"share", "--help"});
+  EXPECT_EQ(sh.rc, 0);
+  EXPECT_NE(sh.out.find("--rados-ns"), std::string::npos);
+  // remote-bench passes --help to the bench (or says how to build it),
+  // never the main command's help.
+  Out rb = Kv({"remote-bench", "--help"});
+  EXPECT_EQ((rb.out + rb.err).find("Subcommands:"), std::string::npos) << rb.out;
+  EXPECT_NE((rb.out + rb.err).find("kvtier_remote_bench"), std::string::npos) << rb.out << rb.err;
 }
 
 TEST(KvtierCliUsage, BadArgumentsExit2) {
@@ -444,6 +452,17 @@ TEST_F(KvtierCli, ReadOnlyCommandsWorkWhileHeldWritersSayBusy) {
   EXPECT_NE(rm.err.find("in use by pid " + std::to_string(::getpid())), std::string::npos) << rm.err;
   EXPECT_EQ(Kv({"repair", f_.dir}).rc, 3);
   ASSERT_TRUE((*held)->Close().ok());
+}
+
+TEST_F(KvtierCli, ShareUploadsTheOpenSegment) {
+  const char* conf = std::getenv("KVTIER_CEPH_CONF");
+  if (conf == nullptr || *conf == '\0') GTEST_SKIP() << "no Ceph cluster (KVTIER_CEPH_CONF unset)";
+  const std::string ns = "cli-" + std::to_string(::getpid());
+  json j = Json(Kv({"share", f_.dir, "--ceph-conf", conf, "--rados-ns", ns, "--timeout", "60", "--json"}));
+  EXPECT_EQ(j["ok"], true) << j.dump();
+  EXPECT_GE(j["segments_uploaded"].get<int>(), 1);
+  Out bad = Kv({"share", f_.dir, "--ceph-conf", conf, "--rados-ns", ns, "--timeout", "soon"});
+  EXPECT_EQ(bad.rc, 2);
 }
 
 TEST_F(KvtierCli, EvictAndRm) {

@@ -55,6 +55,7 @@ std::unique_ptr<Store> OpenStore(const std::string& cmd, const StoreArgs& a, Ope
     }
     o.capacity_bytes = *cap;
   }
+  o.remote = a.remote;
   auto s = Store::Open(a.dir, o);
   if (!s.ok()) {
     const Status& st = s.status();

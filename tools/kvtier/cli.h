@@ -45,6 +45,7 @@ struct StoreArgs {
   // Only for subcommands that may create a store.
   std::string segment_size = "256M";
   std::string capacity;  // empty: the library default (8 GiB)
+  RemoteTierOptions remote;  // the shared tier (kvtier share)
 };
 
 void AddDirArg(CLI::App* app, StoreArgs* a);

@@ -42,6 +42,7 @@ Command AddRemoteBench(CLI::App& root) {
   CLI::App* sub = root.add_subcommand(
       "remote-bench", "Shared tier on Ceph vs rados bench: run kvtier_remote_bench (arguments are passed through)");
   sub->prefix_command();
+  sub->set_help_flag();  // --help goes to the bench, which prints its own usage
   return {sub, [sub] { return RunRemoteBench(sub); }};
 }
 

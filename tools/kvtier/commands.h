@@ -16,6 +16,7 @@ Command AddPut(CLI::App& root);
 Command AddVerify(CLI::App& root);
 Command AddRepair(CLI::App& root);
 Command AddEvict(CLI::App& root);
+Command AddShare(CLI::App& root);  // cmd_share.cc
 Command AddRm(CLI::App& root);
 Command AddExport(CLI::App& root);
 Command AddImport(CLI::App& root);

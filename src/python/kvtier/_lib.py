@@ -65,6 +65,7 @@ _SIGNATURES = {
     "kvtier_list_keys": (_I, [_P, c_ns, _P, _SZ, KEY_VISITOR, _P]),
     "kvtier_remove": (_I, [_P, c_ns, _P, _SZ]),
     "kvtier_flush": (_I, [_P]),
+    "kvtier_share_now": (_I, [_P, ctypes.c_uint32]),
     "kvtier_stats_json": (_I, [_P, ctypes.c_char_p, _SZ, ctypes.POINTER(_SZ)]),
     "kvtier_put_async": (_I, [_P, c_ns, _P, _SZ, ctypes.POINTER(Fragment), _SZ, ctypes.c_uint64]),
     "kvtier_get_async": (_I, [_P, c_ns, _P, _SZ, ctypes.POINTER(Fragment), _SZ, ctypes.c_uint64,

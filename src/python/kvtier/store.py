@@ -133,6 +133,13 @@ class Store:
         """Returns when every put submitted before it has completed."""
         _check(lib.kvtier_flush(self._handle()))
 
+    def share_now(self, timeout=30.0):
+        """Shared tier: seals the open segment and waits (up to timeout
+        seconds) until every sealed segment is uploaded, so other nodes serve
+        what this one wrote. Raises KvtierError(TIMED_OUT) when they are not
+        done by then; returns at once without a shared tier."""
+        _check(lib.kvtier_share_now(self._handle(), max(0, int(timeout * 1000))))
+
     def stats(self):
         """kvtier::Stats as a dict."""
         h = self._handle()
