@@ -1,184 +1,210 @@
 """kvtier as a vLLM secondary offloading tier.
 
-Targets vLLM's tiering interface (vllm/v1/kv_offload/tiering/base.py,
-SecondaryTierManager) of vLLM 0.25-0.32. Enable it with the
-OffloadingConnector and a secondary tier entry (see docs/engines.md):
+Targets vLLM's tiering interface, vllm/v1/kv_offload/tiering/base.py
+(SecondaryTierManager), as tested against the commit named in
+docs/engines.md. Enable it with the OffloadingConnector, the tiering spec and
+a secondary tier whose "type" is this module's class name:
 
-    {"type": "kvtier", "module_path": "kvtier.adapters.vllm",
-     "path": "/nvme/kvtier", "capacity_gb": 512}
+    --kv-transfer-config '{"kv_connector": "OffloadingConnector",
+      "kv_role": "kv_both", "kv_connector_extra_config": {
+        "spec_name": "TieringOffloadingSpec", "cpu_bytes_to_use": 8e9,
+        "secondary_tiers": [{"type": "KvtierTierManager",
+                             "module_path": "kvtier.adapters.vllm",
+                             "path": "/nvme/kvtier", "capacity_gb": 512}]}}'
 
-Every scheduler-facing method returns at once: index lookups, stores and
-loads run on this tier's worker threads (kvtier releases the GIL), and
-results are collected by get_finished_jobs(). A store copies rows
-`job.chunk_ids` (or `job.block_ids`) of the pinned CPU tier's memoryview
-(num_chunks, row_bytes) into kvtier; a load copies blocks back into rows.
-When vLLM is importable the class subclasses its SecondaryTierManager;
-otherwise minimal stand-ins with the same names are defined here.
+and PYTHONHASHSEED pinned (vLLM seeds its block-hash chain from it: without
+it nothing hits after a restart).
+
+Every scheduler-facing method returns at once. Lookups, stores and loads run
+on this tier's worker threads (kvtier's C calls release the GIL); results
+are collected by get_finished_jobs(). A store copies rows `job.block_ids` of
+the CPU tier's memoryview (num_blocks, row_bytes) into kvtier; a load copies
+blocks back into rows. A store that cannot be opened is logged once and the
+tier then answers MISS and fails its jobs: the engine runs without it.
 """
 import collections
 import concurrent.futures
-import dataclasses
-import enum
+import logging
+import os
 import threading
 import time
+
+from vllm.v1.kv_offload.base import (
+    LookupResult,
+    Medium,
+    OffloadingCounterMetadata,
+    OffloadingEvent,
+    RequestOffloadingContext,
+)
+from vllm.v1.kv_offload.tiering.base import JobResult, SecondaryTierManager
+from vllm.distributed.kv_transfer.kv_connector.v1.offloading.metrics import OffloadingConnectorStats
 
 from .._errors import Code
 from ._common import open_store, view_address
 
-VLLM_VERSION_TARGET = "0.25-0.32"
+logger = logging.getLogger(__name__)
 
-try:  # pragma: no cover - vLLM is not installed on CI machines
-    from vllm.v1.kv_offload.tiering import base as _vbase
+# The tier's own config keys (beside "type" and "module_path", which vLLM's
+# factory consumes). Anything else is refused by name at engine start.
+CONFIG_KEYS = {
+    "path": "store folder (required); with data parallelism each replica uses path/dp<index>",
+    "capacity_gb": "byte budget of the store, in GiB",
+    "workers": "worker threads for lookups and transfers (default 4)",
+    "hash_algo": "vLLM's --prefix-caching-hash-algo (default sha256): part of the namespace",
+    "model_revision": "model revision or commit: part of the namespace",
+    "salt": "tenant salt: deployments with different salts never share blocks",
+    "options": "dict of further kvtier Options fields (include/kvtier/options.h)",
+}
 
-    SecondaryTierManager = _vbase.SecondaryTierManager
-    JobResult = _vbase.JobResult
-    LookupResult = getattr(_vbase, "LookupResult", None)
-    HAVE_VLLM = True
-except ImportError:
-    _vbase = None
-    HAVE_VLLM = False
+# Prometheus metrics this tier emits through vLLM's stats (labelled by tier).
+METRIC_STORE_BYTES = "vllm:kv_offload_kvtier_store_bytes"
+METRIC_LOAD_BYTES = "vllm:kv_offload_kvtier_load_bytes"
+METRIC_LOOKUP_HITS = "vllm:kv_offload_kvtier_lookup_hits"
+METRIC_LOOKUP_MISSES = "vllm:kv_offload_kvtier_lookup_misses"
+METRIC_FAILED_KEYS = "vllm:kv_offload_kvtier_failed_keys"
 
-    class SecondaryTierManager:  # stand-in for the engine's abstract base
-        def __init__(self, offloading_spec=None, primary_kv_view=None):
-            self._offloading_spec = offloading_spec
-            self._primary_kv_view = primary_kv_view
-
-    @dataclasses.dataclass
-    class JobResult:
-        job_id: int
-        success: bool
-        successful_keys: list = dataclasses.field(default_factory=list)
-        transfer_time: float = 0.0
-        transfer_bytes: int = 0
-
-    LookupResult = None
-
-if LookupResult is None:
-    class LookupResult(enum.Enum):
-        MISS = 0
-        HIT = 1
-        HIT_PENDING = 2
-        RETRY = 3
+# Bound on remembered lookup answers (keys): the scheduler asks again for a
+# key it was told RETRY, and answers are dropped when their request finishes.
+MAX_KNOWN_KEYS = 1 << 16
 
 
-def _job_result(**kw):
-    """Builds a JobResult with the fields this vLLM's JobResult has."""
-    if dataclasses.is_dataclass(JobResult):
-        names = {f.name for f in dataclasses.fields(JobResult)}
-        kw = {k: v for k, v in kw.items() if k in names}
-    return JobResult(**kw)
-
-
-def namespace_spec(spec_or_config, row_bytes, overrides=None):
-    """The kvtier namespace of a vLLM deployment: model, revision, dtype,
-    block size, TP size and hash algorithm (rows cover every TP rank)."""
-    vc = getattr(spec_or_config, "vllm_config", spec_or_config)
-    mc = getattr(vc, "model_config", None)
-    cc = getattr(vc, "cache_config", None)
-    pc = getattr(vc, "parallel_config", None)
-    model = str(getattr(mc, "model", "") or "")
-    dtype = str(getattr(mc, "dtype", "") or "").replace("torch.", "")
-    tp = int(getattr(pc, "tensor_parallel_size", 1) or 1)
-    block = int(getattr(spec_or_config, "block_size", 0) or getattr(cc, "block_size", 0) or 0)
-    spec = {
-        "name": f"vllm/{model}/{dtype}/tp{tp}",
+def namespace_spec(offloading_spec, row_bytes, config):
+    """The kvtier namespace of a vLLM deployment, from its real OffloadingSpec
+    (spec.config: model, cache, parallel, groups) and the tier config."""
+    oc = offloading_spec.config
+    par = oc.parallel
+    tokens = "+".join(str(g.tokens_per_block) for g in oc.groups)
+    layout = "/".join([
+        "vllm-cpu-row",
+        "canonical" if getattr(oc, "canonical_layout", False) else "direct",
+        "replicated" if getattr(oc, "replicated_layout", False) else "per-worker",
+        f"blocks{oc.cache.blocks_per_chunk}",
+        f"hash{oc.cache.tokens_per_hash}",
+        f"pp{par.pp_size}-pcp{par.pcp_size}-dcp{par.dcp_size}-ws{par.world_size}",
+        f"kv{oc.worker_kv_bytes_per_block}",
+    ])
+    model = str(oc.model.name)
+    return {
+        "name": f"vllm/{model}/{oc.model.dtype}/tp{par.tp_size}",
         "model_id": model,
-        "model_revision": str(getattr(mc, "revision", "") or ""),
-        "dtype": dtype,
-        "layout": "vllm-cpu-tier-row",
-        "block_tokens": block,
+        "model_revision": str(config.get("model_revision", "")),
+        "dtype": str(oc.model.dtype),
+        "layout": layout,
+        "block_tokens": int(oc.groups[0].tokens_per_block) * int(oc.cache.blocks_per_chunk) if oc.groups else 0,
         "block_bytes": int(row_bytes),
-        "tp_rank": 0,
-        "tp_size": tp,
-        "hash_scheme": str(getattr(cc, "prefix_caching_hash_algo", "") or ""),
+        "tp_rank": 0,  # rows hold what the scheduler gathers from every TP worker
+        "tp_size": int(par.tp_size),
+        "hash_scheme": f"vllm-{config.get('hash_algo', 'sha256')}/{tokens}",
+        "tenant_salt": str(config.get("salt", "")),
     }
-    spec.update(overrides or {})
-    return spec
 
 
-def _rows(job):
-    ids = getattr(job, "chunk_ids", None)
-    if ids is None:
-        ids = getattr(job, "block_ids")
-    return [int(i) for i in ids]
+def _store_path(path, offloading_spec):
+    par = offloading_spec.config.parallel
+    if int(par.data_parallel_size) > 1:
+        # One process per replica, and a store folder has one writer: until
+        # the node service, each replica keeps its own folder.
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        return f"{path}/dp{int(par.data_parallel_index)}"
+    return path
 
 
 class KvtierTierManager(SecondaryTierManager):
-    """Config keys (the tier's dict): path (required), capacity_gb, workers
-    (default 4), sync_lookup (answer lookups inline from the index instead
-    of RETRY-then-answer; default false), namespace (dict of spec overrides),
-    and any kvtier Options field."""
+    """vLLM SecondaryTierManager backed by a kvtier store (see CONFIG_KEYS)."""
 
-    def __init__(self, offloading_spec=None, primary_kv_view=None, **config):
-        try:
-            super().__init__(offloading_spec, primary_kv_view)
-        except TypeError:
-            super().__init__()
+    medium = Medium.STORAGE
+
+    def __init__(self, offloading_spec, primary_kv_view, tier_type, **config):
+        super().__init__(offloading_spec=offloading_spec, primary_kv_view=primary_kv_view, tier_type=tier_type)
+        unknown = sorted(set(config) - set(CONFIG_KEYS))
+        if unknown:
+            raise ValueError(f"kvtier tier: unknown config key(s) {unknown}; known: {sorted(CONFIG_KEYS)}")
+        if not config.get("path"):
+            raise ValueError("kvtier tier: config needs 'path' (the store folder)")
         view = memoryview(primary_kv_view)
-        if view.ndim == 2:
-            self._row_bytes = view.shape[1] * view.itemsize
-            self._num_rows = view.shape[0]
-        else:
-            self._row_bytes = int(config.pop("row_bytes"))
-            self._num_rows = view.nbytes // self._row_bytes
-        config.pop("row_bytes", None)
-        config.pop("type", None)
-        config.pop("module_path", None)
+        if view.ndim != 2:
+            raise ValueError(f"kvtier tier: the primary view must be (num_blocks, row_bytes), got {view.ndim} dims")
+        self._num_rows = view.shape[0]
+        self._row_bytes = view.shape[1] * view.itemsize
         self._base, self._view_keep = view_address(view)
-        workers = int(config.pop("workers", 4))
-        self._sync_lookup = bool(config.pop("sync_lookup", False))
-        ns_over = config.pop("namespace", None)
-        self._store = open_store(config)
-        self._ns = self._store.register_namespace(**namespace_spec(offloading_spec, self._row_bytes, ns_over))
-        self._pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="kvtier-vllm")
+        self._events_on = bool(getattr(getattr(offloading_spec, "kv_events_config", None),
+                                       "enable_kv_cache_events", False))
+        self._pool = concurrent.futures.ThreadPoolExecutor(int(config.get("workers", 4)),
+                                                           thread_name_prefix="kvtier-vllm")
         self._lock = threading.Lock()
-        self._known = {}            # key -> present (answers of finished lookups)
-        self._lookups = {}          # key -> Future[bool]
-        self._storing = collections.Counter()  # keys with a store in flight
+        self._known = collections.OrderedDict()  # key -> present (finished lookups), bounded
+        self._lookups = {}                       # key -> Future[bool]
+        self._storing = collections.Counter()    # keys with a store in flight
         self._req_keys = collections.defaultdict(set)
-        self._jobs = set()          # in-flight futures
+        self._jobs = set()                       # futures of transfers in flight
         self._finished = collections.deque()
         self._events = []
-        self._stats = collections.Counter()
+        self._stats = OffloadingConnectorStats()
+        self._store = None
+        self._ns = None
+        opts = dict(config.get("options") or {})
+        opts["path"] = _store_path(config["path"], offloading_spec)
+        if "capacity_gb" in config:
+            opts["capacity_gb"] = config["capacity_gb"]
+        try:
+            self._store = open_store(opts)
+            self._ns = self._store.register_namespace(**namespace_spec(offloading_spec, self._row_bytes, config))
+        except Exception as e:  # the engine runs on without the tier
+            logger.error("kvtier tier disabled: cannot open store %s: %s", opts["path"], e)
+            if self._store is not None:
+                self._store.close()
+            self._store = None
 
-    @staticmethod
-    def get_tier_type():
-        return "kvtier"
+    @classmethod
+    def build_metric_definitions(cls, extra_config):
+        doc = {
+            METRIC_STORE_BYTES: "Bytes stored into kvtier.",
+            METRIC_LOAD_BYTES: "Bytes loaded from kvtier.",
+            METRIC_LOOKUP_HITS: "kvtier lookups that found the block.",
+            METRIC_LOOKUP_MISSES: "kvtier lookups that did not.",
+            METRIC_FAILED_KEYS: "Keys whose store or load failed.",
+        }
+        return {name: OffloadingCounterMetadata(documentation=d, labelnames=("tier",)) for name, d in doc.items()}
+
+    def _count(self, name, value):
+        # Caller holds self._lock.
+        if value:
+            self._stats.increase_counter(name, value, (self.tier_type,))
 
     # ---- lookups ------------------------------------------------------------
-    def lookup(self, key, req_context=None):
+    def lookup(self, key, req_context):
+        if self._ns is None:
+            return LookupResult.MISS
         k = bytes(key)
-        req = getattr(req_context, "req_id", None)
         with self._lock:
-            self._stats["lookups"] += 1
-            if req is not None:
-                self._req_keys[req].add(k)
+            self._req_keys[req_context.req_id].add(k)
             if self._storing[k] > 0:
-                return LookupResult.HIT_PENDING
+                return LookupResult.RETRY  # a store in flight: ask again
             if k in self._known:
+                self._known.move_to_end(k)
                 return LookupResult.HIT if self._known[k] else LookupResult.MISS
             fut = self._lookups.get(k)
-            if fut is None and not self._sync_lookup:
+            if fut is None:
                 self._lookups[k] = self._pool.submit(self._ns.contains, k)
                 return LookupResult.RETRY
-            if fut is not None and not fut.done():
+            if not fut.done():
                 return LookupResult.RETRY
-            if fut is not None:
-                del self._lookups[k]
+            del self._lookups[k]
         try:
-            present = fut.result() if fut is not None else self._ns.contains(k)
+            present = bool(fut.result())
         except Exception:
             present = False
         with self._lock:
-            self._known[k] = present
-            self._stats["lookup_hits" if present else "lookup_misses"] += 1
+            self._remember(k, present)
+            self._count(METRIC_LOOKUP_HITS if present else METRIC_LOOKUP_MISSES, 1)
         return LookupResult.HIT if present else LookupResult.MISS
 
-    def touch(self, keys, req_context=None):
-        # kvtier evicts oldest segments first and reinserts blocks read since
-        # written; a touch without a read carries no information for it.
-        with self._lock:
-            self._stats["touches"] += len(list(keys))
+    def _remember(self, k, present):
+        # Caller holds self._lock.
+        self._known[k] = present
+        self._known.move_to_end(k)
+        while len(self._known) > MAX_KNOWN_KEYS:
+            self._known.popitem(last=False)
 
     # ---- transfers -------------------------------------------------------------
     def _row(self, i):
@@ -186,22 +212,26 @@ class KvtierTierManager(SecondaryTierManager):
             raise IndexError(f"row {i} outside the CPU tier's {self._num_rows} rows")
         return (self._base + i * self._row_bytes, self._row_bytes)
 
-    def _track(self, fut):
+    def _submit(self, fn, *args):
+        fut = self._pool.submit(fn, *args)
         with self._lock:
             self._jobs.add(fut)
-        fut.add_done_callback(lambda f: self._untrack(f))
+        fut.add_done_callback(self._untrack)
 
     def _untrack(self, fut):
         with self._lock:
             self._jobs.discard(fut)
 
-    def submit_store(self, job):
-        keys = [bytes(k) for k in job.keys]
-        rows = _rows(job)
+    def submit_store(self, job_metadata):
+        keys = [bytes(k) for k in job_metadata.keys]
+        rows = [int(i) for i in job_metadata.block_ids]
+        if self._ns is None:
+            self._finished.append(JobResult(job_id=job_metadata.job_id, success=False))
+            return
         with self._lock:
             for k in keys:
                 self._storing[k] += 1
-        self._track(self._pool.submit(self._do_store, job.job_id, keys, rows))
+        self._submit(self._do_store, job_metadata.job_id, keys, rows)
 
     def _do_store(self, job_id, keys, rows):
         t0 = time.monotonic()
@@ -209,8 +239,8 @@ class KvtierTierManager(SecondaryTierManager):
         try:
             codes = self._ns.put_batch(keys, [self._row(r) for r in rows])
             ok_keys = [k for k, c in zip(keys, codes) if c == Code.OK]
-        except Exception:
-            codes = []
+        except Exception as e:
+            logger.warning("kvtier store job %d failed: %s", job_id, e)
         dt = time.monotonic() - t0
         with self._lock:
             for k in keys:
@@ -218,19 +248,22 @@ class KvtierTierManager(SecondaryTierManager):
                 if self._storing[k] <= 0:
                     del self._storing[k]
             for k in ok_keys:
-                self._known[k] = True
-                self._events.append(("stored", k))
-            self._stats["store_jobs"] += 1
-            self._stats["store_bytes"] += len(ok_keys) * self._row_bytes
-            self._stats["store_time_us"] += int(dt * 1e6)
-            self._finished.append(_job_result(job_id=job_id, success=len(ok_keys) == len(keys),
-                                              successful_keys=ok_keys, transfer_time=dt,
-                                              transfer_bytes=len(ok_keys) * self._row_bytes))
+                self._remember(k, True)
+            if ok_keys and self._events_on:
+                self._events.append(OffloadingEvent(keys=ok_keys, medium=self.medium, removed=False))
+            self._count(METRIC_STORE_BYTES, len(ok_keys) * self._row_bytes)
+            self._count(METRIC_FAILED_KEYS, len(keys) - len(ok_keys))
+            # A cascade's keys share one fate: vLLM reads successful_keys
+            # only for promotions.
+            self._finished.append(JobResult(job_id=job_id, success=len(ok_keys) == len(keys), transfer_time=dt))
 
-    def submit_load(self, job):
-        keys = [bytes(k) for k in job.keys]
-        rows = _rows(job)
-        self._track(self._pool.submit(self._do_load, job.job_id, keys, rows))
+    def submit_load(self, job_metadata):
+        keys = [bytes(k) for k in job_metadata.keys]
+        rows = [int(i) for i in job_metadata.block_ids]
+        if self._ns is None:
+            self._finished.append(JobResult(job_id=job_metadata.job_id, success=False, successful_keys=[]))
+            return
+        self._submit(self._do_load, job_metadata.job_id, keys, rows)
 
     def _do_load(self, job_id, keys, rows):
         t0 = time.monotonic()
@@ -238,19 +271,19 @@ class KvtierTierManager(SecondaryTierManager):
         try:
             sizes = self._ns.get_batch(keys, [self._row(r) for r in rows])
             ok_keys = [k for k, s in zip(keys, sizes) if s == self._row_bytes]
-        except Exception:
-            pass
+        except Exception as e:
+            logger.warning("kvtier load job %d failed: %s", job_id, e)
         dt = time.monotonic() - t0
+        ok = set(ok_keys)
         with self._lock:
             for k in keys:
-                if k not in ok_keys:
-                    self._known[k] = False  # evicted since the lookup
-            self._stats["load_jobs"] += 1
-            self._stats["load_bytes"] += len(ok_keys) * self._row_bytes
-            self._stats["load_time_us"] += int(dt * 1e6)
-            self._finished.append(_job_result(job_id=job_id, success=len(ok_keys) == len(keys),
-                                              successful_keys=ok_keys, transfer_time=dt,
-                                              transfer_bytes=len(ok_keys) * self._row_bytes))
+                if k not in ok:
+                    self._remember(k, False)  # evicted since the lookup
+            self._count(METRIC_LOAD_BYTES, len(ok_keys) * self._row_bytes)
+            self._count(METRIC_FAILED_KEYS, len(keys) - len(ok_keys))
+            self._finished.append(JobResult(job_id=job_id, success=len(ok_keys) == len(keys),
+                                            successful_keys=None if len(ok_keys) == len(keys) else ok_keys,
+                                            transfer_time=dt))
 
     def get_finished_jobs(self):
         with self._lock:
@@ -258,23 +291,23 @@ class KvtierTierManager(SecondaryTierManager):
             self._finished.clear()
         return out
 
-    get_finished = get_finished_jobs  # the name in earlier interface versions
+    def has_pending_work(self):
+        with self._lock:
+            return bool(self._jobs or self._lookups or self._finished)
 
-    def drain_jobs(self, timeout=None):
-        """Waits until every submitted job has finished (for shutdown and tests)."""
+    def drain_jobs(self):
         with self._lock:
             jobs = list(self._jobs) + list(self._lookups.values())
-        concurrent.futures.wait(jobs, timeout=timeout)
+        concurrent.futures.wait(jobs)
 
     # ---- requests, events, stats ---------------------------------------------------
-    def on_new_request(self, req_context=None):
-        return None
+    def on_new_request(self, req_context):
+        return RequestOffloadingContext()
 
-    def on_request_finished(self, req_context=None):
-        req = getattr(req_context, "req_id", None)
+    def on_request_finished(self, req_context):
         with self._lock:
-            for k in self._req_keys.pop(req, ()):
-                self._known.pop(k, None)  # answers are per request: drop them
+            for k in self._req_keys.pop(req_context.req_id, ()):
+                self._known.pop(k, None)  # answers are per request: a later one asks kvtier again
 
     def take_events(self):
         with self._lock:
@@ -283,17 +316,15 @@ class KvtierTierManager(SecondaryTierManager):
 
     def get_stats(self):
         with self._lock:
-            stats = dict(self._stats)
-        stats["store"] = self._store.stats()
-        return stats
+            stats, self._stats = self._stats, OffloadingConnectorStats()
+        return None if stats.is_empty() else stats
 
     def shutdown(self):
-        if self._store.closed:
-            return
-        self.drain_jobs()
+        if self._store is not None and not self._store.closed:
+            self.drain_jobs()
+            self._store.close()
         self._pool.shutdown(wait=True)
-        self._store.close()
-
-
-# The name vLLM's tier loader looks for may differ between versions.
-KvtierSecondaryTier = KvtierTierManager
+        # Our ctypes view of the CPU tier's mmap is an export that would keep
+        # vLLM from closing the mapping.
+        self._view_keep = None
+        self._base = 0
