@@ -15,6 +15,7 @@ PACKAGES=(
   libcli11-dev libfmt-dev nlohmann-json3-dev
   fio clang
   python3 python3-dev python3-numpy python3-pytest pybind11-dev
+  python3-pip python3-setuptools python3-wheel
   ceph-mon ceph-osd ceph-common librados-dev
 )
 

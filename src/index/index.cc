@@ -437,12 +437,13 @@ Result<std::unique_ptr<Index>> Index::Open(const std::string& path, const IndexO
                               std::to_string(kBySegmentCfId));
   }
 
-  // RocksDB creates its files with its own mode; the folder's mode is what
-  // keeps them private.
-  if (!o.read_only && (st.st_mode & 07777) != (o.dir_mode & 07777)) {
-    if (::chmod(path.c_str(), static_cast<mode_t>(o.dir_mode & 07777)) != 0) {
-      return Status::FromErrno(errno, "chmod index folder " + path);
-    }
+  // The folder gets the bits the store asks for that it lacks (a store
+  // created before group access, or under a umask). Only its owner changes
+  // it, and never by taking bits away: a group member opening the store, or
+  // the owner opening without group_access, must not lock the group out.
+  const mode_t want = static_cast<mode_t>((st.st_mode | o.dir_mode) & 07777);
+  if (!o.read_only && st.st_uid == ::geteuid() && (st.st_mode & 07777) != want) {
+    if (::chmod(path.c_str(), want) != 0) return Status::FromErrno(errno, "chmod index folder " + path);
   }
   // Fill the presence map in the background: open stays fast with millions
   // of entries, and lookups use RocksDB until the map is ready.

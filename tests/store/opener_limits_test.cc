@@ -2,8 +2,6 @@
 // the process that opens the store (issue 16, D1), and Verify and recovery
 // tell an earlier segment life's bytes and torn tails apart (D2).
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -18,21 +16,6 @@ namespace {
 using testing::Key;
 using testing::Payload;
 using testing::TempDir;
-
-// Runs `body` in a child that ends with _exit (no Close: as if killed).
-template <typename F>
-void InKilledChild(F body) {
-  pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    body();
-    _exit(0);
-  }
-  int status = 0;
-  waitpid(child, &status, 0);
-  ASSERT_TRUE(WIFEXITED(status)) << "child died";
-  ASSERT_EQ(WEXITSTATUS(status), 0) << "child step " << WEXITSTATUS(status) << " failed";
-}
 
 class OpenerLimitsTest : public ::testing::TestWithParam<IoBackend> {
  protected:
@@ -87,7 +70,7 @@ class OpenerLimitsTest : public ::testing::TestWithParam<IoBackend> {
 
 TEST_P(OpenerLimitsTest, RecoveryWithSmallerLimitsKeepsEveryAcknowledgedBlock) {
   const NamespaceId ns = Ns();
-  InKilledChild([&] {
+  testing::InKilledChild([&] {
     auto s = Store::Open(Dir(), writer_);
     if (!s.ok()) _exit(2);
     if (!PutBlocks(s->get(), ns)) _exit(3);
@@ -188,7 +171,7 @@ TEST_P(OpenerLimitsTest, RecoveryCutsTheTornTailOfAnOlderSegment) {
     EXPECT_TRUE(s.ok());
     return (*s)->RegisterNamespace(testing::TestSpec()).value_or(0);
   }();
-  InKilledChild([&] {
+  testing::InKilledChild([&] {
     auto s = Store::Open(Dir(), o);
     if (!s.ok()) _exit(2);
     // 30 KiB blocks until the second segment has a few.

@@ -328,27 +328,13 @@ TEST_P(StoreTest, FlippedPayloadBitIsAMissNeverWrongBytes) {
   EXPECT_EQ(rep->records_ok, 4u);
 }
 
-// Runs `body` in a child that exits without closing the store: a crash.
-template <typename F>
-void CrashingChild(F body) {
-  pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    body();
-    _exit(0);
-  }
-  int status = 0;
-  waitpid(child, &status, 0);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-}
-
 TEST_P(StoreTest, TornTailIsCutAndNeverReturned) {
   NamespaceId ns;
   {
     auto s = OpenStore();
     ns = Ns(s.get());
   }
-  CrashingChild([&] {
+  testing::InKilledChild([&] {
     auto s = Store::Open(dir_.Sub("store"), opt_);
     if (!s.ok()) _exit(2);
     for (int i = 0; i < 12; ++i) {

@@ -4,6 +4,10 @@
 #ifndef KVTIER_TESTS_STORE_STORE_TEST_UTIL_H_
 #define KVTIER_TESTS_STORE_STORE_TEST_UTIL_H_
 
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -33,6 +37,23 @@ Options SmallOptions(IoBackend backend = IoBackend::kAuto);
 
 // Flips one bit of a file at `offset`.
 void FlipBit(const std::string& path, uint64_t offset, int bit = 0);
+
+// Runs `body` in a forked child that ends with _exit, never closing what it
+// opened: a crash. The child reports failure with a non-zero _exit code
+// (named in the assertion).
+template <typename F>
+void InKilledChild(F body) {
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    body();
+    _exit(0);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status)) << "child died";
+  ASSERT_EQ(WEXITSTATUS(status), 0) << "child step " << WEXITSTATUS(status) << " failed";
+}
 
 }  // namespace kvtier::testing
 

@@ -1,5 +1,6 @@
 // The kvtier command, run as a subprocess on stores built by the test.
 #include <fcntl.h>
+#include <grp.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -99,6 +100,33 @@ Out RunExe(const std::string& exe, const std::vector<std::string>& args,
 
 Out Kv(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
   return RunExe(KVTIER_CLI, args, env);
+}
+
+// Runs the CLI as uid/gid 65534 (nobody) with group 0 as a supplementary
+// group: another user of the store owner's group.
+Out KvAsGroupMember(const std::vector<std::string>& args) {
+  const std::string o = fs::temp_directory_path().string() + "/kvtier-cli-nobody-" + std::to_string(::getpid());
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int fo = ::open((o + ".out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    const int fe = ::open((o + ".err").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ::dup2(fo, 1);
+    ::dup2(fe, 2);
+    const gid_t groups[] = {0};
+    if (::setgroups(1, groups) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(126);
+    std::vector<char*> argv{const_cast<char*>(KVTIER_CLI)};
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execv(KVTIER_CLI, argv.data());
+    ::_exit(127);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  Out r;
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = ReadFile(o + ".out");
+  r.err = ReadFile(o + ".err");
+  return r;
 }
 
 json Json(const Out& o) {
@@ -463,6 +491,41 @@ TEST_F(KvtierCli, ShareUploadsTheOpenSegment) {
   EXPECT_GE(j["segments_uploaded"].get<int>(), 1);
   Out bad = Kv({"share", f_.dir, "--ceph-conf", conf, "--rados-ns", ns, "--timeout", "soon"});
   EXPECT_EQ(bad.rc, 2);
+}
+
+// Options::group_access under umask 022: another user of the group opens the
+// store read-write (LOCK, RocksDB's LOCK, WAL and MANIFEST), reads and writes.
+TEST(KvtierCliGroup, AGroupMemberOfAnotherUidUsesAGroupStore) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to act as a second user";
+  const mode_t old_umask = ::umask(022);
+  TempDir t;
+  ASSERT_EQ(::chmod(t.Sub("").c_str(), 0755), 0);
+  const std::string dir = t.Sub("store");
+  NamespaceId ns = 0;
+  {
+    Options o;
+    o.group_access = true;
+    o.segment_size_bytes = 1 << 20;
+    auto s = Store::Open(dir, o);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    auto id = (*s)->RegisterNamespace(Spec("group", "group/model"));
+    ASSERT_TRUE(id.ok());
+    ns = *id;
+    ASSERT_TRUE((*s)->Put(ns, "k1", "hello", 5).ok());
+    ASSERT_TRUE((*s)->Close().ok());
+  }
+  ::umask(old_umask);
+  WriteFile(t.Sub("in.bin"), "from another user");
+  ASSERT_EQ(::chmod(t.Sub("in.bin").c_str(), 0644), 0);
+  const std::string nsid = NamespaceIdToHex(ns);
+  Out put = KvAsGroupMember({"put", dir, "--ns", nsid, Hex("k2"), t.Sub("in.bin")});
+  ASSERT_EQ(put.rc, 0) << put.err;
+  Out get = KvAsGroupMember({"get", dir, "--ns", nsid, Hex("k1")});
+  ASSERT_EQ(get.rc, 0) << get.err;
+  EXPECT_EQ(get.out, "hello");
+  Out get2 = Kv({"get", dir, "--ns", nsid, Hex("k2")});
+  ASSERT_EQ(get2.rc, 0) << get2.err;
+  EXPECT_EQ(get2.out, "from another user");
 }
 
 TEST_F(KvtierCli, EvictAndRm) {
