@@ -51,7 +51,8 @@ struct RemoteTierOptions {
   uint32_t orphan_grace_ms = 30 * 60 * 1000;
   // A clean Close() seals the open segment and waits this long for the
   // uploads to finish (Store::ShareNow), so the last blocks written are
-  // shared without a reopen. 0: close at once (they go up at the next open).
+  // shared without a reopen; not while the cluster is unreachable. 0: close
+  // at once (they go up once the segment is sealed after a reopen).
   uint32_t close_upload_timeout_ms = 30 * 1000;
 };
 

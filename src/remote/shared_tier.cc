@@ -77,6 +77,12 @@ void SharedTier::NoteSealed(uint32_t seg, uint32_t gen) {
   cv_.notify_all();
 }
 
+bool SharedTier::WaitConnected(Clock::time_point deadline) {
+  std::unique_lock<std::mutex> l(mu_);
+  cv_.wait_until(l, deadline, [this] { return connected_.load() || connect_failed_.load() || stop_; });
+  return connected_.load();
+}
+
 bool SharedTier::WaitUploaded(Clock::time_point deadline) {
   std::unique_lock<std::mutex> l(mu_);
   return cv_.wait_until(l, deadline, [this] { return uploads_.empty() || stop_; }) && uploads_.empty();
@@ -164,8 +170,12 @@ void SharedTier::Run() {
         std::unique_lock<std::shared_mutex> cl(client_mu_);
         client_ = std::shared_ptr<RadosClient>(std::move(c).value());
         connected_ = true;
+        connect_failed_ = false;
         next_poll = Clock::now();
+        cv_.notify_all();  // WaitConnected
       } else {
+        connect_failed_ = true;
+        cv_.notify_all();
         cv_.wait_for(l, connect_backoff, [this] { return stop_; });
         connect_backoff = std::min<std::chrono::milliseconds>(connect_backoff * 2, std::chrono::seconds(5));
       }

@@ -91,6 +91,10 @@ class SharedTier {
   bool Read(const Location& loc, NamespaceId ns, std::string_view key, Clock::time_point deadline, ReadDone done);
 
   bool connected() const { return connected_.load(); }
+  // Waits until the first connection attempt has ended: true once connected,
+  // false when it failed (the tier retries in the background) or at the
+  // deadline.
+  bool WaitConnected(Clock::time_point deadline);
   SharedTierCounters& counters() { return counters_; }
   const RemoteTierOptions& options() const { return opt_; }
 
@@ -113,6 +117,7 @@ class SharedTier {
   std::unique_ptr<RemoteIndex> index_;
   SharedTierCounters counters_;
   std::atomic<bool> connected_{false};
+  std::atomic<bool> connect_failed_{false};  // the last connection attempt failed
 
   std::shared_mutex client_mu_;  // readers issue under shared, Stop replaces under unique
   std::shared_ptr<RadosClient> client_;

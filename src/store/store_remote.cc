@@ -92,9 +92,12 @@ void StoreImpl::StopRemote() {
 }
 
 void StoreImpl::ShareOnClose() {
-  // Bounded: the cluster may be down, and a close must end.
-  if (remote_ && opt_.remote.close_upload_timeout_ms > 0 && writer_.joinable())
-    ShareNow(std::chrono::milliseconds(opt_.remote.close_upload_timeout_ms)).IgnoreError();
+  // Bounded, and skipped while the cluster is unreachable: a close must not
+  // wait on a tier that cannot upload (the segment goes up after a reopen).
+  if (!remote_ || opt_.remote.close_upload_timeout_ms == 0 || !writer_.joinable()) return;
+  const auto timeout = std::chrono::milliseconds(opt_.remote.close_upload_timeout_ms);
+  if (remote_->WaitConnected(Clock::now() + std::min(timeout, std::chrono::milliseconds(opt_.remote.op_timeout_ms))))
+    ShareNow(timeout).IgnoreError();
 }
 
 bool StoreImpl::RemoteWaitUploaded(Clock::time_point deadline) {

@@ -570,7 +570,7 @@ TEST_F(RemoteTierTest, ShareNowAndCleanCloseUploadTheOpenSegment) {
 TEST_F(RemoteTierTest, CloseUploadIsBoundedWhenTheClusterIsUnreachable) {
   Options o = Opts();
   o.remote.ceph_conf = tmp_.Sub("no-such-ceph.conf");
-  o.remote.close_upload_timeout_ms = 500;
+  o.remote.close_upload_timeout_ms = 20000;  // not waited for: the tier is not connected
   auto a = OpenStore(tmp_.Sub("u"), o);
   ASSERT_NE(a, nullptr);
   auto ns = a->RegisterNamespace(spec_);
@@ -580,7 +580,7 @@ TEST_F(RemoteTierTest, CloseUploadIsBoundedWhenTheClusterIsUnreachable) {
   EXPECT_EQ(a->ShareNow(milliseconds(200)).code(), Code::kTimedOut);
   const auto t0 = SteadyClock::now();
   ASSERT_TRUE(a->Close().ok());
-  EXPECT_LT(SteadyClock::now() - t0, seconds(10));
+  EXPECT_LT(SteadyClock::now() - t0, seconds(5));
 }
 
 TEST_F(RemoteTierTest, BudgetDeletesTheOldestUploads) {
