@@ -102,9 +102,10 @@ Out Kv(const std::vector<std::string>& args, const std::vector<std::string>& env
   return RunExe(KVTIER_CLI, args, env);
 }
 
-// Runs the CLI as uid/gid 65534 (nobody) with group 0 as a supplementary
-// group: another user of the store owner's group.
-Out KvAsGroupMember(const std::vector<std::string>& args) {
+// Runs the CLI (the copy at `exe`, where that user can reach it: a build
+// tree may sit in a private folder) as uid/gid 65534 (nobody) with group 0 as
+// a supplementary group: another user of the store owner's group.
+Out KvAsGroupMember(const std::string& exe, const std::vector<std::string>& args) {
   const std::string o = fs::temp_directory_path().string() + "/kvtier-cli-nobody-" + std::to_string(::getpid());
   const pid_t pid = ::fork();
   if (pid == 0) {
@@ -114,10 +115,10 @@ Out KvAsGroupMember(const std::vector<std::string>& args) {
     ::dup2(fe, 2);
     const gid_t groups[] = {0};
     if (::setgroups(1, groups) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(126);
-    std::vector<char*> argv{const_cast<char*>(KVTIER_CLI)};
+    std::vector<char*> argv{const_cast<char*>(exe.c_str())};
     for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
-    ::execv(KVTIER_CLI, argv.data());
+    ::execv(exe.c_str(), argv.data());
     ::_exit(127);
   }
   int status = 0;
@@ -518,9 +519,13 @@ TEST(KvtierCliGroup, AGroupMemberOfAnotherUidUsesAGroupStore) {
   WriteFile(t.Sub("in.bin"), "from another user");
   ASSERT_EQ(::chmod(t.Sub("in.bin").c_str(), 0644), 0);
   const std::string nsid = NamespaceIdToHex(ns);
-  Out put = KvAsGroupMember({"put", dir, "--ns", nsid, Hex("k2"), t.Sub("in.bin")});
+  const std::string exe = t.Sub("kvtier");
+  fs::copy_file(KVTIER_CLI, exe);
+  fs::permissions(exe, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                           fs::perms::others_read | fs::perms::others_exec);
+  Out put = KvAsGroupMember(exe, {"put", dir, "--ns", nsid, Hex("k2"), t.Sub("in.bin")});
   ASSERT_EQ(put.rc, 0) << put.err;
-  Out get = KvAsGroupMember({"get", dir, "--ns", nsid, Hex("k1")});
+  Out get = KvAsGroupMember(exe, {"get", dir, "--ns", nsid, Hex("k1")});
   ASSERT_EQ(get.rc, 0) << get.err;
   EXPECT_EQ(get.out, "hello");
   Out get2 = Kv({"get", dir, "--ns", nsid, Hex("k2")});
