@@ -194,6 +194,9 @@ class StoreImpl final : public Store {
   void DoRemoveNamespace(WriteOp& op);
   void DoEvictTo(WriteOp& op);
   void DoSeal(WriteOp& op);
+  // Seals cur_seg_ at the page after its last write, tells the shared tier,
+  // and leaves no segment open (writer thread).
+  void SealOpenSegment();
   Status CheckpointNow(bool clean);
   void HoldCheckpointAtFailedWrites(const CommitJob& job);
   uint64_t UsedBytes() const;

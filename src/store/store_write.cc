@@ -461,12 +461,8 @@ StoreImpl::Place StoreImpl::PlaceRecord(WriteOp& op, const std::unordered_set<ui
   if (cur_seg_ == UINT32_MAX || format::AlignUp(at + op.rec_bytes) > seg_size || IsPoisoned(cur_seg_)) {
     dense_mem_end_ = nullptr;
     if (cur_seg_ != UINT32_MAX) {
-      // Its last write is padded to a page: used bytes stay page aligned
-      // (the shared tier uploads them with O_DIRECT reads).
-      table_->Seal(cur_seg_, format::AlignUp(cur_off_));
+      SealOpenSegment();
       pass_sealed_ = true;
-      RemoteNoteSealed(cur_seg_, cur_gen_);
-      cur_seg_ = UINT32_MAX;
     }
     Status st = OpenNextSegment(touched);
     if (st.code() == Code::kAborted) return Place::kEndGroup;  // victim is in this group
@@ -1113,13 +1109,19 @@ void StoreImpl::DoEvictTo(WriteOp& op) {
   Finish(op.done, st);
 }
 
+void StoreImpl::SealOpenSegment() {
+  // Its last write is padded to a page: used bytes stay page aligned (the
+  // shared tier uploads them with O_DIRECT reads).
+  table_->Seal(cur_seg_, format::AlignUp(cur_off_));
+  RemoteNoteSealed(cur_seg_, cur_gen_);
+  cur_seg_ = UINT32_MAX;
+}
+
 // Seals the open segment if it holds records, for the shared tier to upload.
 void StoreImpl::DoSeal(WriteOp& op) {
   Status st;
   if (cur_seg_ != UINT32_MAX && cur_off_ > format::kSegmentDataStart) {
-    table_->Seal(cur_seg_, format::AlignUp(cur_off_));
-    RemoteNoteSealed(cur_seg_, cur_gen_);
-    cur_seg_ = UINT32_MAX;
+    SealOpenSegment();
     st = CheckpointNow(false);
   }
   Finish(op.done, st);

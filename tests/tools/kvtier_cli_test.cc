@@ -66,8 +66,10 @@ void WriteFile(const std::string& p, const std::string& data) {
 }
 
 // Runs `exe args...` with stdout and stderr captured; env entries are added.
+// With `as_group_member` it runs as uid/gid 65534 (nobody) with group 0 as a
+// supplementary group: another user of the store owner's group.
 Out RunExe(const std::string& exe, const std::vector<std::string>& args,
-           const std::vector<std::string>& env = {}) {
+           const std::vector<std::string>& env = {}, bool as_group_member = false) {
   static int n = 0;
   const std::string base = fs::temp_directory_path().string() + "/kvtier-cli-out-" + std::to_string(::getpid()) + "-" + std::to_string(n++);
   const std::string o = base + ".out", e = base + ".err";
@@ -80,6 +82,9 @@ Out RunExe(const std::string& exe, const std::vector<std::string>& args,
     const int fi = ::open("/dev/null", O_RDONLY);
     ::dup2(fi, 0);
     for (const std::string& kv : env) ::putenv(const_cast<char*>(kv.c_str()));
+    const gid_t groups[] = {0};
+    if (as_group_member && (::setgroups(1, groups) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0))
+      ::_exit(126);
     std::vector<char*> argv;
     argv.push_back(const_cast<char*>(exe.c_str()));
     for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
@@ -102,32 +107,10 @@ Out Kv(const std::vector<std::string>& args, const std::vector<std::string>& env
   return RunExe(KVTIER_CLI, args, env);
 }
 
-// Runs the CLI (the copy at `exe`, where that user can reach it: a build
-// tree may sit in a private folder) as uid/gid 65534 (nobody) with group 0 as
-// a supplementary group: another user of the store owner's group.
+// Runs the CLI as another user of the store owner's group, from the copy at
+// `exe`, where that user can reach it (a build tree may sit in a private folder).
 Out KvAsGroupMember(const std::string& exe, const std::vector<std::string>& args) {
-  const std::string o = fs::temp_directory_path().string() + "/kvtier-cli-nobody-" + std::to_string(::getpid());
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    const int fo = ::open((o + ".out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    const int fe = ::open((o + ".err").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    ::dup2(fo, 1);
-    ::dup2(fe, 2);
-    const gid_t groups[] = {0};
-    if (::setgroups(1, groups) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(126);
-    std::vector<char*> argv{const_cast<char*>(exe.c_str())};
-    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    ::execv(exe.c_str(), argv.data());
-    ::_exit(127);
-  }
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  Out r;
-  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r.out = ReadFile(o + ".out");
-  r.err = ReadFile(o + ".err");
-  return r;
+  return RunExe(exe, args, {}, /*as_group_member=*/true);
 }
 
 json Json(const Out& o) {
