@@ -16,6 +16,10 @@ PACKAGES=(
   fio clang
   python3 python3-dev python3-numpy python3-pytest pybind11-dev
   python3-pip python3-setuptools python3-wheel
+  # The adapters' tests (torch for SGLang's host pools), and what the engines'
+  # own modules import when KVTIER_{VLLM,SGLANG}_SRC points at their source.
+  python3-torch python3-typing-extensions python3-prometheus-client python3-regex
+  python3-cbor2 python3-psutil python3-yaml python3-zmq
   ceph-mon ceph-osd ceph-common librados-dev
 )
 

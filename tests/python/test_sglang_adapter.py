@@ -1,134 +1,265 @@
-"""Drives KvtierHiCacheStorage the way SGLang's HiCache controller does."""
-import hashlib
+"""Drives KvtierHiCacheStorage the way SGLang's HiCacheController does.
+
+With KVTIER_SGLANG_SRC set these run against SGLang's real types and host
+pool (sglang_source.py); otherwise against the stand-ins in standins/, which
+test_sglang_standins.py holds to the real ones.
+"""
+import logging
 import os
+import sys
 
-import numpy as np
 import pytest
+import torch
 
-from kvtier.adapters import sglang as adapter
-from conftest import SMALL
+HERE = os.path.dirname(os.path.abspath(__file__))
+if os.environ.get("KVTIER_SGLANG_SRC"):
+    import sglang_source
 
-PAGE = 4096  # bytes per K (or V) page buffer in this harness
+    sglang_source.load(os.environ["KVTIER_SGLANG_SRC"])
+else:
+    sys.path.insert(0, os.path.join(HERE, "standins"))
 
+from sglang.srt.mem_cache.hicache_storage import HiCacheStorage, HiCacheStorageConfig  # noqa: E402
+from sglang.srt.mem_cache.memory_pool_host import MHATokenToKVPoolHost  # noqa: E402
+from sglang.srt.observability.metrics_collector import StorageMetrics  # noqa: E402
 
-class HostPool:
-    """A page_first host pool: K and V buffers per page, like SGLang's
-    MHATokenToKVPoolHost.get_page_buffer_meta for non-MLA models."""
+from kvtier.adapters import sglang as adapter  # noqa: E402
+from conftest import SMALL  # noqa: E402
 
-    def __init__(self, pages):
-        self.k = np.zeros((pages, PAGE), dtype=np.uint8)
-        self.v = np.zeros((pages, PAGE), dtype=np.uint8)
-
-    def get_page_buffer_meta(self, indices):
-        ptrs, sizes = [], []
-        for i in indices:
-            ptrs += [self.k[i].ctypes.data, self.v[i].ctypes.data]
-            sizes += [PAGE, PAGE]
-        return ptrs, sizes
+PAGE, LAYERS, HEADS, DIM = 4, 3, 2, 8
+LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head")
 
 
-def page_keys(n, salt=b""):
-    keys, h = [], b""
-    for i in range(n):
-        h = hashlib.sha256(h + salt + i.to_bytes(4, "little")).hexdigest().encode()
-        keys.append(h.decode())
-    return keys
+class DevicePool:
+    """What the host pools read of SGLang's device pool (GPU memory)."""
+
+    def __init__(self, dtype=torch.bfloat16, layers=LAYERS, size=64):
+        self.store_dtype = dtype
+        self.size = size
+        self.head_num, self.head_dim, self.layer_num = HEADS, DIM, layers
+        self.start_layer, self.end_layer = 0, layers - 1
+        self.device = "cpu"
 
 
-def make(store_dir, tp_rank=0):
-    cfg = adapter.HiCacheStorageConfig(tp_rank=tp_rank, tp_size=2, is_mla_model=False,
-                                       is_page_first_layout=True, model_name="Qwen/Qwen3-0.6B",
-                                       extra_config=dict(SMALL, path=store_dir, backend_name="kvtier"))
-    return adapter.KvtierHiCacheStorage(cfg)
+def host_pool(layout="page_first", dtype=torch.bfloat16, layers=LAYERS, seed=None):
+    pool = MHATokenToKVPoolHost(DevicePool(dtype, layers), host_to_device_ratio=2.0, host_size=0, page_size=PAGE,
+                                layout=layout, pin_memory=False, device="cpu")
+    if seed is None:
+        pool.kv_buffer.zero_()
+    else:
+        g = torch.Generator().manual_seed(seed)
+        pool.kv_buffer.view(torch.int16).copy_(
+            torch.randint(-2000, 2000, pool.kv_buffer.shape, generator=g, dtype=torch.int16))
+    return pool
 
 
-def test_zero_copy_pages_with_restart(store_dir):
-    pool = HostPool(16)
-    rng = np.random.default_rng(1)
-    pool.k[:] = rng.integers(0, 256, pool.k.shape, dtype=np.uint8)
-    pool.v[:] = rng.integers(0, 256, pool.v.shape, dtype=np.uint8)
-    keys = page_keys(8)
-    be = make(store_dir)
-    be.register_mem_pool_host(pool)
-    assert be.batch_exists(keys) == 0
-    assert be.batch_set_v1(keys[:6], list(range(6))) == [True] * 6
-    assert be.batch_set_v1(keys[:2], [0, 1]) == [True, True]  # already there
-    assert be.batch_exists(keys) == 6
-    assert be.exists(keys[5]) and not be.exists(keys[6])
-    k_before, v_before = pool.k.copy(), pool.v.copy()
-    be.close()  # restart
-
-    pool2 = HostPool(16)
-    be = make(store_dir)
-    be.register_mem_pool_host(pool2)
-    assert be.batch_exists(keys) == 6
-    got = be.batch_get_v1(keys[:7], list(range(8, 15)))
-    assert got == [True] * 6 + [False]
-    assert np.array_equal(pool2.k[8:14], k_before[:6]) and np.array_equal(pool2.v[8:14], v_before[:6])
-    # another TP rank is another namespace
-    be.close()
-    other = make(store_dir, tp_rank=1)
-    assert other.batch_exists(keys) == 0
-    other.close()
+def storage_config(extra, model="Qwen/Qwen3-0.6B", tp=(0, 1), mla=False, split_heads=False, layout="page_first"):
+    return HiCacheStorageConfig(tp_rank=tp[0], tp_size=tp[1], pp_rank=0, pp_size=1, attn_cp_rank=0, attn_cp_size=1,
+                                is_mla_model=mla, enable_storage_metrics=True,
+                                is_page_first_layout=layout == "page_first", model_name=model,
+                                should_split_heads=split_heads, extra_config=extra)
 
 
-def test_plain_get_set(store_dir):
-    be = make(store_dir)
-    a = np.arange(2048, dtype=np.float32)
-    assert be.set("p0", a)
-    assert be.set("p1", target_location=a.ctypes.data, target_sizes=a.nbytes)
-    out = np.zeros_like(a)
-    assert be.get("p0", out) is out and np.array_equal(out, a)
-    assert be.get("p1") == a.tobytes()
-    assert be.get("missing", np.zeros_like(a)) is None
-    outs = [np.zeros_like(a), np.zeros_like(a)]
-    res = be.batch_get(["p0", "missing"], outs)
-    assert res[0] is outs[0] and res[1] is None
-    assert be.batch_set(["q0", "q1"], [a, a])
-    assert be.batch_exists(["q0", "q1", "zz"]) == 2
-    assert not be.set("bad", 3.5)  # bad input: False, no crash
-    assert be.get_stats()["sets"] >= 4
-    be.clear()
-    assert be.batch_exists(["q0"]) == 0
-    be.close()
+def extra_config(path, v1=True, **more):
+    cfg = {"backend_name": "kvtier", "module_path": "kvtier.adapters.sglang", "class_name": "KvtierHiCacheStorage",
+           "path": path, "capacity_gb": 0.0625, "options": dict(SMALL)}
+    if v1:
+        cfg["interface_v1"] = 1
+    cfg.update(more)
+    return cfg
 
 
-def test_needs_path():
-    with pytest.raises(ValueError):
-        adapter.KvtierHiCacheStorage(adapter.HiCacheStorageConfig(extra_config={}))
+def backend(path, pool, v1=True, model="Qwen/Qwen3-0.6B", tp=(0, 1), mla=False, **more):
+    # As SGLang's StorageBackendFactory builds a dynamic backend, then attaches the pool.
+    b = adapter.KvtierHiCacheStorage(storage_config(extra_config(path, v1, **more), model, tp, mla,
+                                                    layout=pool.layout), {})
+    b.register_mem_pool_host(pool)
+    return b
 
 
-def test_ranks_share_a_path_without_sharing_a_store(store_dir):
-    """SGLang runs each TP rank in its own process against one extra config:
-    every rank must open (a store folder has one writer), keep its own
-    blocks, and find them again after a restart."""
-    pool = HostPool(4)
-    pool.k[:] = 7
-    pool.v[:] = 9
-    keys = page_keys(3)
-    ranks = [make(store_dir, tp_rank=r) for r in (0, 1)]  # same path: both must open
-    for be in ranks:
-        be.register_mem_pool_host(pool)
-    assert ranks[0].batch_set_v1(keys[:2], [0, 1]) == [True, True]
-    assert ranks[1].batch_set_v1(keys[:1], [2]) == [True]
-    assert ranks[0].batch_exists(keys) == 2
-    assert ranks[1].batch_exists(keys) == 1  # each rank sees only its own pages
-    for be in ranks:
-        be.close()
-    assert sorted(os.listdir(store_dir)) == ["tp0-pp0", "tp1-pp0"]
-    again = make(store_dir, tp_rank=1)
-    assert again.batch_exists(keys) == 1
-    again.close()
+def keys(n, tag="k"):
+    return [f"{tag}{i:04d}" * 4 for i in range(n)]
 
 
-def test_rank_config_splits_capacity(tmp_path):
-    d = str(tmp_path / "kv")
-    cfg = adapter.HiCacheStorageConfig(tp_rank=3, tp_size=4, pp_rank=1, pp_size=2)
-    out = adapter.store_config({"path": d, "capacity_gb": 64}, cfg)
-    assert out["path"] == os.path.join(d, "tp3-pp1")
-    assert out["capacity_gb"] == 8.0
-    assert os.path.isdir(d)
-    single = adapter.store_config({"path": d, "capacity_gb": 64}, adapter.HiCacheStorageConfig())
-    assert single == {"path": d, "capacity_gb": 64}
-    with pytest.raises(ValueError):
-        adapter.store_config({"path": d}, adapter.HiCacheStorageConfig(tp_rank=2, tp_size=2))
+def pages(pool, n):
+    return pool.alloc(n * PAGE)
+
+
+def page_bytes(pool, idx):
+    # As raw 16-bit words: random bits hold NaNs, which torch.equal never matches.
+    return [pool.get_data_page(int(idx[i * PAGE]), flat=True).clone().view(torch.int16)
+            for i in range(len(idx) // PAGE)]
+
+
+def test_is_an_sglang_storage_backend():
+    assert issubclass(adapter.KvtierHiCacheStorage, HiCacheStorage)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_zero_copy_pages_survive_a_restart_byte_for_byte(store_dir, layout):
+    src = host_pool(layout, seed=1)
+    idx = pages(src, 5)
+    b = backend(store_dir, src)
+    assert b.batch_set_v1(keys(5), idx) == [True] * 5
+    want = page_bytes(src, idx)
+    b.close()
+
+    dst = host_pool(layout)
+    b = backend(store_dir, dst)
+    assert b.batch_exists(keys(5) + ["absent" * 8]) == 5
+    didx = pages(dst, 5)
+    assert b.batch_get_v1(keys(5), didx) == [True] * 5
+    for w, g in zip(want, page_bytes(dst, didx)):
+        assert torch.equal(w, g)
+    b.close()
+
+
+@pytest.mark.parametrize("layout", ("layer_first", "page_first"))
+def test_generic_path_round_trips_flat_pages(store_dir, layout):
+    src = host_pool(layout, seed=2)
+    idx = pages(src, 3)
+    b = backend(store_dir, src, v1=False)
+    data = [src.get_data_page(int(idx[i * PAGE])) for i in range(3)]
+    assert b.batch_set(keys(3), data)
+    assert b.exists(keys(3)[0]) and b.batch_exists(keys(3)) == 3
+    b.close()
+
+    dst = host_pool(layout)
+    b = backend(store_dir, dst, v1=False)
+    didx = pages(dst, 3)
+    got = b.batch_get(keys(3), [dst.get_dummy_flat_data_page() for _ in range(3)])
+    assert all(g is not None for g in got)
+    for i, g in enumerate(got):
+        dst.set_from_flat_data_page(int(didx[i * PAGE]), g)
+    for w, g in zip(page_bytes(src, idx), page_bytes(dst, didx)):
+        assert torch.equal(w, g)
+    assert b.get(keys(1, "absent")[0], dst.get_dummy_flat_data_page()) is None
+    b.close()
+
+
+def write_pages(store_dir, layout="page_first", v1=True, dtype=torch.bfloat16, model="Qwen/Qwen3-0.6B", **more):
+    src = host_pool(layout, dtype=dtype, seed=3)
+    idx = pages(src, 4)
+    b = backend(store_dir, src, v1=v1, model=model, **more)
+    if v1:
+        assert all(b.batch_set_v1(keys(4), idx))
+    else:
+        assert b.batch_set(keys(4), [src.get_data_page(int(idx[i * PAGE])) for i in range(4)])
+    b.close()
+
+
+@pytest.mark.parametrize("change", [
+    {"layout": "page_first_direct"}, {"layout": "layer_first"}, {"layout": "page_head"}, {"v1": False},
+    {"dtype": torch.float16}, {"model": "Qwen/Qwen3-1.7B"}, {"salt": "tenant-b"}, {"layers": LAYERS + 1},
+])
+def test_a_store_written_one_way_is_a_miss_read_any_other_way(store_dir, change):
+    # The layouts' pages have the same size: only the namespace tells them apart.
+    write_pages(store_dir)
+    layout, v1 = change.get("layout", "page_first"), change.get("v1", True)
+    dst = host_pool(layout, dtype=change.get("dtype", torch.bfloat16), layers=change.get("layers", LAYERS))
+    more = {"salt": change["salt"]} if "salt" in change else {}
+    b = backend(store_dir, dst, v1=v1, model=change.get("model", "Qwen/Qwen3-0.6B"), **more)
+    assert b.batch_exists(keys(4)) == 0
+    didx = pages(dst, 4)
+    if v1:
+        assert b.batch_get_v1(keys(4), didx) == [False] * 4
+    else:
+        assert b.batch_get(keys(4), [dst.get_dummy_flat_data_page() for _ in range(4)]) == [None] * 4
+    assert not dst.kv_buffer.any()
+    b.close()
+
+
+def test_get_stats_is_storage_metrics_and_drains(store_dir):
+    src = host_pool(seed=4)
+    b = backend(store_dir, src)
+    assert isinstance(b.get_stats(), StorageMetrics)
+    idx = pages(src, 3)
+    b.batch_set_v1(keys(3), idx)
+    b.batch_get_v1(keys(3), idx)
+    s = b.get_stats()
+    assert isinstance(s, StorageMetrics)
+    assert s.backup_pgs == [3] and s.prefetch_pgs == [3]
+    assert len(s.backup_bandwidth) == 1 and s.backup_bandwidth[0] > 0
+    assert b.get_stats() == StorageMetrics()
+    for _ in range(adapter.MAX_METRIC_SAMPLES + 10):  # never drained: bounded
+        b.batch_get_v1(keys(1), idx[:PAGE])
+    assert len(b.get_stats().prefetch_pgs) == adapter.MAX_METRIC_SAMPLES
+    b.close()
+
+
+def test_a_page_already_stored_is_not_rewritten(store_dir):
+    src = host_pool(seed=5)
+    idx = pages(src, 2)
+    b = backend(store_dir, src)
+    assert b.batch_set_v1(keys(2), idx) == [True, True]
+    b.get_stats()
+    assert b.batch_set_v1(keys(2), idx) == [True, True]
+    assert b.get_stats().backup_pgs == []
+    b.close()
+
+
+@pytest.mark.parametrize("bad, named", [
+    ({"capacity": 1}, "capacity"), ({"path": ""}, "path"), ({"options": 5}, "options"),
+])
+def test_a_wrong_config_key_is_named_at_start(store_dir, bad, named):
+    bad = dict(bad)
+    with pytest.raises(ValueError, match=named):
+        backend(bad.pop("path", store_dir), host_pool(), **bad)
+
+
+def test_split_heads_is_refused_by_name(store_dir):
+    cfg = storage_config(extra_config(store_dir), split_heads=True)
+    with pytest.raises(ValueError, match="tp_lcm_size"):
+        adapter.KvtierHiCacheStorage(cfg, {})
+
+
+def test_hybrid_pools_are_refused_by_name(store_dir):
+    b = backend(store_dir, host_pool())
+    with pytest.raises(ValueError, match="hybrid models are not supported.*mamba"):
+        b.register_mem_host_pool_v2(host_pool(), "mamba")
+    b.close()
+
+
+def test_a_store_that_cannot_open_leaves_the_server_without_l3(tmp_path, caplog):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    pool = host_pool(seed=6)
+    with caplog.at_level(logging.ERROR, logger="kvtier.adapters.sglang"):
+        b = backend(str(blocker), pool)
+    assert [r.levelno for r in caplog.records].count(logging.ERROR) == 1
+    assert "kvtier backend disabled" in caplog.text
+    idx = pages(pool, 2)
+    assert b.batch_exists(keys(2)) == 0
+    assert b.batch_set_v1(keys(2), idx) == [False, False]
+    assert b.batch_get_v1(keys(2), idx) == [False, False]
+    assert not b.batch_set(keys(1), [pool.get_data_page(0)])
+    assert isinstance(b.get_stats(), StorageMetrics)
+    b.close()
+
+
+def test_each_tp_rank_opens_its_own_folder_with_a_share_of_capacity(store_dir):
+    b = backend(store_dir, host_pool(), tp=(1, 2))
+    assert os.path.isdir(os.path.join(store_dir, "tp1-pp0"))
+    assert b._store.stats()["capacity_bytes"] == int(0.0625 / 2 * (1 << 30))
+    assert b._ns["v1"].name.startswith("sglang/Qwen/Qwen3-0.6B/tp1of2/")
+    b.close()
+    with pytest.raises(ValueError, match="tp_rank"):
+        backend(store_dir, host_pool(), tp=(2, 2))
+
+
+def test_mla_ranks_share_one_namespace(store_dir):
+    spec = adapter.namespace_spec(storage_config({}, tp=(1, 4), mla=True), host_pool(), "v1", {})
+    assert (spec["tp_rank"], spec["tp_size"]) == (0, 1)
+    plain = adapter.namespace_spec(storage_config({}, tp=(1, 4)), host_pool(), "v1", {})
+    assert (plain["tp_rank"], plain["tp_size"]) == (1, 4)
+
+
+def test_clear_drops_this_backends_pages(store_dir):
+    src = host_pool(seed=7)
+    b = backend(store_dir, src)
+    idx = pages(src, 2)
+    b.batch_set_v1(keys(2), idx)
+    assert b.clear()
+    assert b.batch_exists(keys(2)) == 0
+    assert b.batch_set_v1(keys(2), idx) == [True, True]
+    b.close()

@@ -1,185 +1,238 @@
 """kvtier as an SGLang HiCache storage (L3) backend.
 
-Targets SGLang's HiCacheStorage interface (sglang/srt/mem_cache/
-hicache_storage.py) of SGLang 0.5.x, loaded with
-`--hicache-storage-backend dynamic` and
+Targets SGLang's HiCacheStorage (sglang/srt/mem_cache/hicache_storage.py) as
+run by HiCacheController, tested against the commit named in docs/engines.md.
+Enable it with
 
+    --enable-hierarchical-cache --hicache-storage-backend dynamic
     --hicache-storage-backend-extra-config '{"backend_name": "kvtier",
       "module_path": "kvtier.adapters.sglang", "class_name": "KvtierHiCacheStorage",
-      "path": "/nvme/kvtier", "capacity_gb": 512}'
+      "interface_v1": 1, "path": "/nvme/kvtier", "capacity_gb": 512}'
 
-The namespace comes from the HiCacheStorageConfig: model_name, TP rank and
-size (MLA models share one copy across ranks), and the host layout. SGLang
-runs each TP / PP rank in a process of its own and a store folder has one
-writing process, so with more than one rank each rank opens its own
-sub-folder of `path` (`tp<r>-pp<p>`) with an even share of `capacity_gb`. The
-zero-copy path (batch_get_v1 / batch_set_v1) reads and writes the host
-pool's pages in place through pool.get_page_buffer_meta(); a page's
-fragments (K and V for non-MLA) are stored as one kvtier block.
-When SGLang is importable the class subclasses its HiCacheStorage.
+"interface_v1": 1 makes SGLang use the zero-copy path (batch_get_v1 /
+batch_set_v1): a page moves between the host pool and kvtier in place, its
+fragments (from pool.get_page_buffer_meta) stored as one block. Without it
+SGLang copies each page through a flat tensor (the generic get/set).
+
+The two paths lay a page's bytes out differently, and each host layout
+(--hicache-mem-layout) orders them differently again, so the namespace pins
+the mode and the host pool's exact geometry: pool class, layout, dtype, page
+size, layers, heads (or MLA's latent dims) and the page's fragment sizes. It
+is registered when SGLang hands over the host pool (register_mem_pool_host),
+so a store written one way is a miss read any other way, never wrong bytes.
+
+Ranks: each TP / PP / attention-CP rank runs in a process of its own, and a
+store folder has one process, so with several ranks each opens `path`/tp<r>-
+pp<p>[-cp<c>] with an even share of capacity_gb. For MLA models SGLang backs
+up only from TP rank 0 and takes the minimum hit count over the TP group, so
+with per-rank folders nothing hits beyond one rank (the node service, issue
+19, lets every rank share one store). Hybrid models (SGLang's _v2 storage
+API, Mamba / SWA / DSA pools) are refused at start with a clear error.
+
+A store that cannot be opened is logged once and the backend then answers
+misses and failed writes: the server runs without L3.
 """
-import dataclasses
+import logging
 import os
+import threading
+import time
+
+from sglang.srt.mem_cache.hicache_storage import HiCacheStorage, PoolTransferResult
+from sglang.srt.observability.metrics_collector import StorageMetrics
 
 from .._errors import Code, KvtierError
 from ._common import open_store
 
-SGLANG_VERSION_TARGET = "0.5.x"
+logger = logging.getLogger(__name__)
 
-try:  # pragma: no cover - SGLang is not installed on CI machines
-    from sglang.srt.mem_cache.hicache_storage import HiCacheStorage, HiCacheStorageConfig
-    HAVE_SGLANG = True
-except ImportError:
-    HAVE_SGLANG = False
+# Keys of the extra config that SGLang itself reads (the loader and the
+# zero-copy switch); SGLang pops its prefetch_* and tp_lcm_size keys first.
+LOADER_KEYS = ("backend_name", "module_path", "class_name", "interface_v1")
 
-    class HiCacheStorage:  # stand-in for the engine's abstract base
-        pass
+# The backend's own keys. Anything else is refused by name at start.
+CONFIG_KEYS = {
+    "path": "store folder (required); with several ranks each uses path/tp<r>-pp<p>",
+    "capacity_gb": "byte budget of all ranks' stores together, in GiB",
+    "model_revision": "model revision or commit: part of the namespace",
+    "salt": "tenant salt: deployments with different salts never share blocks",
+    "options": "dict of further kvtier Options fields (include/kvtier/options.h)",
+}
 
-    @dataclasses.dataclass
-    class HiCacheStorageConfig:
-        tp_rank: int = 0
-        tp_size: int = 1
-        pp_rank: int = 0
-        pp_size: int = 1
-        is_mla_model: bool = False
-        is_page_first_layout: bool = True
-        model_name: str = ""
-        extra_config: dict = None
+# Page size per key of SGLang's get_hash_str (sha256 over the token ids,
+# chained through the previous page's hash).
+HASH_SCHEME = "sglang-sha256-chain"
+
+# Bound on StorageMetrics samples kept between two get_stats() calls
+# (SGLang drains them each metrics interval; without --enable-metrics never).
+MAX_METRIC_SAMPLES = 4096
+
+# Host-pool attributes that decide where a page's bytes lie.
+_GEOMETRY = ("layout", "page_size", "layer_num", "start_layer", "end_layer", "head_num", "head_dim",
+             "kv_lora_rank", "qk_rope_head_dim", "kv_cache_dim", "index_head_dim")
 
 
-_LOADER_KEYS = ("backend_name", "module_path", "class_name", "interface_v1")
+def _rank_info(storage_config):
+    g = lambda name, default: int(getattr(storage_config, name, default) or default)  # noqa: E731
+    return {"tp_rank": g("tp_rank", 0), "tp_size": g("tp_size", 1), "pp_rank": g("pp_rank", 0),
+            "pp_size": g("pp_size", 1), "cp_rank": g("attn_cp_rank", 0), "cp_size": g("attn_cp_size", 1)}
 
 
-def store_config(cfg, storage_config):
-    """The store options of this rank: with several TP / PP ranks (one
-    process each, and a store folder admits one writing process) the folder
-    is `path`/tp<r>-pp<p> and capacity_gb is split evenly among the ranks."""
-    cfg = dict(cfg)
-    tp_rank = int(getattr(storage_config, "tp_rank", 0) or 0)
-    tp_size = int(getattr(storage_config, "tp_size", 1) or 1)
-    pp_rank = int(getattr(storage_config, "pp_rank", 0) or 0)
-    pp_size = int(getattr(storage_config, "pp_size", 1) or 1)
-    ranks = tp_size * pp_size
-    path = cfg.get("path")
-    if ranks > 1 and path:
-        if not (0 <= tp_rank < tp_size and 0 <= pp_rank < pp_size):
-            raise ValueError(f"rank tp{tp_rank}/{tp_size} pp{pp_rank}/{pp_size} is out of range")
-        os.makedirs(path, mode=0o700, exist_ok=True)
-        cfg["path"] = os.path.join(path, f"tp{tp_rank}-pp{pp_rank}")
-        if cfg.get("capacity_gb") is not None:
-            cfg["capacity_gb"] = float(cfg["capacity_gb"]) / ranks
+def check_config(extra_config, storage_config):
+    """The backend's own keys of SGLang's extra config. Raises ValueError
+    naming a key that is unknown, missing or not supported."""
+    cfg = {k: v for k, v in dict(extra_config or {}).items() if k not in LOADER_KEYS}
+    unknown = sorted(set(cfg) - set(CONFIG_KEYS))
+    if unknown:
+        raise ValueError(f"kvtier backend: unknown extra-config key(s) {unknown}; known: "
+                         f"{sorted(CONFIG_KEYS)} (and SGLang's {list(LOADER_KEYS)})")
+    if not cfg.get("path"):
+        raise ValueError("kvtier backend: extra config needs 'path' (the store folder)")
+    if cfg.get("options") is not None and not isinstance(cfg["options"], dict):
+        raise ValueError("kvtier backend: extra-config key 'options' must be a dict of kvtier Options")
+    if getattr(storage_config, "should_split_heads", False):
+        raise ValueError("kvtier backend: tp_lcm_size with split heads (page_head layout) is not supported: "
+                         "drop 'tp_lcm_size' from the extra config")
     return cfg
 
 
-def namespace_spec(storage_config, overrides=None):
+def store_path(path, ranks):
+    """This rank's store folder: `path` itself with one rank, else a
+    sub-folder per rank (a store folder admits one process)."""
+    if ranks["tp_size"] * ranks["pp_size"] * ranks["cp_size"] == 1:
+        return path
+    for r, n in (("tp_rank", "tp_size"), ("pp_rank", "pp_size"), ("cp_rank", "cp_size")):
+        if not 0 <= ranks[r] < ranks[n]:
+            raise ValueError(f"kvtier backend: {r} {ranks[r]} is outside {n} {ranks[n]}")
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    name = f"tp{ranks['tp_rank']}-pp{ranks['pp_rank']}"
+    if ranks["cp_size"] > 1:
+        name += f"-cp{ranks['cp_rank']}"
+    return os.path.join(path, name)
+
+
+def pool_geometry(pool):
+    """Where the host pool puts a page's bytes, as a string."""
+    parts = [type(pool).__name__, str(getattr(pool, "dtype", ""))]
+    parts += [f"{a}={getattr(pool, a)}" for a in _GEOMETRY if getattr(pool, a, None) is not None]
+    return ",".join(parts)
+
+
+def page_bytes_flat(pool):
+    page = pool.get_dummy_flat_data_page()
+    return int(page.numel()) * int(page.element_size())
+
+
+def page_fragments_v1(pool):
+    """Fragment sizes of one page on the zero-copy path."""
+    import torch
+
+    _, sizes = pool.get_page_buffer_meta(torch.arange(pool.page_size, dtype=torch.int64))
+    return [int(s) for s in sizes]
+
+
+def namespace_spec(storage_config, pool, mode, config):
+    """The namespace of one rank's pages in one mode ("v1" zero-copy or
+    "flat" generic), pinned to the host pool's exact geometry."""
+    ranks = _rank_info(storage_config)
     mla = bool(getattr(storage_config, "is_mla_model", False))
-    page_first = bool(getattr(storage_config, "is_page_first_layout", True))
-    tp_rank = 0 if mla else int(getattr(storage_config, "tp_rank", 0) or 0)
-    tp_size = 1 if mla else int(getattr(storage_config, "tp_size", 1) or 1)
-    pp_rank = int(getattr(storage_config, "pp_rank", 0) or 0)
+    tp_rank, tp_size = (0, 1) if mla else (ranks["tp_rank"], ranks["tp_size"])  # MLA: one copy for all ranks
+    if mode == "v1":
+        frags = page_fragments_v1(pool)
+        shape, size = f"frags={len(frags)}x{frags[0] if len(set(frags)) == 1 else '+'.join(map(str, frags))}", sum(frags)
+    else:
+        size = page_bytes_flat(pool)
+        shape = f"flat={size}"
+    layout = f"sglang-{mode}/{pool_geometry(pool)}/{shape}"
+    if ranks["cp_size"] > 1:
+        layout += f"/cp{ranks['cp_rank']}of{ranks['cp_size']}"
     model = str(getattr(storage_config, "model_name", "") or "")
-    layout = ("sglang-page-first" if page_first else "sglang-layer-first") + ("-mla" if mla else "")
-    if int(getattr(storage_config, "pp_size", 1) or 1) > 1:
-        layout += f"-pp{pp_rank}"
-    spec = {"name": f"sglang/{model}/tp{tp_rank}of{tp_size}/{layout}", "model_id": model,
-            "layout": layout, "tp_rank": tp_rank, "tp_size": tp_size, "hash_scheme": "sha256-chain"}
-    spec.update(overrides or {})
-    return spec
+    return {
+        "name": f"sglang/{model}/tp{tp_rank}of{tp_size}/pp{ranks['pp_rank']}/{mode}/{pool.layout}",
+        "model_id": model,
+        "model_revision": str(config.get("model_revision", "")),
+        "dtype": str(getattr(pool, "dtype", "")),
+        "layout": layout,
+        "block_tokens": int(pool.page_size),
+        "block_bytes": int(size),
+        "tp_rank": tp_rank,
+        "tp_size": tp_size,
+        "hash_scheme": HASH_SCHEME,
+        "tenant_salt": str(config.get("salt", "")),
+    }
 
 
-def _target(loc, size):
-    """A destination/source for kvtier: a tensor, buffer or raw address."""
-    if isinstance(loc, int) and size is None:
-        raise KvtierError(Code.INVALID_ARGUMENT, "a raw target_location needs target_sizes")
-    return loc if size is None else ((loc, int(size)) if isinstance(loc, int) else loc)
+def _nbytes(t):
+    return int(t.numel()) * int(t.element_size())
 
 
 class KvtierHiCacheStorage(HiCacheStorage):
-    """Extra-config keys: path (required), capacity_gb (for all ranks
-    together), namespace (dict of spec overrides, e.g. {"dtype": "bf16"}),
-    and any kvtier Options field."""
+    """SGLang HiCacheStorage backed by a kvtier store (see CONFIG_KEYS).
+    SGLang calls it from its prefetch and backup threads at once: kvtier's
+    calls are thread-safe and release the GIL; the metrics take a lock."""
 
-    def __init__(self, storage_config=None, kwargs=None, **extra):
-        cfg = dict(getattr(storage_config, "extra_config", None) or {})
-        cfg.update(kwargs or {})
-        cfg.update(extra)
-        for k in _LOADER_KEYS:
-            cfg.pop(k, None)
-        self._spec = namespace_spec(storage_config, cfg.pop("namespace", None))
-        self._store = open_store(store_config(cfg, storage_config))
-        self._ns = self._store.register_namespace(**self._spec)
+    def __init__(self, storage_config, kwargs=None):
+        extra = dict(getattr(storage_config, "extra_config", None) or {})
+        extra.update(kwargs or {})
+        self._config = check_config(extra, storage_config)
+        self._storage_config = storage_config
+        self._v1 = bool(extra.get("interface_v1", 0))  # the test SGLang itself makes
+        if not self._v1:
+            logger.warning("kvtier backend: \"interface_v1\": 1 is not in the extra config, so SGLang copies "
+                           "every page through a tensor; add it for the zero-copy path")
         self.mem_pool_host = None
-        self._stats = {"gets": 0, "hits": 0, "sets": 0, "exists": 0}
-
-    # ---- required interface ---------------------------------------------------
-    def get(self, key, target_location=None, target_sizes=None):
-        self._stats["gets"] += 1
+        self._ns = {}  # mode ("v1" or "flat") -> Namespace, once the host pool is known
+        self._lock = threading.Lock()
+        self._metrics = StorageMetrics()
+        self._store = None
+        opts = dict(self._config.get("options") or {})
+        ranks = _rank_info(storage_config)
+        opts["path"] = store_path(self._config["path"], ranks)
+        if self._config.get("capacity_gb") is not None:
+            opts["capacity_gb"] = float(self._config["capacity_gb"]) / (
+                ranks["tp_size"] * ranks["pp_size"] * ranks["cp_size"])
         try:
-            if target_location is None:
-                data = self._ns.get(key)
-                self._stats["hits"] += data is not None
-                return data
-            got = self._ns.get_into(key, _target(target_location, target_sizes))
-        except KvtierError:
-            return None
-        self._stats["hits"] += got is not None
-        return None if got is None else target_location
+            self._store = open_store(opts)
+        except Exception as e:  # the server runs on without L3
+            logger.error("kvtier backend disabled: cannot open store %s: %s", opts["path"], e)
 
-    def batch_get(self, keys, target_locations=None, target_sizes=None):
-        if target_locations is None:
-            return [self.get(k) for k in keys]
-        sizes = target_sizes if target_sizes is not None else [None] * len(keys)
-        try:
-            got = self._ns.get_batch(keys, [_target(t, s) for t, s in zip(target_locations, sizes)])
-        except KvtierError:
-            return [None] * len(keys)
-        self._stats["gets"] += len(keys)
-        self._stats["hits"] += sum(g is not None for g in got)
-        return [t if g is not None else None for t, g in zip(target_locations, got)]
-
-    def set(self, key, value=None, target_location=None, target_sizes=None):
-        src = value if value is not None else target_location
-        if src is None:
-            return False
-        self._stats["sets"] += 1
-        try:
-            return self._ns.put(key, _target(src, target_sizes if value is None else None))
-        except KvtierError:
-            return False
-
-    def batch_set(self, keys, values=None, target_locations=None, target_sizes=None):
-        srcs = values if values is not None else target_locations
-        if srcs is None:
-            return False
-        sizes = target_sizes if (values is None and target_sizes is not None) else [None] * len(keys)
-        self._stats["sets"] += len(keys)
-        try:
-            codes = self._ns.put_batch(keys, [_target(s, z) for s, z in zip(srcs, sizes)])
-        except KvtierError:
-            return False
-        return all(c == Code.OK for c in codes)
-
-    def exists(self, key):
-        self._stats["exists"] += 1
-        try:
-            return self._ns.contains(key)
-        except KvtierError:
-            return False
-
-    # ---- used by current HiCache ------------------------------------------------
-    def batch_exists(self, keys, extra_info=None):
-        """Number of consecutive present keys from the start."""
-        try:
-            return self._ns.lookup_prefix(keys)
-        except KvtierError:
-            return 0
-
+    # ---- host pools ---------------------------------------------------------------
     def register_mem_pool_host(self, mem_pool_host):
         self.mem_pool_host = mem_pool_host
+        if self._store is None:
+            return
+        modes = ["flat"] + (["v1"] if self._v1 else [])  # "flat" also carries SGLang's draft pages
+        try:
+            for mode in modes:
+                spec = namespace_spec(self._storage_config, mem_pool_host, mode, self._config)
+                self._ns[mode] = self._store.register_namespace(**spec)
+        except Exception as e:
+            logger.error("kvtier backend disabled: cannot register the host pool's namespace: %s", e)
+            self._ns = {}
 
+    def register_mem_host_pool_v2(self, host_pool, host_pool_name):
+        raise ValueError(f"kvtier backend: hybrid models are not supported (SGLang registered a "
+                         f"'{host_pool_name}' pool for its _v2 storage API): run this model without "
+                         f"--hicache-storage-backend, or with a full-attention model")
+
+    # ---- metrics --------------------------------------------------------------------
+    def _sample(self, kind, pages, nbytes, t0):
+        if not pages:
+            return
+        dt = max(time.monotonic() - t0, 1e-9)
+        with self._lock:
+            pgs, bw = ((self._metrics.prefetch_pgs, self._metrics.prefetch_bandwidth) if kind == "get"
+                       else (self._metrics.backup_pgs, self._metrics.backup_bandwidth))
+            if len(pgs) < MAX_METRIC_SAMPLES:
+                pgs.append(pages)
+                bw.append(nbytes / dt / 1e9)
+
+    def get_stats(self):
+        with self._lock:
+            out, self._metrics = self._metrics, StorageMetrics()
+        return out
+
+    # ---- zero-copy path (interface_v1) ----------------------------------------------
     def _page_frags(self, keys, host_indices):
-        if self.mem_pool_host is None:
-            raise KvtierError(Code.INVALID_ARGUMENT, "register_mem_pool_host was not called")
         ptrs, sizes = self.mem_pool_host.get_page_buffer_meta(host_indices)
         if not keys or len(ptrs) % len(keys) or len(ptrs) != len(sizes):
             raise KvtierError(Code.INVALID_ARGUMENT, "page buffer meta does not match the keys")
@@ -188,37 +241,125 @@ class KvtierHiCacheStorage(HiCacheStorage):
                 for i in range(len(keys))]
 
     def batch_get_v1(self, keys, host_indices, extra_info=None):
+        ns = self._ns.get("v1")
+        if ns is None or not keys:
+            return [False] * len(keys)
+        t0 = time.monotonic()
         try:
             frags = self._page_frags(keys, host_indices)
-            got = self._ns.get_batch(keys, frags)
-        except KvtierError:
+            got = ns.get_batch(keys, frags)
+        except KvtierError as e:
+            logger.warning("kvtier backend: batch_get_v1 of %d pages failed: %s", len(keys), e)
             return [False] * len(keys)
-        self._stats["gets"] += len(keys)
-        self._stats["hits"] += sum(g is not None for g in got)
-        return [g is not None for g in got]
-
-    def batch_set_v1(self, keys, host_indices, extra_info=None):
-        try:
-            frags = self._page_frags(keys, host_indices)
-            absent = [i for i, k in enumerate(keys) if not self._ns.contains(k)]
-            codes = self._ns.put_batch([keys[i] for i in absent], [frags[i] for i in absent])
-        except KvtierError:
-            return [False] * len(keys)
-        self._stats["sets"] += len(absent)
-        ok = [True] * len(keys)
-        for i, c in zip(absent, codes):
-            ok[i] = c == Code.OK
+        ok = [g is not None and g == sum(s for _, s in f) for g, f in zip(got, frags)]
+        self._sample("get", sum(ok), sum(g for g, o in zip(got, ok) if o), t0)
         return ok
 
-    def clear(self):
-        """Drops every block of this backend's namespace."""
-        self._store.remove_namespace(self._ns)
-        self._ns = self._store.register_namespace(**self._spec)
+    def batch_set_v1(self, keys, host_indices, extra_info=None):
+        ns = self._ns.get("v1")
+        if ns is None or not keys:
+            return [False] * len(keys)
+        t0 = time.monotonic()
+        ok = [True] * len(keys)
+        try:
+            frags = self._page_frags(keys, host_indices)
+            new = [i for i, k in enumerate(keys) if not ns.contains(k)]  # blocks are immutable
+            codes = ns.put_batch([keys[i] for i in new], [frags[i] for i in new])
+        except KvtierError as e:
+            logger.warning("kvtier backend: batch_set_v1 of %d pages failed: %s", len(keys), e)
+            return [False] * len(keys)
+        for i, c in zip(new, codes):
+            ok[i] = c == Code.OK
+        written = [i for i, c in zip(new, codes) if c == Code.OK]
+        self._sample("set", len(written), sum(sum(s for _, s in frags[i]) for i in written), t0)
+        return ok
 
-    def get_stats(self):
-        stats = dict(self._stats)
-        stats["store"] = self._store.stats()
-        return stats
+    # ---- generic path (flat page tensors) ----------------------------------------------
+    def get(self, key, target_location=None, target_sizes=None):
+        got = self.batch_get([key], None if target_location is None else [target_location])
+        return got[0] if got else None
+
+    def batch_get(self, keys, target_locations=None, target_sizes=None):
+        ns = self._ns.get("flat")
+        if ns is None or not keys or target_locations is None:
+            return [None] * len(keys)  # SGLang always hands targets: get_dummy_flat_data_page()
+        t0 = time.monotonic()
+        try:
+            got = ns.get_batch(keys, list(target_locations))
+        except KvtierError as e:
+            logger.warning("kvtier backend: batch_get of %d pages failed: %s", len(keys), e)
+            return [None] * len(keys)
+        out = [t if g is not None and g == _nbytes(t) else None for t, g in zip(target_locations, got)]
+        hits = [t for t in out if t is not None]
+        self._sample("get", len(hits), sum(_nbytes(t) for t in hits), t0)
+        return out
+
+    def set(self, key, value=None, target_location=None, target_sizes=None):
+        src = value if value is not None else target_location
+        return src is not None and self.batch_set([key], [src])
+
+    def batch_set(self, keys, values=None, target_locations=None, target_sizes=None):
+        ns = self._ns.get("flat")
+        srcs = values if values is not None else target_locations
+        if ns is None or srcs is None or not keys:
+            return False
+        t0 = time.monotonic()
+        srcs = [s.contiguous() if hasattr(s, "contiguous") else s for s in srcs]
+        try:
+            new = [i for i, k in enumerate(keys) if not ns.contains(k)]
+            codes = ns.put_batch([keys[i] for i in new], [srcs[i] for i in new])
+        except KvtierError as e:
+            logger.warning("kvtier backend: batch_set of %d pages failed: %s", len(keys), e)
+            return False
+        written = [i for i, c in zip(new, codes) if c == Code.OK]
+        self._sample("set", len(written), sum(_nbytes(srcs[i]) for i in written if hasattr(srcs[i], "numel")), t0)
+        return len(written) == len(new)
+
+    # ---- lookups --------------------------------------------------------------------
+    def _lookup_ns(self):
+        return self._ns.get("v1" if self._v1 else "flat")
+
+    def exists(self, key):
+        ns = self._lookup_ns()
+        try:
+            return ns is not None and ns.contains(key)
+        except KvtierError:
+            return False
+
+    def batch_exists(self, keys, extra_info=None):
+        """Number of consecutive present keys from the start."""
+        ns = self._lookup_ns()
+        if ns is None or not keys:
+            return 0
+        try:
+            return ns.lookup_prefix(keys)
+        except KvtierError as e:
+            logger.warning("kvtier backend: batch_exists of %d keys failed: %s", len(keys), e)
+            return 0
+
+    # ---- hybrid models (refused in register_mem_host_pool_v2) ------------------------
+    def batch_exists_v2(self, keys, pool_transfers=None, extra_info=None):
+        return PoolTransferResult(0, {})
+
+    def batch_get_v2(self, transfers, extra_info=None):
+        return {t.name: [False] * len(t.keys or []) for t in transfers}
+
+    def batch_set_v2(self, transfers, extra_info=None):
+        return {t.name: [False] * len(t.keys or []) for t in transfers}
+
+    # ---- lifecycle ------------------------------------------------------------------------
+    def clear(self):
+        """Drops every block of this rank's namespaces (SGLang's
+        /clear_hicache_storage_backend)."""
+        if self._store is None:
+            return False
+        for mode, ns in list(self._ns.items()):
+            self._store.remove_namespace(ns)
+            spec = namespace_spec(self._storage_config, self.mem_pool_host, mode, self._config)
+            self._ns[mode] = self._store.register_namespace(**spec)
+        return True
 
     def close(self):
-        self._store.close()
+        self._ns = {}
+        if self._store is not None and not self._store.closed:
+            self._store.close()

@@ -1,0 +1,199 @@
+"""kvtier's SGLang backend inside SGLang's real HiCache code.
+
+Runs when KVTIER_SGLANG_SRC names an SGLang checkout (see sglang_source.py for
+what is replaced to run it on CPU); skips otherwise. SGLang's own
+HiCacheController builds the backend through its StorageBackendFactory from
+the documented extra config, with SGLang's real host pools; its backup thread
+writes pages to kvtier; the process is then killed. A new process's
+controller prefetches the same prompt (its own page hashing, hit query and
+zero-copy or generic page transfer), and the host pool's pages must equal the
+written ones byte for byte.
+"""
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+SRC = os.environ.get("KVTIER_SGLANG_SRC", "")
+pytestmark = pytest.mark.skipif(not SRC, reason="KVTIER_SGLANG_SRC does not name an SGLang checkout")
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PAGE, LAYERS, HEADS, DIM, N_PAGES = 16, 3, 2, 16, 20  # 320 tokens: above the prefetch threshold
+
+
+def _sglang():
+    sys.path.insert(0, HERE)
+    import sglang_source
+
+    sglang_source.load(SRC)
+    import torch
+    from sglang.srt.managers import cache_controller
+    from sglang.srt.mem_cache import memory_pool, memory_pool_host
+
+    return torch, cache_controller, memory_pool, memory_pool_host
+
+
+def _device_pool(mla, dtype):
+    torch, _, memory_pool, _ = _sglang()
+    # The GPU-resident pool: only the attributes the host pool and the
+    # controller read (sglang_source.py replaces its module).
+    cls = memory_pool.MLATokenToKVPool if mla else memory_pool.MHATokenToKVPool
+    pool = cls()
+    pool.store_dtype = getattr(torch, dtype)
+    pool.size, pool.device, pool.layer_num = 400, "cpu", LAYERS
+    pool.start_layer, pool.end_layer = 0, LAYERS - 1
+    pool.head_num, pool.head_dim = HEADS, DIM
+    pool.kv_lora_rank, pool.qk_rope_head_dim = 32, 16
+    return pool
+
+
+class _Allocator:
+    def __init__(self, pool):
+        self._pool = pool
+
+    def get_kvcache(self):
+        return self._pool
+
+
+def _controller(path, layout, mla, v1, dtype="bfloat16", seed=None, model="Qwen/Qwen3-0.6B"):
+    torch, cache_controller, _, memory_pool_host = _sglang()
+    device = _device_pool(mla, dtype)
+    cls = memory_pool_host.MLATokenToKVPoolHost if mla else memory_pool_host.MHATokenToKVPoolHost
+    host = cls(device, 2.0, 0, PAGE, layout, pin_memory=False, device="cpu")
+    g = torch.Generator().manual_seed(seed or 0)
+    for buf in (host.kv_buffer,) if isinstance(host.kv_buffer, torch.Tensor) else host.kv_buffer:
+        if seed is None:
+            buf.zero_()  # the pools are torch.empty
+        else:
+            buf.view(torch.int16).copy_(torch.randint(-3000, 3000, buf.shape, generator=g, dtype=torch.int16))
+    extra = {"backend_name": "kvtier", "module_path": "kvtier.adapters.sglang",
+             "class_name": "KvtierHiCacheStorage", "path": path, "capacity_gb": 0.25}
+    if v1:
+        extra["interface_v1"] = 1
+    ctl = cache_controller.HiCacheController(
+        token_to_kv_pool_allocator=_Allocator(device), mem_pool_host=host, page_size=PAGE, tp_group=None,
+        load_cache_event=threading.Event(), storage_backend="dynamic", prefetch_threshold=PAGE,
+        model_name=model, storage_backend_extra_config=extra, enable_storage_metrics=True)
+    return torch, ctl, host
+
+
+def _prompt():
+    import random
+
+    rng = random.Random(7)
+    return [rng.randrange(150000) for _ in range(PAGE * N_PAGES)]
+
+
+def _page_words(torch, host, indices):
+    return [host.get_data_page(int(indices[i]), flat=True).clone().view(torch.int16)
+            for i in range(0, len(indices), PAGE)]
+
+
+def write_and_die(path, layout, mla, v1, out):
+    """Child process: back a prompt's pages up through the controller, save
+    their bytes, then die without closing anything."""
+    torch, ctl, host = _controller(path, layout, mla, v1, seed=11)
+    from sglang.srt.mem_cache.utils import get_hash_str
+
+    tokens = _prompt()
+    hashes, last = [], None
+    for i in range(0, len(tokens), PAGE):
+        last = get_hash_str(tokens[i:i + PAGE], last)
+        hashes.append(last)
+    indices = host.alloc(len(tokens))
+    assert indices is not None
+    op_id = ctl.write_storage(indices, tokens, hash_value=hashes)
+    ack = ctl.ack_backup_queue.get(timeout=60)
+    assert ack.id == op_id and ack.completed_tokens == len(tokens), (ack.completed_tokens, len(tokens))
+    torch.save(_page_words(torch, host, indices), out)
+    os.kill(os.getpid(), 9)
+
+
+def _child(path, layout, mla, v1, tmp):
+    out = os.path.join(tmp, "pages.pt")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(HERE, "..", "..", "src", "python"), HERE]))
+    r = subprocess.run([sys.executable, __file__, path, layout, str(int(mla)), str(int(v1)), out], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == -9, r.stdout + r.stderr
+    return out
+
+
+_COLLECTOR = None
+
+
+def _prefetch(ctl, host, tokens, timeout=60):
+    indices = host.alloc(len(tokens))
+    assert indices is not None
+    op = ctl.prefetch("req-1", indices, tokens)
+    deadline = time.monotonic() + timeout
+    while op.completed_tokens < len(tokens) and time.monotonic() < deadline:
+        if not ctl.prefetch_revoke_queue.empty():
+            break
+        time.sleep(0.01)
+    return op, indices
+
+
+@pytest.mark.parametrize("layout, mla, v1", [
+    ("page_first", False, True), ("page_first_direct", False, True), ("layer_first", False, True),
+    ("page_head", False, True), ("page_first", False, False), ("layer_first", False, False),
+    ("page_first", True, True), ("layer_first", True, True),
+])
+def test_restart_cycle_through_the_real_controller(tmp_path, layout, mla, v1):
+    path = str(tmp_path / "store")
+    saved = _child(path, layout, mla, v1, str(tmp_path))
+    torch, ctl, host = _controller(path, layout, mla, v1)
+    tokens = _prompt()
+    op, indices = _prefetch(ctl, host, tokens)
+    assert op.completed_tokens == len(tokens)
+    want = torch.load(saved)
+    got = _page_words(torch, host, indices[:op.completed_tokens])
+    assert len(got) == N_PAGES
+    for w, g in zip(want, got):
+        assert torch.equal(w, g)
+
+    # SGLang's metrics collector takes the backend's stats as they are.
+    from sglang.srt.observability.metrics_collector import StorageMetrics, StorageMetricsCollector
+
+    stats = ctl.storage_backend.get_stats()
+    assert isinstance(stats, StorageMetrics) and sum(stats.prefetch_pgs) == N_PAGES
+    global _COLLECTOR
+    _COLLECTOR = _COLLECTOR or StorageMetricsCollector(labels={"backend": "kvtier"})  # one per process
+    _COLLECTOR.log_storage_metrics(stats)
+    ctl.detach_storage_backend()
+
+
+@pytest.mark.parametrize("change", [{"layout": "page_first_direct"}, {"layout": "page_head"}, {"v1": False},
+                                    {"from": "page_first_direct", "layout": "page_head"},
+                                    {"from": "layer_first", "layout": "layer_first", "v1": False},
+                                    {"dtype": "float16"}, {"model": "Qwen/Qwen3-1.7B"}])
+def test_a_changed_layout_mode_dtype_or_model_prefetches_nothing(tmp_path, change):
+    path = str(tmp_path / "store")
+    _child(path, change.get("from", "page_first"), False, True, str(tmp_path))
+    torch, ctl, host = _controller(path, change.get("layout", "page_first"), False, change.get("v1", True),
+                                   dtype=change.get("dtype", "bfloat16"), model=change.get("model", "Qwen/Qwen3-0.6B"))
+    op, _ = _prefetch(ctl, host, _prompt(), timeout=5)
+    assert op.completed_tokens == 0
+    assert not ctl.prefetch_revoke_queue.empty()  # SGLang saw no hits and revoked the prefetch
+    assert not host.kv_buffer.any()
+    ctl.detach_storage_backend()
+
+
+def test_a_wrong_key_fails_the_attach_naming_it(tmp_path):
+    torch, cache_controller, _, memory_pool_host = _sglang()
+    device = _device_pool(False, "bfloat16")
+    host = memory_pool_host.MHATokenToKVPoolHost(device, 2.0, 0, PAGE, "page_first", pin_memory=False, device="cpu")
+    extra = {"backend_name": "kvtier", "module_path": "kvtier.adapters.sglang",
+             "class_name": "KvtierHiCacheStorage", "path": str(tmp_path), "capacity": 1, "interface_v1": 1}
+    with pytest.raises(ValueError, match="'capacity'"):
+        cache_controller.HiCacheController(
+            token_to_kv_pool_allocator=_Allocator(device), mem_pool_host=host, page_size=PAGE, tp_group=None,
+            load_cache_event=threading.Event(), storage_backend="dynamic", model_name="m",
+            storage_backend_extra_config=extra)
+
+
+if __name__ == "__main__":
+    SRC = SRC or sys.argv[0]
+    write_and_die(sys.argv[1], sys.argv[2], bool(int(sys.argv[3])), bool(int(sys.argv[4])), sys.argv[5])
