@@ -139,7 +139,8 @@ def _prefetch(ctl, host, tokens, timeout=60):
 @pytest.mark.parametrize("layout, mla, v1", [
     ("page_first", False, True), ("page_first_direct", False, True), ("layer_first", False, True),
     ("page_head", False, True), ("page_first", False, False), ("layer_first", False, False),
-    ("page_first", True, True), ("layer_first", True, True),
+    ("page_first", True, True), ("layer_first", True, True), ("page_first_direct", True, True),
+    ("page_first", True, False),
 ])
 def test_restart_cycle_through_the_real_controller(tmp_path, layout, mla, v1):
     path = str(tmp_path / "store")
