@@ -1,0 +1,217 @@
+"""Imports LMCache's real L2 adapter wrapper from a source checkout, on CPU.
+
+KVTIER_LMCACHE_SRC names an LMCache checkout (the folder holding lmcache/).
+What runs as it is: MP mode's `native_plugin` loader
+(l2_adapters/native_plugin_l2_adapter.py), the NativeConnectorL2Adapter it
+wraps a client in (l2_adapters/native_connector_l2_adapter.py), the L2
+adapter base with its byte accounting (l2_adapters/base.py) and the key types
+(distributed/api.py).
+
+What is replaced, each said below, is what is native code or what pulls in
+the rest of LMCache's multiprocess server (its config, serde, eviction and
+IPC layers, the L1 memory manager with its CUDA allocators). Each stand-in
+carries only the names those four modules use. Nothing of LMCache is copied
+here.
+"""
+import abc
+import importlib.abc
+import importlib.machinery
+import logging
+import os
+import sys
+import types
+
+_loaded = None
+
+REAL = ("lmcache.v1.distributed.api", "lmcache.v1.distributed.l2_adapters.base",
+        "lmcache.v1.distributed.l2_adapters.native_connector_l2_adapter",
+        "lmcache.v1.distributed.l2_adapters.native_plugin_l2_adapter")
+
+# Packages whose __init__ imports the whole server: plain folders here.
+_NO_INIT = ("lmcache", "lmcache.v1", "lmcache.v1.distributed", "lmcache.v1.distributed.l2_adapters",
+            "lmcache.v1.multiprocess")
+
+
+class _Folders(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def __init__(self, src):
+        self._src = src
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in _NO_INIT:
+            return None
+        spec = importlib.machinery.ModuleSpec(name, self, is_package=True)
+        spec.submodule_search_locations = [os.path.join(self._src, *name.split("."))]
+        return spec
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        pass
+
+
+def _module(name, **attrs):
+    m = types.ModuleType(name)
+    m.__dict__.update(attrs)
+    sys.modules[name] = m
+    return m
+
+
+class Bitmap:
+    """lmcache.lmcache_native.Bitmap is a C++ extension: a fixed-size bit set."""
+
+    def __init__(self, n):
+        self._bits = [False] * int(n)
+
+    def set(self, i):
+        self._bits[i] = True
+
+    def test(self, i):
+        return self._bits[i]
+
+    def popcount(self):
+        return sum(self._bits)
+
+    def __len__(self):
+        return len(self._bits)
+
+
+class TensorMemoryObj:
+    """An L1 memory object over a CPU tensor: what the wrapper reads of
+    lmcache.v1.memory_management's (its allocators pin memory with CUDA)."""
+
+    def __init__(self, tensor, physical_size=None):
+        import ctypes
+
+        self.tensor = tensor
+        self._size = tensor.numel() * tensor.element_size()
+        self._physical = physical_size or self._size
+        self.data_ptr = tensor.data_ptr()
+        arr = (ctypes.c_ubyte * self._size).from_address(self.data_ptr)
+        self.byte_array = memoryview(arr)
+
+    def get_size(self):
+        return self._size
+
+    def get_physical_size(self):
+        return self._physical
+
+
+class EventNotifier:
+    """lmcache.v1.platform.create_event_notifier() on Linux: an eventfd."""
+
+    def __init__(self):
+        self._fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+
+    def fileno(self):
+        return self._fd
+
+    def notify(self):
+        os.eventfd_write(self._fd, 1)
+
+    def clear(self):
+        try:
+            os.eventfd_read(self._fd)
+        except BlockingIOError:
+            pass
+
+    def close(self):
+        os.close(self._fd)
+
+
+class L2StoreResult(int):
+    """As in lmcache.v1.distributed.internal_api: >= 0 bytes on success, -1 on failure."""
+
+    def __new__(cls, success, bytes_transferred):
+        if bytes_transferred < 0:
+            raise ValueError(f"bytes_transferred must be >= 0, got {bytes_transferred}")
+        return super().__new__(cls, bytes_transferred if success else -1)
+
+    def is_successful(self):
+        return int(self) >= 0
+
+    def bytes_transferred(self):
+        return max(int(self), 0)
+
+
+class L2AdapterListener(abc.ABC):
+    @abc.abstractmethod
+    def on_l2_keys_stored(self, keys, sizes=None):
+        pass
+
+    @abc.abstractmethod
+    def on_l2_keys_accessed(self, keys):
+        pass
+
+    @abc.abstractmethod
+    def on_l2_keys_deleted(self, keys):
+        pass
+
+
+def _stand_ins():
+    _module("lmcache.lmcache_native", Bitmap=Bitmap)  # C++ extension
+    _module("lmcache.logging", init_logger=logging.getLogger)  # LMCache's colour formatter
+    # IPC message types (msgspec); api.py imports one for an annotation.
+    _module("lmcache.v1.multiprocess.custom_types", IPCCacheEngineKey=type("IPCCacheEngineKey", (), {}))
+    # internal_api pulls in the L1 manager's protocol types.
+    _module("lmcache.v1.distributed.internal_api", L2StoreResult=L2StoreResult, L2AdapterListener=L2AdapterListener,
+            L1MemoryDesc=type("L1MemoryDesc", (), {}))
+    # The L1 memory manager (pinned, CUDA-registered allocations).
+    _module("lmcache.v1.memory_management", MemoryObj=TensorMemoryObj, TensorMemoryObj=TensorMemoryObj)
+    _module("lmcache.v1.platform", create_event_notifier=EventNotifier)
+    # Free-space guard of the filesystem adapters (the wrapper takes None).
+    _module("lmcache.v1.distributed.l2_adapters.disk_guard", DiskGuard=type("DiskGuard", (), {}))
+
+    # The adapter registries (config.py pulls in serde and eviction configs).
+    registry = {"types": {}, "factories": {}}
+
+    class L2AdapterConfigBase(abc.ABC):
+        @classmethod
+        @abc.abstractmethod
+        def from_dict(cls, d):
+            ...
+
+        @classmethod
+        @abc.abstractmethod
+        def help(cls):
+            ...
+
+    def register_l2_adapter_type(name, config_cls):
+        if name in registry["types"]:
+            raise ValueError("L2 adapter type already registered: %r" % name)
+        registry["types"][name] = config_cls
+
+    def register_l2_adapter_factory(name, factory):
+        registry["factories"][name] = factory
+
+    def create_l2_adapter(spec):
+        """What the storage manager does with one --l2-adapter JSON object."""
+        config = registry["types"][spec["type"]].from_dict(spec)
+        return registry["factories"][spec["type"]](config)
+
+    _module("lmcache.v1.distributed.l2_adapters.config", L2AdapterConfigBase=L2AdapterConfigBase,
+            register_l2_adapter_type=register_l2_adapter_type)
+    _module("lmcache.v1.distributed.l2_adapters.factory", register_l2_adapter_factory=register_l2_adapter_factory,
+            create_l2_adapter=create_l2_adapter)
+
+
+def load(src):
+    """Makes `import lmcache.v1.distributed...` import the checkout at `src`."""
+    global _loaded
+    src = os.path.abspath(src)
+    if _loaded is not None:
+        if _loaded != src:
+            raise RuntimeError(f"LMCache already loaded from {_loaded}")
+        return
+    for name in REAL:
+        if not os.path.isfile(os.path.join(src, *name.split(".")) + ".py"):
+            raise RuntimeError(f"{src} is not an LMCache checkout with {name}")
+    _loaded = src
+    sys.path.insert(0, src)
+    sys.meta_path.insert(0, _Folders(src))
+    _stand_ins()
+    import importlib
+
+    for name in REAL:
+        importlib.import_module(name)
+
