@@ -121,3 +121,20 @@ def test_a_wrong_param_is_named(store_dir, bad, named):
     bad = dict(bad)
     with pytest.raises(ValueError, match=named):
         connector(bad.pop("path", store_dir), **bad)
+
+
+def test_a_store_that_cannot_open_leaves_the_server_without_this_l2(tmp_path, caplog):
+    import logging
+
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    with caplog.at_level(logging.ERROR, logger="kvtier.adapters.lmcache"):
+        c = connector(str(blocker))
+    assert [r.levelno for r in caplog.records].count(logging.ERROR) == 1
+    assert "kvtier L2 connector disabled" in caplog.text
+    assert wait_for(c, c.submit_batch_exists(keys(2)))[1:] == (True, "", [False, False])
+    _, ok, err, per = wait_for(c, c.submit_batch_set(keys(2), bufs(2)))
+    assert not ok and err and per == [False, False]
+    assert not wait_for(c, c.submit_batch_get(keys(1), bufs(1, 0)))[1]
+    assert wait_for(c, c.submit_batch_delete(keys(1)))[3] == [False]
+    c.close()

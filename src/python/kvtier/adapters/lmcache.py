@@ -22,6 +22,9 @@ drain_completions() empties both. A set is acknowledged only when every
 block of it is durable. A get succeeds per key only when the stored block
 fills the buffer exactly.
 
+A store that cannot be opened is logged once; the connector then answers
+misses and failed transfers, and the server runs without this L2.
+
 LMCache's keys carry the model name, the KV rank (world size and worker),
 the object group and the cache salt, but not the dtype, the object layout or
 the chunk size, so those come from adapter_params and pin the namespace.
@@ -89,12 +92,15 @@ class KvtierL2Connector:
         opts["path"] = params["path"]
         if params.get("capacity_gb") is not None:
             opts["capacity_gb"] = params["capacity_gb"]
-        self._store = open_store(opts)  # LMCache reports a failure to build the adapter
+        self._store = self._ns = None
         try:
+            self._store = open_store(opts)
             self._ns = self._store.register_namespace(**namespace_spec(params))
-        except Exception:
-            self._store.close()
-            raise
+        except Exception as e:  # the server runs on without this L2: every key misses
+            logger.error("kvtier L2 connector disabled: cannot open store %s: %s", opts["path"], e)
+            if self._store is not None:
+                self._store.close()
+            self._store = None
         self._efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._lock = threading.Lock()
         self._done = collections.deque()   # (future_id, ok, error, per_key) of finished batches
@@ -109,13 +115,19 @@ class KvtierL2Connector:
         return self._efd
 
     def submit_batch_set(self, keys, bufs):
+        if self._ns is None:
+            return self._refuse(keys)
         return self._submit_each(keys, bufs, lambda k, b: self._ns.put_async(k, b), lambda r, b: r is True)
 
     def submit_batch_get(self, keys, bufs):
+        if self._ns is None:
+            return self._refuse(keys)
         return self._submit_each(keys, bufs, lambda k, b: self._ns.get_async(k, b),
                                  lambda r, b: r is not None and r == memoryview(b).nbytes)
 
     def submit_batch_exists(self, keys):
+        if self._ns is None:
+            return self._refuse(keys, lookup=True)
         return self._submit_on_pool(keys, self._ns.contains)
 
     def submit_batch_delete(self, keys):
@@ -124,6 +136,8 @@ class KvtierL2Connector:
             self._ns.remove(k)
             return present
 
+        if self._ns is None:
+            return self._refuse(keys, lookup=True)
         return self._submit_on_pool(keys, remove)
 
     def drain_completions(self):
@@ -142,7 +156,8 @@ class KvtierL2Connector:
                 return
             self._closed = True
         self._pool.shutdown(wait=True)
-        self._store.close()  # waits for kvtier's async operations in flight
+        if self._store is not None:
+            self._store.close()  # waits for kvtier's async operations in flight
         os.close(self._efd)
 
     # ---- batches ---------------------------------------------------------------------------
@@ -164,6 +179,12 @@ class KvtierL2Connector:
             self._inflight.discard(fid)
             self._done.append((fid, bool(ok), error, list(per_key)))
         os.eventfd_write(self._efd, 1)
+
+    def _refuse(self, keys, lookup=False):
+        """A batch on a disabled connector: lookups find nothing, transfers fail."""
+        fid = self._new_batch()
+        self._finish(fid, [False] * len(list(keys)), "" if lookup else "kvtier store is not open", ok=lookup)
+        return fid
 
     def _submit_each(self, keys, bufs, submit, succeeded):
         keys, bufs = list(keys), list(bufs)
