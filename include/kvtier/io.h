@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -91,6 +92,13 @@ struct IoRequest {
 // new work arrives: Enqueue requests as they come and call Reap, which
 // returns as soon as some of them finished, so their slots can be refilled
 // without waiting for the slowest request of a batch.
+// What a queue reports of its own work (zeros from a backend that does not
+// count it: the posix queue registers no buffers).
+struct IoQueueStats {
+  uint64_t requests = 0;                  // requests issued
+  uint64_t registered_buffer_requests = 0;  // ... of which used a registered buffer
+};
+
 class IoQueue {
  public:
   // Requests still outstanding when a queue is destroyed are cancelled
@@ -121,6 +129,8 @@ class IoQueue {
   virtual unsigned depth() const = 0;
   // "io_uring" or "posix" (or a test wrapper's name).
   virtual const char* backend() const = 0;
+  // Counters since the queue was made. Thread-compatible like the queue.
+  virtual IoQueueStats stats() const { return {}; }
 };
 
 struct OpenFlags {
@@ -155,6 +165,10 @@ class FileSystem {
   // holder's pid is written into the file and named in the error: "store is
   // in use by pid N".
   virtual Result<std::unique_ptr<FileLock>> Lock(const std::string& path, bool exclusive, unsigned mode) = 0;
+  // Whether a process holds the lock on `path`, without taking it or
+  // creating or changing the file: the holder's pid (0 when it wrote none),
+  // or nullopt when nobody holds it or the file does not exist.
+  virtual Result<std::optional<long>> LockHolder(const std::string& path) = 0;
   // Bytes free to unprivileged users on the file system holding `path`.
   virtual Result<uint64_t> FreeSpace(const std::string& path) = 0;
   // A queue for batched I/O on files of this FileSystem; one per thread.

@@ -47,6 +47,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -228,6 +229,40 @@ struct RepairReport {
 };
 
 // Information read from a store folder without opening it for I/O.
+// What a store folder says of itself without opening the store (kvtier info).
+struct FolderState {
+  bool in_use = false;  // a process has the store open read-write
+  long holder_pid = 0;  // that process, 0 when unknown
+  enum class Shutdown : uint8_t { kUnknown, kNeverCheckpointed, kClean, kNotClean };
+  // From the index's last checkpoint: kNotClean means the next read-write
+  // open recovers (replays the segments' tails).
+  Shutdown last_shutdown = Shutdown::kUnknown;
+};
+
+// A block's record header as decoded from its segment file.
+struct RecordHeaderInfo {
+  uint32_t magic = 0;  // 0x5254564B, "KVTR"
+  uint32_t format_version = 0;
+  uint32_t flags = 0;
+  bool dense = false;
+  uint32_t key_len = 0;
+  uint32_t segment = 0;
+  uint32_t generation = 0;
+  NamespaceId ns = 0;
+  uint64_t sequence = 0;
+  uint64_t payload_len = 0;
+  uint64_t payload_checksum = 0;
+  uint64_t written_unix_ms = 0;
+};
+
+// A block's index entry beside the record it points at (kvtier show).
+struct RecordInspection {
+  BlockInfo entry;                         // the disk copy's index entry
+  std::string segment_file;                // path of its segment file
+  std::optional<RecordHeaderInfo> header;  // absent when the header does not decode
+  std::vector<std::string> problems;       // where record and entry disagree; empty when they match
+};
+
 struct StoreDescription {
   uint32_t format_version = 0;
   std::string store_id;  // 32 hex digits
@@ -246,6 +281,9 @@ class Store {
                                                            const Options& options);
   // Reads the superblock only.
   [[nodiscard]] static Result<StoreDescription> Describe(const std::string& dir);
+  // Whether a process has the store open and how it was last closed, read
+  // without taking the lock or changing anything in the folder.
+  [[nodiscard]] static Result<FolderState> Inspect(const std::string& dir);
   // Rebuilds the index from the segment files: drops every entry, rescans
   // every segment, re-indexes what verifies. The store must not be open.
   [[nodiscard]] static Result<RepairReport> Repair(
@@ -334,6 +372,10 @@ class Store {
   virtual Stats GetStats() = 0;
   virtual std::vector<SegmentInfo> Segments() = 0;
   virtual Result<VerifyReport> Verify(const VerifyOptions& options) = 0;
+  // Reads the header of a block's disk record and checks it against the
+  // block's index entry (the payload is not read). NotFound when the block
+  // has no disk copy.
+  virtual Result<RecordInspection> InspectRecord(NamespaceId ns, std::string_view key) = 0;
   virtual const std::string& dir() const = 0;
   virtual StoreDescription Description() const = 0;
 

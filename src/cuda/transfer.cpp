@@ -16,7 +16,7 @@
 #include "cuda/hash_kernel.h"
 #include "format/record.h"
 #include "kvtier/cuda.h"
-#include "store/store_impl.h"
+#include "store/block_sink.h"
 
 namespace kvtier::gpu {
 
@@ -81,7 +81,8 @@ size_t TotalBytes(const DeviceBlock& b, bool* bad) {
 
 class TransferImpl final : public Transfer {
  public:
-  TransferImpl(StoreImpl* store, const TransferOptions& o) : store_(store), ram_(store->ram_tier()), opt_(o) {}
+  TransferImpl(Store* store, BlockSink* sink, const TransferOptions& o)
+      : store_(store), sink_(sink), ram_(sink->ram_tier()), opt_(o) {}
   ~TransferImpl() override;
 
   Status Init();
@@ -127,7 +128,8 @@ class TransferImpl final : public Transfer {
     f(stats_);
   }
 
-  StoreImpl* store_;
+  Store* store_;
+  BlockSink* sink_;
   RamTier* ram_;
   TransferOptions opt_;
   std::mutex call_mu_;  // one call at a time: the staging area is shared
@@ -174,10 +176,10 @@ Status DeviceStatus() {
 
 Result<std::unique_ptr<Transfer>> Transfer::Create(Store* store, const TransferOptions& options) {
   KVTIER_RETURN_IF_ERROR(DeviceStatus());
-  auto* impl = dynamic_cast<StoreImpl*>(store);
-  if (impl == nullptr) return Status::NotSupported("the GPU path needs a Store made by Store::Open");
+  BlockSink* sink = BlockSinkOf(store);
+  if (sink == nullptr) return Status::NotSupported("the GPU path needs a Store made by Store::Open");
   if (options.pipeline_depth == 0) return Status::InvalidArgument("pipeline_depth must be > 0");
-  auto t = std::make_unique<TransferImpl>(impl, options);
+  auto t = std::make_unique<TransferImpl>(store, sink, options);
   KVTIER_RETURN_IF_ERROR(t->Init());
   return std::unique_ptr<Transfer>(std::move(t));
 }
@@ -770,7 +772,7 @@ std::vector<Status> TransferImpl::PutFromDevice(NamespaceId ns, std::span<const 
             finish(i, w);
             continue;
           }
-          store_->PutInternal(ns, blocks[i].key, {}, std::move(reserved[i]), /*blocking=*/true,
+          sink_->PutInternal(ns, blocks[i].key, {}, std::move(reserved[i]), /*blocking=*/true,
                               [finish, i](Status s) { finish(i, std::move(s)); }, gpu_sum(i));
         }
       };
@@ -829,7 +831,7 @@ std::vector<Status> TransferImpl::PutFromDevice(NamespaceId ns, std::span<const 
         }
         bytes += totals[i];
         Fragment f{staging_ + slots_[k].off, totals[i]};
-        store_->PutInternal(ns, blocks[i].key, {&f, 1}, RamTier::Pin(), /*blocking=*/true,
+        sink_->PutInternal(ns, blocks[i].key, {&f, 1}, RamTier::Pin(), /*blocking=*/true,
                             [finish, i](Status s) { finish(i, std::move(s)); }, gpu_sum(i));
       }
       at += n;

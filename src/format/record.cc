@@ -373,4 +373,35 @@ Result<IndexValue> DecodeIndexValue(std::string_view in) {
   return v;
 }
 
+uint32_t RecordAgainstEntry(const RecordHeader& h, std::string_view record_key, uint64_t ns,
+                            std::string_view key, const IndexValue& v) {
+  uint32_t m = 0;
+  if (record_key != key) m |= kMismatchKey;
+  if (h.ns_id != ns) m |= kMismatchNamespace;
+  if (h.segment_id != v.segment) m |= kMismatchSegment;
+  if (h.generation != v.generation) m |= kMismatchGeneration;
+  if (h.payload_len != v.payload_len) m |= kMismatchPayloadLength;
+  if (h.payload_checksum != v.payload_checksum) m |= kMismatchChecksum;
+  if (h.flags != v.flags) m |= kMismatchFlags;
+  if (h.sequence != v.sequence) m |= kMismatchSequence;
+  return m;
+}
+
+std::vector<std::string> DescribeMismatches(uint32_t m) {
+  static constexpr std::pair<uint32_t, const char*> kLines[] = {
+      {kMismatchKey, "record key differs from the index key"},
+      {kMismatchNamespace, "record namespace differs from the index entry's"},
+      {kMismatchSegment, "record segment differs from the index entry's"},
+      {kMismatchGeneration, "record generation differs from the index entry (stale)"},
+      {kMismatchPayloadLength, "payload length differs from the index entry"},
+      {kMismatchChecksum, "payload checksum differs from the index entry"},
+      {kMismatchFlags, "record flags differ from the index entry's"},
+      {kMismatchSequence, "sequence differs from the index entry"},
+  };
+  std::vector<std::string> out;
+  for (const auto& [bit, line] : kLines)
+    if (m & bit) out.emplace_back(line);
+  return out;
+}
+
 }  // namespace kvtier::format

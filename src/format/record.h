@@ -12,6 +12,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "kvtier/status.h"
 
@@ -149,8 +150,41 @@ struct IndexValue {
   uint64_t RecordBytes() const { return format::RecordBytes(key_len, payload_len, flags); }
   uint64_t PayloadOffset() const { return format::PayloadOffset(key_len, payload_len, flags); }
 };
+// The index entry naming a record with header `h` (its segment, generation
+// and key length included) at byte `offset` of its segment file.
+inline IndexValue IndexValueOf(const RecordHeader& h, uint64_t offset) {
+  IndexValue v;
+  v.segment = h.segment_id;
+  v.generation = h.generation;
+  v.offset = offset;
+  v.payload_len = h.payload_len;
+  v.payload_checksum = h.payload_checksum;
+  v.sequence = h.sequence;
+  v.written_unix_ms = h.written_unix_ms;
+  v.key_len = h.key_len;
+  v.flags = h.flags;
+  return v;
+}
 std::string EncodeIndexValue(const IndexValue& v);
 Result<IndexValue> DecodeIndexValue(std::string_view in);
+
+// Where a decoded record header (and the key it carries) disagrees with the
+// index entry that points at it: one bit per field, 0 when they agree. The
+// one check the read path, reclaim's reinsertion and `kvtier show` make.
+enum EntryMismatch : uint32_t {
+  kMismatchKey = 1u << 0,
+  kMismatchNamespace = 1u << 1,
+  kMismatchSegment = 1u << 2,
+  kMismatchGeneration = 1u << 3,  // a stale entry: the segment was reused
+  kMismatchPayloadLength = 1u << 4,
+  kMismatchChecksum = 1u << 5,
+  kMismatchFlags = 1u << 6,
+  kMismatchSequence = 1u << 7,
+};
+uint32_t RecordAgainstEntry(const RecordHeader& h, std::string_view record_key, uint64_t ns,
+                            std::string_view key, const IndexValue& v);
+// One line per bit set, for reports.
+std::vector<std::string> DescribeMismatches(uint32_t mismatches);
 
 }  // namespace kvtier::format
 

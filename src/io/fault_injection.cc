@@ -257,6 +257,11 @@ Result<std::unique_ptr<FileLock>> FaultInjectionFileSystem::Lock(const std::stri
   return state_->base->Lock(path, exclusive, mode);
 }
 
+Result<std::optional<long>> FaultInjectionFileSystem::LockHolder(const std::string& path) {
+  KVTIER_FAULT_(FaultOp::kLock, path);
+  return state_->base->LockHolder(path);
+}
+
 Result<uint64_t> FaultInjectionFileSystem::FreeSpace(const std::string& path) {
   KVTIER_FAULT_(FaultOp::kFreeSpace, path);
   {

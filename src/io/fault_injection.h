@@ -133,6 +133,7 @@ class FaultInjectionFileSystem final : public FileSystem {
   Result<bool> Exists(const std::string& path) override;
   Result<std::vector<std::string>> ListDir(const std::string& path) override;
   Result<std::unique_ptr<FileLock>> Lock(const std::string& path, bool exclusive, unsigned mode) override;
+  Result<std::optional<long>> LockHolder(const std::string& path) override;
   Result<uint64_t> FreeSpace(const std::string& path) override;
   Result<std::unique_ptr<IoQueue>> NewIoQueue(unsigned depth) override;
   std::string IoBackendName() const override;

@@ -311,6 +311,33 @@ Result<std::unique_ptr<FileLock>> PosixFileSystem::Lock(const std::string& path,
   return std::unique_ptr<FileLock>(new PosixFileLock(fd, exclusive));
 }
 
+Result<std::optional<long>> PosixFileSystem::LockHolder(const std::string& path) {
+  int fd;
+  do {
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) {
+    if (errno == ENOENT) return std::optional<long>();
+    return Status::FromErrno(errno, "open lock file " + path);
+  }
+  // A shared, non-blocking probe: it fails only while someone holds the
+  // exclusive lock, and is dropped at once otherwise.
+  int r;
+  do {
+    r = ::flock(fd, LOCK_SH | LOCK_NB);
+  } while (r < 0 && errno == EINTR);
+  const int err = r < 0 ? errno : 0;
+  std::optional<long> holder;
+  if (r == 0) {
+    ::flock(fd, LOCK_UN);
+  } else if (err == EWOULDBLOCK) {
+    holder = ReadLockPid(fd);
+  }
+  ::close(fd);
+  if (r < 0 && err != EWOULDBLOCK) return Status::FromErrno(err, "flock " + path);
+  return holder;
+}
+
 Result<uint64_t> PosixFileSystem::FreeSpace(const std::string& path) {
   struct statvfs st;
   if (::statvfs(path.c_str(), &st) < 0) return Status::FromErrno(errno, "statvfs " + path);

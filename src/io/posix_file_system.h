@@ -44,6 +44,7 @@ class PosixFileSystem final : public FileSystem {
   // Sorted by name.
   Result<std::vector<std::string>> ListDir(const std::string& path) override;
   Result<std::unique_ptr<FileLock>> Lock(const std::string& path, bool exclusive, unsigned mode) override;
+  Result<std::optional<long>> LockHolder(const std::string& path) override;
   Result<uint64_t> FreeSpace(const std::string& path) override;
   // `depth` must be in [1, kMaxIoQueueDepth] (InvalidArgument otherwise).
   Result<std::unique_ptr<IoQueue>> NewIoQueue(unsigned depth) override;

@@ -389,6 +389,10 @@ Result<std::unique_ptr<FileLock>> SimPowerLossFileSystem::Lock(const std::string
   return state_->base->Lock(path, exclusive, mode);
 }
 
+Result<std::optional<long>> SimPowerLossFileSystem::LockHolder(const std::string& path) {
+  return state_->base->LockHolder(path);
+}
+
 Result<uint64_t> SimPowerLossFileSystem::FreeSpace(const std::string& path) {
   return state_->base->FreeSpace(path);
 }

@@ -113,7 +113,8 @@ class UringIoQueue final : public IoQueue {
   unsigned depth() const override { return depth_; }
   const char* backend() const override { return "io_uring"; }
 
-  const UringQueueStats& stats() const { return stats_; }
+  const UringQueueStats& uring_stats() const { return stats_; }
+  IoQueueStats stats() const override { return {stats_.sqes, stats_.fixed_sqes}; }
 
  private:
   // A request the ring is working on; its index is the SQE's user data.
@@ -650,7 +651,7 @@ Result<std::unique_ptr<IoQueue>> NewUringIoQueue(unsigned depth, size_t max_tran
 
 UringQueueStats GetUringQueueStats(const IoQueue& queue) {
   const auto* q = dynamic_cast<const UringIoQueue*>(&queue);
-  return q != nullptr ? q->stats() : UringQueueStats{};
+  return q != nullptr ? q->uring_stats() : UringQueueStats{};
 }
 
 bool IoUringAvailable() { return Probe().ok; }

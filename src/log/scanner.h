@@ -39,17 +39,12 @@ struct ScannedRecord {
 };
 
 // The index entry that names a scanned record.
+// A scanned record's header names its own segment and generation; the
+// segment table's are used, which recovery has checked they equal.
 inline format::IndexValue IndexValueOf(const ScannedRecord& rec, uint32_t segment, uint32_t generation) {
-  format::IndexValue v;
+  format::IndexValue v = format::IndexValueOf(rec.header, rec.offset);
   v.segment = segment;
   v.generation = generation;
-  v.offset = rec.offset;
-  v.payload_len = rec.header.payload_len;
-  v.payload_checksum = rec.header.payload_checksum;
-  v.sequence = rec.header.sequence;
-  v.written_unix_ms = rec.header.written_unix_ms;
-  v.key_len = rec.header.key_len;
-  v.flags = rec.header.flags;
   return v;
 }
 

@@ -39,6 +39,7 @@
 #include "log/segment_table.h"
 #include "log/write_ring.h"
 #include "store/admission.h"
+#include "store/block_sink.h"
 #include "store/counters.h"
 #include "store/read_buffers.h"
 #include "tier/ram_tier.h"
@@ -51,7 +52,7 @@ namespace remote {
 class SharedTier;  // src/remote/shared_tier.h (built only with librados)
 }
 
-class StoreImpl final : public Store {
+class StoreImpl final : public Store, public BlockSink {
  public:
   StoreImpl(std::string dir, Options options);
   ~StoreImpl() override;
@@ -95,6 +96,7 @@ class StoreImpl final : public Store {
   Stats GetStats() override;
   std::vector<SegmentInfo> Segments() override;
   Result<VerifyReport> Verify(const VerifyOptions& options) override;
+  Result<RecordInspection> InspectRecord(NamespaceId ns, std::string_view key) override;
   const std::string& dir() const override { return dir_; }
   StoreDescription Description() const override { return description_; }
   Status Close() override;
@@ -107,17 +109,11 @@ class StoreImpl final : public Store {
   // Where a repair-mode open moved an index it could not open ("" if none).
   const std::string& damaged_index_moved_to() const { return damaged_index_moved_to_; }
 
-  // The host RAM tier, or null when off. For the GPU path (src/cuda).
-  RamTier* ram_tier() { return ram_.get(); }
-  // For the GPU path: a put that waits for ring space (blocking) but not for
-  // durability; `done` reports durability. With a non-empty `reservation`
-  // (a RAM-tier block the caller filled, e.g. from the device), `payload` is
-  // ignored: the reservation's pieces are written through and it is
-  // committed to the tier instead of a copy. A non-null `checksum` is the
-  // payload's XXH3 computed where the bytes came from (the GPU): the put
-  // does not hash them again.
+  // BlockSink (src/store/block_sink.h), for the GPU path.
+  RamTier* ram_tier() override { return ram_.get(); }
   void PutInternal(NamespaceId ns, std::string_view key, std::span<const Fragment> payload,
-                   RamTier::Pin reservation, bool blocking, PutCallback done, const uint64_t* checksum = nullptr);
+                   RamTier::Pin reservation, bool blocking, PutCallback done,
+                   const uint64_t* checksum = nullptr) override;
 
  private:
   // Bound on payloads of records already on disk (format::MaxStoredPayload);

@@ -7,17 +7,13 @@
 #include <cstring>
 
 #include "format/coding.h"
+#include "store/layout.h"
 #include "store/store_impl.h"
 #include "util/clock.h"
 
 namespace kvtier {
 
 namespace {
-constexpr const char* kSuperblockName = "SUPERBLOCK";
-constexpr const char* kLockName = "LOCK";
-constexpr const char* kSegmentsDir = "segments";
-constexpr const char* kIndexDir = "index";
-constexpr const char* kNamespacesDir = "namespaces";
 
 Status CheckOptions(const Options& o) {
   if (o.segment_size_bytes < format::kMinSegmentBytes || o.segment_size_bytes > format::kMaxSegmentBytes ||
@@ -76,7 +72,7 @@ static Result<format::Superblock> LoadSuperblock(FileSystem* fs, const std::stri
 
 Result<StoreDescription> Store::Describe(const std::string& dir) {
   auto fs = DefaultFileSystem(IoBackend::kPosix);
-  auto sb = LoadSuperblock(fs.get(), dir + "/" + kSuperblockName);
+  auto sb = LoadSuperblock(fs.get(), layout::SuperblockPath(dir));
   if (!sb.ok()) {
     if (sb.status().code() == Code::kNotFound)
       return Status::NotFound(dir + " holds no kvtier store (no SUPERBLOCK)");
@@ -91,7 +87,7 @@ Result<StoreDescription> Store::Describe(const std::string& dir) {
 }
 
 Status StoreImpl::CreateOrLoadSuperblock(bool* created) {
-  const std::string path = dir_ + "/" + kSuperblockName;
+  const std::string path = layout::SuperblockPath(dir_);
   auto exists = fs_->Exists(path);
   if (!exists.ok()) return exists.status();
   *created = false;
@@ -103,8 +99,7 @@ Status StoreImpl::CreateOrLoadSuperblock(bool* created) {
     // Besides the lock, tolerate what a crash during an earlier creation can
     // leave behind (the superblock is renamed into place last).
     for (const std::string& n : *names)
-      if (n != kLockName && n != std::string(kSuperblockName) + ".tmp" && n != kSegmentsDir &&
-          n != kNamespacesDir)
+      if (!layout::LeftByInterruptedCreation(n))
         return Status::InvalidArgument(dir_ + " is not a kvtier store and is not empty (found '" + n + "')");
     format::Superblock sb;
     if (getrandom(sb.store_id.data(), sb.store_id.size(), 0) != static_cast<ssize_t>(sb.store_id.size()))
@@ -117,7 +112,7 @@ Status StoreImpl::CreateOrLoadSuperblock(bool* created) {
     for (size_t copy = 0; copy < 2; ++copy)
       format::EncodeSuperblock(sb, std::span<uint8_t, format::kSuperblockEncodedBytes>(
                                        buf.data() + copy * format::kPage, format::kSuperblockEncodedBytes));
-    const std::string tmp = path + ".tmp";
+    const std::string tmp = path + std::string(layout::kTempSuffix);
     OpenFlags f;
     f.create = true;
     f.mode = opt_.group_access ? 0660 : 0600;
@@ -128,8 +123,8 @@ Status StoreImpl::CreateOrLoadSuperblock(bool* created) {
     KVTIER_RETURN_IF_ERROR((*file)->Sync());
     file->reset();
     unsigned dmode = opt_.group_access ? 0770 : 0700;
-    KVTIER_RETURN_IF_ERROR(fs_->CreateDir(dir_ + "/" + kSegmentsDir, dmode));
-    KVTIER_RETURN_IF_ERROR(fs_->CreateDir(dir_ + "/" + kNamespacesDir, dmode));
+    KVTIER_RETURN_IF_ERROR(fs_->CreateDir(layout::SegmentsDir(dir_), dmode));
+    KVTIER_RETURN_IF_ERROR(fs_->CreateDir(layout::NamespacesDir(dir_), dmode));
     KVTIER_RETURN_IF_ERROR(fs_->Rename(tmp, path));
     KVTIER_RETURN_IF_ERROR(fs_->SyncDir(dir_));
     *created = true;
@@ -162,7 +157,7 @@ Status StoreImpl::OpenImpl() {
     KVTIER_RETURN_IF_ERROR(fs_->CreateDir(dir_, dmode));
   }
   if (!opt_.read_only) {
-    auto lock = fs_->Lock(dir_ + "/" + kLockName, /*exclusive=*/true, opt_.group_access ? 0660 : 0600);
+    auto lock = fs_->Lock(layout::LockPath(dir_), /*exclusive=*/true, opt_.group_access ? 0660 : 0600);
     if (!lock.ok()) return lock.status();
     lock_ = std::move(lock).value();
   }
@@ -179,15 +174,15 @@ Status StoreImpl::OpenImpl() {
   // RocksDB's usual 64 MiB, at least 4 MiB.
   const uint64_t capacity = opt_.capacity_bytes != 0 ? opt_.capacity_bytes : 8ull << 30;
   io.write_buffer_bytes = std::clamp<uint64_t>(capacity / 256, 4u << 20, 64u << 20);
-  auto index = Index::Open(dir_ + "/" + kIndexDir, io);
+  auto index = Index::Open(layout::IndexDir(dir_), io);
   if (!index.ok() && repair_mode_ && index.status().code() != Code::kBusy) {
     // The index is a cache of the segments: set the damaged one aside (for
     // inspection) and rebuild into a fresh one.
-    const std::string aside = dir_ + "/" + kIndexDir + ".damaged-" + std::to_string(NowUnixMs());
-    KVTIER_RETURN_IF_ERROR(fs_->Rename(dir_ + "/" + kIndexDir, aside));
+    const std::string aside = layout::DamagedIndexPath(dir_, NowUnixMs());
+    KVTIER_RETURN_IF_ERROR(fs_->Rename(layout::IndexDir(dir_), aside));
     KVTIER_RETURN_IF_ERROR(fs_->SyncDir(dir_));
     damaged_index_moved_to_ = aside;
-    index = Index::Open(dir_ + "/" + kIndexDir, io);
+    index = Index::Open(layout::IndexDir(dir_), io);
   }
   if (!index.ok()) {
     return index.status().WithContext("opening index of " + dir_ +
@@ -199,7 +194,7 @@ Status StoreImpl::OpenImpl() {
 
   SegmentTable::Config tc;
   tc.fs = fs_.get();
-  tc.dir = dir_ + "/" + kSegmentsDir;
+  tc.dir = layout::SegmentsDir(dir_);
   tc.segment_size = description_.segment_size_bytes;
   tc.store_id = store_id_;
   tc.direct = opt_.use_direct_io;
@@ -273,7 +268,7 @@ Status StoreImpl::LoadNamespaces() {
   if (!list.ok()) return list.status();
   std::unique_lock<std::shared_mutex> l(ns_mu_);
   for (auto& [id, spec] : *list) namespaces_[id] = std::move(spec);
-  const std::string nsdir = dir_ + "/" + kNamespacesDir;
+  const std::string nsdir = layout::NamespacesDir(dir_);
   auto names = fs_->ListDir(nsdir);
   if (!names.ok()) return names.status().IsNotFound() ? Status::OK() : names.status();
   for (const std::string& n : *names) {
@@ -305,28 +300,29 @@ Status StoreImpl::LoadNamespaces() {
 }
 
 Status StoreImpl::WriteNamespaceFile(NamespaceId id, const NamespaceSpec& spec) {
-  const std::string nsdir = dir_ + "/" + kNamespacesDir;
+  const std::string nsdir = layout::NamespacesDir(dir_);
   KVTIER_RETURN_IF_ERROR(fs_->CreateDir(nsdir, opt_.group_access ? 0770 : 0700));
   std::string buf = spec.Encode();
   uint64_t sum = format::Checksum(buf.data(), buf.size());
   format::AppendFixed64(&buf, sum);
-  const std::string path = nsdir + "/" + NamespaceIdToHex(id) + ".ns";
+  const std::string path = layout::NamespacePath(dir_, id);
   OpenFlags f;
   f.create = true;
   f.mode = opt_.group_access ? 0660 : 0600;
-  auto file = fs_->Open(path + ".tmp", f);
+  const std::string tmp = path + std::string(layout::kTempSuffix);
+  auto file = fs_->Open(tmp, f);
   if (!file.ok()) return file.status();
   KVTIER_RETURN_IF_ERROR((*file)->Truncate(0));
   KVTIER_RETURN_IF_ERROR((*file)->WriteAt(0, buf.data(), buf.size()));
   KVTIER_RETURN_IF_ERROR((*file)->Sync());
   file->reset();
-  KVTIER_RETURN_IF_ERROR(fs_->Rename(path + ".tmp", path));
+  KVTIER_RETURN_IF_ERROR(fs_->Rename(tmp, path));
   return fs_->SyncDir(nsdir);
 }
 
 Status StoreImpl::RemoveNamespaceFile(NamespaceId id) {
-  const std::string nsdir = dir_ + "/" + kNamespacesDir;
-  Status st = fs_->Remove(nsdir + "/" + NamespaceIdToHex(id) + ".ns");
+  const std::string nsdir = layout::NamespacesDir(dir_);
+  Status st = fs_->Remove(layout::NamespacePath(dir_, id));
   if (!st.ok() && !st.IsNotFound()) return st;
   return fs_->SyncDir(nsdir);
 }

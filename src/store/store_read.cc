@@ -336,9 +336,7 @@ void StoreImpl::FinishRead(ReadIo& io) {
   const uint64_t have = io.direct ? kPage : v.RecordBytes();
   std::string_view key;
   auto h = format::DecodeRecordHeader({rec, have}, StoredPayloadLimit(), &key);
-  bool good = h.ok() && key == op->key && h->ns_id == op->ns && h->segment_id == v.segment &&
-              h->generation == v.generation && h->payload_len == v.payload_len &&
-              h->payload_checksum == v.payload_checksum;
+  bool good = h.ok() && format::RecordAgainstEntry(*h, key, op->ns, op->key, v) == 0;
   const uint64_t whole = v.payload_len / kPage * kPage;
   const uint8_t* payload = rec + v.PayloadOffset();
   if (good) {

@@ -4,7 +4,6 @@
 #include <cstring>
 #include <future>
 
-#include "io/uring_queue.h"
 #include "store/store_impl.h"
 #include "util/checksum.h"
 #include "util/clock.h"
@@ -628,7 +627,7 @@ void StoreImpl::WriteGroup(std::vector<WriteOp>& group) {
       ++i;
     }
     if (!reqs.empty()) write_queue_->Submit(reqs).IgnoreError();  // per-request statuses below
-    c_.registered_writes.Set(GetUringQueueStats(*write_queue_).fixed_sqes);
+    c_.registered_writes.Set(write_queue_->stats().registered_buffer_requests);
     std::unordered_map<File*, Status> failed;
     for (const IoRequest& rq : reqs) {
       if (!rq.status.ok() && !failed.count(rq.file)) failed[rq.file] = rq.status;
@@ -888,8 +887,7 @@ Status StoreImpl::ReclaimSegment(uint32_t seg, bool reuse) {
       std::memset(ri.rec.data() + rec_bytes, 0, bytes - rec_bytes);
       std::string_view k;
       auto h = format::DecodeRecordHeader({ri.rec.data(), rec_bytes}, StoredPayloadLimit(), &k);
-      if (!h.ok() || k != r.key || h->ns_id != r.ns || h->payload_checksum != v.payload_checksum ||
-          h->flags != v.flags ||
+      if (!h.ok() || format::RecordAgainstEntry(*h, k, r.ns, r.key, v) != 0 ||
           format::Checksum(ri.rec.data() + v.PayloadOffset(), h->payload_len) != h->payload_checksum)
         continue;
       ri.h = *h;
@@ -968,16 +966,7 @@ Status StoreImpl::ReclaimSegment(uint32_t seg, bool reuse) {
         for (size_t j = i; j < reinserts.size(); ++j) ram_->Erase(reinserts[j].ns, reinserts[j].key);
       break;
     }
-    format::IndexValue v;
-    v.segment = seg;
-    v.generation = new_gen;
-    v.offset = cur_off_;
-    v.payload_len = h.payload_len;
-    v.payload_checksum = h.payload_checksum;
-    v.sequence = h.sequence;
-    v.written_unix_ms = h.written_unix_ms;
-    v.key_len = static_cast<uint16_t>(ri.key.size());
-    v.flags = h.flags;
+    const format::IndexValue v = format::IndexValueOf(h, cur_off_);
     auto e = index_->Get(ri.ns, ri.key);
     if (e.ok() && !e->has_value()) re.Put(ri.ns, ri.key, v);  // not replaced or removed meanwhile
     cur_off_ += ri.bytes;

@@ -619,4 +619,43 @@ TEST(IndexValueTest, WrongSizeRejected) {
 }
 
 }  // namespace
+TEST(RecordAgainstEntryTest, EachFieldHasItsBitAndLine) {
+  RecordHeader h;
+  h.flags = kRecordDense;
+  h.key_len = 3;
+  h.segment_id = 4;
+  h.generation = 5;
+  h.ns_id = 6;
+  h.sequence = 7;
+  h.payload_len = 8192;
+  h.payload_checksum = 9;
+  const IndexValue v = IndexValueOf(h, 4096);
+  EXPECT_EQ(v.offset, 4096u);
+  EXPECT_EQ(v.key_len, 3u);
+  EXPECT_EQ(RecordAgainstEntry(h, "abc", 6, "abc", v), 0u);
+  EXPECT_TRUE(DescribeMismatches(0).empty());
+  struct Case {
+    uint32_t bit;
+    void (*change)(RecordHeader&);
+  };
+  const Case cases[] = {
+      {kMismatchSegment, [](RecordHeader& r) { r.segment_id++; }},
+      {kMismatchGeneration, [](RecordHeader& r) { r.generation++; }},
+      {kMismatchPayloadLength, [](RecordHeader& r) { r.payload_len++; }},
+      {kMismatchChecksum, [](RecordHeader& r) { r.payload_checksum++; }},
+      {kMismatchFlags, [](RecordHeader& r) { r.flags = 0; }},
+      {kMismatchSequence, [](RecordHeader& r) { r.sequence++; }},
+  };
+  for (const Case& c : cases) {
+    RecordHeader changed = h;
+    c.change(changed);
+    EXPECT_EQ(RecordAgainstEntry(changed, "abc", 6, "abc", v), c.bit);
+  }
+  EXPECT_EQ(RecordAgainstEntry(h, "abd", 6, "abc", v), uint32_t{kMismatchKey});
+  EXPECT_EQ(RecordAgainstEntry(h, "abc", 7, "abc", v), uint32_t{kMismatchNamespace});
+  const auto lines = DescribeMismatches(kMismatchGeneration | kMismatchKey);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_NE(lines[1].find("stale"), std::string::npos);
+}
+
 }  // namespace kvtier::format

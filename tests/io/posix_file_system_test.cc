@@ -192,6 +192,34 @@ TEST_F(PosixFileSystemTest, NoFollowRefusesSymlink) {
   EXPECT_TRUE(*exists);
 }
 
+TEST_F(PosixFileSystemTest, LockHolderNamesTheExclusiveHolderAndChangesNothing) {
+  const std::string path = dir_.File("LOCK");
+  auto none = fs_.LockHolder(path);  // no file: nobody, and none is made
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_FALSE(none->has_value());
+  EXPECT_FALSE(*fs_.Exists(path));
+
+  Result<std::unique_ptr<FileLock>> held = fs_.Lock(path, /*exclusive=*/true, 0600);
+  ASSERT_TRUE(held.ok());
+  auto who = fs_.LockHolder(path);
+  ASSERT_TRUE(who.ok());
+  ASSERT_TRUE(who->has_value());
+  EXPECT_EQ(**who, static_cast<long>(::getpid()));
+  // The probe took nothing: the holder still holds it, and a second
+  // exclusive lock is still refused.
+  EXPECT_EQ(fs_.Lock(path, true, 0600).status().code(), Code::kBusy);
+
+  held.value().reset();
+  auto free_now = fs_.LockHolder(path);
+  ASSERT_TRUE(free_now.ok());
+  EXPECT_FALSE(free_now->has_value());
+  Result<std::unique_ptr<FileLock>> shared = fs_.Lock(path, /*exclusive=*/false, 0600);
+  ASSERT_TRUE(shared.ok());
+  auto with_shared = fs_.LockHolder(path);  // readers do not count as holding the store
+  ASSERT_TRUE(with_shared.ok());
+  EXPECT_FALSE(with_shared->has_value());
+}
+
 TEST_F(PosixFileSystemTest, LockTwiceInOneProcessIsBusy) {
   const std::string path = dir_.File("LOCK");
   Result<std::unique_ptr<FileLock>> first = fs_.Lock(path, /*exclusive=*/true, 0600);

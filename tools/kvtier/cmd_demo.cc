@@ -2,18 +2,49 @@
 // KV blocks shaped like real models (one namespace each), closes and reopens
 // the store, reads everything back, checks it byte for byte and reports
 // throughput and reopen time. Exit 1 on any mismatch.
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <cstring>
 #include <future>
 #include <iostream>
 
 #include "commands.h"
-#include "util/aligned_buffer.h"
 
 namespace kvtier::cli {
 
 namespace {
+
+// The engine's side of the demo: tensors in 2 MiB-aligned memory advised for
+// transparent huge pages, as an engine's pinned staging memory would be.
+class HugeBuffer {
+ public:
+  HugeBuffer() = default;
+  HugeBuffer(const HugeBuffer&) = delete;
+  HugeBuffer& operator=(const HugeBuffer&) = delete;
+  ~HugeBuffer() { std::free(data_); }
+  bool ResetHuge(size_t size) {
+    constexpr size_t kHuge = size_t{2} << 20;
+    std::free(data_);
+    data_ = nullptr;
+    size_ = 0;
+    const size_t rounded = (size + kHuge - 1) / kHuge * kHuge;
+    void* p = nullptr;
+    if (rounded == 0 || posix_memalign(&p, kHuge, rounded) != 0) return rounded == 0;
+    data_ = static_cast<uint8_t*>(p);
+    size_ = rounded;
+    madvise(data_, size_, MADV_HUGEPAGE);
+    return true;
+  }
+  uint8_t* data() { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+};
 
 // A model's KV block as an engine hands it over (see
 // /work/shared/reference/limits.md: bf16, 16 tokens per block).
@@ -120,7 +151,7 @@ struct Batch {
   }
 
  private:
-  AlignedBuffer mem_;
+  HugeBuffer mem_;
 };
 
 struct ShapeResult {

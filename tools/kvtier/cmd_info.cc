@@ -1,37 +1,13 @@
 // kvtier info DIR: what a store is and holds.
-#include <fcntl.h>
-#include <sys/file.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <iostream>
 
 #include "commands.h"
-#include "index/index.h"
 
 namespace kvtier::cli {
 
 namespace {
-
-// Whether another process holds the store's lock, and its pid (0 unknown).
-// Probes with a shared, non-blocking flock on a read-only descriptor: this
-// changes nothing in the folder.
-bool LockHolder(const std::string& dir, long* pid) {
-  *pid = 0;
-  const int fd = ::open((dir + "/LOCK").c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return false;
-  bool held = false;
-  if (::flock(fd, LOCK_SH | LOCK_NB) != 0) {
-    held = errno == EWOULDBLOCK;
-    char buf[32] = {0};
-    const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
-    if (n > 0) *pid = std::strtol(buf, nullptr, 10);
-  } else {
-    ::flock(fd, LOCK_UN);
-  }
-  ::close(fd);
-  return held;
-}
 
 struct Info {
   StoreArgs a;
@@ -59,19 +35,18 @@ int Run(const Info& in) {
 
   // The last checkpoint says whether the store was closed cleanly.
   std::string shutdown = "unknown";
-  IndexOpenOptions io;
-  io.read_only = true;
-  io.create_if_missing = false;
-  auto index = Index::Open(in.a.dir + "/index", io);
-  if (index.ok()) {
-    auto cp = (*index)->ReadCheckpoint();
-    if (cp.ok()) {
-      if (!cp->has_value()) shutdown = "never checkpointed";
-      else shutdown = (*cp)->clean ? "clean" : "not clean (the next read-write open recovers)";
-    }
-  }
   long pid = 0;
-  const bool in_use = LockHolder(in.a.dir, &pid);
+  bool in_use = false;
+  if (auto fst = Store::Inspect(in.a.dir); fst.ok()) {
+    switch (fst->last_shutdown) {
+      case FolderState::Shutdown::kNeverCheckpointed: shutdown = "never checkpointed"; break;
+      case FolderState::Shutdown::kClean: shutdown = "clean"; break;
+      case FolderState::Shutdown::kNotClean: shutdown = "not clean (the next read-write open recovers)"; break;
+      case FolderState::Shutdown::kUnknown: break;
+    }
+    in_use = fst->in_use;
+    pid = fst->holder_pid;
+  }
   const double space_ratio = payload == 0 ? 0 : static_cast<double>(st.used_bytes) / static_cast<double>(payload);
 
   // What a writer would cap the budget to (Store::Open does, read-write).

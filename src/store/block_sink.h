@@ -1,0 +1,39 @@
+// BlockSink: what the GPU path (src/cuda) needs of a store beyond the public
+// Store API. It fills RAM-tier reservations from the device itself, so it
+// needs the tier and a put that commits such a reservation instead of
+// copying a payload.
+//
+// Thread safety: as Store (every method from any thread).
+#ifndef KVTIER_SRC_STORE_BLOCK_SINK_H_
+#define KVTIER_SRC_STORE_BLOCK_SINK_H_
+
+#include <span>
+#include <string_view>
+
+#include "kvtier/store.h"
+#include "tier/ram_tier.h"
+
+namespace kvtier {
+
+class BlockSink {
+ public:
+  virtual ~BlockSink() = default;
+  // The host RAM tier, or null when it is off. Owned by the store.
+  virtual RamTier* ram_tier() = 0;
+  // A put that waits for ring space when `blocking` but not for durability;
+  // `done` reports durability. With a non-empty `reservation` (a RAM-tier
+  // block the caller filled), `payload` is ignored: the reservation's pieces
+  // are written through and it is committed to the tier instead of a copy.
+  // A non-null `checksum` is the payload's XXH3 computed where the bytes
+  // came from: the put does not hash them again.
+  virtual void PutInternal(NamespaceId ns, std::string_view key, std::span<const Fragment> payload,
+                           RamTier::Pin reservation, bool blocking, PutCallback done,
+                           const uint64_t* checksum = nullptr) = 0;
+};
+
+// The sink of a Store made by Store::Open; null for any other Store.
+BlockSink* BlockSinkOf(Store* store);
+
+}  // namespace kvtier
+
+#endif  // KVTIER_SRC_STORE_BLOCK_SINK_H_
