@@ -38,10 +38,11 @@
 #include "log/scanner.h"
 #include "log/segment_table.h"
 #include "log/write_ring.h"
+#include "read/deadline_timer.h"
+#include "read/read_pool.h"
 #include "store/admission.h"
 #include "store/block_sink.h"
 #include "store/counters.h"
-#include "store/read_buffers.h"
 #include "tier/ram_tier.h"
 #include "util/aligned_buffer.h"
 #include "util/page_backing.h"
@@ -197,94 +198,10 @@ class StoreImpl final : public Store, public BlockSink {
   void HoldCheckpointAtFailedWrites(const CommitJob& job);
   uint64_t UsedBytes() const;
 
-  // ---- Read path ----
-  struct ReadOp {
-    NamespaceId ns = 0;
-    std::string key;
-    std::vector<MutableFragment> out;
-    size_t out_total = 0;
-    Clock::time_point deadline;
-    GetCallback done;
-    std::atomic<int> state{0};  // 0 pending, 1 completing, 2 expired
-  };
-  class ReadSlots;
-  // One get's I/O: the whole record into `bounce`, or (direct) the header
-  // page and tail page into `bounce` and the payload's whole pages straight
-  // into the caller's fragments.
-  struct ReadIo {
-    StoreImpl* self = nullptr;
-    ReadSlots* slots = nullptr;  // owner; slot is also this read's ReadBuffers slot
-    size_t slot = 0;
-    std::shared_ptr<ReadOp> op;
-    format::IndexValue v;
-    uint8_t* bounce = nullptr;
-    bool direct = false;
-    int left = 0;                  // requests still in flight
-    Status status;                 // the first failure
-    uint64_t device_bytes = 0;
-    std::vector<IoRequest> reqs;  // enqueued on the reader's queue; never grown while in flight
-  };
-  // The reads one reader thread has in flight, one per slot. Not
-  // thread-safe: one per reader thread.
-  class ReadSlots {
-   public:
-    ReadSlots(StoreImpl* self, size_t n) : ios_(n) {
-      for (size_t i = 0; i < n; ++i) {
-        ios_[i] = std::make_unique<ReadIo>();
-        ios_[i]->self = self;
-        ios_[i]->slots = this;
-        ios_[i]->slot = i;
-        free_.push_back(n - 1 - i);  // hand out low slots first: less slab memory touched
-      }
-    }
-    size_t size() const { return ios_.size(); }
-    size_t busy() const { return ios_.size() - free_.size(); }
-    // Requires busy() < size().
-    size_t Acquire() {
-      const size_t b = free_.back();
-      free_.pop_back();
-      ios_[b]->reqs.clear();
-      return b;
-    }
-    // Drops the op (its requests are cleared by the next Acquire: Release
-    // runs inside one of their on_done).
-    void Release(size_t b) {
-      ios_[b]->op.reset();
-      free_.push_back(b);
-    }
-    ReadIo& at(size_t b) { return *ios_[b]; }
-
-   private:
-    std::vector<std::unique_ptr<ReadIo>> ios_;
-    std::vector<size_t> free_;
-  };
-  void ReaderLoop(unsigned index);
-  // Looks up and enqueues reads on `queue` (at most slots' free count of
-  // ops); those that need no I/O complete at once.
-  void StartReads(IoQueue* queue, std::vector<std::shared_ptr<ReadOp>>& ops, ReadBuffers& bufs, ReadSlots& slots);
-  void Complete(const std::shared_ptr<ReadOp>& op, Result<size_t> r);
-  // Verifies a record read for an op and completes it (from
-  // IoRequest::on_done, when the last of its requests is done).
-  void FinishRead(ReadIo& io);
-  void AdmitToRam(NamespaceId ns, const std::string& key, std::span<const Fragment> payload,
-                  const format::IndexValue& v);
-  void TimerLoop();
+  // ---- Read path (the reader threads and deadlines live in src/read) ----
+  ReadPool::Deps ReadDeps();
   void RequestDrop(NamespaceId ns, std::string_view key, uint64_t sequence);
   void NoteHit(uint32_t seg, uint64_t offset);
-  // Whether the first `bytes` of a caller's pieces may be used for zero-copy
-  // I/O: false when some page is a 4 KiB page and copying through kvtier's
-  // huge-page buffers is the cheaper way (Options::zero_copy_small_pages).
-  template <typename P>
-  bool ZeroCopyPagesOk(std::span<const P> pieces, uint64_t bytes) const {
-    if (opt_.zero_copy_small_pages || !TransparentHugePagesUsable()) return true;
-    for (const P& p : pieces) {
-      if (bytes == 0) break;
-      const uint64_t n = std::min<uint64_t>(p.size, bytes);
-      if (n != 0 && QueryPageBacking(p.data, n) == PageBacking::kSmall) return false;
-      bytes -= n;
-    }
-    return true;
-  }
   BlockInfo ToBlockInfo(NamespaceId ns, std::string_view key, const format::IndexValue& v);
 
   // ---- Shared tier on Ceph (store_remote.cc); no-ops while it is off ----
@@ -385,29 +302,15 @@ class StoreImpl final : public Store, public BlockSink {
   // must rescan and cut from there. Set by the syncer, held until reopen.
   std::optional<Checkpoint> failed_write_at_;  // guarded by checkpoint_mu_
 
-  // Readers.
-  std::mutex read_mu_;
-  std::condition_variable read_cv_;
-  std::deque<std::shared_ptr<ReadOp>> reads_;
-  bool readers_stop_ = false;
-
-  // Deadlines.
-  std::mutex timer_mu_;
-  std::condition_variable timer_cv_;
-  struct Timed {
-    Clock::time_point when;
-    std::weak_ptr<ReadOp> op;
-    bool operator>(const Timed& o) const { return when > o.when; }
-  };
-  std::vector<Timed> timers_;  // min-heap on when
-  bool timer_stop_ = false;
+  // Readers and deadlines (started by StartThreads, stopped by Close).
+  std::unique_ptr<ReadPool> reads_;
+  std::unique_ptr<DeadlineTimer> deadlines_;
 
   // Hot blocks: reads per (segment, offset) since written, for reinsertion.
   std::mutex hits_mu_;
   std::unordered_map<uint32_t, std::unordered_map<uint64_t, uint32_t>> hits_;
 
-  std::thread writer_, syncer_, timer_;
-  std::vector<std::thread> readers_;
+  std::thread writer_, syncer_;
 };
 
 }  // namespace kvtier

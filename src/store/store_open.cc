@@ -408,8 +408,8 @@ Status StoreImpl::Recover() {
 }
 
 void StoreImpl::StartThreads() {
-  for (unsigned i = 0; i < opt_.read_threads; ++i) readers_.emplace_back([this, i] { ReaderLoop(i); });
-  timer_ = std::thread([this] { TimerLoop(); });
+  reads_ = std::make_unique<ReadPool>(ReadDeps());
+  deadlines_ = std::make_unique<DeadlineTimer>(&c_);
   if (!opt_.read_only) {
     syncer_ = std::thread([this] { SyncerLoop(); });
     // Last: it starts by registering the write ring, which holds the mmap
@@ -441,19 +441,8 @@ Status StoreImpl::Close() {
   }
   sync_cv_.notify_all();
   if (syncer_.joinable()) syncer_.join();
-  {
-    std::lock_guard<std::mutex> l(read_mu_);
-    readers_stop_ = true;
-  }
-  read_cv_.notify_all();
-  for (std::thread& t : readers_)
-    if (t.joinable()) t.join();
-  {
-    std::lock_guard<std::mutex> l(timer_mu_);
-    timer_stop_ = true;
-  }
-  timer_cv_.notify_all();
-  if (timer_.joinable()) timer_.join();
+  if (reads_ != nullptr) reads_->Stop();
+  if (deadlines_ != nullptr) deadlines_->Stop();
   Status st;
   if (!opt_.read_only && index_ != nullptr && table_ != nullptr) {
     if (cur_seg_ != UINT32_MAX) table_->SetUsed(cur_seg_, cur_off_);

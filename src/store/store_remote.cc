@@ -115,8 +115,8 @@ bool StoreImpl::RemoteGet(const std::shared_ptr<ReadOp>& op) {
   auto loc = remote_->Lookup(op->ns, op->key, spec->Canonical());
   if (!loc) return false;
   if (loc->payload_len > op->out_total) {
-    Complete(op, Status::BufferTooSmall("block has " + std::to_string(loc->payload_len) + " bytes, buffer " +
-                                        std::to_string(op->out_total)));
+    CompleteRead(op, Status::BufferTooSmall("block has " + std::to_string(loc->payload_len) + " bytes, buffer " +
+                                            std::to_string(op->out_total)));
     return true;
   }
   const auto deadline =
@@ -127,9 +127,9 @@ bool StoreImpl::RemoteGet(const std::shared_ptr<ReadOp>& op) {
     if (!st.ok()) {
       c_.misses.Add();
       if (st.code() == Code::kTimedOut)
-        Complete(op, Status::TimedOut("shared tier read deadline passed: treat as a miss"));
+        CompleteRead(op, Status::TimedOut("shared tier read deadline passed: treat as a miss"));
       else
-        Complete(op, Status::NotFound("not in the local store; shared tier: " + st.message()));
+        CompleteRead(op, Status::NotFound("not in the local store; shared tier: " + st.message()));
       return;
     }
     // Verified bytes, late or not: a revisit is then served from host memory (the shared tier keeps the
@@ -140,8 +140,7 @@ bool StoreImpl::RemoteGet(const std::shared_ptr<ReadOp>& op) {
       if (ram_->Insert(op->ns, op->key, {&whole, 1}, checksum, /*only_if_absent=*/true) != 0)
         c_.remote_admitted_to_ram.Add();
     }
-    int expected = 0;
-    if (op->state.compare_exchange_strong(expected, 1)) {  // else the get's deadline won
+    if (op->Claim()) {  // else the get's deadline won
       size_t left = len;
       for (const MutableFragment& f : op->out) {
         if (left == 0) break;

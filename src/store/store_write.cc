@@ -136,7 +136,7 @@ void StoreImpl::SubmitPut(NamespaceId ns, std::string_view key, std::span<const 
     source = pin_frags;
   }
   bool direct = aligned && payload_len >= opt_.zero_copy_min_bytes && (pin || borrow) && Borrowable(source);
-  if (direct && !pin && !ZeroCopyPagesOk(source, payload_len)) {
+  if (direct && !pin && !ZeroCopyPagesOk(source.data(), source.size(), payload_len, opt_.zero_copy_small_pages)) {
     direct = false;  // the caller's 4 KiB pages: one copy into the huge-page ring is cheaper
     c_.small_page_copies.Add();
   }

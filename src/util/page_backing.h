@@ -10,6 +10,7 @@
 #define KVTIER_SRC_UTIL_PAGE_BACKING_H_
 
 #include <cstddef>
+#include <cstdint>
 
 namespace kvtier {
 
@@ -26,6 +27,21 @@ PageBacking QueryPageBacking(const void* p, size_t len);
 // asks for them): false when /sys/kernel/mm/transparent_hugepage/enabled
 // says "never". Read once.
 bool TransparentHugePagesUsable();
+
+// Whether the first `bytes` of a caller's pieces (anything with .data and
+// .size) may be used for zero-copy I/O: false when some page is a 4 KiB
+// page and copying through kvtier's huge-page buffers is the cheaper way,
+// unless `allow_small_pages` (Options::zero_copy_small_pages).
+template <typename P>
+bool ZeroCopyPagesOk(const P* pieces, size_t count, uint64_t bytes, bool allow_small_pages) {
+  if (allow_small_pages || !TransparentHugePagesUsable()) return true;
+  for (size_t i = 0; i < count && bytes != 0; ++i) {
+    const uint64_t n = pieces[i].size < bytes ? pieces[i].size : bytes;
+    if (n != 0 && QueryPageBacking(pieces[i].data, n) == PageBacking::kSmall) return false;
+    bytes -= n;
+  }
+  return true;
+}
 
 }  // namespace kvtier
 

@@ -1,6 +1,6 @@
 // ReadBuffers: slab slots for small records, heap buffers for the rest, and
 // reads into a registered slot are fixed-buffer reads.
-#include "store/read_buffers.h"
+#include "read/read_buffers.h"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 
 #include "io/posix_file_system.h"
 #include "io/uring_queue.h"
-#include "store/store_test_util.h"
+#include "io/io_test_util.h"
 #include "util/aligned_buffer.h"
 
 namespace kvtier {
@@ -69,12 +69,12 @@ TEST(ReadBuffers, ChosenBouncesStayWithinABudget) {
 TEST(ReadBuffers, ReadsIntoARegisteredSlotAreFixed) {
   const std::string why = IoUringUnavailableReason();
   if (!why.empty()) GTEST_SKIP() << "io_uring: " << why;
-  testing::TempDir dir;  // the store tests' helper: removed with its contents
+  testing::TempDir dir;  // removed with its contents
   PosixFileSystem fs(IoBackend::kIoUring);
   OpenFlags flags;
   flags.create = true;
   flags.direct = true;
-  auto f = fs.Open(dir.Sub("data"), flags);
+  auto f = fs.Open(dir.File("data"), flags);
   ASSERT_TRUE(f.ok()) << f.status().ToString();
   std::vector<uint8_t> want(64 * 1024);
   for (size_t i = 0; i < want.size(); ++i) want[i] = static_cast<uint8_t>(i * 7 + 3);

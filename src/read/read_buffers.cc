@@ -1,4 +1,4 @@
-#include "store/read_buffers.h"
+#include "read/read_buffers.h"
 
 #include <sys/mman.h>
 #include <sys/uio.h>

@@ -5,8 +5,8 @@
 // heap buffers kept for reuse (on huge pages from 2 MiB up).
 //
 // Not thread-safe: one per reader thread, used with that thread's IoQueue.
-#ifndef KVTIER_SRC_STORE_READ_BUFFERS_H_
-#define KVTIER_SRC_STORE_READ_BUFFERS_H_
+#ifndef KVTIER_SRC_READ_READ_BUFFERS_H_
+#define KVTIER_SRC_READ_READ_BUFFERS_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -59,4 +59,4 @@ class ReadBuffers {
 
 }  // namespace kvtier
 
-#endif  // KVTIER_SRC_STORE_READ_BUFFERS_H_
+#endif  // KVTIER_SRC_READ_READ_BUFFERS_H_

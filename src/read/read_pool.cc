@@ -1,0 +1,401 @@
+#include "read/read_pool.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "format/record.h"
+#include "read/read_buffers.h"
+#include "util/checksum.h"
+#include "util/page_backing.h"
+
+namespace kvtier {
+
+namespace {
+constexpr uint64_t kPage = format::kPage;
+// Heap bounce buffers a read thread keeps for reads it could have made
+// direct (caller memory on 4 KiB pages): 32 x 2 MiB blocks.
+constexpr size_t kChosenBounceBytes = 64u << 20;
+
+bool PageAligned(const void* p) { return (reinterpret_cast<uintptr_t>(p) & (kPage - 1)) == 0; }
+
+// Whether the whole pages of a payload, [0, whole), can be read straight
+// into `out`: each fragment they touch starts on a page boundary and all but
+// the last of them are whole pages.
+bool DirectTarget(std::span<const MutableFragment> out, uint64_t whole) {
+  uint64_t done = 0;
+  for (const MutableFragment& f : out) {
+    if (done == whole) break;
+    if (f.size == 0) continue;
+    if (!PageAligned(f.data)) return false;
+    if (done + f.size < whole && f.size % kPage != 0) return false;
+    done += std::min<uint64_t>(f.size, whole - done);
+  }
+  return done == whole;
+}
+
+// Copies n bytes from src into `out` starting at payload position `at`.
+void ScatterAt(std::span<const MutableFragment> out, uint64_t at, const uint8_t* src, uint64_t n) {
+  for (const MutableFragment& f : out) {
+    if (n == 0) break;
+    if (at >= f.size) {
+      at -= f.size;
+      continue;
+    }
+    const uint64_t k = std::min<uint64_t>(n, f.size - at);
+    std::memcpy(static_cast<uint8_t*>(f.data) + at, src, k);
+    src += k;
+    n -= k;
+    at = 0;
+  }
+}
+}  // namespace
+
+// One reader thread's state: its queue, its bounce buffers and a slot per
+// read in flight. Used only by its thread.
+class ReadPool::Reader {
+ public:
+  explicit Reader(const Deps& d)
+      : d_(d),
+        c_(*d.counters),
+        // A slot per read in flight, big enough for every record a get
+        // reads whole (below zero_copy_min_bytes, plus the page a dense
+        // record may start inside; direct reads need two pages).
+        bufs_(d.queue_depth,
+              format::RecordBytes(format::kMaxKeyBytes, std::min<uint64_t>(d.zero_copy_min_bytes, 1u << 20), 0) +
+                  kPage),
+        ios_(d.queue_depth) {
+    for (size_t i = 0; i < ios_.size(); ++i) {
+      ios_[i] = std::make_unique<ReadIo>();
+      ios_[i]->reader = this;
+      ios_[i]->slot = i;
+      free_.push_back(ios_.size() - 1 - i);  // hand out low slots first: less slab memory touched
+    }
+  }
+
+  void Run(ReadPool* pool);
+
+ private:
+  // One get's I/O: the whole record into `bounce`, or (direct) the header
+  // page and tail page into `bounce` and the payload's whole pages straight
+  // into the caller's fragments.
+  struct ReadIo {
+    Reader* reader = nullptr;
+    size_t slot = 0;  // also this read's ReadBuffers slot
+    std::shared_ptr<ReadOp> op;
+    format::IndexValue v;
+    uint8_t* bounce = nullptr;
+    bool direct = false;
+    int left = 0;                 // requests still in flight
+    Status status;                // the first failure
+    uint64_t device_bytes = 0;
+    std::vector<IoRequest> reqs;  // enqueued on the queue; never grown while in flight
+  };
+
+  size_t busy() const { return ios_.size() - free_.size(); }
+  // Requires busy() < ios_.size().
+  size_t Acquire() {
+    const size_t b = free_.back();
+    free_.pop_back();
+    ios_[b]->reqs.clear();
+    return b;
+  }
+  // Drops the op (its requests are cleared by the next Acquire: Release
+  // runs inside one of their on_done).
+  void Release(size_t b) {
+    ios_[b]->op.reset();
+    free_.push_back(b);
+  }
+  // Looks up and enqueues reads (at most the free slots' count of them);
+  // those that need no I/O complete at once.
+  void StartReads(std::vector<std::shared_ptr<ReadOp>>& ops);
+  // Starts one looked-up read: false when it completed at once.
+  void Enqueue(const std::shared_ptr<ReadOp>& op, const format::IndexValue& v, File* file);
+  // Verifies a record read for an op and completes it (from
+  // IoRequest::on_done, when the last of its requests is done).
+  void FinishRead(ReadIo& io);
+  void AdmitToRam(const ReadOp& op, std::span<const Fragment> payload, const format::IndexValue& v);
+  void Miss(const std::shared_ptr<ReadOp>& op, Status why) {
+    c_.misses.Add();
+    CompleteRead(op, std::move(why));
+  }
+
+  const Deps& d_;
+  Counters& c_;
+  std::unique_ptr<IoQueue> queue_;
+  ReadBuffers bufs_;
+  std::vector<std::unique_ptr<ReadIo>> ios_;
+  std::vector<size_t> free_;
+};
+
+ReadPool::ReadPool(Deps deps) : d_(std::move(deps)) {
+  for (unsigned i = 0; i < d_.threads; ++i) readers_.push_back(std::make_unique<Reader>(d_));
+  for (auto& r : readers_) threads_.emplace_back([this, reader = r.get()] { reader->Run(this); });
+}
+
+ReadPool::~ReadPool() { Stop(); }
+
+ReadPool::Admit ReadPool::Submit(std::shared_ptr<ReadOp> op) {
+  {
+    MutexLock l(&mu_);
+    if (stop_) return Admit::kClosed;
+    if (queue_.size() >= d_.max_pending) return Admit::kFull;
+    queue_.push_back(std::move(op));
+  }
+  cv_.notify_one();
+  return Admit::kQueued;
+}
+
+void ReadPool::Stop() {
+  {
+    MutexLock l(&mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  for (std::thread& t : threads_)
+    if (t.joinable()) t.join();
+}
+
+bool ReadPool::Take(size_t room, bool idle, std::vector<std::shared_ptr<ReadOp>>* batch,
+                    const std::function<void()>& on_idle) {
+  MutexLock l(&mu_);
+  if (idle) {
+    if (queue_.empty() && !stop_ && on_idle) {  // idle: the reader registers what it used
+      l.Unlock();
+      on_idle();
+      l.Lock();
+    }
+    while (queue_.empty() && !stop_) l.Wait(cv_);
+    if (queue_.empty() && stop_) return false;
+  }
+  // Share the waiting reads among the threads (each keeps its own ring busy)
+  // rather than letting one thread take them all.
+  const size_t share = std::min<size_t>(room, (queue_.size() + d_.threads - 1) / d_.threads);
+  while (!queue_.empty() && batch->size() < share) {
+    batch->push_back(std::move(queue_.front()));
+    queue_.pop_front();
+  }
+  return true;
+}
+
+void ReadPool::Reader::Run(ReadPool* pool) {
+  auto q = d_.fs->NewIoQueue(d_.queue_depth);
+  if (q.ok()) queue_ = std::move(q).value();
+  std::vector<std::shared_ptr<ReadOp>> batch;
+  const std::function<void()> register_used = [this] {
+    if (queue_ != nullptr && bufs_.NeedsRegister()) bufs_.Register(queue_.get());
+  };
+  // Streaming: take reads while this thread has free slots, and come back
+  // for more as soon as any read in flight is done, so one large read never
+  // holds up the small ones behind it.
+  for (;;) {
+    batch.clear();
+    const size_t b = busy();
+    if (b < ios_.size() && !pool->Take(ios_.size() - b, b == 0, &batch, register_used)) return;
+    if (queue_ == nullptr) {
+      for (auto& op : batch) CompleteRead(op, q.status());
+      continue;
+    }
+    StartReads(batch);
+    if (queue_->Outstanding() > 0) queue_->Reap(/*wait=*/true);  // runs FinishRead of what is done
+  }
+}
+
+void ReadPool::Reader::StartReads(std::vector<std::shared_ptr<ReadOp>>& ops) {
+  // Each read completes on its own (IoRequest::on_done, inside Reap) as soon
+  // as its I/O does.
+  const auto now = Clock::now();
+  for (auto& op : ops) {
+    if (!op->pending()) continue;  // expired while queued
+    if (op->deadline <= now) {
+      if (op->Expire()) {
+        c_.misses.Add();
+        c_.get_deadline_misses.Add();
+        op->done(Status::TimedOut("deadline passed before the read started"));
+      }
+      continue;
+    }
+    auto e = d_.index->Get(op->ns, op->key);
+    if (!e.ok()) {
+      CompleteRead(op, e.status());
+      continue;
+    }
+    if (!e->has_value()) {
+      if (!d_.remote_get(op)) Miss(op, Status::NotFound("no such key"));
+      continue;
+    }
+    const format::IndexValue v = **e;
+    if (v.payload_len > op->out_total) {
+      CompleteRead(op, Status::BufferTooSmall("block has " + std::to_string(v.payload_len) + " bytes, buffer " +
+                                              std::to_string(op->out_total)));
+      continue;
+    }
+    File* file = d_.table->Pin(v.segment, v.generation);
+    if (file == nullptr) {  // segment reused or missing: the entry is stale
+      d_.drop(op->ns, op->key, v.sequence);
+      if (!d_.remote_get(op)) Miss(op, Status::NotFound("block was evicted"));
+      continue;
+    }
+    Enqueue(op, v, file);
+  }
+}
+
+void ReadPool::Reader::Enqueue(const std::shared_ptr<ReadOp>& op, const format::IndexValue& v, File* file) {
+  // Straight into the caller's pages when the layout allows and nothing can
+  // complete the op early: a deadline miss promises `out` is never touched
+  // afterwards, which an in-flight read could not keep.
+  const uint64_t whole = v.payload_len / kPage * kPage;
+  bool direct = op->deadline == kNoDeadline && whole > 0 && v.payload_len >= d_.zero_copy_min_bytes &&
+                format::PayloadAligned(v.key_len, v.payload_len, v.flags) && DirectTarget(op->out, whole);
+  const size_t b = Acquire();  // Take handed out no more ops than free slots
+  // A whole read covers the record's pages (a dense one may share them).
+  const uint64_t paged = format::PagedBytes(v.offset, v.RecordBytes());
+  if (direct && bufs_.BounceFits(b, paged, kChosenBounceBytes) &&
+      !ZeroCopyPagesOk(op->out.data(), op->out.size(), whole, d_.zero_copy_small_pages)) {
+    direct = false;  // 4 KiB pages: read into a huge-page bounce buffer and copy
+    c_.small_page_copies.Add();
+  }
+  uint8_t* const bounce = bufs_.Get(b, direct ? 2 * kPage : paged);
+  if (bounce == nullptr) {
+    Release(b);
+    d_.table->Unpin(v.segment);
+    CompleteRead(op, Status::NoSpace("out of memory for a read buffer"));
+    return;
+  }
+  ReadIo& io = *ios_[b];
+  io.op = op;
+  io.v = v;
+  io.bounce = bounce;
+  io.direct = direct;
+  io.status = Status::OK();
+  io.device_bytes = 0;
+  auto add = [&](uint64_t offset, void* buf, uint64_t len) {
+    IoRequest rq;
+    rq.op = IoRequest::Op::kRead;
+    rq.file = file;
+    rq.offset = offset;
+    rq.buf = buf;
+    rq.len = len;
+    rq.user = &io;
+    rq.on_done = [](IoRequest& r) {
+      auto* done_io = static_cast<ReadIo*>(r.user);
+      if (r.status.ok()) {
+        done_io->device_bytes += r.len;
+      } else if (done_io->status.ok()) {
+        done_io->status = r.status;
+      }
+      if (--done_io->left == 0) {
+        done_io->reader->FinishRead(*done_io);
+        done_io->reader->Release(done_io->slot);
+      }
+    };
+    io.reqs.push_back(rq);
+  };
+  if (!direct) {
+    add(format::PageStart(v.offset), io.bounce, paged);
+  } else {
+    add(v.offset, io.bounce, kPage);  // header and key
+    uint64_t done = 0;
+    for (const MutableFragment& f : op->out) {
+      if (done == whole) break;
+      const uint64_t n = std::min<uint64_t>(f.size, whole - done);
+      if (n == 0) continue;
+      add(v.offset + kPage + done, f.data, n);
+      done += n;
+    }
+    if (v.payload_len > whole) add(v.offset + kPage + whole, io.bounce + kPage, kPage);  // tail
+  }
+  // Enqueued once complete: the vector no longer moves, and on_done runs
+  // only inside Reap.
+  io.left = static_cast<int>(io.reqs.size());
+  for (IoRequest& rq : io.reqs) queue_->Enqueue(&rq);
+}
+
+void ReadPool::Reader::FinishRead(ReadIo& io) {
+  const std::shared_ptr<ReadOp>& op = io.op;
+  const format::IndexValue& v = io.v;
+  d_.table->Unpin(v.segment);
+  if (!io.status.ok()) {
+    if (io.status.code() == Code::kCorruption) {  // short read: truncated segment
+      c_.checksum_failures.Add();
+      d_.drop(op->ns, op->key, v.sequence);
+      Miss(op, Status::NotFound("record unreadable: " + io.status.message()));
+    } else {
+      Miss(op, io.status);
+    }
+    return;
+  }
+  c_.device_bytes_read.Add(io.device_bytes);
+  // Verify everything the record says against what the index expects.
+  const uint8_t* rec = io.bounce + (io.direct ? 0 : v.offset - format::PageStart(v.offset));
+  const uint64_t have = io.direct ? kPage : v.RecordBytes();
+  std::string_view key;
+  auto h = format::DecodeRecordHeader({rec, have}, d_.stored_payload_limit, &key);
+  bool good = h.ok() && format::RecordAgainstEntry(*h, key, op->ns, op->key, v) == 0;
+  const uint64_t whole = v.payload_len / kPage * kPage;
+  const uint8_t* payload = rec + v.PayloadOffset();
+  if (good) {
+    if (io.direct) {
+      // The payload's whole pages are in the caller's fragments, the rest in
+      // the bounce page after the header.
+      Xxh3Stream st;
+      uint64_t left = whole;
+      for (const MutableFragment& f : op->out) {
+        if (left == 0) break;
+        const uint64_t n = std::min<uint64_t>(left, f.size);
+        st.Update(f.data, n);
+        left -= n;
+      }
+      st.Update(rec + kPage, v.payload_len - whole);
+      good = st.Digest() == h->payload_checksum;
+    } else {
+      good = format::Checksum(payload, h->payload_len) == h->payload_checksum;
+    }
+  }
+  if (!good) {
+    c_.checksum_failures.Add();
+    d_.drop(op->ns, op->key, v.sequence);
+    Miss(op, Status::NotFound("record failed verification (counted, entry dropped)"));
+    return;
+  }
+  if (!op->Claim()) return;  // the deadline won
+  if (io.direct) {
+    ScatterAt(op->out, whole, rec + kPage, v.payload_len - whole);
+  } else {
+    ScatterAt(op->out, 0, payload, v.payload_len);
+  }
+  c_.hits_disk.Add();
+  c_.bytes_read_disk.Add(v.payload_len);
+  if (io.direct) c_.direct_read_bytes.Add(whole);
+  d_.note_hit(v.segment, v.offset);
+  if (d_.ram != nullptr) {
+    // The copy to admit, gathered before `done` lets the caller reuse `out`.
+    std::vector<Fragment> admit;
+    if (io.direct) {
+      uint64_t left = v.payload_len;
+      for (const MutableFragment& f : op->out) {
+        if (left == 0) break;
+        const uint64_t n = std::min<uint64_t>(left, f.size);
+        admit.push_back(Fragment{f.data, n});
+        left -= n;
+      }
+    } else {
+      admit.push_back(Fragment{payload, v.payload_len});
+    }
+    // Admit before completing: the caller may change its buffer at once,
+    // and a get that has returned must find the block in RAM on the next call.
+    AdmitToRam(*op, admit, v);
+  }
+  op->done(static_cast<size_t>(v.payload_len));
+}
+
+void ReadPool::Reader::AdmitToRam(const ReadOp& op, std::span<const Fragment> payload, const format::IndexValue& v) {
+  // A Remove (or disk eviction) that ran since the index lookup would not
+  // have seen this copy, so look again and take it back if the entry changed.
+  uint64_t token = d_.ram->Insert(op.ns, op.key, payload, v.payload_checksum, /*only_if_absent=*/true);
+  if (token != 0) {
+    auto again = d_.index->Get(op.ns, op.key);
+    if (!again.ok() || !again->has_value() || (*again)->sequence != v.sequence) d_.ram->EraseIf(op.ns, op.key, token);
+  }
+}
+
+}  // namespace kvtier
