@@ -1,21 +1,21 @@
-// StoreImpl: wires the write ring, the segment log, the index and the read
-// threads into the public Store.
+// StoreImpl: the Store behind Store::Open. It validates and routes the
+// public calls and wires the rooms together:
 //
-// Threads
-//   writer (1)     the only thread that appends to segments, commits index
-//                  changes, reclaims segments and writes checkpoints. Every
-//                  index mutation goes through it, so "read entry, then
-//                  delete it if unchanged" needs no further locking.
-//   readers (N)    serve gets, each with its own IoQueue, taking new ones
-//                  as earlier reads complete.
-//   timer (1)      completes gets whose deadline passed as misses.
+//   caller threads   validate, admit, reserve write-ring space, encode the
+//                    record and its checksum (store_write.cc), queue it
+//   writer (1)       places queued records in the open segment and writes
+//                    contiguous runs with one I/O each; rolls over, reclaims
+//                    and evicts segments; runs removes and seals
+//                    (store_write.cc; the writer's state is still here)
+//   committer (1)    fdatasync, one index batch per pass, checkpoints,
+//                    acknowledgement (log/committer.h)
+//   readers (N)      gets from disk, verified (read/read_pool.h)
+//   deadlines (1)    gets whose deadline passed complete as misses
+//                    (read/deadline_timer.h)
 //
-// The way of a put: caller validates, passes admission, reserves ring space,
-// encodes key + payload into it and computes the payload checksum (on its
-// own thread), then queues the op. The writer places queued records in the
-// open segment, writes contiguous runs with one I/O each, fdatasyncs every
-// segment it touched, commits all index entries in one WriteBatch and only
-// then completes the callbacks.
+// Every index mutation of the write path goes through the writer or the
+// committer it drains first, so "read entry, then delete it if unchanged"
+// needs no further locking.
 #ifndef KVTIER_SRC_STORE_STORE_IMPL_H_
 #define KVTIER_SRC_STORE_STORE_IMPL_H_
 
@@ -36,7 +36,9 @@
 #include "index/index.h"
 #include "kvtier/store.h"
 #include "log/scanner.h"
+#include "log/committer.h"
 #include "log/segment_table.h"
+#include "log/write_op.h"
 #include "log/write_ring.h"
 #include "read/deadline_timer.h"
 #include "read/read_pool.h"
@@ -121,31 +123,7 @@ class StoreImpl final : public Store, public BlockSink {
   // opt_.max_payload_bytes bounds only what this opener writes.
   uint64_t StoredPayloadLimit() const { return format::MaxStoredPayload(description_.segment_size_bytes); }
 
-  // ---- Write path ----
-  struct WriteOp {
-    enum class Kind : uint8_t { kRecord, kFlush, kRemove, kDrop, kRemoveNamespace, kEvictTo, kSeal };
-    Kind kind = Kind::kRecord;
-    NamespaceId ns = 0;
-    std::string key;
-    uint64_t alloc_id = 0;
-    WriteRing::Allocation alloc;  // the whole record, or its header (+ tail) pages
-    uint64_t rec_bytes = 0;       // on-disk size of the record (8-byte aligned when dense)
-    bool dense = false;           // kRecordDense: the record is at alloc.data, 8-byte aligned
-    // The record in disk order: ring memory, or header page + the payload's
-    // whole pages where they already are (caller or RAM-tier memory) + tail
-    // page. Empty means the whole record is in `alloc`.
-    std::vector<iovec> pieces;
-    uint64_t borrowed = 0;  // payload bytes written from outside the ring
-    RamTier::Pin hold;      // RAM-tier chunks being written from
-    uint64_t payload_len = 0, checksum = 0, written_ms = 0;
-    uint64_t arg = 0;  // kDrop: the entry's sequence; kEvictTo: target bytes
-    uint64_t ram_token = 0;  // kRecord: the RAM-tier copy to undo if the put fails
-    PutCallback done;
-    // Filled in by the writer.
-    uint32_t segment = 0, generation = 0;
-    uint64_t offset = 0, sequence = 0;
-    Status status;
-  };
+  // ---- Write path (WriteOp and CommitJob: log/write_op.h) ----
   enum class Place : uint8_t { kPlaced, kEndGroup, kFailed };
 
   Status Validate(NamespaceId ns, std::string_view key, uint64_t payload_len);
@@ -161,26 +139,12 @@ class StoreImpl final : public Store, public BlockSink {
   Status RunOnWriter(WriteOp op);
   void ReleaseRing(uint64_t alloc_id);
 
-  // A pass of written records on its way through fdatasync and the index.
-  struct CommitJob {
-    std::vector<WriteOp> ops;
-    std::vector<uint32_t> touched;  // segments written: each is synced once
-    bool sealed = false;            // a segment was sealed in this pass
-    Checkpoint frontier;            // append position after this pass
-  };
   void WriterLoop();
   void RegisterWriteBuffers(uint64_t ring_bytes);
   void WriteGroup(std::vector<WriteOp>& group);
-  void HandOff(CommitJob job);
-  static constexpr size_t kMaxPassesAhead = 8;
-  // Waits until every handed-off pass is committed and acknowledged. Writer
-  // ops that touch the index or checkpoint call it first.
-  void DrainSyncer();
-  void SyncerLoop();
-  void CommitPass(CommitJob& job);
-  void Poison(uint32_t seg);
-  bool IsPoisoned(uint32_t seg);
-  Status CheckpointAt(const Checkpoint& cp);
+  // What the committer (log/committer.h) calls back into: gives back ring
+  // space and failed puts' RAM copies.
+  void ReleaseCommitted(std::span<const WriteOp> ops);
   Place PlaceRecord(WriteOp& op, const std::unordered_set<uint32_t>& touched);
   // Makes a segment ready for appending: a free one, a new file, or the
   // oldest sealed one reclaimed.
@@ -195,7 +159,6 @@ class StoreImpl final : public Store, public BlockSink {
   // and leaves no segment open (writer thread).
   void SealOpenSegment();
   Status CheckpointNow(bool clean);
-  void HoldCheckpointAtFailedWrites(const CommitJob& job);
   uint64_t UsedBytes() const;
 
   // ---- Read path (the reader threads and deadlines live in src/read) ----
@@ -288,19 +251,10 @@ class StoreImpl final : public Store, public BlockSink {
   AlignedBuffer staging_;
   static constexpr uint64_t kStagingBytes = 1ull << 20;
   bool pass_sealed_ = false;
-  // Syncer stage.
-  std::mutex sync_mu_;
-  std::condition_variable sync_cv_, sync_done_cv_;
-  std::deque<CommitJob> sync_queue_;
-  bool syncer_busy_ = false, syncer_stop_ = false;
-  uint64_t bytes_since_checkpoint_ = 0;  // syncer-owned (writer only after DrainSyncer)
-  std::mutex poison_mu_;
-  std::unordered_set<uint32_t> poisoned_;  // segments with a failed write or sync
-  std::mutex checkpoint_mu_;
-  // The earliest record whose write or sync failed (epoch of its segment,
-  // offset). Its bytes may be torn, so no checkpoint may pass it: recovery
-  // must rescan and cut from there. Set by the syncer, held until reopen.
-  std::optional<Checkpoint> failed_write_at_;  // guarded by checkpoint_mu_
+  // fdatasync, index commit, poisoning, checkpoints, acknowledgement: its
+  // own thread. Made before recovery (which checkpoints), started with the
+  // other threads.
+  std::unique_ptr<Committer> committer_;
 
   // Readers and deadlines (started by StartThreads, stopped by Close).
   std::unique_ptr<ReadPool> reads_;
@@ -310,7 +264,7 @@ class StoreImpl final : public Store, public BlockSink {
   std::mutex hits_mu_;
   std::unordered_map<uint32_t, std::unordered_map<uint64_t, uint32_t>> hits_;
 
-  std::thread writer_, syncer_;
+  std::thread writer_;
 };
 
 }  // namespace kvtier

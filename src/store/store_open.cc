@@ -212,6 +212,13 @@ Status StoreImpl::OpenImpl() {
   admission_ = std::make_unique<Admission>(opt_.write_budget_bytes_per_day, opt_.admit_on_second_put,
                                            opt_.second_put_window);
   if (!opt_.read_only) {
+    Committer::Deps cd;
+    cd.index = index_.get();
+    cd.table = table_.get();
+    cd.counters = &c_;
+    cd.checkpoint_interval_bytes = opt_.checkpoint_interval_bytes;
+    cd.release = [this](std::span<const WriteOp> ops) { ReleaseCommitted(ops); };
+    committer_ = std::make_unique<Committer>(std::move(cd));
     KVTIER_RETURN_IF_ERROR(ring_.Init(opt_.write_queue_bytes));
     auto q = fs_->NewIoQueue(opt_.queue_depth);
     if (!q.ok()) return q.status();
@@ -411,7 +418,7 @@ void StoreImpl::StartThreads() {
   reads_ = std::make_unique<ReadPool>(ReadDeps());
   deadlines_ = std::make_unique<DeadlineTimer>(&c_);
   if (!opt_.read_only) {
-    syncer_ = std::thread([this] { SyncerLoop(); });
+    committer_->Start();
     // Last: it starts by registering the write ring, which holds the mmap
     // lock that creating the other threads' stacks needs.
     writer_ = std::thread([this] { WriterLoop(); });
@@ -435,12 +442,7 @@ Status StoreImpl::Close() {
   work_cv_.notify_all();
   space_cv_.notify_all();
   if (writer_.joinable()) writer_.join();
-  {
-    std::lock_guard<std::mutex> l(sync_mu_);
-    syncer_stop_ = true;
-  }
-  sync_cv_.notify_all();
-  if (syncer_.joinable()) syncer_.join();
+  if (committer_ != nullptr) committer_->Stop();
   if (reads_ != nullptr) reads_->Stop();
   if (deadlines_ != nullptr) deadlines_->Stop();
   Status st;

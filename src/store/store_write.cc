@@ -10,13 +10,6 @@
 
 namespace kvtier {
 
-namespace {
-// Completes `done` exactly once, tolerating an empty callback.
-void Finish(const PutCallback& done, Status st) {
-  if (done) done(std::move(st));
-}
-}  // namespace
-
 Status StoreImpl::Validate(NamespaceId ns, std::string_view key, uint64_t payload_len) {
   if (key.empty() || key.size() > format::kMaxKeyBytes)
     return Status::InvalidArgument("key length " + std::to_string(key.size()) +
@@ -94,21 +87,21 @@ uint64_t ChecksumOf(std::span<const Fragment> payload) {
 void StoreImpl::SubmitPut(NamespaceId ns, std::string_view key, std::span<const Fragment> payload,
                           bool blocking, bool borrow, PutCallback done, RamTier::Pin* reserved,
                           const uint64_t* checksum) {
-  if (opt_.read_only) return Finish(done, Status::NotSupported("store opened read-only"));
+  if (opt_.read_only) return FinishPut(done, Status::NotSupported("store opened read-only"));
   uint64_t payload_len = 0;
   for (const Fragment& f : payload) {
     if (f.data == nullptr && f.size != 0)
-      return Finish(done, Status::InvalidArgument("fragment with null data"));
+      return FinishPut(done, Status::InvalidArgument("fragment with null data"));
     payload_len += f.size;
   }
   Status st = Validate(ns, key, payload_len);
   if (!st.ok()) {
     c_.puts_failed.Add();
-    return Finish(done, st);
+    return FinishPut(done, st);
   }
   if (!admission_->Admit(ns, key, payload_len)) {
     c_.puts_not_admitted.Add();
-    return Finish(done, Status::NotAdmitted("declined by the admission policy"));
+    return FinishPut(done, Status::NotAdmitted("declined by the admission policy"));
   }
   WriteOp op;
   // Records below zero_copy_min_bytes are always copied into the ring; the
@@ -151,7 +144,7 @@ void StoreImpl::SubmitPut(NamespaceId ns, std::string_view key, std::span<const 
       if (closing_) {
         l.unlock();
         admission_->Refund(payload_len);
-        return Finish(done, Status::Closed("store is closing"));
+        return FinishPut(done, Status::Closed("store is closing"));
       }
       // Borrowed bytes count against the queue budget like ring bytes, but
       // one put is always let through so that no size can starve.
@@ -165,7 +158,7 @@ void StoreImpl::SubmitPut(NamespaceId ns, std::string_view key, std::span<const 
         l.unlock();
         admission_->Refund(payload_len);
         c_.puts_not_admitted.Add();
-        return Finish(done, Status::NotAdmitted("write queue full"));
+        return FinishPut(done, Status::NotAdmitted("write queue full"));
       }
       space_cv_.wait(l);
     }
@@ -431,10 +424,10 @@ void StoreImpl::WriterLoop() {
     }
     WriteOp& first = group.front();
     // Everything but records needs the passes before it committed.
-    if (first.kind != WriteOp::Kind::kRecord) DrainSyncer();
+    if (first.kind != WriteOp::Kind::kRecord) committer_->Drain();
     switch (first.kind) {
       case WriteOp::Kind::kRecord: WriteGroup(group); break;
-      case WriteOp::Kind::kFlush: Finish(first.done, Status::OK()); break;
+      case WriteOp::Kind::kFlush: FinishPut(first.done, Status::OK()); break;
       case WriteOp::Kind::kRemove: DoRemove(first); break;
       case WriteOp::Kind::kDrop: DoDrop(first); break;
       case WriteOp::Kind::kRemoveNamespace: DoRemoveNamespace(first); break;
@@ -457,7 +450,7 @@ StoreImpl::Place StoreImpl::PlaceRecord(WriteOp& op, const std::unordered_set<ui
     return op.dense ? page + reinterpret_cast<uintptr_t>(op.alloc.data) % kPage : page;
   };
   uint64_t at = where();
-  if (cur_seg_ == UINT32_MAX || format::AlignUp(at + op.rec_bytes) > seg_size || IsPoisoned(cur_seg_)) {
+  if (cur_seg_ == UINT32_MAX || format::AlignUp(at + op.rec_bytes) > seg_size || committer_->IsPoisoned(cur_seg_)) {
     dense_mem_end_ = nullptr;
     if (cur_seg_ != UINT32_MAX) {
       SealOpenSegment();
@@ -582,7 +575,7 @@ void StoreImpl::WriteGroup(std::vector<WriteOp>& group) {
       for (size_t i = begin; i < placed_end; ++i)
         if (group[i].status.ok()) {
           group[i].status = Status::NoSpace("out of memory for the write staging buffer");
-          Poison(group[i].segment);
+          committer_->Poison(group[i].segment);
         }
     }
     uint8_t* scratch_page = staging_.data();
@@ -640,7 +633,7 @@ void StoreImpl::WriteGroup(std::vector<WriteOp>& group) {
         auto f = failed.find(table_->file(op.segment));
         if (f != failed.end()) {
           op.status = f->second.WithContext("writing record");
-          Poison(op.segment);
+          committer_->Poison(op.segment);
         }
       }
       job.ops.push_back(std::move(op));
@@ -651,141 +644,23 @@ void StoreImpl::WriteGroup(std::vector<WriteOp>& group) {
     job.frontier.epoch = epoch_;
     job.frontier.offset = cur_seg_ == UINT32_MAX ? table_->segment_size() : cur_off_;
     job.frontier.next_sequence = next_seq_;
-    HandOff(std::move(job));
+    committer_->HandOff(std::move(job));
   }
 }
 
-void StoreImpl::Poison(uint32_t seg) {
-  std::lock_guard<std::mutex> l(poison_mu_);
-  poisoned_.insert(seg);
-}
-
-bool StoreImpl::IsPoisoned(uint32_t seg) {
-  std::lock_guard<std::mutex> l(poison_mu_);
-  return poisoned_.count(seg) != 0;
-}
-
-void StoreImpl::HandOff(CommitJob job) {
-  std::unique_lock<std::mutex> l(sync_mu_);
-  // The writer runs up to a few passes ahead of the syncer, which commits
-  // all waiting passes with one fdatasync per segment: when a sync is slow,
-  // the next one covers everything written meanwhile.
-  sync_done_cv_.wait(l, [this] { return sync_queue_.size() < kMaxPassesAhead; });
-  sync_queue_.push_back(std::move(job));
-  sync_cv_.notify_one();
-}
-
-void StoreImpl::DrainSyncer() {
-  std::unique_lock<std::mutex> l(sync_mu_);
-  sync_done_cv_.wait(l, [this] { return sync_queue_.empty() && !syncer_busy_; });
-}
-
-void StoreImpl::SyncerLoop() {
-  for (;;) {
-    CommitJob job;
-    {
-      std::unique_lock<std::mutex> l(sync_mu_);
-      sync_cv_.wait(l, [this] { return !sync_queue_.empty() || syncer_stop_; });
-      if (sync_queue_.empty()) return;  // stopping, nothing left
-      job = std::move(sync_queue_.front());
-      sync_queue_.pop_front();
-      // Group commit across passes: their writes are all complete.
-      while (!sync_queue_.empty()) {
-        CommitJob& next = sync_queue_.front();
-        for (WriteOp& op : next.ops) job.ops.push_back(std::move(op));
-        for (uint32_t seg : next.touched)
-          if (std::find(job.touched.begin(), job.touched.end(), seg) == job.touched.end())
-            job.touched.push_back(seg);
-        job.sealed = job.sealed || next.sealed;
-        job.frontier = next.frontier;  // the later pass's append position
-        sync_queue_.pop_front();
-      }
-      syncer_busy_ = true;
-      sync_done_cv_.notify_all();
-    }
-    CommitPass(job);
-    {
-      std::lock_guard<std::mutex> l(sync_mu_);
-      syncer_busy_ = false;
-    }
-    sync_done_cv_.notify_all();
-  }
-}
-
-// The syncer stage: fdatasync, index commit, checkpoint, acknowledgement.
-void StoreImpl::CommitPass(CommitJob& job) {
-  // 3. fdatasync each touched segment: the data is durable before its index
-  //    entries exist. A failed sync poisons the segment: the writer seals it
-  //    and every pass that wrote there fails (never reported durable).
-  std::unordered_map<uint32_t, Status> failed;
-  for (uint32_t seg : job.touched) {
-    if (IsPoisoned(seg)) {
-      failed[seg] = Status::IOError("segment " + std::to_string(seg) + " failed an earlier write or sync");
-      continue;
-    }
-    Status s = table_->file(seg)->Sync();
-    c_.syncs.Add();
-    if (!s.ok()) {
-      Poison(seg);
-      failed[seg] = s;
-    }
-  }
-  for (WriteOp& op : job.ops) {
-    if (!op.status.ok()) continue;
-    auto f = failed.find(op.segment);
-    if (f != failed.end()) op.status = f->second.WithContext("syncing record");
-  }
-  HoldCheckpointAtFailedWrites(job);
-  // 4. Index entries in one batch.
-  IndexBatch batch;
-  for (WriteOp& op : job.ops) {
-    if (!op.status.ok()) continue;
-    format::IndexValue v;
-    v.segment = op.segment;
-    v.generation = op.generation;
-    v.offset = op.offset;
-    v.payload_len = op.payload_len;
-    v.payload_checksum = op.checksum;
-    v.sequence = op.sequence;
-    v.written_unix_ms = op.written_ms;
-    v.key_len = static_cast<uint16_t>(op.key.size());
-    v.flags = op.dense ? format::kRecordDense : 0;
-    batch.Put(op.ns, op.key, v);
-  }
-  if (!batch.empty()) {
-    Status s = index_->Commit(batch, /*sync=*/false);
-    if (!s.ok())
-      for (WriteOp& op : job.ops)
-        if (op.status.ok()) op.status = s.WithContext("committing index");
-  }
-  c_.group_commits.Add();
-  for (WriteOp& op : job.ops) {
-    if (op.status.ok()) {
-      c_.puts.Add();
-      c_.put_bytes.Add(op.payload_len);
-      c_.zero_copy_put_bytes.Add(op.borrowed);
-      bytes_since_checkpoint_ += op.rec_bytes;
-    } else {
-      c_.puts_failed.Add();
-    }
-  }
-  if (job.sealed || bytes_since_checkpoint_ >= opt_.checkpoint_interval_bytes) {
-    CheckpointAt(job.frontier).IgnoreError();  // a failed checkpoint only lengthens recovery
-  }
+void StoreImpl::ReleaseCommitted(std::span<const WriteOp> ops) {
   {
     std::lock_guard<std::mutex> l(mu_);
-    for (WriteOp& op : job.ops) {
+    for (const WriteOp& op : ops) {
       ReleaseRing(op.alloc_id);
       borrowed_inflight_ -= op.borrowed;
     }
   }
   space_cv_.notify_all();
-  for (WriteOp& op : job.ops) {
-    // A put that did not become durable takes its RAM copy back.
-    if (!op.status.ok() && ram_ != nullptr && op.ram_token != 0) ram_->EraseIf(op.ns, op.key, op.ram_token);
-    op.hold.Release();  // written: the RAM tier may reuse these chunks
-    Finish(op.done, op.status);
-  }
+  // A put that did not become durable takes its RAM copy back.
+  if (ram_ != nullptr)
+    for (const WriteOp& op : ops)
+      if (!op.status.ok() && op.ram_token != 0) ram_->EraseIf(op.ns, op.key, op.ram_token);
 }
 
 Status StoreImpl::OpenNextSegment(const std::unordered_set<uint32_t>& touched) {
@@ -813,7 +688,7 @@ Status StoreImpl::OpenNextSegment(const std::unordered_set<uint32_t>& touched) {
     seg = table_->OldestSealed();
     if (seg == UINT32_MAX) return Status::NoSpace("capacity holds no segment to reclaim");
     if (touched.count(seg)) return Status::Aborted("victim segment is being written");
-    DrainSyncer();  // earlier passes may still be committing into the victim
+    committer_->Drain();  // earlier passes may still be committing into the victim
     return ReclaimSegment(seg, /*reuse=*/true);
   }
   auto gen = table_->Activate(seg, ++epoch_);
@@ -901,8 +776,7 @@ Status StoreImpl::ReclaimSegment(uint32_t seg, bool reuse) {
     auto g = table_->Activate(seg, ++epoch_);  // durable new generation first
     if (!g.ok()) return g.status();
     new_gen = *g;
-    std::lock_guard<std::mutex> l(poison_mu_);
-    poisoned_.erase(seg);  // a new life: what failed before is gone
+    committer_->Unpoison(seg);  // a new life: what failed before is gone
   } else {
     AlignedBuffer zero(format::kPage);
     std::memset(zero.data(), 0, zero.size());
@@ -990,40 +864,7 @@ Status StoreImpl::CheckpointNow(bool clean) {
   cp.offset = cur_seg_ == UINT32_MAX ? table_->segment_size() : cur_off_;
   cp.next_sequence = next_seq_;
   cp.clean = clean;
-  return CheckpointAt(cp);
-}
-
-// A record whose write or sync failed may be torn on disk, and the segment is
-// poisoned (nothing more is appended to it). Recovery cuts such tails, but
-// only of segments after the checkpoint: a checkpoint written past the
-// record (by a later pass, or by this one while the process is dying of the
-// same fault) would leave its bytes behind for good.
-void StoreImpl::HoldCheckpointAtFailedWrites(const CommitJob& job) {
-  for (const WriteOp& op : job.ops) {
-    if (op.status.ok() || op.kind != WriteOp::Kind::kRecord || !IsPoisoned(op.segment)) continue;
-    const SegmentInfo info = table_->Info(op.segment);
-    std::lock_guard<std::mutex> l(checkpoint_mu_);
-    if (!failed_write_at_ || info.epoch < failed_write_at_->epoch ||
-        (info.epoch == failed_write_at_->epoch && format::PageStart(op.offset) < failed_write_at_->offset)) {
-      Checkpoint at;
-      at.epoch = info.epoch;
-      at.offset = format::PageStart(op.offset);  // recovery scans from a page; dense records start inside one
-      failed_write_at_ = at;
-    }
-  }
-}
-
-Status StoreImpl::CheckpointAt(const Checkpoint& cp) {
-  std::lock_guard<std::mutex> l(checkpoint_mu_);
-  Checkpoint to = cp;
-  if (failed_write_at_) {
-    to.epoch = failed_write_at_->epoch;
-    to.offset = failed_write_at_->offset;
-    to.clean = false;
-  }
-  Status st = index_->WriteCheckpoint(to);
-  if (st.ok()) bytes_since_checkpoint_ = 0;
-  return st;
+  return committer_->CheckpointAt(cp);
 }
 
 void StoreImpl::DoRemove(WriteOp& op) {
@@ -1038,7 +879,7 @@ void StoreImpl::DoRemove(WriteOp& op) {
     if (st.ok()) st = CheckpointNow(false);
   }
   if (ram_ != nullptr) ram_->Erase(op.ns, op.key);
-  Finish(op.done, st);
+  FinishPut(op.done, st);
 }
 
 void StoreImpl::DoDrop(WriteOp& op) {
@@ -1055,7 +896,7 @@ void StoreImpl::DoRemoveNamespace(WriteOp& op) {
   {
     std::shared_lock<std::shared_mutex> l(ns_mu_);
     if (!namespaces_.count(op.ns))
-      return Finish(op.done, Status::NotFound("unknown namespace " + NamespaceIdToHex(op.ns)));
+      return FinishPut(op.done, Status::NotFound("unknown namespace " + NamespaceIdToHex(op.ns)));
   }
   Status st;
   for (;;) {
@@ -1078,7 +919,7 @@ void StoreImpl::DoRemoveNamespace(WriteOp& op) {
     namespaces_.erase(op.ns);
   }
   if (ram_ != nullptr) ram_->EraseNamespace(op.ns);
-  Finish(op.done, st);
+  FinishPut(op.done, st);
 }
 
 void StoreImpl::DoEvictTo(WriteOp& op) {
@@ -1095,7 +936,7 @@ void StoreImpl::DoEvictTo(WriteOp& op) {
     st = ReclaimSegment(seg, /*reuse=*/false);
   }
   if (st.ok()) st = CheckpointNow(false);
-  Finish(op.done, st);
+  FinishPut(op.done, st);
 }
 
 void StoreImpl::SealOpenSegment() {
@@ -1113,7 +954,7 @@ void StoreImpl::DoSeal(WriteOp& op) {
     SealOpenSegment();
     st = CheckpointNow(false);
   }
-  Finish(op.done, st);
+  FinishPut(op.done, st);
 }
 
 Status StoreImpl::ShareNow(std::chrono::milliseconds timeout) {

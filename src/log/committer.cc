@@ -1,0 +1,191 @@
+#include "log/committer.h"
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "format/record.h"
+
+namespace kvtier {
+
+Committer::Committer(Deps deps) : d_(std::move(deps)) {}
+
+Committer::~Committer() { Stop(); }
+
+void Committer::Start() { thread_ = std::thread([this] { Loop(); }); }
+
+void Committer::HandOff(CommitJob job) {
+  MutexLock l(&mu_);
+  while (queue_.size() >= kMaxPassesAhead) l.Wait(done_cv_);
+  queue_.push_back(std::move(job));
+  work_cv_.notify_one();
+}
+
+void Committer::Drain() {
+  MutexLock l(&mu_);
+  while (!queue_.empty() || busy_) l.Wait(done_cv_);
+}
+
+void Committer::Stop() {
+  {
+    MutexLock l(&mu_);
+    stop_ = true;
+  }
+  work_cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Committer::Loop() {
+  for (;;) {
+    CommitJob job;
+    {
+      MutexLock l(&mu_);
+      while (queue_.empty() && !stop_) l.Wait(work_cv_);
+      if (queue_.empty()) return;  // stopping, nothing left
+      job = std::move(queue_.front());
+      queue_.pop_front();
+      // Group commit across passes: their writes are all complete.
+      while (!queue_.empty()) {
+        CommitJob& next = queue_.front();
+        for (WriteOp& op : next.ops) job.ops.push_back(std::move(op));
+        for (uint32_t seg : next.touched)
+          if (std::find(job.touched.begin(), job.touched.end(), seg) == job.touched.end()) job.touched.push_back(seg);
+        job.sealed = job.sealed || next.sealed;
+        job.frontier = next.frontier;  // the later pass's append position
+        queue_.pop_front();
+      }
+      busy_ = true;
+      done_cv_.notify_all();
+    }
+    CommitPass(job);
+    {
+      MutexLock l(&mu_);
+      busy_ = false;
+    }
+    done_cv_.notify_all();
+  }
+}
+
+void Committer::CommitPass(CommitJob& job) {
+  Counters& c = *d_.counters;
+  // 1. fdatasync each touched segment: the data is durable before its index
+  //    entries exist. A failed sync poisons the segment: the writer seals it
+  //    and every pass that wrote there fails (never reported durable).
+  std::unordered_map<uint32_t, Status> failed;
+  for (uint32_t seg : job.touched) {
+    if (IsPoisoned(seg)) {
+      failed[seg] = Status::IOError("segment " + std::to_string(seg) + " failed an earlier write or sync");
+      continue;
+    }
+    Status s = d_.table->file(seg)->Sync();
+    c.syncs.Add();
+    if (!s.ok()) {
+      Poison(seg);
+      failed[seg] = s;
+    }
+  }
+  for (WriteOp& op : job.ops) {
+    if (!op.status.ok()) continue;
+    auto f = failed.find(op.segment);
+    if (f != failed.end()) op.status = f->second.WithContext("syncing record");
+  }
+  HoldCheckpointAtFailedWrites(job);
+  // 2. Index entries in one batch.
+  IndexBatch batch;
+  for (WriteOp& op : job.ops) {
+    if (!op.status.ok()) continue;
+    format::IndexValue v;
+    v.segment = op.segment;
+    v.generation = op.generation;
+    v.offset = op.offset;
+    v.payload_len = op.payload_len;
+    v.payload_checksum = op.checksum;
+    v.sequence = op.sequence;
+    v.written_unix_ms = op.written_ms;
+    v.key_len = static_cast<uint16_t>(op.key.size());
+    v.flags = op.dense ? format::kRecordDense : 0;
+    batch.Put(op.ns, op.key, v);
+  }
+  if (!batch.empty()) {
+    Status s = d_.index->Commit(batch, /*sync=*/false);
+    if (!s.ok())
+      for (WriteOp& op : job.ops)
+        if (op.status.ok()) op.status = s.WithContext("committing index");
+  }
+  c.group_commits.Add();
+  uint64_t committed_bytes = 0;
+  for (WriteOp& op : job.ops) {
+    if (op.status.ok()) {
+      c.puts.Add();
+      c.put_bytes.Add(op.payload_len);
+      c.zero_copy_put_bytes.Add(op.borrowed);
+      committed_bytes += op.rec_bytes;
+    } else {
+      c.puts_failed.Add();
+    }
+  }
+  // 3. A checkpoint after a seal or every checkpoint_interval_bytes.
+  bool checkpoint;
+  {
+    MutexLock l(&checkpoint_mu_);
+    bytes_since_checkpoint_ += committed_bytes;
+    checkpoint = job.sealed || bytes_since_checkpoint_ >= d_.checkpoint_interval_bytes;
+  }
+  if (checkpoint) CheckpointAt(job.frontier).IgnoreError();  // a failed checkpoint only lengthens recovery
+  // 4. Acknowledge.
+  d_.release(job.ops);
+  for (WriteOp& op : job.ops) {
+    op.hold.Release();  // written: the RAM tier may reuse these chunks
+    FinishPut(op.done, op.status);
+  }
+}
+
+void Committer::Poison(uint32_t seg) {
+  MutexLock l(&poison_mu_);
+  poisoned_.insert(seg);
+}
+
+bool Committer::IsPoisoned(uint32_t seg) {
+  MutexLock l(&poison_mu_);
+  return poisoned_.count(seg) != 0;
+}
+
+void Committer::Unpoison(uint32_t seg) {
+  MutexLock l(&poison_mu_);
+  poisoned_.erase(seg);
+}
+
+// A record whose write or sync failed may be torn on disk, and the segment is
+// poisoned (nothing more is appended to it). Recovery cuts such tails, but
+// only of segments after the checkpoint: a checkpoint written past the
+// record (by a later pass, or by this one while the process is dying of the
+// same fault) would leave its bytes behind for good.
+void Committer::HoldCheckpointAtFailedWrites(const CommitJob& job) {
+  for (const WriteOp& op : job.ops) {
+    if (op.status.ok() || op.kind != WriteOp::Kind::kRecord || !IsPoisoned(op.segment)) continue;
+    const SegmentInfo info = d_.table->Info(op.segment);
+    const uint64_t page = format::PageStart(op.offset);  // recovery scans from a page; dense records start inside one
+    MutexLock l(&checkpoint_mu_);
+    if (!failed_write_at_ || info.epoch < failed_write_at_->epoch ||
+        (info.epoch == failed_write_at_->epoch && page < failed_write_at_->offset)) {
+      Checkpoint at;
+      at.epoch = info.epoch;
+      at.offset = page;
+      failed_write_at_ = at;
+    }
+  }
+}
+
+Status Committer::CheckpointAt(const Checkpoint& cp) {
+  MutexLock l(&checkpoint_mu_);
+  Checkpoint to = cp;
+  if (failed_write_at_) {
+    to.epoch = failed_write_at_->epoch;
+    to.offset = failed_write_at_->offset;
+    to.clean = false;
+  }
+  Status st = d_.index->WriteCheckpoint(to);
+  if (st.ok()) bytes_since_checkpoint_ = 0;
+  return st;
+}
+
+}  // namespace kvtier

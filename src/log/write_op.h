@@ -1,0 +1,60 @@
+// WriteOp: one operation on its way through the writer thread (a record, or
+// a flush, remove, drop, namespace removal, eviction or seal), and CommitJob,
+// a pass of written records on its way through the committer.
+#ifndef KVTIER_SRC_LOG_WRITE_OP_H_
+#define KVTIER_SRC_LOG_WRITE_OP_H_
+
+#include <sys/uio.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "index/index.h"
+#include "kvtier/store.h"
+#include "log/write_ring.h"
+#include "tier/ram_tier.h"
+
+namespace kvtier {
+
+struct WriteOp {
+  enum class Kind : uint8_t { kRecord, kFlush, kRemove, kDrop, kRemoveNamespace, kEvictTo, kSeal };
+  Kind kind = Kind::kRecord;
+  NamespaceId ns = 0;
+  std::string key;
+  uint64_t alloc_id = 0;
+  WriteRing::Allocation alloc;  // the whole record, or its header (+ tail) pages
+  uint64_t rec_bytes = 0;       // on-disk size of the record (8-byte aligned when dense)
+  bool dense = false;           // kRecordDense: the record is at alloc.data, 8-byte aligned
+  // The record in disk order: ring memory, or header page + the payload's
+  // whole pages where they already are (caller or RAM-tier memory) + tail
+  // page. Empty means the whole record is in `alloc`.
+  std::vector<iovec> pieces;
+  uint64_t borrowed = 0;  // payload bytes written from outside the ring
+  RamTier::Pin hold;      // RAM-tier chunks being written from
+  uint64_t payload_len = 0, checksum = 0, written_ms = 0;
+  uint64_t arg = 0;        // kDrop: the entry's sequence; kEvictTo: target bytes
+  uint64_t ram_token = 0;  // kRecord: the RAM-tier copy to undo if the put fails
+  PutCallback done;
+  // Filled in by the writer.
+  uint32_t segment = 0, generation = 0;
+  uint64_t offset = 0, sequence = 0;
+  Status status;
+};
+
+// A pass of written records on its way through fdatasync and the index.
+struct CommitJob {
+  std::vector<WriteOp> ops;
+  std::vector<uint32_t> touched;  // segments written: each is synced once
+  bool sealed = false;            // a segment was sealed in this pass
+  Checkpoint frontier;            // append position after this pass
+};
+
+// Completes `done` exactly once, tolerating an empty callback.
+inline void FinishPut(const PutCallback& done, Status st) {
+  if (done) done(std::move(st));
+}
+
+}  // namespace kvtier
+
+#endif  // KVTIER_SRC_LOG_WRITE_OP_H_
