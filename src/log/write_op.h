@@ -50,6 +50,17 @@ struct CommitJob {
   Checkpoint frontier;            // append position after this pass
 };
 
+// Where the writer appends: the open segment (none: seg == UINT32_MAX), its
+// generation and append offset, the epoch of the newest segment and the next
+// sequence number. Writer-thread state.
+struct AppendPosition {
+  uint32_t seg = UINT32_MAX;
+  uint32_t gen = 0;
+  uint64_t off = 0;  // page aligned between passes; 8-byte aligned after a dense record
+  uint64_t epoch = 0;
+  uint64_t next_seq = 1;
+};
+
 // Completes `done` exactly once, tolerating an empty callback.
 inline void FinishPut(const PutCallback& done, Status st) {
   if (done) done(std::move(st));

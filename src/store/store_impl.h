@@ -37,6 +37,8 @@
 #include "kvtier/store.h"
 #include "log/scanner.h"
 #include "log/committer.h"
+#include "log/reclaimer.h"
+#include "log/reinsertion.h"
 #include "log/segment_table.h"
 #include "log/write_op.h"
 #include "log/write_ring.h"
@@ -149,13 +151,12 @@ class StoreImpl final : public Store, public BlockSink {
   // Makes a segment ready for appending: a free one, a new file, or the
   // oldest sealed one reclaimed.
   Status OpenNextSegment(const std::unordered_set<uint32_t>& touched);
-  Status ReclaimSegment(uint32_t seg, bool reuse);
   void DoRemove(WriteOp& op);
   void DoDrop(WriteOp& op);
   void DoRemoveNamespace(WriteOp& op);
   void DoEvictTo(WriteOp& op);
   void DoSeal(WriteOp& op);
-  // Seals cur_seg_ at the page after its last write, tells the shared tier,
+  // Seals pos_.seg at the page after its last write, tells the shared tier,
   // and leaves no segment open (writer thread).
   void SealOpenSegment();
   Status CheckpointNow(bool clean);
@@ -239,9 +240,7 @@ class StoreImpl final : public Store, public BlockSink {
   // Writer-thread state (touched only by the writer after open).
   std::unique_ptr<IoQueue> write_queue_;
   bool ram_unregistered_ = false;  // the kernel refused to register the RAM tier (writer thread only)
-  uint32_t cur_seg_ = UINT32_MAX, cur_gen_ = 0;
-  uint64_t cur_off_ = 0;  // page aligned between passes; 8-byte aligned after a dense record
-  uint64_t epoch_ = 0, next_seq_ = 1;
+  AppendPosition pos_;  // where the writer appends (log/write_op.h)
   bool dense_ok_ = false;  // the store's format allows dense records (set at open)
   // The end in the ring of the last dense record placed, while the next one
   // may continue its run on disk (PlaceRecord).
@@ -261,8 +260,9 @@ class StoreImpl final : public Store, public BlockSink {
   std::unique_ptr<DeadlineTimer> deadlines_;
 
   // Hot blocks: reads per (segment, offset) since written, for reinsertion.
-  std::mutex hits_mu_;
-  std::unordered_map<uint32_t, std::unordered_map<uint64_t, uint32_t>> hits_;
+  HitCounts hits_;
+  // Segment reclaim and reinsertion for the writer (made with its thread).
+  std::unique_ptr<Reclaimer> reclaimer_;
 
   std::thread writer_;
 };

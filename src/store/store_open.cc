@@ -225,7 +225,7 @@ Status StoreImpl::OpenImpl() {
     write_queue_ = std::move(q).value();
     if (!repair_mode_) KVTIER_RETURN_IF_ERROR(Recover());
   } else {
-    epoch_ = table_->MaxEpoch();
+    pos_.epoch = table_->MaxEpoch();
     // Usage as the writer last recorded it (no recovery runs read-only).
     auto cp = index_->ReadCheckpoint();
     if (cp.ok() && cp->has_value())
@@ -344,18 +344,18 @@ Status StoreImpl::Recover() {
   std::vector<SegmentInfo> segs = table_->Snapshot();
   std::erase_if(segs, [](const SegmentInfo& s) { return s.state == SegmentState::kFree; });
   std::sort(segs.begin(), segs.end(), [](const SegmentInfo& a, const SegmentInfo& b) { return a.epoch < b.epoch; });
-  epoch_ = table_->MaxEpoch();
-  next_seq_ = std::max<uint64_t>(cp.next_sequence, 1);
+  pos_.epoch = table_->MaxEpoch();
+  pos_.next_seq = std::max<uint64_t>(cp.next_sequence, 1);
   for (const SegmentInfo& s : segs) index_->DropSegmentRowsBelow(s.id, s.generation).IgnoreError();
 
-  const bool clean = cp.clean && epoch_ == cp.epoch;
+  const bool clean = cp.clean && pos_.epoch == cp.epoch;
   if (clean) {
     // Nothing after the checkpoint: resume appending where Close stopped.
     if (!segs.empty() && segs.back().epoch == cp.epoch && cp.offset < description_.segment_size_bytes) {
-      cur_seg_ = segs.back().id;
-      cur_gen_ = segs.back().generation;
-      cur_off_ = cp.offset;
-      table_->SetUsed(cur_seg_, cur_off_);
+      pos_.seg = segs.back().id;
+      pos_.gen = segs.back().generation;
+      pos_.off = cp.offset;
+      table_->SetUsed(pos_.seg, pos_.off);
     }
   } else {
     c_.recovered_from_crash.store(true);
@@ -406,9 +406,9 @@ Status StoreImpl::Recover() {
         if (!ps.ok()) return ps.WithContext("cutting the torn tail of segment " + std::to_string(s.id));
       }
     }
-    next_seq_ = std::max(next_seq_, max_seq + 1);
+    pos_.next_seq = std::max(pos_.next_seq, max_seq + 1);
     // Appends resume in a fresh segment: the cut tail is never written again.
-    cur_seg_ = UINT32_MAX;
+    pos_.seg = UINT32_MAX;
   }
   // A crash from now on must rescan from here.
   return CheckpointNow(false);
@@ -419,6 +419,18 @@ void StoreImpl::StartThreads() {
   deadlines_ = std::make_unique<DeadlineTimer>(&c_);
   if (!opt_.read_only) {
     committer_->Start();
+    Reclaimer::Deps rd;
+    rd.index = index_.get();
+    rd.table = table_.get();
+    rd.committer = committer_.get();
+    rd.ram = ram_.get();
+    rd.hits = &hits_;
+    rd.counters = &c_;
+    rd.stored_payload_limit = StoredPayloadLimit();
+    rd.reinsert = opt_.reinsert_hot_blocks;
+    rd.punch_holes = opt_.punch_holes;
+    rd.policy = std::make_unique<HitReinsertion>(opt_.reinsert_max_fraction);
+    reclaimer_ = std::make_unique<Reclaimer>(std::move(rd));
     // Last: it starts by registering the write ring, which holds the mmap
     // lock that creating the other threads' stacks needs.
     writer_ = std::thread([this] { WriterLoop(); });
@@ -447,7 +459,7 @@ Status StoreImpl::Close() {
   if (deadlines_ != nullptr) deadlines_->Stop();
   Status st;
   if (!opt_.read_only && index_ != nullptr && table_ != nullptr) {
-    if (cur_seg_ != UINT32_MAX) table_->SetUsed(cur_seg_, cur_off_);
+    if (pos_.seg != UINT32_MAX) table_->SetUsed(pos_.seg, pos_.off);
     st = CheckpointNow(/*clean=*/true);
     Status f = index_->FlushMemtables();
     if (st.ok()) st = f;

@@ -95,8 +95,7 @@ std::vector<Result<size_t>> StoreImpl::GetBatch(NamespaceId ns, std::span<const 
 }
 
 void StoreImpl::NoteHit(uint32_t seg, uint64_t offset) {
-  std::lock_guard<std::mutex> l(hits_mu_);
-  ++hits_[seg][offset];
+  hits_.Note(seg, offset);
 }
 
 ReadPool::Deps StoreImpl::ReadDeps() {
@@ -169,12 +168,7 @@ BlockInfo StoreImpl::ToBlockInfo(NamespaceId ns, std::string_view key, const for
   b.payload_checksum = v.payload_checksum;
   b.sequence = v.sequence;
   b.written_unix_ms = v.written_unix_ms;
-  std::lock_guard<std::mutex> l(hits_mu_);
-  auto it = hits_.find(v.segment);
-  if (it != hits_.end()) {
-    auto h = it->second.find(v.offset);
-    if (h != it->second.end()) b.hits = h->second;
-  }
+  b.hits = hits_.Of(v.segment, v.offset);
   return b;
 }
 

@@ -188,9 +188,9 @@ Result<RepairReport> StoreImpl::RebuildIndex(const std::function<void(uint64_t, 
     ++rep.entries_after;
     return true;
   }));
-  epoch_ = table_->MaxEpoch();
-  next_seq_ = std::max(next_seq_, max_seq + 1);
-  cur_seg_ = UINT32_MAX;
+  pos_.epoch = table_->MaxEpoch();
+  pos_.next_seq = std::max(pos_.next_seq, max_seq + 1);
+  pos_.seg = UINT32_MAX;
   KVTIER_RETURN_IF_ERROR(CheckpointNow(false));
   return rep;
 }

@@ -445,14 +445,14 @@ StoreImpl::Place StoreImpl::PlaceRecord(WriteOp& op, const std::unordered_set<ui
   // as they are (WriteGroup). Every write ends on a page: the record must fit
   // with its padding.
   auto where = [&]() -> uint64_t {
-    if (op.dense && dense_mem_end_ == op.alloc.data) return cur_off_;
-    const uint64_t page = format::AlignUp(cur_off_);
+    if (op.dense && dense_mem_end_ == op.alloc.data) return pos_.off;
+    const uint64_t page = format::AlignUp(pos_.off);
     return op.dense ? page + reinterpret_cast<uintptr_t>(op.alloc.data) % kPage : page;
   };
   uint64_t at = where();
-  if (cur_seg_ == UINT32_MAX || format::AlignUp(at + op.rec_bytes) > seg_size || committer_->IsPoisoned(cur_seg_)) {
+  if (pos_.seg == UINT32_MAX || format::AlignUp(at + op.rec_bytes) > seg_size || committer_->IsPoisoned(pos_.seg)) {
     dense_mem_end_ = nullptr;
-    if (cur_seg_ != UINT32_MAX) {
+    if (pos_.seg != UINT32_MAX) {
       SealOpenSegment();
       pass_sealed_ = true;
     }
@@ -464,11 +464,11 @@ StoreImpl::Place StoreImpl::PlaceRecord(WriteOp& op, const std::unordered_set<ui
     }
     at = where();  // fits: dense records are at most a quarter of a segment
   }
-  op.segment = cur_seg_;
-  op.generation = cur_gen_;
+  op.segment = pos_.seg;
+  op.generation = pos_.gen;
   op.offset = at;
-  op.sequence = next_seq_++;
-  cur_off_ = at + op.rec_bytes;
+  op.sequence = pos_.next_seq++;
+  pos_.off = at + op.rec_bytes;
   dense_mem_end_ = op.dense ? op.alloc.data + op.rec_bytes : nullptr;
   format::RecordHeader h;
   h.flags = op.dense ? format::kRecordDense : 0;
@@ -499,7 +499,7 @@ void StoreImpl::WriteGroup(std::vector<WriteOp>& group) {
     // 1. Place records; stop early when rollover would reclaim a segment this
     //    pass is still writing, or when the pass's dense runs could need more
     //    than the staging buffer for their partial first and last pages.
-    dense_mem_end_ = nullptr;  // cur_off_ is on a page: nothing continues
+    dense_mem_end_ = nullptr;  // pos_.off is on a page: nothing continues
     uint64_t scratch = 0;
     for (; placed_end < group.size(); ++placed_end) {
       WriteOp& op = group[placed_end];
@@ -515,7 +515,7 @@ void StoreImpl::WriteGroup(std::vector<WriteOp>& group) {
       group[placed_end].status = Status::NoSpace("no segment can be reclaimed");
       ++placed_end;
     }
-    cur_off_ = format::AlignUp(cur_off_);  // the pass's last write is padded to a page
+    pos_.off = format::AlignUp(pos_.off);  // the pass's last write is padded to a page
     // 2. One I/O per run that is contiguous on disk and in memory (records
     //    copied into the ring merge; borrowed payloads are written where
     //    they are). Runs longer than a chunk are split so reads can slip
@@ -640,10 +640,10 @@ void StoreImpl::WriteGroup(std::vector<WriteOp>& group) {
     }
     job.touched.assign(touched.begin(), touched.end());
     job.sealed = pass_sealed_;
-    if (cur_seg_ != UINT32_MAX) table_->SetUsed(cur_seg_, cur_off_);
-    job.frontier.epoch = epoch_;
-    job.frontier.offset = cur_seg_ == UINT32_MAX ? table_->segment_size() : cur_off_;
-    job.frontier.next_sequence = next_seq_;
+    if (pos_.seg != UINT32_MAX) table_->SetUsed(pos_.seg, pos_.off);
+    job.frontier.epoch = pos_.epoch;
+    job.frontier.offset = pos_.seg == UINT32_MAX ? table_->segment_size() : pos_.off;
+    job.frontier.next_sequence = pos_.next_seq;
     committer_->HandOff(std::move(job));
   }
 }
@@ -689,180 +689,21 @@ Status StoreImpl::OpenNextSegment(const std::unordered_set<uint32_t>& touched) {
     if (seg == UINT32_MAX) return Status::NoSpace("capacity holds no segment to reclaim");
     if (touched.count(seg)) return Status::Aborted("victim segment is being written");
     committer_->Drain();  // earlier passes may still be committing into the victim
-    return ReclaimSegment(seg, /*reuse=*/true);
+    return reclaimer_->Reclaim(seg, /*reuse=*/true, &pos_);
   }
-  auto gen = table_->Activate(seg, ++epoch_);
+  auto gen = table_->Activate(seg, ++pos_.epoch);
   if (!gen.ok()) return gen.status();
-  cur_seg_ = seg;
-  cur_gen_ = *gen;
-  cur_off_ = format::kSegmentDataStart;
-  return Status::OK();
-}
-
-// Reclaims `seg` whole. With reuse it becomes the open segment (new
-// generation, new epoch) and its hot blocks are written again at its start;
-// without, it is left free (its header zeroed).
-Status StoreImpl::ReclaimSegment(uint32_t seg, bool reuse) {
-  const SegmentInfo info = table_->Info(seg);
-  const uint32_t old_gen = info.generation;
-  table_->BeginReclaim(seg);
-
-  struct Row {
-    uint64_t offset;
-    NamespaceId ns;
-    std::string key;
-  };
-  std::vector<Row> rows;
-  Status st = index_->ForEachInSegment(seg, old_gen, [&](uint64_t off, NamespaceId ns, std::string_view key) {
-    rows.push_back(Row{off, ns, std::string(key)});
-    return true;
-  });
-  if (!st.ok()) {
-    table_->Seal(seg, info.used_bytes);  // un-mark: stays readable
-    return st;
-  }
-  std::unordered_map<uint64_t, uint32_t> hot;
-  {
-    std::lock_guard<std::mutex> l(hits_mu_);
-    auto it = hits_.find(seg);
-    if (it != hits_.end()) {
-      hot.swap(it->second);
-      hits_.erase(it);
-    }
-  }
-  // Read the hot records back before the space is reused.
-  struct Reinsert {
-    AlignedBuffer rec;  // the record at its start, zero padded to a page
-    uint64_t bytes;     // on-disk bytes when rewritten: whole pages
-    NamespaceId ns;
-    std::string key;
-    format::RecordHeader h;
-  };
-  std::vector<Reinsert> reinserts;
-  File* file = table_->file(seg);
-  if (reuse && opt_.reinsert_hot_blocks && (!hot.empty() || ram_ != nullptr)) {
-    uint64_t budget = static_cast<uint64_t>(opt_.reinsert_max_fraction *
-                                            static_cast<double>(table_->segment_size()));
-    for (const Row& r : rows) {
-      // Blocks in the RAM tier count as hot: their reads were served there.
-      if (!hot.count(r.offset) && !(ram_ != nullptr && ram_->Contains(r.ns, r.key))) continue;
-      auto e = index_->Get(r.ns, r.key);
-      if (!e.ok() || !e->has_value()) continue;
-      const format::IndexValue& v = **e;
-      if (v.segment != seg || v.generation != old_gen || v.offset != r.offset) continue;
-      // A dense record may share its pages: read them all, then move the
-      // record to the front. It is rewritten alone, padded to a page.
-      const uint64_t rec_bytes = v.RecordBytes(), bytes = format::AlignUp(rec_bytes);
-      const uint64_t first = format::PageStart(v.offset), paged = format::PagedBytes(v.offset, rec_bytes);
-      if (bytes > budget) continue;
-      Reinsert ri{AlignedBuffer(paged), bytes, r.ns, r.key, {}};
-      if (ri.rec.size() == 0 || !file->ReadAt(first, ri.rec.data(), paged).ok()) continue;
-      c_.device_bytes_read.Add(paged);
-      if (v.offset != first) std::memmove(ri.rec.data(), ri.rec.data() + (v.offset - first), rec_bytes);
-      std::memset(ri.rec.data() + rec_bytes, 0, bytes - rec_bytes);
-      std::string_view k;
-      auto h = format::DecodeRecordHeader({ri.rec.data(), rec_bytes}, StoredPayloadLimit(), &k);
-      if (!h.ok() || format::RecordAgainstEntry(*h, k, r.ns, r.key, v) != 0 ||
-          format::Checksum(ri.rec.data() + v.PayloadOffset(), h->payload_len) != h->payload_checksum)
-        continue;
-      ri.h = *h;
-      budget -= bytes;
-      reinserts.push_back(std::move(ri));
-    }
-  }
-
-  uint32_t new_gen = 0;
-  if (reuse) {
-    auto g = table_->Activate(seg, ++epoch_);  // durable new generation first
-    if (!g.ok()) return g.status();
-    new_gen = *g;
-    committer_->Unpoison(seg);  // a new life: what failed before is gone
-  } else {
-    AlignedBuffer zero(format::kPage);
-    std::memset(zero.data(), 0, zero.size());
-    st = file->WriteAt(0, zero.data(), zero.size());
-    if (st.ok()) st = file->Sync();
-    if (!st.ok()) {
-      table_->Seal(seg, info.used_bytes);
-      return st.WithContext("invalidating segment header");
-    }
-    table_->MarkFree(seg);
-  }
-  // The old generation's entries are now stale whatever happens next; drop
-  // them (a crash here leaves stale entries that reads detect and drop).
-  IndexBatch batch;
-  uint64_t evicted = 0, evicted_bytes = 0;
-  for (const Row& r : rows) {
-    auto e = index_->Get(r.ns, r.key);
-    if (e.ok() && e->has_value() && (*e)->segment == seg && (*e)->generation == old_gen &&
-        (*e)->offset == r.offset) {
-      batch.Delete(r.ns, r.key, **e);
-      // The RAM tier holds only what the disk has (reinserted blocks stay,
-      // below, unless their write fails).
-      if (ram_ != nullptr && std::none_of(reinserts.begin(), reinserts.end(), [&](const Reinsert& ri) {
-            return ri.ns == r.ns && ri.key == r.key;
-          }))
-        ram_->Erase(r.ns, r.key);
-      ++evicted;
-      evicted_bytes += (*e)->payload_len;
-    } else {
-      batch.DeleteSegmentRow(seg, old_gen, r.offset);
-    }
-  }
-  if (!batch.empty()) index_->Commit(batch, false).IgnoreError();
-  index_->DropSegmentRowsBelow(seg, reuse ? new_gen : old_gen + 1).IgnoreError();
-  c_.evictions.Add();
-  c_.evicted_blocks.Add(evicted);
-  c_.evicted_bytes.Add(evicted_bytes);
-  if (opt_.punch_holes) {
-    file->PunchHole(format::kSegmentDataStart, table_->segment_size() - format::kSegmentDataStart)
-        .IgnoreError();  // NotSupported on some file systems: space is reused anyway
-  }
-  if (!reuse) return Status::OK();
-
-  cur_seg_ = seg;
-  cur_gen_ = new_gen;
-  cur_off_ = format::kSegmentDataStart;
-  if (reinserts.empty()) return Status::OK();
-  // Hot blocks go first in the new life of the segment, with new sequence
-  // numbers (an index entry written meanwhile by a newer put wins below).
-  IndexBatch re;
-  uint64_t written = 0;
-  for (size_t i = 0; i < reinserts.size(); ++i) {
-    Reinsert& ri = reinserts[i];
-    format::RecordHeader h = ri.h;
-    h.segment_id = seg;
-    h.generation = new_gen;
-    h.sequence = next_seq_++;
-    format::EncodeRecordHeader(h, ri.key, ri.rec.data());
-    if (!file->WriteAt(cur_off_, ri.rec.data(), ri.bytes).ok()) {
-      if (ram_ != nullptr)
-        for (size_t j = i; j < reinserts.size(); ++j) ram_->Erase(reinserts[j].ns, reinserts[j].key);
-      break;
-    }
-    const format::IndexValue v = format::IndexValueOf(h, cur_off_);
-    auto e = index_->Get(ri.ns, ri.key);
-    if (e.ok() && !e->has_value()) re.Put(ri.ns, ri.key, v);  // not replaced or removed meanwhile
-    cur_off_ += ri.bytes;
-    written += ri.bytes;
-    c_.reinsertions.Add();
-    c_.reinserted_bytes.Add(h.payload_len);
-  }
-  c_.device_bytes_written.Add(written);
-  if (written > 0) {
-    Status s = file->Sync();
-    c_.syncs.Add();
-    if (s.ok() && !re.empty()) index_->Commit(re, false).IgnoreError();
-  }
-  table_->SetUsed(seg, cur_off_);
+  pos_.seg = seg;
+  pos_.gen = *gen;
+  pos_.off = format::kSegmentDataStart;
   return Status::OK();
 }
 
 Status StoreImpl::CheckpointNow(bool clean) {
   Checkpoint cp;
-  cp.epoch = epoch_;
-  cp.offset = cur_seg_ == UINT32_MAX ? table_->segment_size() : cur_off_;
-  cp.next_sequence = next_seq_;
+  cp.epoch = pos_.epoch;
+  cp.offset = pos_.seg == UINT32_MAX ? table_->segment_size() : pos_.off;
+  cp.next_sequence = pos_.next_seq;
   cp.clean = clean;
   return committer_->CheckpointAt(cp);
 }
@@ -928,12 +769,12 @@ void StoreImpl::DoEvictTo(WriteOp& op) {
     uint32_t seg = table_->OldestSealed();
     if (seg == UINT32_MAX) {
       // Only the open segment is left: seal it so it can go too.
-      if (cur_seg_ == UINT32_MAX) break;
-      table_->Seal(cur_seg_, cur_off_);
-      cur_seg_ = UINT32_MAX;
+      if (pos_.seg == UINT32_MAX) break;
+      table_->Seal(pos_.seg, pos_.off);
+      pos_.seg = UINT32_MAX;
       continue;
     }
-    st = ReclaimSegment(seg, /*reuse=*/false);
+    st = reclaimer_->Reclaim(seg, /*reuse=*/false, &pos_);
   }
   if (st.ok()) st = CheckpointNow(false);
   FinishPut(op.done, st);
@@ -942,15 +783,15 @@ void StoreImpl::DoEvictTo(WriteOp& op) {
 void StoreImpl::SealOpenSegment() {
   // Its last write is padded to a page: used bytes stay page aligned (the
   // shared tier uploads them with O_DIRECT reads).
-  table_->Seal(cur_seg_, format::AlignUp(cur_off_));
-  RemoteNoteSealed(cur_seg_, cur_gen_);
-  cur_seg_ = UINT32_MAX;
+  table_->Seal(pos_.seg, format::AlignUp(pos_.off));
+  RemoteNoteSealed(pos_.seg, pos_.gen);
+  pos_.seg = UINT32_MAX;
 }
 
 // Seals the open segment if it holds records, for the shared tier to upload.
 void StoreImpl::DoSeal(WriteOp& op) {
   Status st;
-  if (cur_seg_ != UINT32_MAX && cur_off_ > format::kSegmentDataStart) {
+  if (pos_.seg != UINT32_MAX && pos_.off > format::kSegmentDataStart) {
     SealOpenSegment();
     st = CheckpointNow(false);
   }

@@ -1,0 +1,188 @@
+#include "log/reclaimer.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "format/record.h"
+#include "util/aligned_buffer.h"
+
+namespace kvtier {
+
+struct Reclaimer::Row {
+  uint64_t offset;
+  NamespaceId ns;
+  std::string key;
+};
+
+struct Reclaimer::Reinsert {
+  AlignedBuffer rec;  // the record at its start, zero padded to a page
+  uint64_t bytes;     // on-disk bytes when rewritten: whole pages
+  NamespaceId ns;
+  std::string key;
+  format::RecordHeader h;
+};
+
+Status Reclaimer::Reclaim(uint32_t seg, bool reuse, AppendPosition* pos) {
+  const SegmentInfo info = d_.table->Info(seg);
+  const uint32_t old_gen = info.generation;
+  d_.table->BeginReclaim(seg);
+  std::vector<Row> rows;
+  Status st = d_.index->ForEachInSegment(seg, old_gen, [&](uint64_t off, NamespaceId ns, std::string_view key) {
+    rows.push_back(Row{off, ns, std::string(key)});
+    return true;
+  });
+  if (!st.ok()) {
+    d_.table->Seal(seg, info.used_bytes);  // un-mark: stays readable
+    return st;
+  }
+  // Read the hot records back before the space is reused.
+  std::vector<Reinsert> reinserts;
+  if (reuse && d_.reinsert) reinserts = GatherReinserts(seg, old_gen, rows);
+  else d_.hits->Take(seg);
+
+  File* file = d_.table->file(seg);
+  uint32_t new_gen = 0;
+  if (reuse) {
+    auto g = d_.table->Activate(seg, ++pos->epoch);  // durable new generation first
+    if (!g.ok()) return g.status();
+    new_gen = *g;
+    d_.committer->Unpoison(seg);  // a new life: what failed before is gone
+  } else {
+    AlignedBuffer zero(format::kPage);
+    std::memset(zero.data(), 0, zero.size());
+    st = file->WriteAt(0, zero.data(), zero.size());
+    if (st.ok()) st = file->Sync();
+    if (!st.ok()) {
+      d_.table->Seal(seg, info.used_bytes);
+      return st.WithContext("invalidating segment header");
+    }
+    d_.table->MarkFree(seg);
+  }
+  DropEntries(seg, old_gen, new_gen, reuse, rows, reinserts);
+  if (d_.punch_holes) {
+    file->PunchHole(format::kSegmentDataStart, d_.table->segment_size() - format::kSegmentDataStart)
+        .IgnoreError();  // NotSupported on some file systems: space is reused anyway
+  }
+  if (!reuse) return Status::OK();
+  pos->seg = seg;
+  pos->gen = new_gen;
+  pos->off = format::kSegmentDataStart;
+  if (!reinserts.empty()) WriteReinserts(seg, new_gen, reinserts, pos);
+  return Status::OK();
+}
+
+std::vector<Reclaimer::Reinsert> Reclaimer::GatherReinserts(uint32_t seg, uint32_t old_gen,
+                                                            const std::vector<Row>& rows) {
+  std::vector<Reinsert> out;
+  const HitCounts::Segment hot = d_.hits->Take(seg);
+  if (hot.empty() && d_.ram == nullptr) return out;
+  Counters& c = *d_.counters;
+  File* file = d_.table->file(seg);
+  d_.policy->BeginSegment(d_.table->segment_size());
+  for (const Row& r : rows) {
+    ReinsertCandidate cand;
+    cand.ns = r.ns;
+    cand.key = r.key;
+    auto h = hot.find(r.offset);
+    cand.hits = h == hot.end() ? 0 : h->second;
+    // Blocks in the RAM tier count as hot: their reads were served there.
+    cand.in_ram = cand.hits == 0 && d_.ram != nullptr && d_.ram->Contains(r.ns, r.key);
+    if (cand.hits == 0 && !cand.in_ram) continue;
+    auto e = d_.index->Get(r.ns, r.key);
+    if (!e.ok() || !e->has_value()) continue;
+    const format::IndexValue& v = **e;
+    if (v.segment != seg || v.generation != old_gen || v.offset != r.offset) continue;
+    // A dense record may share its pages: read them all, then move the
+    // record to the front. It is rewritten alone, padded to a page.
+    const uint64_t rec_bytes = v.RecordBytes();
+    cand.bytes = format::AlignUp(rec_bytes);
+    if (!d_.policy->Wants(cand)) continue;
+    const uint64_t first = format::PageStart(v.offset), paged = format::PagedBytes(v.offset, rec_bytes);
+    Reinsert ri{AlignedBuffer(paged), cand.bytes, r.ns, r.key, {}};
+    if (ri.rec.size() == 0 || !file->ReadAt(first, ri.rec.data(), paged).ok()) continue;
+    c.device_bytes_read.Add(paged);
+    if (v.offset != first) std::memmove(ri.rec.data(), ri.rec.data() + (v.offset - first), rec_bytes);
+    std::memset(ri.rec.data() + rec_bytes, 0, cand.bytes - rec_bytes);
+    std::string_view k;
+    auto hdr = format::DecodeRecordHeader({ri.rec.data(), rec_bytes}, d_.stored_payload_limit, &k);
+    if (!hdr.ok() || format::RecordAgainstEntry(*hdr, k, r.ns, r.key, v) != 0 ||
+        format::Checksum(ri.rec.data() + v.PayloadOffset(), hdr->payload_len) != hdr->payload_checksum)
+      continue;
+    ri.h = *hdr;
+    d_.policy->Taken(cand);
+    out.push_back(std::move(ri));
+  }
+  return out;
+}
+
+void Reclaimer::DropEntries(uint32_t seg, uint32_t old_gen, uint32_t new_gen, bool reuse,
+                            const std::vector<Row>& rows, const std::vector<Reinsert>& reinserts) {
+  // The old generation's entries are now stale whatever happens next; drop
+  // them (a crash here leaves stale entries that reads detect and drop).
+  Counters& c = *d_.counters;
+  IndexBatch batch;
+  uint64_t evicted = 0, evicted_bytes = 0;
+  for (const Row& r : rows) {
+    auto e = d_.index->Get(r.ns, r.key);
+    if (e.ok() && e->has_value() && (*e)->segment == seg && (*e)->generation == old_gen &&
+        (*e)->offset == r.offset) {
+      batch.Delete(r.ns, r.key, **e);
+      // The RAM tier holds only what the disk has (reinserted blocks stay,
+      // below, unless their write fails).
+      if (d_.ram != nullptr && std::none_of(reinserts.begin(), reinserts.end(), [&](const Reinsert& ri) {
+            return ri.ns == r.ns && ri.key == r.key;
+          }))
+        d_.ram->Erase(r.ns, r.key);
+      ++evicted;
+      evicted_bytes += (*e)->payload_len;
+    } else {
+      batch.DeleteSegmentRow(seg, old_gen, r.offset);
+    }
+  }
+  if (!batch.empty()) d_.index->Commit(batch, false).IgnoreError();
+  d_.index->DropSegmentRowsBelow(seg, reuse ? new_gen : old_gen + 1).IgnoreError();
+  c.evictions.Add();
+  c.evicted_blocks.Add(evicted);
+  c.evicted_bytes.Add(evicted_bytes);
+}
+
+void Reclaimer::WriteReinserts(uint32_t seg, uint32_t new_gen, std::vector<Reinsert>& reinserts,
+                               AppendPosition* pos) {
+  // Hot blocks go first in the new life of the segment, with new sequence
+  // numbers (an index entry written meanwhile by a newer put wins below).
+  Counters& c = *d_.counters;
+  File* file = d_.table->file(seg);
+  IndexBatch re;
+  uint64_t written = 0;
+  for (size_t i = 0; i < reinserts.size(); ++i) {
+    Reinsert& ri = reinserts[i];
+    format::RecordHeader h = ri.h;
+    h.segment_id = seg;
+    h.generation = new_gen;
+    h.sequence = pos->next_seq++;
+    format::EncodeRecordHeader(h, ri.key, ri.rec.data());
+    if (!file->WriteAt(pos->off, ri.rec.data(), ri.bytes).ok()) {
+      if (d_.ram != nullptr)
+        for (size_t j = i; j < reinserts.size(); ++j) d_.ram->Erase(reinserts[j].ns, reinserts[j].key);
+      break;
+    }
+    const format::IndexValue v = format::IndexValueOf(h, pos->off);
+    auto e = d_.index->Get(ri.ns, ri.key);
+    if (e.ok() && !e->has_value()) re.Put(ri.ns, ri.key, v);  // not replaced or removed meanwhile
+    pos->off += ri.bytes;
+    written += ri.bytes;
+    c.reinsertions.Add();
+    c.reinserted_bytes.Add(h.payload_len);
+  }
+  c.device_bytes_written.Add(written);
+  if (written > 0) {
+    Status s = file->Sync();
+    c.syncs.Add();
+    if (s.ok() && !re.empty()) d_.index->Commit(re, false).IgnoreError();
+  }
+  d_.table->SetUsed(seg, pos->off);
+}
+
+}  // namespace kvtier
