@@ -37,6 +37,7 @@
 #include "kvtier/store.h"
 #include "log/scanner.h"
 #include "log/committer.h"
+#include "log/put_plan.h"
 #include "log/reclaimer.h"
 #include "log/reinsertion.h"
 #include "log/segment_table.h"
@@ -136,6 +137,11 @@ class StoreImpl final : public Store, public BlockSink {
   void SubmitPut(NamespaceId ns, std::string_view key, std::span<const Fragment> payload,
                  bool blocking, bool borrow, PutCallback done, RamTier::Pin* reserved = nullptr,
                  const uint64_t* checksum = nullptr);
+  // SubmitPut's steps: ring space for a planned record (waiting for it when
+  // `blocking`), then the record filled in and checksummed.
+  Status ReserveRing(WriteOp* op, const WritePlan& w, bool blocking);
+  void FillRecord(WriteOp* op, size_t key_len, std::span<const Fragment> source, const RecordPlan& plan,
+                  const WritePlan& w, const uint64_t* checksum);
   Status OpenRamTier();
   // Queues a non-record op and waits for its status.
   Status RunOnWriter(WriteOp op);

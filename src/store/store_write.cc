@@ -4,6 +4,7 @@
 #include <cstring>
 #include <future>
 
+#include "log/put_plan.h"
 #include "store/store_impl.h"
 #include "util/checksum.h"
 #include "util/clock.h"
@@ -103,22 +104,14 @@ void StoreImpl::SubmitPut(NamespaceId ns, std::string_view key, std::span<const 
     c_.puts_not_admitted.Add();
     return FinishPut(done, Status::NotAdmitted("declined by the admission policy"));
   }
-  WriteOp op;
-  // Records below zero_copy_min_bytes are always copied into the ring; the
-  // small ones among them go dense.
-  op.dense = dense_ok_ && payload_len <= opt_.dense_record_max_bytes && payload_len < opt_.zero_copy_min_bytes;
-  const uint16_t flags = op.dense ? format::kRecordDense : 0;
-  op.rec_bytes = format::RecordBytes(key.size(), payload_len, flags);
-  const uint64_t poff = format::PayloadOffset(key.size(), payload_len, flags);
-  const bool aligned = format::PayloadAligned(key.size(), payload_len, flags);
-  // Where the device write reads the payload from, in order of preference:
-  // the caller's RAM-tier reservation, a fresh RAM-tier copy (write-through
-  // with one copy), the caller's own memory, or a copy in the ring.
+  const RecordPlan plan = PlanRecord({key.size(), payload_len, dense_ok_, opt_.dense_record_max_bytes,
+                                      opt_.zero_copy_min_bytes, ram_ != nullptr,
+                                      reserved != nullptr && static_cast<bool>(*reserved)});
   RamTier::Pin pin;
   bool ram_copy = false;
   if (reserved != nullptr && *reserved) {
     pin = std::move(*reserved);
-  } else if (ram_ != nullptr && aligned && payload_len >= opt_.zero_copy_min_bytes) {
+  } else if (plan.reserve_ram_copy) {
     pin = ram_->Reserve(ns, key, payload_len);
     ram_copy = static_cast<bool>(pin);
   }
@@ -128,85 +121,29 @@ void StoreImpl::SubmitPut(NamespaceId ns, std::string_view key, std::span<const 
     for (const RamTier::Piece& p : pin.pieces()) pin_frags.push_back(Fragment{p.data, p.size});
     source = pin_frags;
   }
-  bool direct = aligned && payload_len >= opt_.zero_copy_min_bytes && (pin || borrow) && Borrowable(source);
-  if (direct && !pin && !ZeroCopyPagesOk(source.data(), source.size(), payload_len, opt_.zero_copy_small_pages)) {
-    direct = false;  // the caller's 4 KiB pages: one copy into the huge-page ring is cheaper
+  WritePlanInput wi{payload_len, opt_.zero_copy_min_bytes, static_cast<bool>(pin), borrow, Borrowable(source),
+                    /*small_pages=*/false};
+  WritePlan w = PlanWrite(plan, wi);
+  // Asked of the kernel only where it decides (a direct write from the
+  // caller's memory).
+  if (w.direct && !pin && !ZeroCopyPagesOk(source.data(), source.size(), payload_len, opt_.zero_copy_small_pages)) {
+    wi.small_pages = true;
+    w = PlanWrite(plan, wi);
     c_.small_page_copies.Add();
   }
-  const uint64_t whole = payload_len / kPage * kPage, tail = payload_len - whole;
-  // A dense record takes exactly its bytes, so that dense records queued one
-  // after another lie back to back in the ring as they will on disk.
-  const uint64_t ring_bytes = direct ? kPage + (tail != 0 ? kPage : 0) : op.rec_bytes;
-  const uint64_t borrowed = direct ? whole : 0;
-  {
-    std::unique_lock<std::mutex> l(mu_);
-    for (;;) {
-      if (closing_) {
-        l.unlock();
-        admission_->Refund(payload_len);
-        return FinishPut(done, Status::Closed("store is closing"));
-      }
-      // Borrowed bytes count against the queue budget like ring bytes, but
-      // one put is always let through so that no size can starve.
-      const bool fits = borrowed == 0 || borrowed_inflight_ == 0 ||
-                        borrowed_inflight_ + borrowed + ring_.used() <= opt_.write_queue_bytes;
-      if (fits) {
-        op.alloc = ring_.Allocate(ring_bytes, op.dense ? format::kDenseAlign : kPage);
-        if (op.alloc.data != nullptr) break;
-      }
-      if (!blocking) {
-        l.unlock();
-        admission_->Refund(payload_len);
-        c_.puts_not_admitted.Add();
-        return FinishPut(done, Status::NotAdmitted("write queue full"));
-      }
-      space_cv_.wait(l);
-    }
-    op.alloc_id = next_alloc_id_++;
-    slots_.push_back(Slot{op.alloc_id, op.alloc, false});
-    borrowed_inflight_ += borrowed;
+  WriteOp op;
+  op.dense = plan.dense;
+  op.rec_bytes = plan.rec_bytes;
+  st = ReserveRing(&op, w, blocking);
+  if (!st.ok()) {
+    admission_->Refund(payload_len);
+    if (st.code() == Code::kNotAdmitted) c_.puts_not_admitted.Add();
+    return FinishPut(done, st);
   }
-  op.borrowed = borrowed;
   // Fill and checksum outside the lock: on the caller's thread, in parallel
   // with other callers and the writer. Padding never leaks old memory.
-  uint8_t* rec = op.alloc.data;
-  const size_t head = format::kRecordHeaderBytes + key.size();
   if (ram_copy) Scatter(payload, pin.pieces());
-  if (direct) {
-    // Header page, the payload's whole pages where they are, tail page.
-    std::memset(rec + head, 0, kPage - head);
-    op.pieces.push_back(iovec{rec, kPage});
-    uint64_t left = whole;
-    for (const Fragment& f : source) {
-      const uint64_t n = std::min<uint64_t>(left, f.size / kPage * kPage);
-      if (n == 0) break;
-      op.pieces.push_back(iovec{const_cast<void*>(f.data), n});
-      left -= n;
-    }
-    if (tail != 0) {
-      // The tail page holds the payload's last `tail` bytes.
-      uint8_t* t = rec + kPage;
-      uint64_t skip = whole;
-      uint8_t* out = t;
-      for (const Fragment& f : source) {
-        if (skip >= f.size) {
-          skip -= f.size;
-          continue;
-        }
-        std::memcpy(out, static_cast<const uint8_t*>(f.data) + skip, f.size - skip);
-        out += f.size - skip;
-        skip = 0;
-      }
-      std::memset(out, 0, t + kPage - out);
-      op.pieces.push_back(iovec{t, kPage});
-    }
-    op.checksum = checksum != nullptr ? *checksum : ChecksumOf(source);
-  } else {
-    std::memset(rec + head, 0, poff - head);
-    Gather(source, rec + poff);
-    std::memset(rec + poff + payload_len, 0, ring_bytes - poff - payload_len);
-    op.checksum = checksum != nullptr ? *checksum : format::Checksum(rec + poff, payload_len);
-  }
+  FillRecord(&op, key.size(), source, plan, w, checksum);
   op.kind = WriteOp::Kind::kRecord;
   op.ns = ns;
   op.key.assign(key);
@@ -214,13 +151,13 @@ void StoreImpl::SubmitPut(NamespaceId ns, std::string_view key, std::span<const 
   op.written_ms = NowUnixMs();
   op.done = std::move(done);
   if (ram_ != nullptr) {
-    // Write-through: the RAM copy is visible at once; the writer undoes it
-    // (by token) if the record cannot be made durable.
+    // Write-through: the RAM copy is visible at once; the committer undoes
+    // it (by token) if the record cannot be made durable.
     if (pin) {
       op.ram_token = ram_->CommitKeepPin(pin, op.checksum);
-      if (direct) op.hold = std::move(pin);  // the device write reads these chunks
+      if (w.direct) op.hold = std::move(pin);  // the device write reads these chunks
     } else {
-      Fragment whole_payload{rec + poff, payload_len};
+      Fragment whole_payload{op.alloc.data + plan.payload_offset, payload_len};
       op.ram_token = ram_->Insert(ns, key, {&whole_payload, 1}, op.checksum);
     }
   }
@@ -229,6 +166,70 @@ void StoreImpl::SubmitPut(NamespaceId ns, std::string_view key, std::span<const 
     queue_.push_back(std::move(op));
   }
   work_cv_.notify_one();
+}
+
+Status StoreImpl::ReserveRing(WriteOp* op, const WritePlan& w, bool blocking) {
+  std::unique_lock<std::mutex> l(mu_);
+  for (;;) {
+    if (closing_) return Status::Closed("store is closing");
+    // Borrowed bytes count against the queue budget like ring bytes, but one
+    // put is always let through so that no size can starve.
+    const bool fits = w.borrowed == 0 || borrowed_inflight_ == 0 ||
+                      borrowed_inflight_ + w.borrowed + ring_.used() <= opt_.write_queue_bytes;
+    if (fits) {
+      op->alloc = ring_.Allocate(w.ring_bytes, op->dense ? format::kDenseAlign : kPage);
+      if (op->alloc.data != nullptr) break;
+    }
+    if (!blocking) return Status::NotAdmitted("write queue full");
+    space_cv_.wait(l);
+  }
+  op->alloc_id = next_alloc_id_++;
+  slots_.push_back(Slot{op->alloc_id, op->alloc, false});
+  borrowed_inflight_ += w.borrowed;
+  op->borrowed = w.borrowed;
+  return Status::OK();
+}
+
+void StoreImpl::FillRecord(WriteOp* op, size_t key_len, std::span<const Fragment> source, const RecordPlan& plan,
+                           const WritePlan& w, const uint64_t* checksum) {
+  uint8_t* rec = op->alloc.data;
+  const size_t head = format::kRecordHeaderBytes + key_len;
+  const uint64_t payload_len = w.whole + w.tail;
+  if (!w.direct) {
+    std::memset(rec + head, 0, plan.payload_offset - head);
+    Gather(source, rec + plan.payload_offset);
+    std::memset(rec + plan.payload_offset + payload_len, 0, w.ring_bytes - plan.payload_offset - payload_len);
+    op->checksum = checksum != nullptr ? *checksum : format::Checksum(rec + plan.payload_offset, payload_len);
+    return;
+  }
+  // Header page, the payload's whole pages where they are, tail page.
+  std::memset(rec + head, 0, kPage - head);
+  op->pieces.push_back(iovec{rec, kPage});
+  uint64_t left = w.whole;
+  for (const Fragment& f : source) {
+    const uint64_t n = std::min<uint64_t>(left, f.size / kPage * kPage);
+    if (n == 0) break;
+    op->pieces.push_back(iovec{const_cast<void*>(f.data), n});
+    left -= n;
+  }
+  if (w.tail != 0) {
+    // The tail page holds the payload's last `tail` bytes.
+    uint8_t* t = rec + kPage;
+    uint64_t skip = w.whole;
+    uint8_t* out = t;
+    for (const Fragment& f : source) {
+      if (skip >= f.size) {
+        skip -= f.size;
+        continue;
+      }
+      std::memcpy(out, static_cast<const uint8_t*>(f.data) + skip, f.size - skip);
+      out += f.size - skip;
+      skip = 0;
+    }
+    std::memset(out, 0, t + kPage - out);
+    op->pieces.push_back(iovec{t, kPage});
+  }
+  op->checksum = checksum != nullptr ? *checksum : ChecksumOf(source);
 }
 
 Status StoreImpl::Put(NamespaceId ns, std::string_view key, std::span<const Fragment> payload) {
