@@ -777,7 +777,7 @@ std::vector<Status> TransferImpl::PutFromDevice(NamespaceId ns, std::span<const 
         }
       };
       // Most cores: the checksum of every byte is the work left once the
-      // copy is on the link (the store's writer and syncer need little CPU).
+      // copy is on the link (the store's writer and committer need little CPU).
       const unsigned cores = std::thread::hardware_concurrency();
       const size_t threads = std::clamp<size_t>(cores > 2 ? cores - 2 : 1, 1, 16);
       const size_t step = std::min(threads, via_ram.size());

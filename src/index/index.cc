@@ -13,6 +13,8 @@
 //   [32,40) format::Checksum (XXH3-64) of bytes [0,32)
 #include "index/index.h"
 
+#include "format/coding.h"
+
 #include <atomic>
 #include <thread>
 
@@ -74,16 +76,6 @@ void AppendBE64(std::string* out, uint64_t v) {
 uint64_t LoadBE64(const char* p) {
   uint64_t v = 0;
   for (int i = 0; i < 8; ++i) v = (v << 8) | static_cast<uint8_t>(p[i]);
-  return v;
-}
-
-void StoreLE64(uint8_t* p, uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-
-uint64_t LoadLE64(const uint8_t* p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
   return v;
 }
 
@@ -468,7 +460,6 @@ bool Index::FindLocations(NamespaceId ns, std::span<const std::string_view> keys
   return true;
 }
 
-bool Index::PresenceReady() const { return rep_->presence.Ready(); }
 
 Status Index::Commit(IndexBatch& batch, bool sync) {
   KVTIER_RETURN_IF_ERROR(rep_->CheckWritable("Commit"));
@@ -718,12 +709,12 @@ Status Index::WriteCheckpoint(const Checkpoint& cp) {
   // says recovery may skip the records they came from.
   KVTIER_RETURN_IF_ERROR(SyncWAL());
   uint8_t buf[kCheckpointBytes] = {};
-  StoreLE64(buf + 0, cp.epoch);
-  StoreLE64(buf + 8, cp.offset);
-  StoreLE64(buf + 16, cp.next_sequence);
+  format::PutFixed64(buf + 0, cp.epoch);
+  format::PutFixed64(buf + 8, cp.offset);
+  format::PutFixed64(buf + 16, cp.next_sequence);
   buf[24] = kCheckpointVersion;
   buf[25] = cp.clean ? 1 : 0;
-  StoreLE64(buf + 32, format::Checksum(buf, 32));
+  format::PutFixed64(buf + 32, format::Checksum(buf, 32));
   rocksdb::WriteOptions wo;
   wo.sync = true;
   return FromRocks(rep_->db->Put(wo, rep_->entries, CheckpointKey(),
@@ -741,7 +732,7 @@ Result<std::optional<Checkpoint>> Index::ReadCheckpoint() {
                                             " bytes, expected " + std::to_string(kCheckpointBytes)));
   }
   const auto* p = reinterpret_cast<const uint8_t*>(value.data());
-  if (LoadLE64(p + 32) != format::Checksum(p, 32)) {
+  if (format::GetFixed64(p + 32) != format::Checksum(p, 32)) {
     return Status::Corruption(rep_->Context("checkpoint record checksum mismatch"));
   }
   if (p[24] != kCheckpointVersion) {
@@ -753,9 +744,9 @@ Result<std::optional<Checkpoint>> Index::ReadCheckpoint() {
     return Status::Corruption(rep_->Context("checkpoint record has bad flag bytes"));
   }
   Checkpoint cp;
-  cp.epoch = LoadLE64(p + 0);
-  cp.offset = LoadLE64(p + 8);
-  cp.next_sequence = LoadLE64(p + 16);
+  cp.epoch = format::GetFixed64(p + 0);
+  cp.offset = format::GetFixed64(p + 8);
+  cp.next_sequence = format::GetFixed64(p + 16);
   cp.clean = p[25] == 1;
   return std::optional<Checkpoint>(cp);
 }

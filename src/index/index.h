@@ -90,7 +90,6 @@ class Index {
   // open; callers then use MultiGet. A 64-bit hash collision can make an
   // absent key look present (see presence_map.h); never the reverse.
   bool FindLocations(NamespaceId ns, std::span<const std::string_view> keys, std::vector<uint64_t>* out);
-  bool PresenceReady() const;
   // One lookup for many keys of one namespace (RocksDB MultiGet). out[i] is
   // nullopt for absent keys. A corrupt value leaves its slot empty and the
   // first such error (naming the key) is returned.

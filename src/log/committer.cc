@@ -93,17 +93,7 @@ void Committer::CommitPass(CommitJob& job) {
   IndexBatch batch;
   for (WriteOp& op : job.ops) {
     if (!op.status.ok()) continue;
-    format::IndexValue v;
-    v.segment = op.segment;
-    v.generation = op.generation;
-    v.offset = op.offset;
-    v.payload_len = op.payload_len;
-    v.payload_checksum = op.checksum;
-    v.sequence = op.sequence;
-    v.written_unix_ms = op.written_ms;
-    v.key_len = static_cast<uint16_t>(op.key.size());
-    v.flags = op.dense ? format::kRecordDense : 0;
-    batch.Put(op.ns, op.key, v);
+    batch.Put(op.ns, op.key, IndexValueOf(op));
   }
   if (!batch.empty()) {
     Status s = d_.index->Commit(batch, /*sync=*/false);

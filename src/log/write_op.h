@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "format/record.h"
 #include "index/index.h"
 #include "kvtier/store.h"
 #include "log/write_ring.h"
@@ -60,6 +61,22 @@ struct AppendPosition {
   uint64_t epoch = 0;
   uint64_t next_seq = 1;
 };
+
+// The header of a placed record, and its index entry.
+inline format::RecordHeader HeaderOf(const WriteOp& op) {
+  format::RecordHeader h;
+  h.flags = op.dense ? format::kRecordDense : 0;
+  h.key_len = static_cast<uint16_t>(op.key.size());
+  h.segment_id = op.segment;
+  h.generation = op.generation;
+  h.ns_id = op.ns;
+  h.sequence = op.sequence;
+  h.payload_len = op.payload_len;
+  h.payload_checksum = op.checksum;
+  h.written_unix_ms = op.written_ms;
+  return h;
+}
+inline format::IndexValue IndexValueOf(const WriteOp& op) { return format::IndexValueOf(HeaderOf(op), op.offset); }
 
 // Completes `done` exactly once, tolerating an empty callback.
 inline void FinishPut(const PutCallback& done, Status st) {

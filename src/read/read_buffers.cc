@@ -1,5 +1,7 @@
 #include "read/read_buffers.h"
 
+#include "format/record.h"
+
 #include <sys/mman.h>
 #include <sys/uio.h>
 
@@ -8,7 +10,7 @@
 namespace kvtier {
 
 namespace {
-constexpr size_t kPage = 4096;
+constexpr size_t kPage = format::kPage;
 constexpr size_t kHuge = AlignedBuffer::kHugeBytes;
 
 // What a heap buffer for `bytes` takes: large ones sit on huge pages (one

@@ -16,23 +16,6 @@ constexpr uint64_t kPage = format::kPage;
 // direct (caller memory on 4 KiB pages): 32 x 2 MiB blocks.
 constexpr size_t kChosenBounceBytes = 64u << 20;
 
-bool PageAligned(const void* p) { return (reinterpret_cast<uintptr_t>(p) & (kPage - 1)) == 0; }
-
-// Whether the whole pages of a payload, [0, whole), can be read straight
-// into `out`: each fragment they touch starts on a page boundary and all but
-// the last of them are whole pages.
-bool DirectTarget(std::span<const MutableFragment> out, uint64_t whole) {
-  uint64_t done = 0;
-  for (const MutableFragment& f : out) {
-    if (done == whole) break;
-    if (f.size == 0) continue;
-    if (!PageAligned(f.data)) return false;
-    if (done + f.size < whole && f.size % kPage != 0) return false;
-    done += std::min<uint64_t>(f.size, whole - done);
-  }
-  return done == whole;
-}
-
 // Copies n bytes from src into `out` starting at payload position `at`.
 void ScatterAt(std::span<const MutableFragment> out, uint64_t at, const uint8_t* src, uint64_t n) {
   for (const MutableFragment& f : out) {
@@ -245,7 +228,7 @@ void ReadPool::Reader::Enqueue(const std::shared_ptr<ReadOp>& op, const format::
   // afterwards, which an in-flight read could not keep.
   const uint64_t whole = v.payload_len / kPage * kPage;
   bool direct = op->deadline == kNoDeadline && whole > 0 && v.payload_len >= d_.zero_copy_min_bytes &&
-                format::PayloadAligned(v.key_len, v.payload_len, v.flags) && DirectTarget(op->out, whole);
+                format::PayloadAligned(v.key_len, v.payload_len, v.flags) && PageRun(op->out.data(), op->out.size(), whole);
   const size_t b = Acquire();  // Take handed out no more ops than free slots
   // A whole read covers the record's pages (a dense one may share them).
   const uint64_t paged = format::PagedBytes(v.offset, v.RecordBytes());

@@ -32,25 +32,6 @@ Status StoreImpl::Validate(NamespaceId ns, std::string_view key, uint64_t payloa
 namespace {
 constexpr uint64_t kPage = format::kPage;
 
-bool PageAligned(const void* p) { return (reinterpret_cast<uintptr_t>(p) & (kPage - 1)) == 0; }
-
-// True when `pieces`, laid out in order, keep every page boundary of the
-// payload on a page boundary in memory: each starts page-aligned and all but
-// the last are whole pages. Such a payload can be written where it is.
-template <typename P>
-bool Borrowable(std::span<const P> pieces) {
-  size_t last = pieces.size();  // the last non-empty piece
-  for (size_t i = 0; i < pieces.size(); ++i)
-    if (pieces[i].size != 0) last = i;
-  if (last == pieces.size()) return false;
-  for (size_t i = 0; i <= last; ++i) {
-    if (pieces[i].size == 0) continue;
-    if (!PageAligned(pieces[i].data)) return false;
-    if (i != last && pieces[i].size % kPage != 0) return false;
-  }
-  return true;
-}
-
 // Copies `payload` (gathered in order) to dst.
 void Gather(std::span<const Fragment> payload, uint8_t* dst) {
   for (const Fragment& f : payload) {
@@ -121,7 +102,7 @@ void StoreImpl::SubmitPut(NamespaceId ns, std::string_view key, std::span<const 
     for (const RamTier::Piece& p : pin.pieces()) pin_frags.push_back(Fragment{p.data, p.size});
     source = pin_frags;
   }
-  WritePlanInput wi{payload_len, opt_.zero_copy_min_bytes, static_cast<bool>(pin), borrow, Borrowable(source),
+  WritePlanInput wi{payload_len, opt_.zero_copy_min_bytes, static_cast<bool>(pin), borrow, PageRun(source.data(), source.size(), payload_len),
                     /*small_pages=*/false};
   WritePlan w = PlanWrite(plan, wi);
   // Asked of the kernel only where it decides (a direct write from the
@@ -471,22 +452,12 @@ StoreImpl::Place StoreImpl::PlaceRecord(WriteOp& op, const std::unordered_set<ui
   op.sequence = pos_.next_seq++;
   pos_.off = at + op.rec_bytes;
   dense_mem_end_ = op.dense ? op.alloc.data + op.rec_bytes : nullptr;
-  format::RecordHeader h;
-  h.flags = op.dense ? format::kRecordDense : 0;
-  h.key_len = static_cast<uint16_t>(op.key.size());
-  h.segment_id = op.segment;
-  h.generation = op.generation;
-  h.ns_id = op.ns;
-  h.sequence = op.sequence;
-  h.payload_len = op.payload_len;
-  h.payload_checksum = op.checksum;
-  h.written_unix_ms = op.written_ms;
-  format::EncodeRecordHeader(h, op.key, op.alloc.data);
+  format::EncodeRecordHeader(HeaderOf(op), op.key, op.alloc.data);
   return Place::kPlaced;
 }
 
 // The writer stage: place a pass of records, write them, hand the pass to
-// the syncer. While the syncer fdatasyncs and commits pass N, the writer is
+// the committer. While the committer fdatasyncs and commits pass N, the writer is
 // already writing pass N+1, so the device never idles waiting for a sync.
 void StoreImpl::WriteGroup(std::vector<WriteOp>& group) {
   std::unordered_set<uint32_t> touched;

@@ -153,7 +153,6 @@ class RamTier {
   // The mapped regions (metadata excluded), for io_uring / cudaHostRegister.
   std::vector<iovec> Regions() const;
   const std::string& shm_path() const { return opt_.shm_path; }
-  uint32_t chunk_bytes() const { return opt_.chunk_bytes; }
 
  private:
   explicit RamTier(const RamTierOptions& o);

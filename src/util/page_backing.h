@@ -28,6 +28,26 @@ PageBacking QueryPageBacking(const void* p, size_t len);
 // says "never". Read once.
 bool TransparentHugePagesUsable();
 
+inline constexpr uint64_t kMemoryPage = 4096;
+inline bool PageAligned(const void* p) { return (reinterpret_cast<uintptr_t>(p) & (kMemoryPage - 1)) == 0; }
+
+// Whether the first `bytes` of `pieces` (anything with .data and .size), laid
+// out in order, keep every page boundary on a page boundary in memory: each
+// piece they touch starts page-aligned and all but the one where they end
+// are whole pages. Such bytes can go to or come from the device where they
+// are. False when the pieces hold fewer than `bytes` (or `bytes` is 0).
+template <typename P>
+bool PageRun(const P* pieces, size_t count, uint64_t bytes) {
+  uint64_t done = 0;
+  for (size_t i = 0; i < count && done < bytes; ++i) {
+    if (pieces[i].size == 0) continue;
+    if (!PageAligned(pieces[i].data)) return false;
+    if (done + pieces[i].size < bytes && pieces[i].size % kMemoryPage != 0) return false;
+    done += pieces[i].size < bytes - done ? pieces[i].size : bytes - done;
+  }
+  return bytes != 0 && done == bytes;
+}
+
 // Whether the first `bytes` of a caller's pieces (anything with .data and
 // .size) may be used for zero-copy I/O: false when some page is a 4 KiB
 // page and copying through kvtier's huge-page buffers is the cheaper way,
