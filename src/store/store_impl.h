@@ -42,6 +42,7 @@
 #include "log/reinsertion.h"
 #include "log/segment_table.h"
 #include "log/write_op.h"
+#include "log/write_runs.h"
 #include "log/write_ring.h"
 #include "read/deadline_timer.h"
 #include "read/read_pool.h"
@@ -149,7 +150,13 @@ class StoreImpl final : public Store, public BlockSink {
 
   void WriterLoop();
   void RegisterWriteBuffers(uint64_t ring_bytes);
+  // One group of queued records, in passes: place, queue the writes, write
+  // and hand to the committer.
   void WriteGroup(std::vector<WriteOp>& group);
+  size_t PlacePass(std::vector<WriteOp>& group, size_t begin, std::unordered_set<uint32_t>* touched);
+  void QueueWrites(std::vector<WriteOp>& group, size_t begin, size_t end, WriteRuns* runs);
+  void SubmitPass(std::vector<WriteOp>& group, size_t begin, size_t end, const std::unordered_set<uint32_t>& touched,
+                  WriteRuns* runs);
   // What the committer (log/committer.h) calls back into: gives back ring
   // space and failed puts' RAM copies.
   void ReleaseCommitted(std::span<const WriteOp> ops);

@@ -5,6 +5,7 @@
 #include <future>
 
 #include "log/put_plan.h"
+#include "log/write_runs.h"
 #include "store/store_impl.h"
 #include "util/checksum.h"
 #include "util/clock.h"
@@ -461,163 +462,166 @@ StoreImpl::Place StoreImpl::PlaceRecord(WriteOp& op, const std::unordered_set<ui
 // already writing pass N+1, so the device never idles waiting for a sync.
 void StoreImpl::WriteGroup(std::vector<WriteOp>& group) {
   std::unordered_set<uint32_t> touched;
-  size_t placed_end = 0;  // ops [0, placed_end) were handled
-  std::vector<IoRequest> reqs;
-  while (placed_end < group.size()) {
-    size_t begin = placed_end;
+  WriteRuns runs(opt_.max_write_chunk_bytes);
+  for (size_t begin = 0; begin < group.size();) {
     touched.clear();
-    reqs.clear();
+    runs.Clear();
     pass_sealed_ = false;
-    // 1. Place records; stop early when rollover would reclaim a segment this
-    //    pass is still writing, or when the pass's dense runs could need more
-    //    than the staging buffer for their partial first and last pages.
-    dense_mem_end_ = nullptr;  // pos_.off is on a page: nothing continues
-    uint64_t scratch = 0;
-    for (; placed_end < group.size(); ++placed_end) {
-      WriteOp& op = group[placed_end];
-      if (op.dense && dense_mem_end_ != op.alloc.data) {
-        if (placed_end > begin && scratch + 2 * kPage > kStagingBytes) break;
-        scratch += 2 * kPage;
+    const size_t end = PlacePass(group, begin, &touched);
+    QueueWrites(group, begin, end, &runs);
+    SubmitPass(group, begin, end, touched, &runs);
+    begin = end;
+  }
+}
+
+// Places records from `begin`; stops early when rollover would reclaim a
+// segment this pass is still writing, or when the pass's dense runs could
+// need more than the staging buffer for their partial first and last pages.
+// Returns the end of the pass.
+size_t StoreImpl::PlacePass(std::vector<WriteOp>& group, size_t begin, std::unordered_set<uint32_t>* touched) {
+  dense_mem_end_ = nullptr;  // pos_.off is on a page: nothing continues
+  uint64_t scratch = 0;
+  size_t end = begin;
+  for (; end < group.size(); ++end) {
+    WriteOp& op = group[end];
+    if (op.dense && dense_mem_end_ != op.alloc.data) {
+      if (end > begin && scratch + 2 * kPage > kStagingBytes) break;
+      scratch += 2 * kPage;
+    }
+    Place r = PlaceRecord(op, *touched);
+    if (r == Place::kEndGroup) break;
+    if (r == Place::kPlaced) touched->insert(op.segment);
+  }
+  if (end == begin) {  // could not place even one: reclaim is blocked
+    group[end].status = Status::NoSpace("no segment can be reclaimed");
+    ++end;
+  }
+  pos_.off = format::AlignUp(pos_.off);  // the pass's last write is padded to a page
+  return end;
+}
+
+namespace {
+// A run of dense records: from an op, the ops after it that follow it on
+// disk and in memory (ops that failed placement hold no space and are
+// skipped).
+struct DenseRun {
+  size_t last, next;  // the run's last op, where to continue after it
+};
+
+std::vector<DenseRun> FindDenseRuns(const std::vector<WriteOp>& group, size_t begin, size_t end) {
+  std::vector<DenseRun> runs;
+  for (size_t i = begin; i < end;) {
+    if (!group[i].status.ok() || !group[i].dense) {
+      ++i;
+      continue;
+    }
+    size_t last = i, j = i + 1;
+    for (; j < end; ++j) {
+      const WriteOp& o = group[j];
+      if (!o.status.ok()) continue;
+      const WriteOp& p = group[last];
+      if (!o.dense || o.segment != p.segment || o.offset != p.offset + p.rec_bytes ||
+          o.alloc.data != p.alloc.data + p.rec_bytes)
+        break;
+      last = j;
+    }
+    runs.push_back(DenseRun{last, j});
+    i = j;
+  }
+  return runs;
+}
+}  // namespace
+
+// One I/O per run that is contiguous on disk and in memory (records copied
+// into the ring merge; borrowed payloads are written where they are). A run
+// of dense records shares its first and last pages with other ring memory:
+// those go through the staging buffer, zero outside the run.
+void StoreImpl::QueueWrites(std::vector<WriteOp>& group, size_t begin, size_t end, WriteRuns* runs) {
+  const std::vector<DenseRun> dense = FindDenseRuns(group, begin, end);
+  const uint64_t stage_need = 2 * kPage * dense.size();  // a run's partial first and last page
+  if (staging_.size() < stage_need && !staging_.Reset(std::max(stage_need, kStagingBytes))) {
+    // Records placed after unwritten ones must not be acknowledged: fail the
+    // pass and retire its segments, as a failed write does.
+    for (size_t i = begin; i < end; ++i)
+      if (group[i].status.ok()) {
+        group[i].status = Status::NoSpace("out of memory for the write staging buffer");
+        committer_->Poison(group[i].segment);
       }
-      Place r = PlaceRecord(op, touched);
-      if (r == Place::kEndGroup) break;
-      if (r == Place::kPlaced) touched.insert(op.segment);
+  }
+  uint8_t* scratch_page = staging_.data();
+  size_t run = 0;
+  for (size_t i = begin; i < end;) {
+    WriteOp& op = group[i];
+    if (!op.status.ok()) {
+      ++i;
+      continue;
     }
-    if (placed_end == begin) {  // could not place even one: reclaim is blocked
-      group[placed_end].status = Status::NoSpace("no segment can be reclaimed");
-      ++placed_end;
-    }
-    pos_.off = format::AlignUp(pos_.off);  // the pass's last write is padded to a page
-    // 2. One I/O per run that is contiguous on disk and in memory (records
-    //    copied into the ring merge; borrowed payloads are written where
-    //    they are). Runs longer than a chunk are split so reads can slip
-    //    between. A run of dense records shares its first and last pages
-    //    with other ring memory: those go through the staging buffer, zero
-    //    outside the run.
-    auto emit = [&](File* file, uint64_t at, uint8_t* mem, uint64_t len) {
-      for (uint64_t done = 0; done < len;) {
-        IoRequest* last = reqs.empty() ? nullptr : &reqs.back();
-        const uint64_t left = len - done;
-        if (last != nullptr && last->file == file && last->offset + last->len == at + done &&
-            static_cast<uint8_t*>(last->buf) + last->len == mem + done && last->len < opt_.max_write_chunk_bytes) {
-          const uint64_t n = std::min<uint64_t>(left, opt_.max_write_chunk_bytes - last->len);
-          last->len += n;
-          done += n;
+    File* file = table_->file(op.segment);
+    if (op.dense) {
+      const auto [last, next] = dense[run++];
+      // The run is [f0, f1) on disk and starts at m0 in the ring, at the same
+      // offset within a page (PlaceRecord).
+      const uint64_t f0 = op.offset, f1 = group[last].offset + group[last].rec_bytes;
+      uint8_t* const m0 = op.alloc.data;
+      for (uint64_t pg = format::PageStart(f0); pg < f1;) {
+        if (pg >= f0 && pg + kPage <= f1) {  // whole pages of the run
+          const uint64_t stop = format::PageStart(f1);
+          runs->Add(file, pg, m0 + (pg - f0), stop - pg);
+          pg = stop;
           continue;
         }
-        const uint64_t n = std::min<uint64_t>(left, opt_.max_write_chunk_bytes);
-        IoRequest rq;
-        rq.op = IoRequest::Op::kWrite;
-        rq.file = file;
-        rq.offset = at + done;
-        rq.buf = mem + done;
-        rq.len = n;
-        reqs.push_back(rq);
-        done += n;
+        const uint64_t lo = std::max(pg, f0), hi = std::min(pg + kPage, f1);
+        std::memset(scratch_page, 0, kPage);
+        std::memcpy(scratch_page + (lo - pg), m0 + (lo - f0), hi - lo);
+        runs->Add(file, pg, scratch_page, kPage);
+        scratch_page += kPage;
+        pg += kPage;
       }
-    };
-    // Dense runs: from an op, the ops after it that follow it on disk and in
-    // memory (ops that failed placement hold no space and are skipped).
-    struct DenseRun {
-      size_t last, next;  // the run's last op, where to continue after it
-    };
-    std::vector<DenseRun> runs;
-    for (size_t i = begin; i < placed_end;) {
-      if (!group[i].status.ok() || !group[i].dense) {
-        ++i;
-        continue;
-      }
-      size_t last = i, j = i + 1;
-      for (; j < placed_end; ++j) {
-        const WriteOp& o = group[j];
-        if (!o.status.ok()) continue;
-        const WriteOp& p = group[last];
-        if (!o.dense || o.segment != p.segment || o.offset != p.offset + p.rec_bytes ||
-            o.alloc.data != p.alloc.data + p.rec_bytes)
-          break;
-        last = j;
-      }
-      runs.push_back(DenseRun{last, j});
-      i = j;
+      i = next;
+      continue;
     }
-    const uint64_t stage_need = 2 * kPage * runs.size();  // a run's partial first and last page
-    if (staging_.size() < stage_need && !staging_.Reset(std::max(stage_need, kStagingBytes))) {
-      // Records placed after unwritten ones must not be acknowledged: fail
-      // the pass and retire its segments, as a failed write does.
-      for (size_t i = begin; i < placed_end; ++i)
-        if (group[i].status.ok()) {
-          group[i].status = Status::NoSpace("out of memory for the write staging buffer");
-          committer_->Poison(group[i].segment);
-        }
+    iovec whole{op.alloc.data, op.rec_bytes};
+    std::span<const iovec> pieces = op.pieces.empty() ? std::span<const iovec>(&whole, 1) : op.pieces;
+    uint64_t at = op.offset;
+    for (const iovec& piece : pieces) {
+      runs->Add(file, at, static_cast<uint8_t*>(piece.iov_base), piece.iov_len);
+      at += piece.iov_len;
     }
-    uint8_t* scratch_page = staging_.data();
-    size_t run = 0;
-    for (size_t i = begin; i < placed_end;) {
-      WriteOp& op = group[i];
-      if (!op.status.ok()) {
-        ++i;
-        continue;
-      }
-      File* file = table_->file(op.segment);
-      if (op.dense) {
-        const auto [last, next] = runs[run++];
-        // The run is [f0, f1) on disk and starts at m0 in the ring, at the
-        // same offset within a page (PlaceRecord).
-        const uint64_t f0 = op.offset, f1 = group[last].offset + group[last].rec_bytes;
-        uint8_t* const m0 = op.alloc.data;
-        for (uint64_t pg = format::PageStart(f0); pg < f1;) {
-          if (pg >= f0 && pg + kPage <= f1) {  // whole pages of the run
-            const uint64_t end = format::PageStart(f1);
-            emit(file, pg, m0 + (pg - f0), end - pg);
-            pg = end;
-            continue;
-          }
-          const uint64_t lo = std::max(pg, f0), hi = std::min(pg + kPage, f1);
-          std::memset(scratch_page, 0, kPage);
-          std::memcpy(scratch_page + (lo - pg), m0 + (lo - f0), hi - lo);
-          emit(file, pg, scratch_page, kPage);
-          scratch_page += kPage;
-          pg += kPage;
-        }
-        i = next;
-        continue;
-      }
-      iovec whole{op.alloc.data, op.rec_bytes};
-      std::span<const iovec> pieces = op.pieces.empty() ? std::span<const iovec>(&whole, 1) : op.pieces;
-      uint64_t at = op.offset;
-      for (const iovec& piece : pieces) {
-        emit(file, at, static_cast<uint8_t*>(piece.iov_base), piece.iov_len);
-        at += piece.iov_len;
-      }
-      ++i;
-    }
-    if (!reqs.empty()) write_queue_->Submit(reqs).IgnoreError();  // per-request statuses below
-    c_.registered_writes.Set(write_queue_->stats().registered_buffer_requests);
-    std::unordered_map<File*, Status> failed;
-    for (const IoRequest& rq : reqs) {
-      if (!rq.status.ok() && !failed.count(rq.file)) failed[rq.file] = rq.status;
-      if (rq.status.ok()) c_.device_bytes_written.Add(rq.len);
-    }
-    CommitJob job;
-    for (size_t i = begin; i < placed_end; ++i) {
-      WriteOp& op = group[i];
-      if (op.status.ok()) {
-        auto f = failed.find(table_->file(op.segment));
-        if (f != failed.end()) {
-          op.status = f->second.WithContext("writing record");
-          committer_->Poison(op.segment);
-        }
-      }
-      job.ops.push_back(std::move(op));
-    }
-    job.touched.assign(touched.begin(), touched.end());
-    job.sealed = pass_sealed_;
-    if (pos_.seg != UINT32_MAX) table_->SetUsed(pos_.seg, pos_.off);
-    job.frontier.epoch = pos_.epoch;
-    job.frontier.offset = pos_.seg == UINT32_MAX ? table_->segment_size() : pos_.off;
-    job.frontier.next_sequence = pos_.next_seq;
-    committer_->HandOff(std::move(job));
+    ++i;
   }
+}
+
+// Writes the pass, fails (and poisons) what a failed write touched, and hands
+// the pass to the committer with the append position after it.
+void StoreImpl::SubmitPass(std::vector<WriteOp>& group, size_t begin, size_t end,
+                           const std::unordered_set<uint32_t>& touched, WriteRuns* runs) {
+  std::vector<IoRequest>& reqs = runs->requests();
+  if (!reqs.empty()) write_queue_->Submit(reqs).IgnoreError();  // per-request statuses below
+  c_.registered_writes.Set(write_queue_->stats().registered_buffer_requests);
+  std::unordered_map<File*, Status> failed;
+  for (const IoRequest& rq : reqs) {
+    if (!rq.status.ok() && !failed.count(rq.file)) failed[rq.file] = rq.status;
+    if (rq.status.ok()) c_.device_bytes_written.Add(rq.len);
+  }
+  CommitJob job;
+  for (size_t i = begin; i < end; ++i) {
+    WriteOp& op = group[i];
+    if (op.status.ok()) {
+      auto f = failed.find(table_->file(op.segment));
+      if (f != failed.end()) {
+        op.status = f->second.WithContext("writing record");
+        committer_->Poison(op.segment);
+      }
+    }
+    job.ops.push_back(std::move(op));
+  }
+  job.touched.assign(touched.begin(), touched.end());
+  job.sealed = pass_sealed_;
+  if (pos_.seg != UINT32_MAX) table_->SetUsed(pos_.seg, pos_.off);
+  job.frontier.epoch = pos_.epoch;
+  job.frontier.offset = pos_.seg == UINT32_MAX ? table_->segment_size() : pos_.off;
+  job.frontier.next_sequence = pos_.next_seq;
+  committer_->HandOff(std::move(job));
 }
 
 void StoreImpl::ReleaseCommitted(std::span<const WriteOp> ops) {
