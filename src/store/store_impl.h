@@ -199,7 +199,14 @@ class StoreImpl final : public Store, public BlockSink {
   std::shared_ptr<remote::SharedTier> remote_;  // set at open, then only read
 
   // ---- Open / recovery (store_open.cc) ----
+  // OpenImpl's steps, in order.
+  Status OpenFolder();
   Status CreateOrLoadSuperblock(bool* created);
+  Status OpenIndex();
+  Status OpenSegments();
+  Status OpenWritePath();
+  void LoadUsageReadOnly();
+  uint64_t CapacityBytes() const;  // Options::capacity_bytes, 8 GiB when 0
   Status LoadNamespaces();
   Status WriteNamespaceFile(NamespaceId id, const NamespaceSpec& spec);
   Status RemoveNamespaceFile(NamespaceId id);

@@ -148,32 +148,54 @@ Status StoreImpl::CreateOrLoadSuperblock(bool* created) {
 Status StoreImpl::OpenImpl() {
   open_started_ = Clock::now();
   fs_ = opt_.file_system ? opt_.file_system : DefaultFileSystem(opt_.io_backend);
-  const unsigned dmode = opt_.group_access ? 0770 : 0700;
+  KVTIER_RETURN_IF_ERROR(OpenFolder());
+  bool created = false;
+  KVTIER_RETURN_IF_ERROR(CreateOrLoadSuperblock(&created));
+  KVTIER_RETURN_IF_ERROR(OpenIndex());
+  KVTIER_RETURN_IF_ERROR(LoadNamespaces());
+  KVTIER_RETURN_IF_ERROR(OpenSegments());
+  if (!opt_.read_only) {
+    KVTIER_RETURN_IF_ERROR(OpenWritePath());
+    if (!repair_mode_) KVTIER_RETURN_IF_ERROR(Recover());
+  } else {
+    LoadUsageReadOnly();
+  }
+  if (!repair_mode_) KVTIER_RETURN_IF_ERROR(OpenRamTier());  // store_ram.cc
+  if (!repair_mode_) StartThreads();
+  KVTIER_RETURN_IF_ERROR(StartRemote());  // store_remote.cc
+  c_.open_seconds.store(SecondsSince(open_started_));
+  return Status::OK();
+}
+
+// The folder (made when missing and allowed) and, read-write, its lock.
+Status StoreImpl::OpenFolder() {
   auto exists = fs_->Exists(dir_);
   if (!exists.ok()) return exists.status();
   if (!*exists) {
     if (opt_.read_only || !opt_.create_if_missing)
       return Status::NotFound("store folder " + dir_ + " does not exist");
-    KVTIER_RETURN_IF_ERROR(fs_->CreateDir(dir_, dmode));
+    KVTIER_RETURN_IF_ERROR(fs_->CreateDir(dir_, opt_.group_access ? 0770 : 0700));
   }
   if (!opt_.read_only) {
     auto lock = fs_->Lock(layout::LockPath(dir_), /*exclusive=*/true, opt_.group_access ? 0660 : 0600);
     if (!lock.ok()) return lock.status();
     lock_ = std::move(lock).value();
   }
-  bool created = false;
-  KVTIER_RETURN_IF_ERROR(CreateOrLoadSuperblock(&created));
+  return Status::OK();
+}
 
+uint64_t StoreImpl::CapacityBytes() const { return opt_.capacity_bytes != 0 ? opt_.capacity_bytes : 8ull << 30; }
+
+Status StoreImpl::OpenIndex() {
   IndexOpenOptions io;
   io.read_only = opt_.read_only;
   io.create_if_missing = !opt_.read_only;
-  io.dir_mode = dmode;
+  io.dir_mode = opt_.group_access ? 0770 : 0700;
   io.file_mode = opt_.group_access ? 0660 : 0600;
   // About 100 bytes of index per block and blocks of >= 4 KiB: a memtable of
   // capacity/256 holds more than a tenth of the store's entries; at most
   // RocksDB's usual 64 MiB, at least 4 MiB.
-  const uint64_t capacity = opt_.capacity_bytes != 0 ? opt_.capacity_bytes : 8ull << 30;
-  io.write_buffer_bytes = std::clamp<uint64_t>(capacity / 256, 4u << 20, 64u << 20);
+  io.write_buffer_bytes = std::clamp<uint64_t>(CapacityBytes() / 256, 4u << 20, 64u << 20);
   auto index = Index::Open(layout::IndexDir(dir_), io);
   if (!index.ok() && repair_mode_ && index.status().code() != Code::kBusy) {
     // The index is a cache of the segments: set the damaged one aside (for
@@ -190,8 +212,12 @@ Status StoreImpl::OpenImpl() {
                                                                "` rebuilds it from the segments)"));
   }
   index_ = std::move(index).value();
-  KVTIER_RETURN_IF_ERROR(LoadNamespaces());
+  return Status::OK();
+}
 
+// The segment table, the budget in segments, the payload bound and the
+// admission policy.
+Status StoreImpl::OpenSegments() {
   SegmentTable::Config tc;
   tc.fs = fs_.get();
   tc.dir = layout::SegmentsDir(dir_);
@@ -202,8 +228,7 @@ Status StoreImpl::OpenImpl() {
   tc.file_mode = opt_.group_access ? 0660 : 0600;
   table_ = std::make_unique<SegmentTable>(tc);
   KVTIER_RETURN_IF_ERROR(table_->Load());
-
-  max_segments_ = std::max<uint64_t>(2, capacity / description_.segment_size_bytes);
+  max_segments_ = std::max<uint64_t>(2, CapacityBytes() / description_.segment_size_bytes);
   configured_segments_ = max_segments_;
   if (!opt_.read_only) CapCapacityToDisk();
   opt_.max_payload_bytes =
@@ -211,34 +236,34 @@ Status StoreImpl::OpenImpl() {
                 format::AlignUp(opt_.write_queue_bytes, 1ull << 20) - format::kPage});
   admission_ = std::make_unique<Admission>(opt_.write_budget_bytes_per_day, opt_.admit_on_second_put,
                                            opt_.second_put_window);
-  if (!opt_.read_only) {
-    Committer::Deps cd;
-    cd.index = index_.get();
-    cd.table = table_.get();
-    cd.counters = &c_;
-    cd.checkpoint_interval_bytes = opt_.checkpoint_interval_bytes;
-    cd.release = [this](std::span<const WriteOp> ops) { ReleaseCommitted(ops); };
-    committer_ = std::make_unique<Committer>(std::move(cd));
-    KVTIER_RETURN_IF_ERROR(ring_.Init(opt_.write_queue_bytes));
-    auto q = fs_->NewIoQueue(opt_.queue_depth);
-    if (!q.ok()) return q.status();
-    write_queue_ = std::move(q).value();
-    if (!repair_mode_) KVTIER_RETURN_IF_ERROR(Recover());
-  } else {
-    pos_.epoch = table_->MaxEpoch();
-    // Usage as the writer last recorded it (no recovery runs read-only).
-    auto cp = index_->ReadCheckpoint();
-    if (cp.ok() && cp->has_value())
-      for (const SegmentInfo& s : table_->Snapshot())
-        if (s.state != SegmentState::kFree && s.epoch == (*cp)->epoch &&
-            (*cp)->offset < description_.segment_size_bytes)
-          table_->SetUsed(s.id, (*cp)->offset);
-  }
-  if (!repair_mode_) KVTIER_RETURN_IF_ERROR(OpenRamTier());  // store_ram.cc
-  if (!repair_mode_) StartThreads();
-  KVTIER_RETURN_IF_ERROR(StartRemote());  // store_remote.cc
-  c_.open_seconds.store(SecondsSince(open_started_));
   return Status::OK();
+}
+
+// The committer (recovery checkpoints through it), the write ring and the
+// writer's queue.
+Status StoreImpl::OpenWritePath() {
+  Committer::Deps cd;
+  cd.index = index_.get();
+  cd.table = table_.get();
+  cd.counters = &c_;
+  cd.checkpoint_interval_bytes = opt_.checkpoint_interval_bytes;
+  cd.release = [this](std::span<const WriteOp> ops) { ReleaseCommitted(ops); };
+  committer_ = std::make_unique<Committer>(std::move(cd));
+  KVTIER_RETURN_IF_ERROR(ring_.Init(opt_.write_queue_bytes));
+  auto q = fs_->NewIoQueue(opt_.queue_depth);
+  if (!q.ok()) return q.status();
+  write_queue_ = std::move(q).value();
+  return Status::OK();
+}
+
+// Usage as the writer last recorded it (no recovery runs read-only).
+void StoreImpl::LoadUsageReadOnly() {
+  pos_.epoch = table_->MaxEpoch();
+  auto cp = index_->ReadCheckpoint();
+  if (cp.ok() && cp->has_value())
+    for (const SegmentInfo& s : table_->Snapshot())
+      if (s.state != SegmentState::kFree && s.epoch == (*cp)->epoch && (*cp)->offset < description_.segment_size_bytes)
+        table_->SetUsed(s.id, (*cp)->offset);
 }
 
 void StoreImpl::Warn(const std::string& line) const {
