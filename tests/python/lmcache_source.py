@@ -14,12 +14,11 @@ carries only the names those four modules use. Nothing of LMCache is copied
 here.
 """
 import abc
-import importlib.abc
-import importlib.machinery
 import logging
 import os
 import sys
-import types
+
+from engine_loader import FolderPackages, stub_module
 
 _loaded = None
 
@@ -30,31 +29,6 @@ REAL = ("lmcache.v1.distributed.api", "lmcache.v1.distributed.l2_adapters.base",
 # Packages whose __init__ imports the whole server: plain folders here.
 _NO_INIT = ("lmcache", "lmcache.v1", "lmcache.v1.distributed", "lmcache.v1.distributed.l2_adapters",
             "lmcache.v1.multiprocess")
-
-
-class _Folders(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    def __init__(self, src):
-        self._src = src
-
-    def find_spec(self, name, path=None, target=None):
-        if name not in _NO_INIT:
-            return None
-        spec = importlib.machinery.ModuleSpec(name, self, is_package=True)
-        spec.submodule_search_locations = [os.path.join(self._src, *name.split("."))]
-        return spec
-
-    def create_module(self, spec):
-        return None
-
-    def exec_module(self, module):
-        pass
-
-
-def _module(name, **attrs):
-    m = types.ModuleType(name)
-    m.__dict__.update(attrs)
-    sys.modules[name] = m
-    return m
 
 
 class Bitmap:
@@ -149,18 +123,18 @@ class L2AdapterListener(abc.ABC):
 
 
 def _stand_ins():
-    _module("lmcache.lmcache_native", Bitmap=Bitmap)  # C++ extension
-    _module("lmcache.logging", init_logger=logging.getLogger)  # LMCache's colour formatter
+    stub_module("lmcache.lmcache_native", Bitmap=Bitmap)  # C++ extension
+    stub_module("lmcache.logging", init_logger=logging.getLogger)  # LMCache's colour formatter
     # IPC message types (msgspec); api.py imports one for an annotation.
-    _module("lmcache.v1.multiprocess.custom_types", IPCCacheEngineKey=type("IPCCacheEngineKey", (), {}))
+    stub_module("lmcache.v1.multiprocess.custom_types", IPCCacheEngineKey=type("IPCCacheEngineKey", (), {}))
     # internal_api pulls in the L1 manager's protocol types.
-    _module("lmcache.v1.distributed.internal_api", L2StoreResult=L2StoreResult, L2AdapterListener=L2AdapterListener,
+    stub_module("lmcache.v1.distributed.internal_api", L2StoreResult=L2StoreResult, L2AdapterListener=L2AdapterListener,
             L1MemoryDesc=type("L1MemoryDesc", (), {}))
     # The L1 memory manager (pinned, CUDA-registered allocations).
-    _module("lmcache.v1.memory_management", MemoryObj=TensorMemoryObj, TensorMemoryObj=TensorMemoryObj)
-    _module("lmcache.v1.platform", create_event_notifier=EventNotifier)
+    stub_module("lmcache.v1.memory_management", MemoryObj=TensorMemoryObj, TensorMemoryObj=TensorMemoryObj)
+    stub_module("lmcache.v1.platform", create_event_notifier=EventNotifier)
     # Free-space guard of the filesystem adapters (the wrapper takes None).
-    _module("lmcache.v1.distributed.l2_adapters.disk_guard", DiskGuard=type("DiskGuard", (), {}))
+    stub_module("lmcache.v1.distributed.l2_adapters.disk_guard", DiskGuard=type("DiskGuard", (), {}))
 
     # The adapter registries (config.py pulls in serde and eviction configs).
     registry = {"types": {}, "factories": {}}
@@ -189,9 +163,9 @@ def _stand_ins():
         config = registry["types"][spec["type"]].from_dict(spec)
         return registry["factories"][spec["type"]](config)
 
-    _module("lmcache.v1.distributed.l2_adapters.config", L2AdapterConfigBase=L2AdapterConfigBase,
+    stub_module("lmcache.v1.distributed.l2_adapters.config", L2AdapterConfigBase=L2AdapterConfigBase,
             register_l2_adapter_type=register_l2_adapter_type)
-    _module("lmcache.v1.distributed.l2_adapters.factory", register_l2_adapter_factory=register_l2_adapter_factory,
+    stub_module("lmcache.v1.distributed.l2_adapters.factory", register_l2_adapter_factory=register_l2_adapter_factory,
             create_l2_adapter=create_l2_adapter)
 
 
@@ -208,7 +182,7 @@ def load(src):
             raise RuntimeError(f"{src} is not an LMCache checkout with {name}")
     _loaded = src
     sys.path.insert(0, src)
-    sys.meta_path.insert(0, _Folders(src))
+    sys.meta_path.insert(0, FolderPackages(src, _NO_INIT))
     _stand_ins()
     import importlib
 

@@ -7,12 +7,11 @@ Debian 12 has (torch 1.13, pydantic 1, typing_extensions 4.4), each said
 below. Nothing of vLLM is copied here.
 """
 import dataclasses
-import importlib.abc
-import importlib.machinery
 import os
 import sys
-import types
 import typing
+
+from engine_loader import FolderPackages, stub_module
 
 # Packages whose __init__ imports the whole engine (CUDA, torch 2 internals):
 # loaded as plain folders, their modules imported one by one as used.
@@ -23,31 +22,6 @@ _NO_INIT = {
     "vllm.distributed.kv_transfer.kv_connector.v1",
     "vllm.model_executor",
 }
-
-
-class _FolderOnly(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    def __init__(self, src):
-        self._src = src
-
-    def find_spec(self, name, path=None, target=None):
-        if name not in _NO_INIT:
-            return None
-        d = os.path.join(self._src, *name.split("."))
-        spec = importlib.machinery.ModuleSpec(name, self, is_package=True)
-        spec.submodule_search_locations = [d]
-        return spec
-
-    def create_module(self, spec):
-        return None
-
-    def exec_module(self, module):
-        pass
-
-
-def _module(name, **attrs):
-    m = types.ModuleType(name)
-    m.__dict__.update(attrs)
-    sys.modules[name] = m
 
 
 _loaded = None
@@ -64,7 +38,7 @@ def load(src):
     if not os.path.isdir(os.path.join(src, "vllm", "v1", "kv_offload", "tiering")):
         raise RuntimeError(f"{src} is not a vLLM checkout with vllm/v1/kv_offload/tiering")
     sys.path.insert(0, src)
-    sys.meta_path.insert(0, _FolderOnly(src))
+    sys.meta_path.insert(0, FolderPackages(src, _NO_INIT))
 
     import torch
     import torch.library
@@ -83,7 +57,7 @@ def load(src):
 
     # vllm.config needs pydantic 2; the offloading modules take two names from
     # it, for annotations.
-    _module("vllm.config", VllmConfig=type("VllmConfig", (), {}), KVTransferConfig=type("KVTransferConfig", (), {}))
+    stub_module("vllm.config", VllmConfig=type("VllmConfig", (), {}), KVTransferConfig=type("KVTransferConfig", (), {}))
 
     # The KV-connector framework's metrics base pulls in the connector
     # registry and the config system; OffloadingConnectorStats (real) subclasses
@@ -96,15 +70,15 @@ def load(src):
         def __init__(self, *a, **k):
             pass
 
-    _module("vllm.distributed.kv_transfer.kv_connector.v1.metrics", KVConnectorStats=KVConnectorStats,
+    stub_module("vllm.distributed.kv_transfer.kv_connector.v1.metrics", KVConnectorStats=KVConnectorStats,
             KVConnectorPromMetrics=KVConnectorPromMetrics, PromMetric=typing.Any,
             PromMetricT=typing.TypeVar("PromMetricT"))
     # GPU side: the CUDA kernels, torch-2 custom-op registration, and the
     # shared-memory broadcast's torch.distributed internals (the offload region
     # uses its /dev/shm free-space check).
-    _module("vllm._custom_ops")
-    _module("vllm.utils.torch_utils", PIN_MEMORY=False)
-    _module("vllm.distributed.device_communicators.shm_broadcast", check_shm_free_space=lambda *a, **k: None)
+    stub_module("vllm._custom_ops")
+    stub_module("vllm.utils.torch_utils", PIN_MEMORY=False)
+    stub_module("vllm.distributed.device_communicators.shm_broadcast", check_shm_free_space=lambda *a, **k: None)
     # Process groups (torch.distributed of torch 2): vllm.logger's *_once
     # helpers ask whether this is the first local rank. One process here.
-    _module("vllm.distributed.parallel_state", is_local_first_rank=lambda: True)
+    stub_module("vllm.distributed.parallel_state", is_local_first_rank=lambda: True)
