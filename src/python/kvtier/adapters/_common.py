@@ -17,6 +17,22 @@ def open_store(cfg):
     return Store(path, **cfg)
 
 
+def open_or_disable(opts, log, what, spec=None):
+    """Opens the store of `opts` (see open_store) and registers namespace
+    `spec` in it. When either fails, logs one line ("<what> disabled: cannot
+    open store ...") and returns (None, None): the engine then runs without
+    the tier rather than failing."""
+    store = None
+    try:
+        store = open_store(opts)
+        return store, (store.register_namespace(**spec) if spec is not None else None)
+    except Exception as e:
+        log.error("%s disabled: cannot open store %s: %s", what, opts.get("path"), e)
+        if store is not None:
+            store.close()
+        return None, None
+
+
 def view_address(view):
     """Base address of a writable, C-contiguous memoryview (no copy)."""
     mv = memoryview(view)

@@ -37,7 +37,7 @@ import os
 import threading
 
 from .._errors import Code, KvtierError
-from ._common import open_store
+from ._common import open_or_disable
 
 logger = logging.getLogger(__name__)
 
@@ -92,15 +92,8 @@ class KvtierL2Connector:
         opts["path"] = params["path"]
         if params.get("capacity_gb") is not None:
             opts["capacity_gb"] = params["capacity_gb"]
-        self._store = self._ns = None
-        try:
-            self._store = open_store(opts)
-            self._ns = self._store.register_namespace(**namespace_spec(params))
-        except Exception as e:  # the server runs on without this L2: every key misses
-            logger.error("kvtier L2 connector disabled: cannot open store %s: %s", opts["path"], e)
-            if self._store is not None:
-                self._store.close()
-            self._store = None
+        # Without a store the server runs on without this L2: every key misses.
+        self._store, self._ns = open_or_disable(opts, logger, "kvtier L2 connector", namespace_spec(params))
         self._efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._lock = threading.Lock()
         self._done = collections.deque()   # (future_id, ok, error, per_key) of finished batches

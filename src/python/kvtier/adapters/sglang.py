@@ -41,7 +41,7 @@ from sglang.srt.mem_cache.hicache_storage import HiCacheStorage, PoolTransferRes
 from sglang.srt.observability.metrics_collector import StorageMetrics
 
 from .._errors import Code, KvtierError
-from ._common import open_store
+from ._common import open_or_disable
 
 logger = logging.getLogger(__name__)
 
@@ -190,10 +190,7 @@ class KvtierHiCacheStorage(HiCacheStorage):
         if self._config.get("capacity_gb") is not None:
             opts["capacity_gb"] = float(self._config["capacity_gb"]) / (
                 ranks["tp_size"] * ranks["pp_size"] * ranks["cp_size"])
-        try:
-            self._store = open_store(opts)
-        except Exception as e:  # the server runs on without L3
-            logger.error("kvtier backend disabled: cannot open store %s: %s", opts["path"], e)
+        self._store, _ = open_or_disable(opts, logger, "kvtier backend")  # without it the server runs without L3
 
     # ---- host pools ---------------------------------------------------------------
     def register_mem_pool_host(self, mem_pool_host):

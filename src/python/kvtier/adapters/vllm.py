@@ -40,7 +40,7 @@ from vllm.v1.kv_offload.tiering.base import JobResult, SecondaryTierManager
 from vllm.distributed.kv_transfer.kv_connector.v1.offloading.metrics import OffloadingConnectorStats
 
 from .._errors import Code
-from ._common import open_store, view_address
+from ._common import open_or_disable, view_address
 
 logger = logging.getLogger(__name__)
 
@@ -146,14 +146,8 @@ class KvtierTierManager(SecondaryTierManager):
         opts["path"] = _store_path(config["path"], offloading_spec)
         if "capacity_gb" in config:
             opts["capacity_gb"] = config["capacity_gb"]
-        try:
-            self._store = open_store(opts)
-            self._ns = self._store.register_namespace(**namespace_spec(offloading_spec, self._row_bytes, config))
-        except Exception as e:  # the engine runs on without the tier
-            logger.error("kvtier tier disabled: cannot open store %s: %s", opts["path"], e)
-            if self._store is not None:
-                self._store.close()
-            self._store = None
+        self._store, self._ns = open_or_disable(opts, logger, "kvtier tier",
+                                                namespace_spec(offloading_spec, self._row_bytes, config))
 
     @classmethod
     def build_metric_definitions(cls, extra_config):
