@@ -24,7 +24,7 @@
 #include "index/index.h"
 #include "log/segment_table.h"
 #include "log/write_op.h"
-#include "store/counters.h"
+#include "util/counters.h"
 #include "util/thread_annotations.h"
 
 namespace kvtier {

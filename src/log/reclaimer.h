@@ -15,8 +15,8 @@
 #include "log/reinsertion.h"
 #include "log/segment_table.h"
 #include "log/write_op.h"
-#include "store/counters.h"
 #include "tier/ram_tier.h"
+#include "util/counters.h"
 
 namespace kvtier {
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "read/read_op.h"
-#include "store/counters.h"
+#include "util/counters.h"
 #include "util/thread_annotations.h"
 
 namespace kvtier {

@@ -22,8 +22,8 @@
 #include "kvtier/io.h"
 #include "log/segment_table.h"
 #include "read/read_op.h"
-#include "store/counters.h"
 #include "tier/ram_tier.h"
+#include "util/counters.h"
 #include "util/thread_annotations.h"
 
 namespace kvtier {

@@ -272,114 +272,119 @@ void BuildPieces(const std::vector<uint32_t>& chunks, uint64_t len, uint32_t chu
 }
 }  // namespace
 
+struct RamTier::AdoptCounts {
+  std::atomic<uint64_t> dropped{0}, adopted{0}, adopted_bytes{0}, max_token{0};
+};
+
 void RamTier::Adopt(const RamAdoptFilter& filter) {
   base_.adopted_file = true;
-  uint32_t* next = NextArray(map_);
-  Desc* descs = DescArray(map_, chunks_);
-  std::atomic<uint64_t> dropped{0}, adopted{0}, adopted_bytes{0}, max_token{0};
-  auto data = [this](uint32_t c) { return ChunkData(c); };
+  AdoptCounts n;
   // Shards are independent (a valid block lies wholly in its key's shard),
   // so they are checked in parallel: checksumming GiBs dominates.
-  auto adopt_shard = [&](Shard& s) {
-    std::vector<bool> used(s.count, false);
-    std::vector<Entry*> found;
-    for (uint32_t i = s.first; i < s.first + s.count; ++i) {
-      Desc& d = descs[i];
-      if (__atomic_load_n(&d.state, __ATOMIC_ACQUIRE) != kDescValid) continue;
-      auto drop = [&] {
-        __atomic_store_n(&d.state, 0u, __ATOMIC_RELEASE);
-        dropped.fetch_add(1);
-      };
-      if (d.key_len == 0 || d.key_len > format::kMaxKeyBytes || d.len == 0) {
-        drop();
-        continue;
-      }
-      std::string mk = MapKey(d.ns, std::string_view(d.key, d.key_len));
-      if (&ShardFor(format::Checksum(mk.data(), mk.size())) != &s) {
-        drop();
-        continue;
-      }
-      const uint64_t units = (d.len + opt_.chunk_bytes - 1) / opt_.chunk_bytes;
-      std::vector<uint32_t> chain;
-      bool ok = units <= s.count;
-      for (uint32_t c = i; ok && c != kEnd; c = next[c]) {
-        ok = c >= s.first && c < s.first + s.count && !used[c - s.first] && chain.size() < units;
-        if (ok) chain.push_back(c);
-      }
-      ok = ok && chain.size() == units;
-      if (!ok) {
-        drop();
-        continue;
-      }
-      auto* e = new Entry();
-      e->ns = d.ns;
-      e->map_key = std::move(mk);
-      e->len = d.len;
-      e->checksum = d.checksum;
-      e->token = d.token;
-      e->chunks = std::move(chain);
-      BuildPieces(e->chunks, e->len, opt_.chunk_bytes, data, &e->pieces);
-      // XXH3 over the pieces in order equals format::Checksum of the whole.
-      Xxh3Stream xs;
-      for (const Piece& p : e->pieces) xs.Update(p.data, p.size);
-      const uint64_t sum = xs.Digest();
-      if (sum != e->checksum ||
-          (filter && !filter(e->ns, std::string_view(d.key, d.key_len), e->len, e->checksum))) {
-        delete e;
-        drop();
-        continue;
-      }
-      for (uint32_t c : e->chunks) used[c - s.first] = true;
-      found.push_back(e);
-    }
-    // Oldest first, so FIFO order survives the restart; a key seen twice
-    // keeps its newest version.
-    std::sort(found.begin(), found.end(), [](Entry* a, Entry* b) { return a->token < b->token; });
-    for (Entry* e : found) {
-      auto it = s.map.find(e->map_key);
-      if (it != s.map.end()) {
-        Entry* old = it->second;
-        s.policy->OnErase(&old->node);
-        __atomic_store_n(&descs[old->chunks[0]].state, 0u, __ATOMIC_RELEASE);
-        for (uint32_t c : old->chunks) used[c - s.first] = false;
-        s.payload_bytes -= old->len;
-        s.used_chunks -= old->chunks.size();
-        dropped.fetch_add(1);
-        adopted.fetch_sub(1);
-        adopted_bytes.fetch_sub(old->len);
-        delete old;
-        s.map.erase(it);
-      }
-      e->published = true;
-      e->node.hash = format::Checksum(e->map_key.data(), e->map_key.size());
-      e->node.units = static_cast<uint32_t>(e->chunks.size());
-      s.map.emplace(e->map_key, e);
-      s.policy->OnInsert(&e->node);
-      s.payload_bytes += e->len;
-      s.used_chunks += e->chunks.size();
-      adopted.fetch_add(1);
-      adopted_bytes.fetch_add(e->len);
-      uint64_t m = max_token.load();
-      while (e->token > m && !max_token.compare_exchange_weak(m, e->token)) {
-      }
-    }
-    s.free.clear();
-    for (uint32_t c = s.first + s.count; c-- > s.first;)
-      if (!used[c - s.first]) s.free.push_back(c);
-  };
   unsigned workers = std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(), shards_.size()));
   std::atomic<size_t> next_shard{0};
+  auto work = [&] {
+    for (size_t i; (i = next_shard.fetch_add(1)) < shards_.size();) AdoptShard(*shards_[i], filter, &n);
+  };
   std::vector<std::thread> threads;
-  for (unsigned w = 1; w < workers; ++w)
-    threads.emplace_back([&] {
-      for (size_t i; (i = next_shard.fetch_add(1)) < shards_.size();) adopt_shard(*shards_[i]);
-    });
-  for (size_t i; (i = next_shard.fetch_add(1)) < shards_.size();) adopt_shard(*shards_[i]);
+  for (unsigned w = 1; w < workers; ++w) threads.emplace_back(work);
+  work();
   for (auto& t : threads) t.join();
-  next_token_.store(max_token.load() + 1);
-  base_.adopted_blocks = adopted.load();
-  base_.adopted_bytes = adopted_bytes.load();
-  base_.adopt_dropped = dropped.load();
+  next_token_.store(n.max_token.load() + 1);
+  base_.adopted_blocks = n.adopted.load();
+  base_.adopted_bytes = n.adopted_bytes.load();
+  base_.adopt_dropped = n.dropped.load();
+}
+
+void RamTier::AdoptShard(Shard& s, const RamAdoptFilter& filter, AdoptCounts* n) {
+  Desc* descs = DescArray(map_, chunks_);
+  std::vector<bool> used(s.count, false);
+  std::vector<Entry*> found;
+  for (uint32_t i = s.first; i < s.first + s.count; ++i) {
+    Desc& d = descs[i];
+    if (__atomic_load_n(&d.state, __ATOMIC_ACQUIRE) != kDescValid) continue;
+    Entry* e = AdoptBlock(s, i, used, filter);
+    if (e == nullptr) {
+      __atomic_store_n(&d.state, 0u, __ATOMIC_RELEASE);
+      n->dropped.fetch_add(1);
+      continue;
+    }
+    for (uint32_t c : e->chunks) used[c - s.first] = true;
+    found.push_back(e);
+  }
+  PublishAdopted(s, found, used, n);
+  s.free.clear();
+  for (uint32_t c = s.first + s.count; c-- > s.first;)
+    if (!used[c - s.first]) s.free.push_back(c);
+}
+
+RamTier::Entry* RamTier::AdoptBlock(Shard& s, uint32_t i, const std::vector<bool>& used,
+                                    const RamAdoptFilter& filter) {
+  const Desc& d = DescArray(map_, chunks_)[i];
+  const uint32_t* next = NextArray(map_);
+  if (d.key_len == 0 || d.key_len > format::kMaxKeyBytes || d.len == 0) return nullptr;
+  std::string mk = MapKey(d.ns, std::string_view(d.key, d.key_len));
+  if (&ShardFor(format::Checksum(mk.data(), mk.size())) != &s) return nullptr;
+  // The chain: exactly its units of chunks, all in this shard, none taken.
+  const uint64_t units = (d.len + opt_.chunk_bytes - 1) / opt_.chunk_bytes;
+  std::vector<uint32_t> chain;
+  bool ok = units <= s.count;
+  for (uint32_t c = i; ok && c != kEnd; c = next[c]) {
+    ok = c >= s.first && c < s.first + s.count && !used[c - s.first] && chain.size() < units;
+    if (ok) chain.push_back(c);
+  }
+  if (!ok || chain.size() != units) return nullptr;
+  auto* e = new Entry();
+  e->ns = d.ns;
+  e->map_key = std::move(mk);
+  e->len = d.len;
+  e->checksum = d.checksum;
+  e->token = d.token;
+  e->chunks = std::move(chain);
+  BuildPieces(e->chunks, e->len, opt_.chunk_bytes, [this](uint32_t c) { return ChunkData(c); }, &e->pieces);
+  // XXH3 over the pieces in order equals format::Checksum of the whole.
+  Xxh3Stream xs;
+  for (const Piece& p : e->pieces) xs.Update(p.data, p.size);
+  if (xs.Digest() != e->checksum || (filter && !filter(e->ns, std::string_view(d.key, d.key_len), e->len, e->checksum))) {
+    delete e;
+    return nullptr;
+  }
+  return e;
+}
+
+// Oldest first, so FIFO order survives the restart; a key seen twice keeps
+// its newest version.
+void RamTier::PublishAdopted(Shard& s, std::vector<Entry*>& found, std::vector<bool>& used, AdoptCounts* n) {
+  Desc* descs = DescArray(map_, chunks_);
+  std::sort(found.begin(), found.end(), [](Entry* a, Entry* b) { return a->token < b->token; });
+  for (Entry* e : found) {
+    auto it = s.map.find(e->map_key);
+    if (it != s.map.end()) {
+      Entry* old = it->second;
+      s.policy->OnErase(&old->node);
+      __atomic_store_n(&descs[old->chunks[0]].state, 0u, __ATOMIC_RELEASE);
+      for (uint32_t c : old->chunks) used[c - s.first] = false;
+      s.payload_bytes -= old->len;
+      s.used_chunks -= old->chunks.size();
+      n->dropped.fetch_add(1);
+      n->adopted.fetch_sub(1);
+      n->adopted_bytes.fetch_sub(old->len);
+      delete old;
+      s.map.erase(it);
+    }
+    e->published = true;
+    e->node.hash = format::Checksum(e->map_key.data(), e->map_key.size());
+    e->node.units = static_cast<uint32_t>(e->chunks.size());
+    s.map.emplace(e->map_key, e);
+    s.policy->OnInsert(&e->node);
+    s.payload_bytes += e->len;
+    s.used_chunks += e->chunks.size();
+    n->adopted.fetch_add(1);
+    n->adopted_bytes.fetch_add(e->len);
+    uint64_t m = n->max_token.load();
+    while (e->token > m && !n->max_token.compare_exchange_weak(m, e->token)) {
+    }
+  }
 }
 
 // ---- Core ----

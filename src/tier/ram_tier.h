@@ -158,7 +158,15 @@ class RamTier {
   explicit RamTier(const RamTierOptions& o);
   Status Map(bool* adopt);
   void Format();
+  // Adoption of a shared-memory file left by an earlier process: every
+  // shard checked in parallel, each block's chain and checksum verified.
+  struct AdoptCounts;
   void Adopt(const RamAdoptFilter& filter);
+  void AdoptShard(Shard& s, const RamAdoptFilter& filter, AdoptCounts* n);
+  // The entry of the block whose head chunk is `i` (chunks not `used`), or
+  // null when it does not verify (its descriptor is then dropped).
+  Entry* AdoptBlock(Shard& s, uint32_t i, const std::vector<bool>& used, const RamAdoptFilter& filter);
+  void PublishAdopted(Shard& s, std::vector<Entry*>& found, std::vector<bool>& used, AdoptCounts* n);
   Shard& ShardFor(uint64_t hash) const;
   Entry* AllocateLocked(Shard& s, NamespaceId ns, std::string_view key, uint64_t hash, uint64_t len);
   void PublishLocked(Shard& s, Entry* e, uint64_t checksum);

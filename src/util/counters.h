@@ -1,7 +1,8 @@
-// Lock-free counters behind Store::GetStats(). Relaxed atomics: each counter
-// is exact, a snapshot of several is not a consistent cut.
-#ifndef KVTIER_SRC_STORE_COUNTERS_H_
-#define KVTIER_SRC_STORE_COUNTERS_H_
+// Lock-free counters behind Store::GetStats(), shared by the rooms that count
+// (store, log, read). Relaxed atomics: each counter is exact, a snapshot of
+// several is not a consistent cut.
+#ifndef KVTIER_SRC_UTIL_COUNTERS_H_
+#define KVTIER_SRC_UTIL_COUNTERS_H_
 
 #include <atomic>
 #include <cstdint>
@@ -32,4 +33,4 @@ struct Counters {
 
 }  // namespace kvtier
 
-#endif  // KVTIER_SRC_STORE_COUNTERS_H_
+#endif  // KVTIER_SRC_UTIL_COUNTERS_H_
