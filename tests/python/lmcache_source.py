@@ -18,7 +18,7 @@ import logging
 import os
 import sys
 
-from engine_loader import FolderPackages, stub_module
+from engine_loader import FolderPackages, stand_in_module
 
 _loaded = None
 
@@ -123,18 +123,18 @@ class L2AdapterListener(abc.ABC):
 
 
 def _stand_ins():
-    stub_module("lmcache.lmcache_native", Bitmap=Bitmap)  # C++ extension
-    stub_module("lmcache.logging", init_logger=logging.getLogger)  # LMCache's colour formatter
+    stand_in_module("lmcache.lmcache_native", Bitmap=Bitmap)  # C++ extension
+    stand_in_module("lmcache.logging", init_logger=logging.getLogger)  # LMCache's colour formatter
     # IPC message types (msgspec); api.py imports one for an annotation.
-    stub_module("lmcache.v1.multiprocess.custom_types", IPCCacheEngineKey=type("IPCCacheEngineKey", (), {}))
+    stand_in_module("lmcache.v1.multiprocess.custom_types", IPCCacheEngineKey=type("IPCCacheEngineKey", (), {}))
     # internal_api pulls in the L1 manager's protocol types.
-    stub_module("lmcache.v1.distributed.internal_api", L2StoreResult=L2StoreResult, L2AdapterListener=L2AdapterListener,
+    stand_in_module("lmcache.v1.distributed.internal_api", L2StoreResult=L2StoreResult, L2AdapterListener=L2AdapterListener,
             L1MemoryDesc=type("L1MemoryDesc", (), {}))
     # The L1 memory manager (pinned, CUDA-registered allocations).
-    stub_module("lmcache.v1.memory_management", MemoryObj=TensorMemoryObj, TensorMemoryObj=TensorMemoryObj)
-    stub_module("lmcache.v1.platform", create_event_notifier=EventNotifier)
+    stand_in_module("lmcache.v1.memory_management", MemoryObj=TensorMemoryObj, TensorMemoryObj=TensorMemoryObj)
+    stand_in_module("lmcache.v1.platform", create_event_notifier=EventNotifier)
     # Free-space guard of the filesystem adapters (the wrapper takes None).
-    stub_module("lmcache.v1.distributed.l2_adapters.disk_guard", DiskGuard=type("DiskGuard", (), {}))
+    stand_in_module("lmcache.v1.distributed.l2_adapters.disk_guard", DiskGuard=type("DiskGuard", (), {}))
 
     # The adapter registries (config.py pulls in serde and eviction configs).
     registry = {"types": {}, "factories": {}}
@@ -163,9 +163,9 @@ def _stand_ins():
         config = registry["types"][spec["type"]].from_dict(spec)
         return registry["factories"][spec["type"]](config)
 
-    stub_module("lmcache.v1.distributed.l2_adapters.config", L2AdapterConfigBase=L2AdapterConfigBase,
+    stand_in_module("lmcache.v1.distributed.l2_adapters.config", L2AdapterConfigBase=L2AdapterConfigBase,
             register_l2_adapter_type=register_l2_adapter_type)
-    stub_module("lmcache.v1.distributed.l2_adapters.factory", register_l2_adapter_factory=register_l2_adapter_factory,
+    stand_in_module("lmcache.v1.distributed.l2_adapters.factory", register_l2_adapter_factory=register_l2_adapter_factory,
             create_l2_adapter=create_l2_adapter)
 
 

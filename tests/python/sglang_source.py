@@ -18,7 +18,7 @@ import importlib.machinery
 import os
 import sys
 
-from engine_loader import stub_module
+from engine_loader import stand_in_module
 
 _loaded = None
 
@@ -92,7 +92,7 @@ def _torch2_names():
         if not hasattr(torch, name):
             setattr(torch, name, torch.int64)
     if "torch.utils._contextlib" not in sys.modules:
-        stub_module("torch.utils._contextlib",
+        stand_in_module("torch.utils._contextlib",
                 _DecoratorContextManager=torch.autograd.grad_mode._DecoratorContextManager)
 
     class Library:  # custom-op registration of CUDA kernels (torch 2's FRAGMENT)
@@ -127,7 +127,7 @@ def _torch2_names():
         def wait_stream(self, other):
             pass
 
-    cpu = stub_module("kvtier_test_cpu_device", Stream=Stream, Event=Stream, synchronize=lambda *a: None,
+    cpu = stand_in_module("kvtier_test_cpu_device", Stream=Stream, Event=Stream, synchronize=lambda *a: None,
                   current_stream=lambda *a: Stream(), stream=lambda s: _NullContext(),
                   is_available=lambda: False)
     torch.get_device_module = lambda device=None: cpu
@@ -145,15 +145,15 @@ def _stand_ins(src):
     # Process groups (torch.distributed with NCCL/gloo among ranks): one
     # process here, whose ranks the tests set in RANKS. The package keeps its
     # real folder for its light submodules (utils).
-    stub_module("sglang.srt.distributed", __path__=[os.path.join(src, "sglang", "srt", "distributed")],
+    stand_in_module("sglang.srt.distributed", __path__=[os.path.join(src, "sglang", "srt", "distributed")],
             get_tensor_model_parallel_rank=lambda: RANKS["tp_rank"],
             get_tensor_model_parallel_world_size=lambda: RANKS["tp_size"])
 
     def create_custom_parallel_group(group_ranks, backend):
         raise RuntimeError("one process here: no process groups")
 
-    stub_module("sglang.srt.distributed.parallel_state", create_custom_parallel_group=create_custom_parallel_group)
-    stub_module("sglang.srt.layers.dp_attention",
+    stand_in_module("sglang.srt.distributed.parallel_state", create_custom_parallel_group=create_custom_parallel_group)
+    stand_in_module("sglang.srt.layers.dp_attention",
             is_dp_attention_enabled=lambda: RANKS["dp_attention"],
             get_attention_tp_rank=lambda: RANKS["attn_tp_rank"],
             get_attention_tp_size=lambda: RANKS["attn_tp_size"],
@@ -187,13 +187,13 @@ def _stand_ins(src):
     # collectors use them.
     import enum
 
-    stub_module("sglang.srt.server_args", ServerArgs=type("ServerArgs", (), {}))
-    stub_module("sglang.srt.disaggregation.utils",
+    stand_in_module("sglang.srt.server_args", ServerArgs=type("ServerArgs", (), {}))
+    stand_in_module("sglang.srt.disaggregation.utils",
             DisaggregationMode=enum.Enum("DisaggregationMode", {"NULL": "null", "PREFILL": "prefill",
                                                                 "DECODE": "decode"}))
-    stub_module("sglang.srt.model_executor.forward_batch_info", ForwardMode=type("ForwardMode", (), {}))
+    stand_in_module("sglang.srt.model_executor.forward_batch_info", ForwardMode=type("ForwardMode", (), {}))
 
-    stub_module("sglang.srt.mem_cache.memory_pool", KVCache=KVCache, MHATokenToKVPool=MHATokenToKVPool,
+    stand_in_module("sglang.srt.mem_cache.memory_pool", KVCache=KVCache, MHATokenToKVPool=MHATokenToKVPool,
             MLATokenToKVPool=MLATokenToKVPool, DSATokenToKVPool=DSATokenToKVPool, MambaPool=MambaPool,
             HybridLinearKVPool=HybridLinearKVPool)
 

@@ -7,18 +7,17 @@ abstract, and what the host pool's page accessors return for every layout
 (fragment offsets and sizes, flat pages, the dummy page, writes back). A
 stand-in that differs would let a test pass in CI where SGLang would fail.
 """
-import json
 import os
-import subprocess
-import sys
 
 import pytest
+
+from engine_loader import describe_in_child
 
 SRC = os.environ.get("KVTIER_SGLANG_SRC", "")
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 DESCRIBE = r"""
-import dataclasses, enum, inspect, json, os, sys
+import inspect, json, os, sys
 sys.path.insert(0, HERE)
 if MODE == "real":
     import sglang_source
@@ -31,19 +30,12 @@ from sglang.srt.mem_cache.memory_pool_host import MHATokenToKVPoolHost
 from sglang.srt.observability.metrics_collector import StorageMetrics
 out = {}
 
-def describe(obj):
-    if dataclasses.is_dataclass(obj):
-        return {f.name: ("required" if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-                         else repr(f.default) if f.default is not dataclasses.MISSING else "factory")
-                for f in dataclasses.fields(obj)}
-    if isinstance(obj, type) and issubclass(obj, enum.Enum):
-        return {m.name: m.value for m in obj}
-    return None
+from engine_loader import describe_type
 
 for name in ("HiCacheStorageConfig", "HiCacheStorageExtraInfo", "PoolName", "PoolHitPolicy", "PoolTransfer",
              "PoolTransferResult"):
-    out[name] = describe(getattr(hs, name))
-out["StorageMetrics"] = describe(StorageMetrics)
+    out[name] = describe_type(getattr(hs, name))
+out["StorageMetrics"] = describe_type(StorageMetrics)
 base = hs.HiCacheStorage
 out["abstract"] = sorted(base.__abstractmethods__)
 out["methods"] = {n: list(inspect.signature(getattr(base, n)).parameters)
@@ -74,10 +66,7 @@ print(json.dumps(out))
 
 
 def describe(mode):
-    code = f"MODE = {mode!r}; HERE = {HERE!r}; SRC = {SRC!r}\n" + DESCRIBE
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    return describe_in_child(DESCRIBE, mode, SRC, HERE)
 
 
 @pytest.mark.skipif(not SRC, reason="KVTIER_SGLANG_SRC does not name an SGLang checkout")

@@ -7,18 +7,17 @@ The stand-ins may leave out optional fields the tier never sets, but nothing
 may be required, accepted or defaulted differently, or a test would pass in
 CI where vLLM rejects the adapter.
 """
-import json
 import os
-import subprocess
-import sys
 
 import pytest
+
+from engine_loader import describe_in_child
 
 SRC = os.environ.get("KVTIER_VLLM_SRC", "")
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 DESCRIBE = r"""
-import dataclasses, enum, inspect, json, os, sys
+import inspect, json, os, sys
 sys.path.insert(0, HERE)
 if MODE == "real":
     import vllm_source
@@ -26,6 +25,7 @@ if MODE == "real":
 else:
     sys.path.insert(0, os.path.join(HERE, "standins"))
 import importlib
+from engine_loader import describe_type
 NAMES = {
     "vllm.v1.kv_offload.base": ["Medium", "Locality", "ReqContext", "LookupResult", "OffloadPolicy",
                                 "RequestOffloadingContext", "OffloadingEvent", "OffloadingMetricMetadata",
@@ -40,15 +40,7 @@ for mod, names in NAMES.items():
     m = importlib.import_module(mod)
     for n in names:
         o = getattr(m, n)
-        d = {}
-        if dataclasses.is_dataclass(o):
-            d["fields"] = {f.name: (f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
-                           for f in dataclasses.fields(o) if f.init}
-            d["defaults"] = {f.name: repr(f.default) for f in dataclasses.fields(o)
-                             if f.init and f.default is not dataclasses.MISSING}
-            d["frozen"] = o.__dataclass_params__.frozen
-        if isinstance(o, type) and issubclass(o, enum.Enum):
-            d["members"] = {k: repr(v.value) for k, v in o.__members__.items()}
+        d = describe_type(o)
         if n == "SecondaryTierManager":
             d["init"] = list(inspect.signature(o.__init__).parameters)
             d["abstract"] = sorted(o.__abstractmethods__)
@@ -64,11 +56,7 @@ print(json.dumps(out))
 
 
 def _describe(mode):
-    code = f"HERE = {HERE!r}; SRC = {SRC!r}; MODE = {mode!r}\n" + DESCRIBE
-    env = dict(os.environ, PYTHONPATH=HERE)
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    return describe_in_child(DESCRIBE, mode, SRC, HERE)
 
 
 @pytest.mark.skipif(not SRC, reason="KVTIER_VLLM_SRC does not name a vLLM checkout")

@@ -11,7 +11,7 @@ import os
 import sys
 import typing
 
-from engine_loader import FolderPackages, stub_module
+from engine_loader import FolderPackages, stand_in_module
 
 # Packages whose __init__ imports the whole engine (CUDA, torch 2 internals):
 # loaded as plain folders, their modules imported one by one as used.
@@ -57,7 +57,7 @@ def load(src):
 
     # vllm.config needs pydantic 2; the offloading modules take two names from
     # it, for annotations.
-    stub_module("vllm.config", VllmConfig=type("VllmConfig", (), {}), KVTransferConfig=type("KVTransferConfig", (), {}))
+    stand_in_module("vllm.config", VllmConfig=type("VllmConfig", (), {}), KVTransferConfig=type("KVTransferConfig", (), {}))
 
     # The KV-connector framework's metrics base pulls in the connector
     # registry and the config system; OffloadingConnectorStats (real) subclasses
@@ -70,15 +70,15 @@ def load(src):
         def __init__(self, *a, **k):
             pass
 
-    stub_module("vllm.distributed.kv_transfer.kv_connector.v1.metrics", KVConnectorStats=KVConnectorStats,
+    stand_in_module("vllm.distributed.kv_transfer.kv_connector.v1.metrics", KVConnectorStats=KVConnectorStats,
             KVConnectorPromMetrics=KVConnectorPromMetrics, PromMetric=typing.Any,
             PromMetricT=typing.TypeVar("PromMetricT"))
     # GPU side: the CUDA kernels, torch-2 custom-op registration, and the
     # shared-memory broadcast's torch.distributed internals (the offload region
     # uses its /dev/shm free-space check).
-    stub_module("vllm._custom_ops")
-    stub_module("vllm.utils.torch_utils", PIN_MEMORY=False)
-    stub_module("vllm.distributed.device_communicators.shm_broadcast", check_shm_free_space=lambda *a, **k: None)
+    stand_in_module("vllm._custom_ops")
+    stand_in_module("vllm.utils.torch_utils", PIN_MEMORY=False)
+    stand_in_module("vllm.distributed.device_communicators.shm_broadcast", check_shm_free_space=lambda *a, **k: None)
     # Process groups (torch.distributed of torch 2): vllm.logger's *_once
     # helpers ask whether this is the first local rank. One process here.
-    stub_module("vllm.distributed.parallel_state", is_local_first_rank=lambda: True)
+    stand_in_module("vllm.distributed.parallel_state", is_local_first_rank=lambda: True)

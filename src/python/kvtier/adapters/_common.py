@@ -17,6 +17,19 @@ def open_store(cfg):
     return Store(path, **cfg)
 
 
+def check_config_keys(cfg, known, who, where):
+    """Refuses, naming the key, an adapter config with a key not in `known`,
+    without 'path', or with an 'options' that is not a dict (kvtier Options):
+    at engine start, never as a silent no-op tier."""
+    unknown = sorted(set(cfg) - set(known))
+    if unknown:
+        raise ValueError(f"{who}: unknown {where} key(s) {unknown}; known: {sorted(known)}")
+    if not cfg.get("path"):
+        raise ValueError(f"{who}: {where} needs 'path' (the store folder)")
+    if cfg.get("options") is not None and not isinstance(cfg["options"], dict):
+        raise ValueError(f"{who}: {where} key 'options' must be a dict of kvtier Options")
+
+
 def open_or_disable(opts, log, what, spec=None):
     """Opens the store of `opts` (see open_store) and registers namespace
     `spec` in it. When either fails, logs one line ("<what> disabled: cannot

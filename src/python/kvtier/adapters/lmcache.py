@@ -37,7 +37,7 @@ import os
 import threading
 
 from .._errors import Code, KvtierError
-from ._common import open_or_disable
+from ._common import check_config_keys, open_or_disable
 
 logger = logging.getLogger(__name__)
 
@@ -82,12 +82,7 @@ class KvtierL2Connector:
     and drains from its demux thread."""
 
     def __init__(self, **params):
-        unknown = sorted(set(params) - set(PARAM_KEYS))
-        if unknown:
-            raise ValueError(f"kvtier L2 connector: unknown adapter_params key(s) {unknown}; "
-                             f"known: {sorted(PARAM_KEYS)}")
-        if not params.get("path"):
-            raise ValueError("kvtier L2 connector: adapter_params needs 'path' (the store folder)")
+        check_config_keys(params, PARAM_KEYS, "kvtier L2 connector", "adapter_params")
         opts = dict(params.get("options") or {})
         opts["path"] = params["path"]
         if params.get("capacity_gb") is not None:

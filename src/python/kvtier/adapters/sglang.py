@@ -41,7 +41,7 @@ from sglang.srt.mem_cache.hicache_storage import HiCacheStorage, PoolTransferRes
 from sglang.srt.observability.metrics_collector import StorageMetrics
 
 from .._errors import Code, KvtierError
-from ._common import open_or_disable
+from ._common import check_config_keys, open_or_disable
 
 logger = logging.getLogger(__name__)
 
@@ -81,14 +81,7 @@ def check_config(extra_config, storage_config):
     """The backend's own keys of SGLang's extra config. Raises ValueError
     naming a key that is unknown, missing or not supported."""
     cfg = {k: v for k, v in dict(extra_config or {}).items() if k not in LOADER_KEYS}
-    unknown = sorted(set(cfg) - set(CONFIG_KEYS))
-    if unknown:
-        raise ValueError(f"kvtier backend: unknown extra-config key(s) {unknown}; known: "
-                         f"{sorted(CONFIG_KEYS)} (and SGLang's {list(LOADER_KEYS)})")
-    if not cfg.get("path"):
-        raise ValueError("kvtier backend: extra config needs 'path' (the store folder)")
-    if cfg.get("options") is not None and not isinstance(cfg["options"], dict):
-        raise ValueError("kvtier backend: extra-config key 'options' must be a dict of kvtier Options")
+    check_config_keys(cfg, CONFIG_KEYS, "kvtier backend", "extra-config")  # SGLang's LOADER_KEYS taken out above
     if getattr(storage_config, "should_split_heads", False):
         raise ValueError("kvtier backend: tp_lcm_size with split heads (page_head layout) is not supported: "
                          "drop 'tp_lcm_size' from the extra config")

@@ -40,7 +40,7 @@ from vllm.v1.kv_offload.tiering.base import JobResult, SecondaryTierManager
 from vllm.distributed.kv_transfer.kv_connector.v1.offloading.metrics import OffloadingConnectorStats
 
 from .._errors import Code
-from ._common import open_or_disable, view_address
+from ._common import check_config_keys, open_or_disable, view_address
 
 logger = logging.getLogger(__name__)
 
@@ -116,11 +116,7 @@ class KvtierTierManager(SecondaryTierManager):
 
     def __init__(self, offloading_spec, primary_kv_view, tier_type, **config):
         super().__init__(offloading_spec=offloading_spec, primary_kv_view=primary_kv_view, tier_type=tier_type)
-        unknown = sorted(set(config) - set(CONFIG_KEYS))
-        if unknown:
-            raise ValueError(f"kvtier tier: unknown config key(s) {unknown}; known: {sorted(CONFIG_KEYS)}")
-        if not config.get("path"):
-            raise ValueError("kvtier tier: config needs 'path' (the store folder)")
+        check_config_keys(config, CONFIG_KEYS, "kvtier tier", "config")
         view = memoryview(primary_kv_view)
         if view.ndim != 2:
             raise ValueError(f"kvtier tier: the primary view must be (num_blocks, row_bytes), got {view.ndim} dims")
