@@ -61,6 +61,11 @@ class File {
   virtual Status Truncate(uint64_t size) = 0;
   // The kernel descriptor, or -1 for files that have none (simulations).
   virtual int fd() const { return -1; }
+  // The descriptor to mmap the file by (the RAM tier's shared-memory file),
+  // or -1 where it cannot be mapped. A wrapper that only watches calls, like
+  // fault injection, passes its base's through; a simulation of the disk
+  // has none, so what it wraps is never mapped past it.
+  virtual int map_fd() const { return fd(); }
   virtual bool direct() const { return false; }
 
  private:
@@ -151,7 +156,8 @@ class FileSystem {
  public:
   virtual ~FileSystem() = default;
   virtual Result<std::unique_ptr<File>> Open(const std::string& path, OpenFlags flags) = 0;
-  // OK if it exists; a new folder gets exactly `mode`, whatever the umask.
+  // OK if it exists; a new folder gets exactly `mode`, whatever the umask,
+  // and an existing one this user owns gains the bits of `mode` it lacks.
   virtual Status CreateDir(const std::string& path, unsigned mode) = 0;
   virtual Status SyncDir(const std::string& path) = 0;
   // Atomically replaces `to` with `from` (rename(2)). Durable after SyncDir.

@@ -18,7 +18,10 @@
 #include <atomic>
 #include <thread>
 
-#include "index/file_mode_fs.h"
+#include "index/rocks_fs.h"
+#include "index/rocks_options.h"
+#include "index/rocks_util.h"
+#include "index/index_rep.h"
 #include "index/presence_map.h"
 
 #include <rocksdb/cache.h>
@@ -38,67 +41,9 @@
 
 namespace kvtier {
 
+using namespace index_internal;  // NOLINT: the room's own helpers
+
 namespace {
-
-constexpr char kEntryTag = 'K';
-constexpr char kNamespaceTag = 'N';
-constexpr char kMetaTag = 'M';
-constexpr size_t kEntryPrefixBytes = 1 + 8;  // tag + ns
-constexpr size_t kSegmentRowKeyBytes = 4 + 4 + 8;
-
-const char kBySegmentName[] = "by_segment";
-// by_segment is created in the same DB::Open as "default" on a fresh index, so
-// RocksDB always gives it id 1. Open() refuses a database where it is not.
-constexpr uint32_t kBySegmentCfId = 1;
-
-constexpr size_t kCheckpointBytes = 40;
-constexpr uint8_t kCheckpointVersion = 1;
-
-// Sized for point lookups over a few million entries: the hot index and
-// filter blocks of the SST files plus the data blocks that lookups touch.
-// Memory is only taken as blocks are read.
-constexpr size_t kBlockCacheBytes = 128u << 20;
-
-// ---- byte helpers ----
-
-void AppendBE32(std::string* out, uint32_t v) {
-  char b[4];
-  for (int i = 0; i < 4; ++i) b[i] = static_cast<char>(v >> (24 - 8 * i));
-  out->append(b, 4);
-}
-
-void AppendBE64(std::string* out, uint64_t v) {
-  char b[8];
-  for (int i = 0; i < 8; ++i) b[i] = static_cast<char>(v >> (56 - 8 * i));
-  out->append(b, 8);
-}
-
-uint64_t LoadBE64(const char* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v = (v << 8) | static_cast<uint8_t>(p[i]);
-  return v;
-}
-
-void AppendEntryKey(std::string* out, NamespaceId ns, std::string_view key) {
-  out->push_back(kEntryTag);
-  AppendBE64(out, ns);
-  out->append(key.data(), key.size());
-}
-
-std::string NamespaceKey(NamespaceId id) {
-  std::string k(1, kNamespaceTag);
-  AppendBE64(&k, id);
-  return k;
-}
-
-std::string CheckpointKey() { return std::string(1, kMetaTag) + "checkpoint"; }
-
-void AppendSegmentRowKey(std::string* out, uint32_t segment, uint32_t generation,
-                         uint64_t offset) {
-  AppendBE32(out, segment);
-  AppendBE32(out, generation);
-  AppendBE64(out, offset);
-}
 
 // Smallest string greater than every string that starts with `prefix`, or
 // empty when there is none (prefix is all 0xff).
@@ -114,39 +59,6 @@ std::string PrefixSuccessor(std::string prefix) {
   return prefix;
 }
 
-std::string_view View(const rocksdb::Slice& s) { return {s.data(), s.size()}; }
-
-std::string Hex(std::string_view bytes) {
-  static const char kDigits[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(bytes.size() * 2);
-  for (unsigned char c : bytes) {
-    out.push_back(kDigits[c >> 4]);
-    out.push_back(kDigits[c & 15]);
-  }
-  return out;
-}
-
-// ---- status mapping ----
-
-Status FromRocks(const rocksdb::Status& s, std::string_view context) {
-  if (s.ok()) return Status::OK();
-  std::string msg(context);
-  msg += ": ";
-  msg += s.ToString();
-  if (s.IsNoSpace() || msg.find("No space") != std::string::npos) {
-    return Status::NoSpace(std::move(msg));
-  }
-  if (s.IsNotFound() || s.IsPathNotFound()) return Status::NotFound(std::move(msg));
-  if (s.IsCorruption()) return Status::Corruption(std::move(msg));
-  if (s.IsInvalidArgument()) return Status::InvalidArgument(std::move(msg));
-  if (s.IsBusy() || s.IsTryAgain()) return Status::Busy(std::move(msg));
-  if (s.IsNotSupported()) return Status::NotSupported(std::move(msg));
-  if (s.IsTimedOut()) return Status::TimedOut(std::move(msg));
-  if (s.IsAborted()) return Status::Aborted(std::move(msg));
-  return Status::IOError(std::move(msg));
-}
-
 // RocksDB reports a held LOCK file as a plain IOError; these are the texts of
 // its two cases (another process holds the fcntl lock; this process already
 // opened the database).
@@ -155,70 +67,6 @@ bool IsLockHeld(const rocksdb::Status& s) {
   const std::string m = s.ToString();
   return m.find("While lock file") != std::string::npos ||
          m.find("lock hold by current process") != std::string::npos;
-}
-
-// ---- options ----
-
-rocksdb::DBOptions MakeDBOptions(const IndexOpenOptions& o) {
-  rocksdb::DBOptions d;
-  d.create_if_missing = o.create_if_missing && !o.read_only;
-  d.create_missing_column_families = !o.read_only;
-  d.max_background_jobs = 2;
-  // Deletes obsolete files in the background instead of in the caller's Write.
-  d.avoid_unnecessary_blocking_io = true;
-  d.keep_log_file_num = 2;
-  d.max_log_file_size = 8u << 20;
-  // Every Write reaches the WAL file (the OS) before it returns, so a process
-  // crash loses nothing; only a machine crash can, and recovery covers that.
-  d.manual_wal_flush = false;
-  // After a crash, DB::Open replays the WAL into memtables and by default
-  // writes them out as SST files before it returns: seconds of a reopen of
-  // a large store spent on data that is already safe in the WAL. Keep the
-  // replayed memtables (and the WAL behind them) instead; they are flushed
-  // later like any other.
-  d.avoid_flush_during_recovery = true;
-  d.stats_dump_period_sec = 0;
-  d.stats_persist_period_sec = 0;
-  d.persist_stats_to_disk = false;
-  return d;
-}
-
-rocksdb::CompressionType ChooseCompression() {
-  static const rocksdb::CompressionType kType = [] {
-    const auto supported = rocksdb::GetSupportedCompressions();
-    return std::find(supported.begin(), supported.end(), rocksdb::kLZ4Compression) !=
-                   supported.end()
-               ? rocksdb::kLZ4Compression
-               : rocksdb::kNoCompression;
-  }();
-  return kType;
-}
-
-// point_lookups: the default column family is read by Get/MultiGet, mostly
-// for keys that may be absent, so it gets whole-key bloom filters (in the SST
-// files and in the memtable) and hash-indexed data blocks. by_segment is only
-// range-scanned, so filters would be memory spent for nothing.
-rocksdb::ColumnFamilyOptions MakeCfOptions(const std::shared_ptr<rocksdb::Cache>& cache,
-                                           bool point_lookups, uint64_t write_buffer_bytes) {
-  rocksdb::ColumnFamilyOptions cf;
-  cf.write_buffer_size = std::max<uint64_t>(write_buffer_bytes, 1u << 20);
-  cf.compression = ChooseCompression();
-  rocksdb::BlockBasedTableOptions t;
-  t.block_cache = cache;
-  if (point_lookups) {
-    t.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
-    t.whole_key_filtering = true;
-    t.data_block_index_type = rocksdb::BlockBasedTableOptions::kDataBlockBinaryAndHash;
-    // The in-block hash index finds a key's restart interval; the key is then
-    // found by decoding the interval's keys one by one. Random 32-byte keys
-    // share little beyond 'K'+ns, so short intervals cost little space, and
-    // MultiGet in bench/index_bench.cc ran 5-30% faster than with 16.
-    t.block_restart_interval = 4;
-    cf.memtable_whole_key_filtering = true;
-    cf.memtable_prefix_bloom_size_ratio = 0.02;
-  }
-  cf.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
-  return cf;
 }
 
 // A rocksdb::WriteBatch names column families by handle, but an IndexBatch is
@@ -321,35 +169,6 @@ size_t IndexBatch::count() const { return rep_ ? rep_->count : 0; }
 // ---------------------------------------------------------------------------
 // Index
 
-struct Index::Rep {
-  std::string path;
-  bool read_only = false;
-  std::unique_ptr<rocksdb::Env> env;  // outlives db (deleted by ~Index)
-  rocksdb::DB* db = nullptr;
-  rocksdb::ColumnFamilyHandle* entries = nullptr;     // "default"
-  rocksdb::ColumnFamilyHandle* by_segment = nullptr;
-  PresenceMap presence;
-  std::thread loader;
-  std::atomic<bool> stop_loader{false};
-
-  Status CheckWritable(std::string_view what) const {
-    if (!read_only) return Status::OK();
-    std::string m = "index ";
-    m += path;
-    m += " is open read-only; ";
-    m += what;
-    m += " needs a read-write open";
-    return Status::NotSupported(std::move(m));
-  }
-  std::string Context(std::string_view what) const {
-    std::string m = "index ";
-    m += path;
-    m += ": ";
-    m += what;
-    return m;
-  }
-};
-
 Index::Index() : rep_(std::make_unique<Rep>()) {}
 
 Index::~Index() {
@@ -365,32 +184,39 @@ Index::~Index() {
   delete rep_->db;
 }
 
+namespace {
+
+// The index folder, made with the caller's mode when allowed (RocksDB would
+// make it 0755 less the umask); an existing one of this user's gains the
+// bits it lacks (a store created before group access). Without CURRENT
+// there is no database: say so plainly instead of passing on RocksDB's
+// complaint about the file it could not open.
+Status CheckFolder(FileSystem* fs, const std::string& path, const IndexOpenOptions& o) {
+  auto names = fs->ListDir(path);
+  const bool absent = !names.ok() && names.status().IsNotFound();
+  if (!names.ok() && !absent)
+    return Status::InvalidArgument("index path " + path + " is not a folder (" + names.status().message() + ")");
+  const bool may_create = !o.read_only && o.create_if_missing;
+  if (absent && !may_create) return Status::NotFound("index " + path + " does not exist");
+  if (may_create) {
+    KVTIER_RETURN_IF_ERROR(fs->CreateDir(path, o.dir_mode & 07777).WithContext("index folder"));
+    return Status::OK();
+  }
+  if (std::find(names->begin(), names->end(), "CURRENT") == names->end())
+    return Status::NotFound("index " + path + " has no database (no CURRENT file)");
+  return Status::OK();
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Index>> Index::Open(const std::string& path, const IndexOpenOptions& o) {
   if (path.empty()) return Status::InvalidArgument("index path is empty");
 
-  // Create the folder ourselves, with the caller's mode: RocksDB would create
-  // it with 0755 less the umask.
-  if (!o.read_only && o.create_if_missing) {
-    if (::mkdir(path.c_str(), static_cast<mode_t>(o.dir_mode & 07777)) != 0 && errno != EEXIST) {
-      return Status::FromErrno(errno, "create index folder " + path);
-    }
-  }
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0) return Status::FromErrno(errno, "index folder " + path);
-  if (!S_ISDIR(st.st_mode)) return Status::InvalidArgument("index path " + path + " is not a folder");
-  // Without CURRENT there is no database; say so plainly instead of passing on
-  // RocksDB's complaint about the file it could not open.
-  if (o.read_only || !o.create_if_missing) {
-    struct stat cur;
-    if (::stat((path + "/CURRENT").c_str(), &cur) != 0) {
-      if (errno == ENOENT) return Status::NotFound("index " + path + " has no database (no CURRENT file)");
-      return Status::FromErrno(errno, "index " + path + "/CURRENT");
-    }
-  }
-
+  std::shared_ptr<FileSystem> fs = o.file_system ? o.file_system : DefaultFileSystem(IoBackend::kPosix);
+  KVTIER_RETURN_IF_ERROR(CheckFolder(fs.get(), path, o));
   auto cache = rocksdb::NewLRUCache(kBlockCacheBytes);
   rocksdb::DBOptions dbo = MakeDBOptions(o);
-  std::unique_ptr<rocksdb::Env> env = NewFileModeEnv(o.file_mode, o.dir_mode);
+  std::unique_ptr<rocksdb::Env> env = NewRocksEnv(fs, o.file_mode, o.dir_mode);
   dbo.env = env.get();
   std::vector<rocksdb::ColumnFamilyDescriptor> cfs;
   cfs.emplace_back(rocksdb::kDefaultColumnFamilyName, MakeCfOptions(cache, true, o.write_buffer_bytes));
@@ -429,14 +255,6 @@ Result<std::unique_ptr<Index>> Index::Open(const std::string& path, const IndexO
                               std::to_string(kBySegmentCfId));
   }
 
-  // The folder gets the bits the store asks for that it lacks (a store
-  // created before group access, or under a umask). Only its owner changes
-  // it, and never by taking bits away: a group member opening the store, or
-  // the owner opening without group_access, must not lock the group out.
-  const mode_t want = static_cast<mode_t>((st.st_mode | o.dir_mode) & 07777);
-  if (!o.read_only && st.st_uid == ::geteuid() && (st.st_mode & 07777) != want) {
-    if (::chmod(path.c_str(), want) != 0) return Status::FromErrno(errno, "chmod index folder " + path);
-  }
   // Fill the presence map in the background: open stays fast with millions
   // of entries, and lookups use RocksDB until the map is ready.
   r.presence.BeginLoad();
@@ -466,7 +284,7 @@ Status Index::Commit(IndexBatch& batch, bool sync) {
   if (batch.empty()) return Status::OK();
   rocksdb::WriteOptions wo;
   wo.sync = sync;
-  Status st = FromRocks(rep_->db->Write(wo, &batch.rep()->batch), rep_->Context("commit"));
+  Status st = rep_->Written(rep_->db->Write(wo, &batch.rep()->batch), "commit");
   if (st.ok()) {
     for (const auto& [hash, loc] : batch.rep()->presence) {
       if (loc == PresenceMap::kAbsent) {
@@ -636,169 +454,8 @@ Status Index::DropSegmentRowsBelow(uint32_t segment, uint32_t below_generation) 
   std::string begin, end;
   AppendSegmentRowKey(&begin, segment, 0, 0);
   AppendSegmentRowKey(&end, segment, below_generation, 0);
-  return FromRocks(rep_->db->DeleteRange(rocksdb::WriteOptions(), rep_->by_segment, begin, end),
-                   rep_->Context("drop by_segment rows"));
-}
-
-// ---- namespaces ----
-
-Status Index::PutNamespace(NamespaceId id, const NamespaceSpec& spec, bool sync) {
-  KVTIER_RETURN_IF_ERROR(rep_->CheckWritable("PutNamespace"));
-  rocksdb::WriteOptions wo;
-  wo.sync = sync;
-  return FromRocks(rep_->db->Put(wo, rep_->entries, NamespaceKey(id), spec.Encode()),
-                   rep_->Context("put namespace " + NamespaceIdToHex(id)));
-}
-
-Result<std::optional<NamespaceSpec>> Index::GetNamespace(NamespaceId id) {
-  rocksdb::PinnableSlice value;
-  rocksdb::Status rs = rep_->db->Get(rocksdb::ReadOptions(), rep_->entries, NamespaceKey(id), &value);
-  if (rs.IsNotFound()) return std::optional<NamespaceSpec>();
-  if (!rs.ok()) return FromRocks(rs, rep_->Context("get namespace " + NamespaceIdToHex(id)));
-  auto spec = NamespaceSpec::Decode(View(value));
-  if (!spec.ok()) {
-    return Status::Corruption(rep_->Context("namespace " + NamespaceIdToHex(id) + ": " +
-                                            spec.status().ToString()));
-  }
-  return std::optional<NamespaceSpec>(std::move(spec).value());
-}
-
-Result<std::vector<std::pair<NamespaceId, NamespaceSpec>>> Index::ListNamespaces() {
-  const std::string lower(1, kNamespaceTag);
-  const std::string upper(1, kNamespaceTag + 1);
-  rocksdb::Slice upper_slice(upper);
-  rocksdb::ReadOptions ro;
-  ro.iterate_upper_bound = &upper_slice;
-  std::unique_ptr<rocksdb::Iterator> it(rep_->db->NewIterator(ro, rep_->entries));
-  std::vector<std::pair<NamespaceId, NamespaceSpec>> out;
-  for (it->Seek(lower); it->Valid(); it->Next()) {
-    const rocksdb::Slice k = it->key();
-    if (k.size() != 1 + 8) {
-      return Status::Corruption(rep_->Context("bad namespace key " + Hex(View(k))));
-    }
-    const NamespaceId id = LoadBE64(k.data() + 1);
-    auto spec = NamespaceSpec::Decode(View(it->value()));
-    if (!spec.ok()) {
-      return Status::Corruption(rep_->Context("namespace " + NamespaceIdToHex(id) + ": " +
-                                              spec.status().ToString()));
-    }
-    out.emplace_back(id, std::move(spec).value());
-  }
-  KVTIER_RETURN_IF_ERROR(FromRocks(it->status(), rep_->Context("list namespaces")));
-  return out;
-}
-
-Status Index::DeleteNamespace(NamespaceId id, bool sync) {
-  KVTIER_RETURN_IF_ERROR(rep_->CheckWritable("DeleteNamespace"));
-  rocksdb::WriteOptions wo;
-  wo.sync = sync;
-  return FromRocks(rep_->db->Delete(wo, rep_->entries, NamespaceKey(id)),
-                   rep_->Context("delete namespace " + NamespaceIdToHex(id)));
-}
-
-// ---- checkpoint ----
-
-Status Index::SyncWAL() {
-  KVTIER_RETURN_IF_ERROR(rep_->CheckWritable("SyncWAL"));
-  return FromRocks(rep_->db->SyncWAL(), rep_->Context("sync WAL"));
-}
-
-Status Index::WriteCheckpoint(const Checkpoint& cp) {
-  KVTIER_RETURN_IF_ERROR(rep_->CheckWritable("WriteCheckpoint"));
-  // Entries committed without sync must be durable before a checkpoint
-  // says recovery may skip the records they came from.
-  KVTIER_RETURN_IF_ERROR(SyncWAL());
-  uint8_t buf[kCheckpointBytes] = {};
-  format::PutFixed64(buf + 0, cp.epoch);
-  format::PutFixed64(buf + 8, cp.offset);
-  format::PutFixed64(buf + 16, cp.next_sequence);
-  buf[24] = kCheckpointVersion;
-  buf[25] = cp.clean ? 1 : 0;
-  format::PutFixed64(buf + 32, format::Checksum(buf, 32));
-  rocksdb::WriteOptions wo;
-  wo.sync = true;
-  return FromRocks(rep_->db->Put(wo, rep_->entries, CheckpointKey(),
-                                 rocksdb::Slice(reinterpret_cast<const char*>(buf), sizeof(buf))),
-                   rep_->Context("write checkpoint"));
-}
-
-Result<std::optional<Checkpoint>> Index::ReadCheckpoint() {
-  rocksdb::PinnableSlice value;
-  rocksdb::Status rs = rep_->db->Get(rocksdb::ReadOptions(), rep_->entries, CheckpointKey(), &value);
-  if (rs.IsNotFound()) return std::optional<Checkpoint>();
-  if (!rs.ok()) return FromRocks(rs, rep_->Context("read checkpoint"));
-  if (value.size() != kCheckpointBytes) {
-    return Status::Corruption(rep_->Context("checkpoint record has " + std::to_string(value.size()) +
-                                            " bytes, expected " + std::to_string(kCheckpointBytes)));
-  }
-  const auto* p = reinterpret_cast<const uint8_t*>(value.data());
-  if (format::GetFixed64(p + 32) != format::Checksum(p, 32)) {
-    return Status::Corruption(rep_->Context("checkpoint record checksum mismatch"));
-  }
-  if (p[24] != kCheckpointVersion) {
-    return Status::NotSupported(rep_->Context("checkpoint record version " + std::to_string(p[24])));
-  }
-  bool reserved_zero = true;
-  for (int i = 26; i < 32; ++i) reserved_zero = reserved_zero && p[i] == 0;
-  if (p[25] > 1 || !reserved_zero) {
-    return Status::Corruption(rep_->Context("checkpoint record has bad flag bytes"));
-  }
-  Checkpoint cp;
-  cp.epoch = format::GetFixed64(p + 0);
-  cp.offset = format::GetFixed64(p + 8);
-  cp.next_sequence = format::GetFixed64(p + 16);
-  cp.clean = p[25] == 1;
-  return std::optional<Checkpoint>(cp);
-}
-
-// ---- maintenance ----
-
-Status Index::DropAllEntries() {
-  KVTIER_RETURN_IF_ERROR(rep_->CheckWritable("DropAllEntries"));
-  const std::string k_begin(1, kEntryTag), k_end(1, kEntryTag + 1);
-  // by_segment keys are 16 bytes; 17 0xff bytes sort after all of them.
-  const std::string s_begin, s_end(kSegmentRowKeyBytes + 1, '\xff');
-  rocksdb::WriteBatch wb;
-  KVTIER_RETURN_IF_ERROR(FromRocks(wb.DeleteRange(rep_->entries, k_begin, k_end),
-                                   rep_->Context("drop entries")));
-  KVTIER_RETURN_IF_ERROR(FromRocks(wb.DeleteRange(rep_->by_segment, s_begin, s_end),
-                                   rep_->Context("drop by_segment rows")));
-  rocksdb::WriteOptions wo;
-  wo.sync = true;
-  // The background loader may still be filling the map from an older view:
-  // stop it; the now empty map is complete.
-  rep_->stop_loader.store(true);
-  if (rep_->loader.joinable()) rep_->loader.join();
-  KVTIER_RETURN_IF_ERROR(FromRocks(rep_->db->Write(wo, &wb), rep_->Context("drop all entries")));
-  rep_->presence.Clear();
-  rep_->presence.FinishLoad();
-
-  // Range tombstones hide the old entries at once; compacting the ranges
-  // reclaims their space and spares later reads from skipping them.
-  rocksdb::CompactRangeOptions cro;
-  cro.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForceOptimized;
-  const rocksdb::Slice kb(k_begin), ke(k_end);
-  KVTIER_RETURN_IF_ERROR(FromRocks(rep_->db->CompactRange(cro, rep_->entries, &kb, &ke),
-                                   rep_->Context("compact entries")));
-  return FromRocks(rep_->db->CompactRange(cro, rep_->by_segment, nullptr, nullptr),
-                   rep_->Context("compact by_segment"));
-}
-
-// RocksDB's own estimate for the default column family: it counts namespace
-// and metadata records too, and is off (either way) after deletes and range
-// deletes until compaction. Good for sizing and progress, not for accounting.
-uint64_t Index::ApproximateEntries() {
-  uint64_t n = 0;
-  if (!rep_->db->GetIntProperty(rep_->entries, "rocksdb.estimate-num-keys", &n)) return 0;
-  return n;
-}
-
-Status Index::FlushMemtables() {
-  KVTIER_RETURN_IF_ERROR(rep_->CheckWritable("FlushMemtables"));
-  rocksdb::FlushOptions fo;
-  fo.wait = true;
-  return FromRocks(rep_->db->Flush(fo, {rep_->entries, rep_->by_segment}),
-                   rep_->Context("flush memtables"));
+  return rep_->Written(rep_->db->DeleteRange(rocksdb::WriteOptions(), rep_->by_segment, begin, end),
+                      "drop by_segment rows");
 }
 
 }  // namespace kvtier

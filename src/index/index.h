@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "format/record.h"
+#include "kvtier/io.h"
 #include "kvtier/namespace.h"
 #include "kvtier/status.h"
 
@@ -64,9 +65,12 @@ class IndexBatch {
 };
 
 struct IndexOpenOptions {
+  // Every file of the index goes through it (index/rocks_fs.h); null means
+  // the kernel's (posix backend).
+  std::shared_ptr<FileSystem> file_system;
   bool read_only = false;
   bool create_if_missing = true;
-  unsigned dir_mode = 0700;   // applied to the index folder
+  unsigned dir_mode = 0700;   // the index folder's (an existing one only gains bits)
   unsigned file_mode = 0600;  // applied to every file RocksDB creates in it
   // RocksDB memtable size per column family. Opening costs grow with it (its
   // Bloom filter is zeroed, the WAL is preallocated to about this size), so a

@@ -223,7 +223,14 @@ Status PosixFileSystem::CreateDir(const std::string& path, unsigned mode) {
   const int err = errno;
   if (err == EEXIST) {
     struct stat st;
-    if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return Status::OK();
+    if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+      // Only the owner changes it, and only by adding bits: a group member,
+      // or the owner opening without group access, never locks others out.
+      const mode_t want = static_cast<mode_t>((st.st_mode | mode) & 07777);
+      if (st.st_uid == ::geteuid() && (st.st_mode & 07777) != want && ::chmod(path.c_str(), want) != 0)
+        return Status::FromErrno(errno, "chmod " + path);
+      return Status::OK();
+    }
     return Status::FromErrno(ENOTDIR, "mkdir " + path + " (exists)");
   }
   return Status::FromErrno(err, "mkdir " + path);

@@ -41,34 +41,68 @@ Result<uint64_t> SegmentScanner::NonZeroInPage(uint64_t off) {
   return UINT64_MAX;
 }
 
+Result<SegmentScanner::Candidate> SegmentScanner::ReadCandidate(uint64_t off, bool verify_payload) {
+  Candidate c;
+  const bool aligned = off % format::kPage == 0;
+  const uint64_t avail = std::min<uint64_t>(format::kPage, segment_size_ - off);
+  auto page = Window(off, avail);
+  if (!page.ok()) return page.status();
+  c.header = format::DecodeRecordHeader({*page, avail}, max_payload_, &c.key);
+  if (!c.header.ok()) return c;
+  const format::RecordHeader& h = *c.header;
+  c.own_life = h.segment_id == segment_ && h.generation == generation_;
+  c.rec_bytes = format::RecordBytes(h.key_len, h.payload_len, h.flags);
+  const bool fits = off + c.rec_bytes <= segment_size_;
+  c.earlier_life = !c.own_life && fits;
+  // Only dense records may start off a page boundary.
+  c.valid = c.own_life && (aligned || format::IsDense(h.flags)) && fits;
+  if (!c.valid) return c;
+  auto w = Window(off, verify_payload ? c.rec_bytes : format::kRecordHeaderBytes + h.key_len);
+  if (!w.ok()) return w.status();
+  c.rec = *w;
+  // The key view must point into the current window (it may have moved).
+  c.key = std::string_view(reinterpret_cast<const char*>(c.rec) + format::kRecordHeaderBytes, h.key_len);
+  if (verify_payload) {
+    const uint8_t* payload = c.rec + format::PayloadOffset(h.key_len, h.payload_len, h.flags);
+    c.valid = format::Checksum(payload, h.payload_len) == h.payload_checksum;
+  }
+  return c;
+}
+
+Result<uint64_t> SegmentScanner::NextStart(uint64_t off) {
+  uint64_t next = off + format::kDenseAlign;
+  for (; next % format::kPage != 0 && next + format::kRecordHeaderBytes <= segment_size_;
+       next += format::kDenseAlign) {
+    auto m = Window(next, 4);
+    if (!m.ok()) return m.status();
+    if (format::GetFixed32(*m) == format::kRecordMagic) break;
+  }
+  return std::min(next, segment_size_);
+}
+
+void SegmentScanner::MarkCorrupt(ScanState* st, uint64_t from, uint64_t to, bool own_life) {
+  ScanResult* r = st->r;
+  if (!st->in_bad_run) {
+    ++r->corrupt_regions;
+    ++st->trailing.regions;
+    if (r->corrupt.size() < 1000) r->corrupt.emplace_back(from, 0);
+  }
+  if (!r->corrupt.empty() && r->corrupt.back().first + r->corrupt.back().second == from)
+    r->corrupt.back().second += to - from;
+  st->trailing.bytes += to - from;
+  st->trailing.own_life |= own_life;
+  st->in_bad_run = true;
+}
+
 Status SegmentScanner::Scan(uint64_t start, bool verify_payload, bool resync,
                             const std::function<bool(const ScannedRecord&)>& fn, ScanResult* r,
                             const std::function<void(uint64_t)>& progress) {
   *r = ScanResult{};
+  ScanState st;
+  st.r = r;
   uint64_t off = std::max<uint64_t>(format::AlignUp(start), format::kSegmentDataStart);
   r->end = off;
-  bool in_bad_run = false;
   uint64_t last_progress = off;
-  // Regions found since the last valid record: corrupt if a valid record
-  // follows them or one of them starts with a header of this life.
-  struct Trailing {
-    uint64_t regions = 0, bytes = 0;
-    size_t first_listed = 0;
-    bool own_life = false;
-  } trailing;
-  // Marks [from, to) as part of a corrupt region (resync only).
-  auto corrupt = [&](uint64_t from, uint64_t to, bool own_life) {
-    if (!in_bad_run) {
-      ++r->corrupt_regions;
-      ++trailing.regions;
-      if (r->corrupt.size() < 1000) r->corrupt.emplace_back(from, 0);
-    }
-    if (!r->corrupt.empty() && r->corrupt.back().first + r->corrupt.back().second == from)
-      r->corrupt.back().second += to - from;
-    trailing.bytes += to - from;
-    trailing.own_life |= own_life;
-    in_bad_run = true;
-  };
   while (off + format::kRecordHeaderBytes <= segment_size_) {
     // Zeros up to the page end are padding: after the last record of a
     // write, or before a dense run that starts inside its page. A page of
@@ -81,73 +115,43 @@ Status SegmentScanner::Scan(uint64_t start, bool verify_payload, bool resync,
         continue;
       }
       if (!resync) break;
-      in_bad_run = false;
+      st.in_bad_run = false;
       off += format::kPage;
       continue;
     }
     off = *nz;
-    const bool aligned = off % format::kPage == 0;
-    const uint64_t avail = std::min<uint64_t>(format::kPage, segment_size_ - off);
-    auto page = Window(off, avail);
-    if (!page.ok()) return page.status();
-    std::string_view key;
-    auto h = format::DecodeRecordHeader({*page, avail}, max_payload_, &key);
-    // Only dense records may start off a page boundary.
-    bool valid = h.ok() && h->segment_id == segment_ && h->generation == generation_ &&
-                 (aligned || format::IsDense(h->flags));
-    const uint64_t rec_bytes = h.ok() ? format::RecordBytes(h->key_len, h->payload_len, h->flags) : 0;
-    if (valid && off + rec_bytes > segment_size_) valid = false;
-    const uint8_t* rec = nullptr;
-    if (valid) {
-      auto w = Window(off, verify_payload ? rec_bytes : format::kRecordHeaderBytes + h->key_len);
-      if (!w.ok()) return w.status();
-      rec = *w;
-      // The key view must point into the current window (it may have moved).
-      key = std::string_view(reinterpret_cast<const char*>(rec) + format::kRecordHeaderBytes,
-                             h->key_len);
-      if (verify_payload) {
-        const uint8_t* payload = rec + format::PayloadOffset(h->key_len, h->payload_len, h->flags);
-        valid = format::Checksum(payload, h->payload_len) == h->payload_checksum;
-      }
-    }
-    if (!valid && resync && h.ok() && (h->segment_id != segment_ || h->generation != generation_) &&
-        off + rec_bytes <= segment_size_) {
-      // A whole record of an earlier life of this segment (space not punched):
-      // stale, not corrupt. Skip it.
-      in_bad_run = false;
-      off += rec_bytes;
+    auto c = ReadCandidate(off, verify_payload);
+    if (!c.ok()) return c.status();
+    if (!c->valid && resync && c->earlier_life) {
+      // A whole record of an earlier life of this segment (space not
+      // punched): stale, not corrupt. Skip it.
+      st.in_bad_run = false;
+      off += c->rec_bytes;
       continue;
     }
-    if (!valid) {
+    if (!c->valid) {
       // The word at `off` is not zero (above): damage or a torn write.
       if (!resync) {
         r->torn = true;
         break;
       }
-      // Step to the next place a record could start: an 8-byte position
-      // holding the record magic (a dense record), or the next page.
-      uint64_t next = off + format::kDenseAlign;
-      for (; next % format::kPage != 0 && next + format::kRecordHeaderBytes <= segment_size_;
-           next += format::kDenseAlign) {
-        auto m = Window(next, 4);
-        if (!m.ok()) return m.status();
-        if (format::GetFixed32(*m) == format::kRecordMagic) break;
-      }
-      corrupt(off, std::min(next, segment_size_),
-              h.ok() && h->segment_id == segment_ && h->generation == generation_);
-      off = next;
+      auto next = NextStart(off);
+      if (!next.ok()) return next.status();
+      MarkCorrupt(&st, off, *next, c->header.ok() && c->own_life);
+      off = *next;
       continue;
     }
-    in_bad_run = false;
-    trailing = Trailing{0, 0, r->corrupt.size(), false};
+    st.in_bad_run = false;
+    st.trailing = Trailing{0, 0, r->corrupt.size(), false};
+    const format::RecordHeader& h = *c->header;
     ScannedRecord sr;
     sr.offset = off;
-    sr.record_bytes = rec_bytes;
-    sr.header = *h;
-    sr.key = key;
-    if (verify_payload) sr.payload = {rec + format::PayloadOffset(h->key_len, h->payload_len, h->flags), h->payload_len};
+    sr.record_bytes = c->rec_bytes;
+    sr.header = h;
+    sr.key = c->key;
+    if (verify_payload) sr.payload = {c->rec + format::PayloadOffset(h.key_len, h.payload_len, h.flags), h.payload_len};
     ++r->records;
-    off += rec_bytes;
+    off += c->rec_bytes;
     r->end = off;
     if (!fn(sr)) break;
     if (progress && off - last_progress >= (64ull << 20)) {
@@ -156,10 +160,10 @@ Status SegmentScanner::Scan(uint64_t start, bool verify_payload, bool resync,
     }
   }
   if (progress && off > last_progress) progress(std::min(off, segment_size_) - last_progress);
-  if (resync && trailing.regions > 0 && !trailing.own_life) {
-    r->corrupt_regions -= trailing.regions;
-    r->stale_tail_bytes = trailing.bytes;
-    r->corrupt.resize(std::min(r->corrupt.size(), trailing.first_listed));
+  if (resync && st.trailing.regions > 0 && !st.trailing.own_life) {
+    r->corrupt_regions -= st.trailing.regions;
+    r->stale_tail_bytes = st.trailing.bytes;
+    r->corrupt.resize(std::min(r->corrupt.size(), st.trailing.first_listed));
   }
   r->bytes_read = bytes_read_;
   return Status::OK();

@@ -82,6 +82,38 @@ class SegmentScanner {
   // zero, or UINT64_MAX (off is 8-byte aligned).
   Result<uint64_t> NonZeroInPage(uint64_t off);
 
+  // What lies at a non-zero offset: a record of this life that verifies, a
+  // whole record of an earlier life, or neither.
+  struct Candidate {
+    Result<format::RecordHeader> header = Status::Corruption("not decoded");
+    std::string_view key;
+    const uint8_t* rec = nullptr;  // in the window, when valid
+    uint64_t rec_bytes = 0;
+    bool valid = false;
+    bool own_life = false;      // its header names this segment and generation
+    bool earlier_life = false;  // a whole record of an earlier life
+  };
+  Result<Candidate> ReadCandidate(uint64_t off, bool verify_payload);
+  // The next place a record could start after damage at `off`: an 8-byte
+  // position holding the record magic (a dense record), or the next page.
+  Result<uint64_t> NextStart(uint64_t off);
+
+  // Corrupt regions found since the last valid record: corrupt only if a
+  // valid record follows them or one of them starts with a header of this
+  // life; else (resync) they are an earlier life's stale tail.
+  struct Trailing {
+    uint64_t regions = 0, bytes = 0;
+    size_t first_listed = 0;
+    bool own_life = false;
+  };
+  struct ScanState {
+    ScanResult* r = nullptr;
+    bool in_bad_run = false;
+    Trailing trailing;
+  };
+  // Marks [from, to) as part of a corrupt region (resync only).
+  static void MarkCorrupt(ScanState* st, uint64_t from, uint64_t to, bool own_life);
+
   File* file_;
   uint32_t segment_, generation_;
   uint64_t segment_size_, max_payload_;

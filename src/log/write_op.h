@@ -1,12 +1,13 @@
 // WriteOp: one operation on its way through the writer thread (a record, or
-// a flush, remove, drop, namespace removal, eviction or seal), and CommitJob,
-// a pass of written records on its way through the committer.
+// a flush, remove, drop, eviction, seal or task), and CommitJob, a pass of
+// written records on its way through the committer.
 #ifndef KVTIER_SRC_LOG_WRITE_OP_H_
 #define KVTIER_SRC_LOG_WRITE_OP_H_
 
 #include <sys/uio.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -19,7 +20,7 @@
 namespace kvtier {
 
 struct WriteOp {
-  enum class Kind : uint8_t { kRecord, kFlush, kRemove, kDrop, kRemoveNamespace, kEvictTo, kSeal };
+  enum class Kind : uint8_t { kRecord, kFlush, kRemove, kDrop, kEvictTo, kSeal, kTask };
   Kind kind = Kind::kRecord;
   NamespaceId ns = 0;
   std::string key;
@@ -37,6 +38,9 @@ struct WriteOp {
   uint64_t arg = 0;        // kDrop: the entry's sequence; kEvictTo: target bytes
   uint64_t ram_token = 0;  // kRecord: the RAM-tier copy to undo if the put fails
   PutCallback done;
+  // kTask: runs on the writer thread once every earlier pass is committed
+  // (the store's namespace removal); its status completes `done`.
+  std::function<Status()> task;
   // Filled in by the writer.
   uint32_t segment = 0, generation = 0;
   uint64_t offset = 0, sequence = 0;
@@ -61,6 +65,16 @@ struct AppendPosition {
   uint64_t epoch = 0;
   uint64_t next_seq = 1;
 };
+
+// The checkpoint that says everything before `pos` is indexed.
+inline Checkpoint CheckpointOf(const AppendPosition& pos, uint64_t segment_size, bool clean) {
+  Checkpoint cp;
+  cp.epoch = pos.epoch;
+  cp.offset = pos.seg == UINT32_MAX ? segment_size : pos.off;
+  cp.next_sequence = pos.next_seq;
+  cp.clean = clean;
+  return cp;
+}
 
 // The header of a placed record, and its index entry.
 inline format::RecordHeader HeaderOf(const WriteOp& op) {

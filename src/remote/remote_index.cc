@@ -7,21 +7,11 @@
 #include <set>
 
 #include "format/coding.h"
+#include "index/rocks_fs.h"
+#include "index/rocks_util.h"
 
 namespace kvtier::remote {
 namespace {
-
-void AppendBE64(std::string* s, uint64_t v) {
-  for (int i = 7; i >= 0; --i) s->push_back(static_cast<char>(v >> (8 * i)));
-}
-void AppendBE32(std::string* s, uint32_t v) {
-  for (int i = 3; i >= 0; --i) s->push_back(static_cast<char>(v >> (8 * i)));
-}
-uint64_t GetBE64(const char* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v = (v << 8) | static_cast<uint8_t>(p[i]);
-  return v;
-}
 
 std::string EntryKey(NamespaceId ns, std::string_view key) {
   std::string k = "K";
@@ -84,16 +74,11 @@ Result<Location> DecodeLocation(std::string_view v) {
   return l;
 }
 
-Status FromRocks(const rocksdb::Status& s, const std::string& what) {
-  if (s.ok()) return Status::OK();
-  if (s.IsNotFound()) return Status::NotFound(what);
-  if (s.IsCorruption()) return Status::Corruption(what + ": " + s.ToString());
-  return Status::IOError(what + ": " + s.ToString());
-}
 
 }  // namespace
 
 struct RemoteIndex::Rep {
+  std::unique_ptr<rocksdb::Env> env;  // declared first: outlives db
   std::unique_ptr<rocksdb::DB> db;
   std::string path;
 };
@@ -101,8 +86,11 @@ struct RemoteIndex::Rep {
 RemoteIndex::RemoteIndex() : rep_(std::make_unique<Rep>()) {}
 RemoteIndex::~RemoteIndex() = default;
 
-Result<std::unique_ptr<RemoteIndex>> RemoteIndex::Open(const std::string& path) {
+Result<std::unique_ptr<RemoteIndex>> RemoteIndex::Open(const RemoteIndexFiles& files) {
+  const std::string& path = files.path;
+  auto env = NewRocksEnv(files.fs ? files.fs : DefaultFileSystem(IoBackend::kPosix), files.file_mode, files.dir_mode);
   rocksdb::Options o;
+  o.env = env.get();
   o.create_if_missing = true;
   o.write_buffer_size = 8 << 20;
   o.max_background_jobs = 1;
@@ -111,6 +99,7 @@ Result<std::unique_ptr<RemoteIndex>> RemoteIndex::Open(const std::string& path) 
   rocksdb::Status s = rocksdb::DB::Open(o, path, &db);
   if (!s.ok()) return FromRocks(s, "opening the remote index " + path);
   std::unique_ptr<RemoteIndex> ri(new RemoteIndex());
+  ri->rep_->env = std::move(env);
   ri->rep_->db.reset(db);
   ri->rep_->path = path;
   return ri;
@@ -178,7 +167,7 @@ Status RemoteIndex::Drop(const std::string& catalog_key, const std::string& base
   for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
     std::string_view rest(it->key().data() + prefix.size(), it->key().size() - prefix.size());
     if (rest.size() < 8) continue;
-    const NamespaceId ns = GetBE64(rest.data());
+    const NamespaceId ns = LoadBE64(rest.data());
     std::string_view key = rest.substr(8);
     std::string v;
     if (rep_->db->Get(rocksdb::ReadOptions(), EntryKey(ns, key), &v).ok()) {

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "format/record.h"
+#include "kvtier/io.h"
 #include "kvtier/namespace.h"
 #include "kvtier/status.h"
 #include "remote/summary.h"
@@ -39,9 +40,17 @@ struct Location {
   uint64_t PayloadOffset() const { return format::PayloadOffset(key_len, payload_len, flags); }
 };
 
+// Where the remote index lives, and the I/O seam its RocksDB files go
+// through (index/rocks_fs.h), with the modes they are created with.
+struct RemoteIndexFiles {
+  std::string path;
+  std::shared_ptr<FileSystem> fs;  // null: the kernel's
+  unsigned file_mode = 0600, dir_mode = 0700;
+};
+
 class RemoteIndex {
  public:
-  static Result<std::unique_ptr<RemoteIndex>> Open(const std::string& path);
+  static Result<std::unique_ptr<RemoteIndex>> Open(const RemoteIndexFiles& files);
   ~RemoteIndex();
 
   Result<std::optional<Location>> Get(NamespaceId ns, std::string_view key);

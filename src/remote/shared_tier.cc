@@ -27,14 +27,14 @@ SharedTier::SharedTier(const RemoteTierOptions& o, std::string store_id, Source 
                        std::unique_ptr<RemoteIndex> index)
     : opt_(o), store_id_(std::move(store_id)), source_(std::move(source)), index_(std::move(index)) {}
 
-Result<std::unique_ptr<SharedTier>> SharedTier::Start(const RemoteTierOptions& o, const std::string& index_path,
+Result<std::unique_ptr<SharedTier>> SharedTier::Start(const RemoteTierOptions& o, const RemoteIndexFiles& index_files,
                                                       const std::string& store_id, Source source) {
   if (o.pool.empty()) return Status::InvalidArgument("remote tier: pool is empty");
   if (o.object_bytes < (4u << 20) || o.object_bytes % (4u << 20) != 0)
     return Status::InvalidArgument("remote tier: object_bytes must be a multiple of 4 MiB");
   if (o.read_deadline_ms == 0 || o.op_timeout_ms == 0 || o.poll_interval_ms == 0)
     return Status::InvalidArgument("remote tier: read_deadline_ms, op_timeout_ms and poll_interval_ms must be > 0");
-  auto index = RemoteIndex::Open(index_path);
+  auto index = RemoteIndex::Open(index_files);
   if (!index.ok()) return index.status();
   std::unique_ptr<SharedTier> t(new SharedTier(o, store_id, std::move(source), std::move(index).value()));
   t->worker_ = std::thread([p = t.get()] { p->Run(); });

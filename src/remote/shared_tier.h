@@ -67,8 +67,8 @@ class SharedTier {
     std::function<Status(uint32_t seg, uint32_t gen, uint64_t off, void* buf, size_t len)> read;
   };
 
-  // Opens the remote index at index_path and starts the worker.
-  static Result<std::unique_ptr<SharedTier>> Start(const RemoteTierOptions& o, const std::string& index_path,
+  // Opens the remote index and starts the worker.
+  static Result<std::unique_ptr<SharedTier>> Start(const RemoteTierOptions& o, const RemoteIndexFiles& index_files,
                                                    const std::string& store_id, Source source);
   ~SharedTier();
   void Stop();

@@ -3,10 +3,11 @@
 //
 //   caller threads   validate, admit, reserve write-ring space, encode the
 //                    record and its checksum (store_write.cc), queue it
+//                    (log/op_queue.h)
 //   writer (1)       places queued records in the open segment and writes
 //                    contiguous runs with one I/O each; rolls over, reclaims
 //                    and evicts segments; runs removes and seals
-//                    (store_write.cc; the writer's state is still here)
+//                    (log/writer.h, log/reclaimer.h)
 //   committer (1)    fdatasync, one index batch per pass, checkpoints,
 //                    acknowledgement (log/committer.h)
 //   readers (N)      gets from disk, verified (read/read_pool.h)
@@ -20,16 +21,12 @@
 #define KVTIER_SRC_STORE_STORE_IMPL_H_
 
 #include <atomic>
-#include <condition_variable>
-#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <shared_mutex>
 #include <string>
-#include <thread>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "format/record.h"
@@ -37,19 +34,18 @@
 #include "kvtier/store.h"
 #include "log/committer.h"
 #include "log/put_plan.h"
-#include "log/reclaimer.h"
 #include "log/reinsertion.h"
 #include "log/scanner.h"
 #include "log/segment_table.h"
 #include "log/write_op.h"
-#include "log/write_ring.h"
-#include "log/write_runs.h"
+#include "log/op_queue.h"
+#include "log/writer.h"
 #include "read/deadline_timer.h"
 #include "read/read_pool.h"
 #include "store/admission.h"
 #include "store/block_sink.h"
+#include "store/namespace_registry.h"
 #include "tier/ram_tier.h"
-#include "util/aligned_buffer.h"
 #include "util/counters.h"
 #include "util/page_backing.h"
 
@@ -127,9 +123,7 @@ class StoreImpl final : public Store, public BlockSink {
   // opt_.max_payload_bytes bounds only what this opener writes.
   uint64_t StoredPayloadLimit() const { return format::MaxStoredPayload(description_.segment_size_bytes); }
 
-  // ---- Write path (WriteOp and CommitJob: log/write_op.h) ----
-  enum class Place : uint8_t { kPlaced, kEndGroup, kFailed };
-
+  // ---- Write path (store_write.cc; the writer thread: log/writer.h) ----
   Status Validate(NamespaceId ns, std::string_view key, uint64_t payload_len);
   // With `reserved`, the payload was written into that RAM-tier reservation
   // (payload must describe its pieces), which is committed instead of copied.
@@ -138,42 +132,17 @@ class StoreImpl final : public Store, public BlockSink {
   void SubmitPut(NamespaceId ns, std::string_view key, std::span<const Fragment> payload,
                  bool blocking, bool borrow, PutCallback done, RamTier::Pin* reserved = nullptr,
                  const uint64_t* checksum = nullptr);
-  // SubmitPut's steps: ring space for a planned record (waiting for it when
-  // `blocking`), then the record filled in and checksummed.
-  Status ReserveRing(WriteOp* op, const WritePlan& w, bool blocking);
+  // The record filled in and checksummed, on the caller's thread.
   void FillRecord(WriteOp* op, size_t key_len, std::span<const Fragment> source, const RecordPlan& plan,
                   const WritePlan& w, const uint64_t* checksum);
+  bool DenseOk() const { return description_.format_version >= 3 && opt_.dense_record_max_bytes > 0; }
   Status OpenRamTier();
   // Queues a non-record op and waits for its status.
   Status RunOnWriter(WriteOp op);
-  void ReleaseRing(uint64_t alloc_id);
-
-  void WriterLoop();
-  void RegisterWriteBuffers(uint64_t ring_bytes);
-  // One group of queued records, in passes: place, queue the writes, write
-  // and hand to the committer.
-  void WriteGroup(std::vector<WriteOp>& group);
-  size_t PlacePass(std::vector<WriteOp>& group, size_t begin, std::unordered_set<uint32_t>* touched);
-  void QueueWrites(std::vector<WriteOp>& group, size_t begin, size_t end, WriteRuns* runs);
-  void SubmitPass(std::vector<WriteOp>& group, size_t begin, size_t end, const std::unordered_set<uint32_t>& touched,
-                  WriteRuns* runs);
+  Status RemoveNamespaceOnWriter(NamespaceId ns);
   // What the committer (log/committer.h) calls back into: gives back ring
   // space and failed puts' RAM copies.
   void ReleaseCommitted(std::span<const WriteOp> ops);
-  Place PlaceRecord(WriteOp& op, const std::unordered_set<uint32_t>& touched);
-  // Makes a segment ready for appending: a free one, a new file, or the
-  // oldest sealed one reclaimed.
-  Status OpenNextSegment(const std::unordered_set<uint32_t>& touched);
-  void DoRemove(WriteOp& op);
-  void DoDrop(WriteOp& op);
-  void DoRemoveNamespace(WriteOp& op);
-  void DoEvictTo(WriteOp& op);
-  void DoSeal(WriteOp& op);
-  // Seals pos_.seg at the page after its last write, tells the shared tier,
-  // and leaves no segment open (writer thread).
-  void SealOpenSegment();
-  Status CheckpointNow(bool clean);
-  uint64_t UsedBytes() const;
 
   // ---- Read path (the reader threads and deadlines live in src/read) ----
   ReadPool::Deps ReadDeps();
@@ -233,58 +202,22 @@ class StoreImpl final : public Store, public BlockSink {
   // Lowers max_segments_ to what the segments already held plus the disk's
   // free space can hold (store_open.cc).
   void CapCapacityToDisk();
-  std::chrono::steady_clock::time_point open_started_;
   Counters c_;
   bool repair_mode_ = false;
 
-  // Namespaces.
-  std::shared_mutex ns_mu_;
-  std::unordered_map<NamespaceId, NamespaceSpec> namespaces_;
-
-  // Queue shared by callers and the writer.
-  std::mutex mu_;
-  std::condition_variable work_cv_, space_cv_;
-  std::deque<WriteOp> queue_;
-  WriteRing ring_;
-  struct Slot {
-    uint64_t id;
-    WriteRing::Allocation alloc;
-    bool freed;
-  };
-  std::deque<Slot> slots_;  // ring allocations in allocation order
-  uint64_t next_alloc_id_ = 1;
-  uint64_t borrowed_inflight_ = 0;  // payload bytes queued for writing from outside the ring
-  bool closing_ = false, writer_stop_ = false;
-  bool closed_ = false;
-
-  // Writer-thread state (touched only by the writer after open).
-  std::unique_ptr<IoQueue> write_queue_;
-  bool ram_unregistered_ = false;  // the kernel refused to register the RAM tier (writer thread only)
-  AppendPosition pos_;  // where the writer appends (log/write_op.h)
-  bool dense_ok_ = false;  // the store's format allows dense records (set at open)
-  // The end in the ring of the last dense record placed, while the next one
-  // may continue its run on disk (PlaceRecord).
-  const uint8_t* dense_mem_end_ = nullptr;
-  // Zero-padded copies of the first and last page of each dense run in a
-  // pass (writer thread only; the rest of a run is written from the ring).
-  AlignedBuffer staging_;
-  static constexpr uint64_t kStagingBytes = 1ull << 20;
-  bool pass_sealed_ = false;
-  // fdatasync, index commit, poisoning, checkpoints, acknowledgement: its
-  // own thread. Made before recovery (which checkpoints), started with the
-  // other threads.
-  std::unique_ptr<Committer> committer_;
-
-  // Readers and deadlines (started by StartThreads, stopped by Close).
-  std::unique_ptr<ReadPool> reads_;
-  std::unique_ptr<DeadlineTimer> deadlines_;
-
+  NamespaceRegistry namespaces_;
+  std::atomic<bool> closed_{false};
   // Hot blocks: reads per (segment, offset) since written, for reinsertion.
   HitCounts hits_;
-  // Segment reclaim and reinsertion for the writer (made with its thread).
-  std::unique_ptr<Reclaimer> reclaimer_;
 
-  std::thread writer_;
+  // The rooms, each with its own thread. Made before recovery (which appends
+  // and checkpoints through them), started by StartThreads, stopped by Close;
+  // declared in the order they must be destroyed last to first.
+  OpQueue ops_{opt_.write_queue_bytes};  // callers -> writer, and the write ring
+  std::unique_ptr<Committer> committer_;  // fdatasync, index, checkpoints, acks
+  std::unique_ptr<Writer> writer_;        // placement, writes, rollover, reclaim
+  std::unique_ptr<ReadPool> reads_;       // gets from disk
+  std::unique_ptr<DeadlineTimer> deadlines_;
 };
 
 }  // namespace kvtier

@@ -138,7 +138,6 @@ Status StoreImpl::CreateOrLoadSuperblock(bool* created) {
   // A quarter segment at most, so a dense record at any offset within its
   // first page fits an empty segment.
   opt_.dense_record_max_bytes = std::min<uint64_t>(opt_.dense_record_max_bytes, sb->segment_size / 4);
-  dense_ok_ = sb->format_version >= 3 && opt_.dense_record_max_bytes > 0;
   description_.store_id = format::StoreIdHex(sb->store_id);
   description_.segment_size_bytes = sb->segment_size;
   description_.created_unix_ms = sb->created_unix_ms;
@@ -146,7 +145,7 @@ Status StoreImpl::CreateOrLoadSuperblock(bool* created) {
 }
 
 Status StoreImpl::OpenImpl() {
-  open_started_ = Clock::now();
+  const Clock::time_point started = Clock::now();
   fs_ = opt_.file_system ? opt_.file_system : DefaultFileSystem(opt_.io_backend);
   KVTIER_RETURN_IF_ERROR(OpenFolder());
   bool created = false;
@@ -163,7 +162,7 @@ Status StoreImpl::OpenImpl() {
   if (!repair_mode_) KVTIER_RETURN_IF_ERROR(OpenRamTier());  // store_ram.cc
   if (!repair_mode_) StartThreads();
   KVTIER_RETURN_IF_ERROR(StartRemote());  // store_remote.cc
-  c_.open_seconds.store(SecondsSince(open_started_));
+  c_.open_seconds.store(SecondsSince(started));
   return Status::OK();
 }
 
@@ -188,6 +187,7 @@ uint64_t StoreImpl::CapacityBytes() const { return opt_.capacity_bytes != 0 ? op
 
 Status StoreImpl::OpenIndex() {
   IndexOpenOptions io;
+  io.file_system = fs_;
   io.read_only = opt_.read_only;
   io.create_if_missing = !opt_.read_only;
   io.dir_mode = opt_.group_access ? 0770 : 0700;
@@ -240,7 +240,7 @@ Status StoreImpl::OpenSegments() {
 }
 
 // The committer (recovery checkpoints through it), the write ring and the
-// writer's queue.
+// writer (its thread starts with the others).
 Status StoreImpl::OpenWritePath() {
   Committer::Deps cd;
   cd.index = index_.get();
@@ -249,16 +249,33 @@ Status StoreImpl::OpenWritePath() {
   cd.checkpoint_interval_bytes = opt_.checkpoint_interval_bytes;
   cd.release = [this](std::span<const WriteOp> ops) { ReleaseCommitted(ops); };
   committer_ = std::make_unique<Committer>(std::move(cd));
-  KVTIER_RETURN_IF_ERROR(ring_.Init(opt_.write_queue_bytes));
+  KVTIER_RETURN_IF_ERROR(ops_.Init());
   auto q = fs_->NewIoQueue(opt_.queue_depth);
   if (!q.ok()) return q.status();
-  write_queue_ = std::move(q).value();
+  Writer::Deps wd;
+  wd.ops = &ops_;
+  wd.index = index_.get();
+  wd.table = table_.get();
+  wd.committer = committer_.get();
+  wd.counters = &c_;
+  wd.hits = &hits_;
+  wd.io = std::move(q).value();
+  wd.max_segments = &max_segments_;
+  wd.group_commit_bytes = opt_.group_commit_bytes;
+  wd.max_write_chunk_bytes = opt_.max_write_chunk_bytes;
+  wd.stored_payload_limit = StoredPayloadLimit();
+  wd.reinsert = opt_.reinsert_hot_blocks;
+  wd.punch_holes = opt_.punch_holes;
+  wd.reinsert_max_fraction = opt_.reinsert_max_fraction;
+  wd.dir = dir_;
+  wd.warn = [this](const std::string& line) { Warn(line); };
+  wd.sealed = [this](uint32_t seg, uint32_t gen) { RemoteNoteSealed(seg, gen); };
+  writer_ = std::make_unique<Writer>(std::move(wd));
   return Status::OK();
 }
 
 // Usage as the writer last recorded it (no recovery runs read-only).
 void StoreImpl::LoadUsageReadOnly() {
-  pos_.epoch = table_->MaxEpoch();
   auto cp = index_->ReadCheckpoint();
   if (cp.ok() && cp->has_value())
     for (const SegmentInfo& s : table_->Snapshot())
@@ -292,73 +309,6 @@ void StoreImpl::CapCapacityToDisk() {
   max_segments_ = capped;
 }
 
-// Namespaces live in the index and, so that the index can be rebuilt from
-// the store folder alone, in one small checksummed file each under
-// namespaces/. The files are authoritative; the index copy serves listing.
-Status StoreImpl::LoadNamespaces() {
-  auto list = index_->ListNamespaces();
-  if (!list.ok()) return list.status();
-  std::unique_lock<std::shared_mutex> l(ns_mu_);
-  for (auto& [id, spec] : *list) namespaces_[id] = std::move(spec);
-  const std::string nsdir = layout::NamespacesDir(dir_);
-  auto names = fs_->ListDir(nsdir);
-  if (!names.ok()) return names.status().IsNotFound() ? Status::OK() : names.status();
-  for (const std::string& n : *names) {
-    if (n.size() != 19 || n.substr(16) != ".ns") continue;
-    OpenFlags f;
-    f.read_only = true;
-    auto file = fs_->Open(nsdir + "/" + n, f);
-    if (!file.ok()) return file.status();
-    auto size = (*file)->Size();
-    if (!size.ok()) return size.status();
-    if (*size < 8 || *size > (1u << 20)) return Status::Corruption(nsdir + "/" + n + ": bad size");
-    std::string buf(*size, '\0');
-    KVTIER_RETURN_IF_ERROR((*file)->ReadAt(0, buf.data(), buf.size()));
-    uint64_t sum = format::GetFixed64(reinterpret_cast<const uint8_t*>(buf.data() + buf.size() - 8));
-    buf.resize(buf.size() - 8);
-    if (format::Checksum(buf.data(), buf.size()) != sum)
-      return Status::Corruption(nsdir + "/" + n + ": checksum mismatch");
-    auto spec = NamespaceSpec::Decode(buf);
-    if (!spec.ok()) return spec.status().WithContext(nsdir + "/" + n);
-    NamespaceId id = spec->Fingerprint();
-    if (NamespaceIdToHex(id) != n.substr(0, 16))
-      return Status::Corruption(nsdir + "/" + n + ": file name does not match its spec");
-    if (!namespaces_.count(id) && !opt_.read_only) {
-      KVTIER_RETURN_IF_ERROR(index_->PutNamespace(id, *spec, false));
-    }
-    namespaces_[id] = std::move(spec).value();
-  }
-  return Status::OK();
-}
-
-Status StoreImpl::WriteNamespaceFile(NamespaceId id, const NamespaceSpec& spec) {
-  const std::string nsdir = layout::NamespacesDir(dir_);
-  KVTIER_RETURN_IF_ERROR(fs_->CreateDir(nsdir, opt_.group_access ? 0770 : 0700));
-  std::string buf = spec.Encode();
-  uint64_t sum = format::Checksum(buf.data(), buf.size());
-  format::AppendFixed64(&buf, sum);
-  const std::string path = layout::NamespacePath(dir_, id);
-  OpenFlags f;
-  f.create = true;
-  f.mode = opt_.group_access ? 0660 : 0600;
-  const std::string tmp = path + std::string(layout::kTempSuffix);
-  auto file = fs_->Open(tmp, f);
-  if (!file.ok()) return file.status();
-  KVTIER_RETURN_IF_ERROR((*file)->Truncate(0));
-  KVTIER_RETURN_IF_ERROR((*file)->WriteAt(0, buf.data(), buf.size()));
-  KVTIER_RETURN_IF_ERROR((*file)->Sync());
-  file->reset();
-  KVTIER_RETURN_IF_ERROR(fs_->Rename(tmp, path));
-  return fs_->SyncDir(nsdir);
-}
-
-Status StoreImpl::RemoveNamespaceFile(NamespaceId id) {
-  const std::string nsdir = layout::NamespacesDir(dir_);
-  Status st = fs_->Remove(layout::NamespacePath(dir_, id));
-  if (!st.ok() && !st.IsNotFound()) return st;
-  return fs_->SyncDir(nsdir);
-}
-
 // Recovery: index entries are durable up to the checkpoint; records appended
 // after it may have lost theirs. Rescan exactly those records, re-index what
 // verifies, and cut the torn tail.
@@ -366,21 +316,22 @@ Status StoreImpl::Recover() {
   auto cpr = index_->ReadCheckpoint();
   if (!cpr.ok()) return cpr.status().WithContext("reading checkpoint");
   Checkpoint cp = cpr->value_or(Checkpoint{});
+  AppendPosition& pos = writer_->position();
   std::vector<SegmentInfo> segs = table_->Snapshot();
   std::erase_if(segs, [](const SegmentInfo& s) { return s.state == SegmentState::kFree; });
   std::sort(segs.begin(), segs.end(), [](const SegmentInfo& a, const SegmentInfo& b) { return a.epoch < b.epoch; });
-  pos_.epoch = table_->MaxEpoch();
-  pos_.next_seq = std::max<uint64_t>(cp.next_sequence, 1);
+  pos.epoch = table_->MaxEpoch();
+  pos.next_seq = std::max<uint64_t>(cp.next_sequence, 1);
   for (const SegmentInfo& s : segs) index_->DropSegmentRowsBelow(s.id, s.generation).IgnoreError();
 
-  const bool clean = cp.clean && pos_.epoch == cp.epoch;
+  const bool clean = cp.clean && pos.epoch == cp.epoch;
   if (clean) {
     // Nothing after the checkpoint: resume appending where Close stopped.
     if (!segs.empty() && segs.back().epoch == cp.epoch && cp.offset < description_.segment_size_bytes) {
-      pos_.seg = segs.back().id;
-      pos_.gen = segs.back().generation;
-      pos_.off = cp.offset;
-      table_->SetUsed(pos_.seg, pos_.off);
+      pos.seg = segs.back().id;
+      pos.gen = segs.back().generation;
+      pos.off = cp.offset;
+      table_->SetUsed(pos.seg, pos.off);
     }
   } else {
     c_.recovered_from_crash.store(true);
@@ -396,10 +347,7 @@ Status StoreImpl::Recover() {
       ScanResult r;
       Status st = scanner.Scan(start, /*verify_payload=*/true, /*resync=*/false, [&](const ScannedRecord& rec) {
         max_seq = std::max(max_seq, rec.header.sequence);
-        {
-          std::shared_lock<std::shared_mutex> l(ns_mu_);
-          if (!namespaces_.count(rec.header.ns_id)) return true;  // namespace was removed
-        }
+        if (!namespaces_.Contains(rec.header.ns_id)) return true;  // namespace was removed
         auto e = index_->Get(rec.header.ns_id, rec.key);
         if (!e.ok()) {
           ist = e.status();
@@ -431,12 +379,12 @@ Status StoreImpl::Recover() {
         if (!ps.ok()) return ps.WithContext("cutting the torn tail of segment " + std::to_string(s.id));
       }
     }
-    pos_.next_seq = std::max(pos_.next_seq, max_seq + 1);
+    pos.next_seq = std::max(pos.next_seq, max_seq + 1);
     // Appends resume in a fresh segment: the cut tail is never written again.
-    pos_.seg = UINT32_MAX;
+    pos.seg = UINT32_MAX;
   }
   // A crash from now on must rescan from here.
-  return CheckpointNow(false);
+  return writer_->CheckpointNow(false);
 }
 
 void StoreImpl::StartThreads() {
@@ -444,189 +392,37 @@ void StoreImpl::StartThreads() {
   deadlines_ = std::make_unique<DeadlineTimer>(&c_);
   if (!opt_.read_only) {
     committer_->Start();
-    Reclaimer::Deps rd;
-    rd.index = index_.get();
-    rd.table = table_.get();
-    rd.committer = committer_.get();
-    rd.ram = ram_.get();
-    rd.hits = &hits_;
-    rd.counters = &c_;
-    rd.stored_payload_limit = StoredPayloadLimit();
-    rd.reinsert = opt_.reinsert_hot_blocks;
-    rd.punch_holes = opt_.punch_holes;
-    rd.policy = std::make_unique<HitReinsertion>(opt_.reinsert_max_fraction);
-    reclaimer_ = std::make_unique<Reclaimer>(std::move(rd));
     // Last: it starts by registering the write ring, which holds the mmap
     // lock that creating the other threads' stacks needs.
-    writer_ = std::thread([this] { WriterLoop(); });
+    writer_->Start(ram_.get());
   }
 }
 
 Status StoreImpl::Close() {
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    if (closed_) return Status::Closed("store already closed");
-  }
+  if (closed_.load()) return Status::Closed("store already closed");
   ShareOnClose();  // store_remote.cc
   StopRemote();
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    if (closed_) return Status::Closed("store already closed");
-    closed_ = true;
-    closing_ = true;
-    writer_stop_ = true;
-  }
-  work_cv_.notify_all();
-  space_cv_.notify_all();
-  if (writer_.joinable()) writer_.join();
+  if (closed_.exchange(true)) return Status::Closed("store already closed");
+  ops_.Close();
+  if (writer_ != nullptr) writer_->Stop();
   if (committer_ != nullptr) committer_->Stop();
   if (reads_ != nullptr) reads_->Stop();
   if (deadlines_ != nullptr) deadlines_->Stop();
   Status st;
-  if (!opt_.read_only && index_ != nullptr && table_ != nullptr) {
-    if (pos_.seg != UINT32_MAX) table_->SetUsed(pos_.seg, pos_.off);
-    st = CheckpointNow(/*clean=*/true);
+  if (writer_ != nullptr && index_ != nullptr && table_ != nullptr) {
+    const AppendPosition& pos = writer_->position();
+    if (pos.seg != UINT32_MAX) table_->SetUsed(pos.seg, pos.off);
+    st = writer_->CheckpointNow(/*clean=*/true);
     Status f = index_->FlushMemtables();
     if (st.ok()) st = f;
   }
   ram_.reset();  // a shared-memory tier stays in its file for the next open
+  writer_.reset();
+  committer_.reset();
   index_.reset();
   table_.reset();
   lock_.reset();
   return st;
-}
-
-// ---- Namespaces ----
-
-Result<NamespaceId> StoreImpl::RegisterNamespace(const NamespaceSpec& spec) {
-  KVTIER_RETURN_IF_ERROR(spec.Validate());
-  NamespaceId id = spec.Fingerprint();
-  {
-    std::shared_lock<std::shared_mutex> l(ns_mu_);
-    if (namespaces_.count(id)) return id;
-  }
-  if (opt_.read_only) return Status::NotSupported("store opened read-only: cannot register namespaces");
-  std::unique_lock<std::shared_mutex> l(ns_mu_);
-  if (namespaces_.count(id)) return id;
-  NamespaceSpec stored = spec;
-  if (stored.name.empty()) stored.name = spec.DisplayName();
-  KVTIER_RETURN_IF_ERROR(WriteNamespaceFile(id, stored));
-  KVTIER_RETURN_IF_ERROR(index_->PutNamespace(id, stored, /*sync=*/false));
-  // Keep the decoded form (salt replaced by its hash), as a reopen would see it.
-  auto round = NamespaceSpec::Decode(stored.Encode());
-  namespaces_[id] = round.ok() ? *round : stored;
-  return id;
-}
-
-Result<NamespaceSpec> StoreImpl::SpecOf(NamespaceId ns) {
-  std::shared_lock<std::shared_mutex> l(ns_mu_);
-  auto it = namespaces_.find(ns);
-  if (it == namespaces_.end()) return Status::NotFound("unknown namespace " + NamespaceIdToHex(ns));
-  return it->second;
-}
-
-Result<NamespaceId> StoreImpl::FindNamespace(std::string_view name_or_hex) {
-  std::shared_lock<std::shared_mutex> l(ns_mu_);
-  auto id = NamespaceIdFromHex(name_or_hex);
-  if (id.ok() && namespaces_.count(*id)) return *id;
-  for (const auto& [nid, spec] : namespaces_)
-    if (spec.DisplayName() == name_or_hex) return nid;
-  return Status::NotFound("no namespace named '" + std::string(name_or_hex) + "'");
-}
-
-Result<std::vector<NamespaceInfo>> StoreImpl::ListNamespaces() {
-  std::vector<NamespaceInfo> out;
-  {
-    std::shared_lock<std::shared_mutex> l(ns_mu_);
-    for (const auto& [id, spec] : namespaces_) out.push_back(NamespaceInfo{id, spec, 0, 0});
-  }
-  std::sort(out.begin(), out.end(), [](const NamespaceInfo& a, const NamespaceInfo& b) { return a.id < b.id; });
-  for (NamespaceInfo& info : out) {
-    Status st = index_->ForEach(info.id, "", [&](NamespaceId, std::string_view, const format::IndexValue& v) {
-      ++info.blocks;
-      info.payload_bytes += v.payload_len;
-      return true;
-    });
-    if (!st.ok()) return st;
-  }
-  return out;
-}
-
-// ---- Inspection ----
-
-std::vector<SegmentInfo> StoreImpl::Segments() {
-  std::vector<SegmentInfo> s = table_ ? table_->Snapshot() : std::vector<SegmentInfo>{};
-  return s;
-}
-
-Stats StoreImpl::GetStats() {
-  Stats s;
-  s.puts = c_.puts.Get();
-  s.put_bytes = c_.put_bytes.Get();
-  s.puts_not_admitted = c_.puts_not_admitted.Get();
-  s.puts_failed = c_.puts_failed.Get();
-  s.gets = c_.gets.Get();
-  s.hits_ram = c_.hits_ram.Get();
-  s.hits_disk = c_.hits_disk.Get();
-  s.misses = c_.misses.Get();
-  s.bytes_read_ram = c_.bytes_read_ram.Get();
-  s.bytes_read_disk = c_.bytes_read_disk.Get();
-  s.get_deadline_misses = c_.get_deadline_misses.Get();
-  s.checksum_failures = c_.checksum_failures.Get();
-  s.stale_entries_dropped = c_.stale_entries_dropped.Get();
-  s.lookups = c_.lookups.Get();
-  s.contains = c_.contains.Get();
-  s.removes = c_.removes.Get();
-  s.device_bytes_written = c_.device_bytes_written.Get();
-  s.device_bytes_read = c_.device_bytes_read.Get();
-  s.zero_copy_put_bytes = c_.zero_copy_put_bytes.Get();
-  s.direct_read_bytes = c_.direct_read_bytes.Get();
-  s.small_page_copies = c_.small_page_copies.Get();
-  s.remote_admitted_to_ram = c_.remote_admitted_to_ram.Get();
-  s.registered_writes = c_.registered_writes.Get();
-  s.syncs = c_.syncs.Get();
-  s.group_commits = c_.group_commits.Get();
-  s.write_amplification =
-      s.put_bytes == 0 ? 0 : static_cast<double>(s.device_bytes_written) / static_cast<double>(s.put_bytes);
-  s.evictions = c_.evictions.Get();
-  s.disk_full_events = c_.disk_full_events.Get();
-  s.evicted_blocks = c_.evicted_blocks.Get();
-  s.evicted_bytes = c_.evicted_bytes.Get();
-  s.reinsertions = c_.reinsertions.Get();
-  s.reinserted_bytes = c_.reinserted_bytes.Get();
-  s.recovered_from_crash = c_.recovered_from_crash.load();
-  s.recovery_scanned_bytes = c_.recovery_scanned_bytes.Get();
-  s.recovery_reindexed = c_.recovery_reindexed.Get();
-  s.recovery_torn_bytes = c_.recovery_torn_bytes.Get();
-  s.open_seconds = c_.open_seconds.load();
-  s.io_backend = fs_ ? fs_->IoBackendName() : "";
-  if (table_) {
-    s.capacity_bytes = max_segments_ * description_.segment_size_bytes;
-    if (max_segments_ < configured_segments_)
-      s.capacity_configured_bytes = configured_segments_ * description_.segment_size_bytes;
-    for (const SegmentInfo& seg : table_->Snapshot()) {
-      ++s.segments_total;
-      if (seg.state == SegmentState::kSealed) ++s.segments_sealed;
-      if (seg.state == SegmentState::kFree) ++s.segments_free;
-      if (seg.state != SegmentState::kFree) s.used_bytes += seg.used_bytes;
-    }
-    s.segment_entries_ignored = static_cast<uint32_t>(table_->Ignored().size());
-  }
-  if (index_) s.blocks_estimate = index_->ApproximateEntries();
-  if (ram_) {
-    RamTierStats r = ram_->GetStats();
-    s.ram_capacity_bytes = r.capacity_bytes;
-    s.ram_used_bytes = r.used_bytes;
-    s.ram_blocks = r.blocks;
-    s.ram_evictions = r.evictions;
-    s.ram_evicted_bytes = r.evicted_bytes;
-    s.ram_adopted_blocks = r.adopted_blocks;
-    s.ram_adopt_dropped = r.adopt_dropped;
-    s.ram_checksum_failures = r.checksum_failures;
-    s.ram_shared_memory = r.shared;
-  }
-  RemoteStats(&s);  // store_remote.cc
-  return s;
 }
 
 }  // namespace kvtier

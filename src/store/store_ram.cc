@@ -26,6 +26,7 @@ Status StoreImpl::OpenRamTier() {
   o.verify_reads = opt_.verify_ram_hits;
   o.owner_id = store_id_;
   o.file_mode = opt_.group_access ? 0660 : 0600;
+  o.fs = fs_;
   // A read-only open runs beside a writer process: it never touches the file.
   if (opt_.ram_tier_shared_memory && !opt_.read_only) {
     std::string path = RamTierShmPath(description_.store_id);
@@ -33,10 +34,7 @@ Status StoreImpl::OpenRamTier() {
   }
   // Adopt only blocks the index still names with the same size and checksum.
   auto filter = [this](NamespaceId ns, std::string_view key, uint64_t len, uint64_t checksum) {
-    {
-      std::shared_lock<std::shared_mutex> l(ns_mu_);
-      if (!namespaces_.count(ns)) return false;
-    }
+    if (!namespaces_.Contains(ns)) return false;
     auto e = index_->Get(ns, key);
     return e.ok() && e->has_value() && (*e)->payload_len == len && (*e)->payload_checksum == checksum &&
            table_->IsLive((*e)->segment, (*e)->generation);

@@ -77,7 +77,12 @@ Status StoreImpl::StartRemote() {
     if (st.ok()) c_.device_bytes_read.Add(len);
     return st;
   };
-  auto tier = remote::SharedTier::Start(opt_.remote, folder + "/index", description_.store_id, std::move(src));
+  remote::RemoteIndexFiles files;
+  files.path = folder + "/index";
+  files.fs = fs_;
+  files.file_mode = opt_.group_access ? 0660 : 0600;
+  files.dir_mode = opt_.group_access ? 0770 : 0700;
+  auto tier = remote::SharedTier::Start(opt_.remote, files, description_.store_id, std::move(src));
   if (!tier.ok()) return tier.status().WithContext("starting the shared tier");
   remote_ = std::shared_ptr<remote::SharedTier>(std::move(tier).value());
   // Segments sealed before this open and not uploaded yet (the tier skips
@@ -94,7 +99,7 @@ void StoreImpl::StopRemote() {
 void StoreImpl::ShareOnClose() {
   // Bounded, and skipped while the cluster is unreachable: a close must not
   // wait on a tier that cannot upload (the segment goes up after a reopen).
-  if (!remote_ || opt_.remote.close_upload_timeout_ms == 0 || !writer_.joinable()) return;
+  if (!remote_ || opt_.remote.close_upload_timeout_ms == 0 || writer_ == nullptr || !writer_->running()) return;
   const auto timeout = std::chrono::milliseconds(opt_.remote.close_upload_timeout_ms);
   if (remote_->WaitConnected(Clock::now() + std::min(timeout, std::chrono::milliseconds(opt_.remote.op_timeout_ms))))
     ShareNow(timeout).IgnoreError();

@@ -45,11 +45,7 @@ Result<VerifyReport> StoreImpl::Verify(const VerifyOptions& options) {
           ++rep.records_ok;
           records[LocationKey(s.id, rec.offset)] = {NameHash(rec.header.ns_id, rec.key), rec.header.sequence};
           auto e = index_->Get(rec.header.ns_id, rec.key);
-          bool known_ns;
-          {
-            std::shared_lock<std::shared_mutex> l(ns_mu_);
-            known_ns = namespaces_.count(rec.header.ns_id) != 0;
-          }
+          const bool known_ns = namespaces_.Contains(rec.header.ns_id);
           if (known_ns && e.ok() && (!e->has_value() || (*e)->sequence < rec.header.sequence)) {
             ++rep.records_without_entry;
             Problem(&rep, "segment " + std::to_string(s.id) + " offset " + std::to_string(rec.offset) +
@@ -138,12 +134,9 @@ Result<RepairReport> StoreImpl::RebuildIndex(const std::function<void(uint64_t, 
         [&](const ScannedRecord& rec) {
           ++rep.records_scanned;
           max_seq = std::max(max_seq, rec.header.sequence);
-          {
-            std::shared_lock<std::shared_mutex> l(ns_mu_);
-            if (!namespaces_.count(rec.header.ns_id)) {
-              ++rep.records_dropped;
-              return true;
-            }
+          if (!namespaces_.Contains(rec.header.ns_id)) {
+            ++rep.records_dropped;
+            return true;
           }
           std::string name(reinterpret_cast<const char*>(&rec.header.ns_id), sizeof(NamespaceId));
           name.append(rec.key);
@@ -188,10 +181,11 @@ Result<RepairReport> StoreImpl::RebuildIndex(const std::function<void(uint64_t, 
     ++rep.entries_after;
     return true;
   }));
-  pos_.epoch = table_->MaxEpoch();
-  pos_.next_seq = std::max(pos_.next_seq, max_seq + 1);
-  pos_.seg = UINT32_MAX;
-  KVTIER_RETURN_IF_ERROR(CheckpointNow(false));
+  AppendPosition& pos = writer_->position();
+  pos.epoch = table_->MaxEpoch();
+  pos.next_seq = std::max(pos.next_seq, max_seq + 1);
+  pos.seg = UINT32_MAX;
+  KVTIER_RETURN_IF_ERROR(writer_->CheckpointNow(false));
   return rep;
 }
 

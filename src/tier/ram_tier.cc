@@ -13,82 +13,11 @@
 
 #include "format/record.h"
 #include "util/checksum.h"
+#include "tier/ram_tier_layout.h"
 
 namespace kvtier {
 
-namespace {
-
-constexpr char kMagic[8] = {'K', 'V', 'T', 'R', 'A', 'M', '0', '1'};
-constexpr uint32_t kVersion = 1;
-constexpr uint32_t kEnd = UINT32_MAX;
-constexpr size_t kHeaderBytes = 4096;
-constexpr size_t kDataAlign = 2u << 20;  // huge-page aligned data area
-constexpr uint32_t kDescValid = 0x56414C44;  // "VALD"
-
-// Persistent header at offset 0 of the mapping.
-struct FileHeader {
-  char magic[8];
-  uint32_t version;
-  uint32_t chunk_bytes;
-  uint32_t chunks;
-  uint32_t shards;
-  uint64_t meta_bytes;
-  uint64_t map_bytes;
-  uint8_t owner[16];
-  uint64_t checksum;  // of the bytes above
-};
-
-// One per chunk; meaningful only for a block's head chunk. `state` is
-// written last on publish and first on erase, so a descriptor marked valid
-// always describes a chain that was complete when it was published.
-struct Desc {
-  uint32_t state;
-  uint16_t key_len;
-  uint16_t pad;
-  uint64_t ns;
-  uint64_t len;
-  uint64_t checksum;
-  uint64_t token;
-  char key[format::kMaxKeyBytes + 1];
-  char pad2[320 - 40 - (format::kMaxKeyBytes + 1)];
-};
-static_assert(sizeof(Desc) == 320);
-
-size_t AlignUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
-
-std::string MapKey(NamespaceId ns, std::string_view key) {
-  std::string k(sizeof ns + key.size(), '\0');
-  std::memcpy(k.data(), &ns, sizeof ns);
-  std::memcpy(k.data() + sizeof ns, key.data(), key.size());
-  return k;
-}
-
-uint64_t HeaderChecksum(const FileHeader& h) { return format::Checksum(&h, offsetof(FileHeader, checksum)); }
-
-}  // namespace
-
-struct RamTier::Entry {
-  PolicyNode node;  // first: the policy hands back PolicyNode*
-  NamespaceId ns = 0;
-  std::string map_key;
-  uint64_t len = 0, checksum = 0, token = 0;
-  std::vector<uint32_t> chunks;
-  std::vector<Piece> pieces;
-  bool published = false, dead = false;
-};
-
-struct RamTier::Shard {
-  std::mutex mu;
-  std::unordered_map<std::string, Entry*> map;
-  std::unique_ptr<EvictionPolicy> policy;
-  std::vector<uint32_t> free;  // stack; popped from the back
-  uint32_t first = 0, count = 0;
-  uint64_t hits = 0, misses = 0, inserts = 0, rejects = 0, evictions = 0, evicted_bytes = 0,
-           erases = 0, payload_bytes = 0, used_chunks = 0;
-  ~Shard() {
-    for (auto& [k, e] : map) delete e;
-  }
-};
+using namespace ram_layout;  // NOLINT: the room's own layout
 
 std::string RamTierShmPath(const std::string& store_id_hex) {
   return "/dev/shm/kvtier-" + store_id_hex + ".ram";
@@ -176,85 +105,7 @@ void RamTier::Prefault() {
   }
 }
 
-Status RamTier::Map(bool* adopt) {
-  *adopt = false;
-  base_.capacity_bytes = uint64_t{chunks_} * opt_.chunk_bytes;
-  if (opt_.shm_path.empty()) {
-    void* p = mmap(nullptr, map_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                   -1, 0);
-    if (p == MAP_FAILED) return Status::FromErrno(errno, "mmap of the RAM tier (" + std::to_string(map_bytes_) + " bytes)");
-    map_ = static_cast<uint8_t*>(p);
-    madvise(map_, map_bytes_, MADV_HUGEPAGE);  // best effort: THP may be off
-    return Status::OK();
-  }
-  const std::string& path = opt_.shm_path;
-  int fd = open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, opt_.file_mode);
-  if (fd < 0) return Status::FromErrno(errno, "opening RAM tier file " + path);
-  struct stat st {};
-  if (fstat(fd, &st) != 0) {
-    int e = errno;
-    close(fd);
-    return Status::FromErrno(e, "fstat " + path);
-  }
-  bool reuse = static_cast<uint64_t>(st.st_size) == map_bytes_;
-  if (reuse) {
-    FileHeader h{};
-    reuse = pread(fd, &h, sizeof h, 0) == static_cast<ssize_t>(sizeof h) &&
-            std::memcmp(h.magic, kMagic, sizeof kMagic) == 0 && h.version == kVersion &&
-            h.chunk_bytes == opt_.chunk_bytes && h.chunks == chunks_ && h.shards == opt_.shards &&
-            h.meta_bytes == meta_bytes_ && h.map_bytes == map_bytes_ &&
-            std::memcmp(h.owner, opt_.owner_id.data(), 16) == 0 && h.checksum == HeaderChecksum(h);
-  }
-  if (!reuse) {
-    // Discard whatever was there, then reserve the space so that running out
-    // of /dev/shm is an error here rather than a SIGBUS on first touch.
-    int rc = ftruncate(fd, 0);
-    if (rc == 0) rc = posix_fallocate(fd, 0, static_cast<off_t>(map_bytes_));
-    else rc = errno;
-    if (rc != 0) {
-      close(fd);
-      unlink(path.c_str());
-      return Status::FromErrno(rc, "reserving " + std::to_string(map_bytes_) + " bytes for RAM tier file " + path);
-    }
-  }
-  void* p = mmap(nullptr, map_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  int e = errno;
-  close(fd);
-  if (p == MAP_FAILED) return Status::FromErrno(e, "mmap of RAM tier file " + path);
-  map_ = static_cast<uint8_t*>(p);
-  madvise(map_, map_bytes_, MADV_HUGEPAGE);
-  base_.shared = true;
-  *adopt = reuse;
-  return Status::OK();
-}
-
-void RamTier::Format() {
-  // The header is marked valid only after the metadata is cleared.
-  std::memset(map_, 0, meta_bytes_);
-  for (auto& s : shards_) {
-    s->free.clear();
-    for (uint32_t c = s->first + s->count; c-- > s->first;) s->free.push_back(c);
-  }
-  FileHeader h{};
-  std::memcpy(h.magic, kMagic, sizeof kMagic);
-  h.version = kVersion;
-  h.chunk_bytes = opt_.chunk_bytes;
-  h.chunks = chunks_;
-  h.shards = opt_.shards;
-  h.meta_bytes = meta_bytes_;
-  h.map_bytes = map_bytes_;
-  std::memcpy(h.owner, opt_.owner_id.data(), 16);
-  h.checksum = HeaderChecksum(h);
-  std::memcpy(map_, &h, sizeof h);
-}
-
-uint8_t* RamTier::ChunkData(uint32_t c) const { return map_ + meta_bytes_ + uint64_t{c} * opt_.chunk_bytes; }
-
-namespace {
-uint32_t* NextArray(uint8_t* map) { return reinterpret_cast<uint32_t*>(map + kHeaderBytes); }
-Desc* DescArray(uint8_t* map, uint32_t chunks) {
-  return reinterpret_cast<Desc*>(map + AlignUp(kHeaderBytes + sizeof(uint32_t) * chunks, 64));
-}
+namespace ram_layout {
 void BuildPieces(const std::vector<uint32_t>& chunks, uint64_t len, uint32_t chunk_bytes,
                  const std::function<uint8_t*(uint32_t)>& data, std::vector<RamTier::Piece>* out) {
   out->clear();
@@ -270,124 +121,10 @@ void BuildPieces(const std::vector<uint32_t>& chunks, uint64_t len, uint32_t chu
     left -= n;
   }
 }
-}  // namespace
 
-struct RamTier::AdoptCounts {
-  std::atomic<uint64_t> dropped{0}, adopted{0}, adopted_bytes{0}, max_token{0};
-};
+}  // namespace ram_layout
 
-void RamTier::Adopt(const RamAdoptFilter& filter) {
-  base_.adopted_file = true;
-  AdoptCounts n;
-  // Shards are independent (a valid block lies wholly in its key's shard),
-  // so they are checked in parallel: checksumming GiBs dominates.
-  unsigned workers = std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(), shards_.size()));
-  std::atomic<size_t> next_shard{0};
-  auto work = [&] {
-    for (size_t i; (i = next_shard.fetch_add(1)) < shards_.size();) AdoptShard(*shards_[i], filter, &n);
-  };
-  std::vector<std::thread> threads;
-  for (unsigned w = 1; w < workers; ++w) threads.emplace_back(work);
-  work();
-  for (auto& t : threads) t.join();
-  next_token_.store(n.max_token.load() + 1);
-  base_.adopted_blocks = n.adopted.load();
-  base_.adopted_bytes = n.adopted_bytes.load();
-  base_.adopt_dropped = n.dropped.load();
-}
-
-void RamTier::AdoptShard(Shard& s, const RamAdoptFilter& filter, AdoptCounts* n) {
-  Desc* descs = DescArray(map_, chunks_);
-  std::vector<bool> used(s.count, false);
-  std::vector<Entry*> found;
-  for (uint32_t i = s.first; i < s.first + s.count; ++i) {
-    Desc& d = descs[i];
-    if (__atomic_load_n(&d.state, __ATOMIC_ACQUIRE) != kDescValid) continue;
-    Entry* e = AdoptBlock(s, i, used, filter);
-    if (e == nullptr) {
-      __atomic_store_n(&d.state, 0u, __ATOMIC_RELEASE);
-      n->dropped.fetch_add(1);
-      continue;
-    }
-    for (uint32_t c : e->chunks) used[c - s.first] = true;
-    found.push_back(e);
-  }
-  PublishAdopted(s, found, used, n);
-  s.free.clear();
-  for (uint32_t c = s.first + s.count; c-- > s.first;)
-    if (!used[c - s.first]) s.free.push_back(c);
-}
-
-RamTier::Entry* RamTier::AdoptBlock(Shard& s, uint32_t i, const std::vector<bool>& used,
-                                    const RamAdoptFilter& filter) {
-  const Desc& d = DescArray(map_, chunks_)[i];
-  const uint32_t* next = NextArray(map_);
-  if (d.key_len == 0 || d.key_len > format::kMaxKeyBytes || d.len == 0) return nullptr;
-  std::string mk = MapKey(d.ns, std::string_view(d.key, d.key_len));
-  if (&ShardFor(format::Checksum(mk.data(), mk.size())) != &s) return nullptr;
-  // The chain: exactly its units of chunks, all in this shard, none taken.
-  const uint64_t units = (d.len + opt_.chunk_bytes - 1) / opt_.chunk_bytes;
-  std::vector<uint32_t> chain;
-  bool ok = units <= s.count;
-  for (uint32_t c = i; ok && c != kEnd; c = next[c]) {
-    ok = c >= s.first && c < s.first + s.count && !used[c - s.first] && chain.size() < units;
-    if (ok) chain.push_back(c);
-  }
-  if (!ok || chain.size() != units) return nullptr;
-  auto* e = new Entry();
-  e->ns = d.ns;
-  e->map_key = std::move(mk);
-  e->len = d.len;
-  e->checksum = d.checksum;
-  e->token = d.token;
-  e->chunks = std::move(chain);
-  BuildPieces(e->chunks, e->len, opt_.chunk_bytes, [this](uint32_t c) { return ChunkData(c); }, &e->pieces);
-  // XXH3 over the pieces in order equals format::Checksum of the whole.
-  Xxh3Stream xs;
-  for (const Piece& p : e->pieces) xs.Update(p.data, p.size);
-  if (xs.Digest() != e->checksum || (filter && !filter(e->ns, std::string_view(d.key, d.key_len), e->len, e->checksum))) {
-    delete e;
-    return nullptr;
-  }
-  return e;
-}
-
-// Oldest first, so FIFO order survives the restart; a key seen twice keeps
-// its newest version.
-void RamTier::PublishAdopted(Shard& s, std::vector<Entry*>& found, std::vector<bool>& used, AdoptCounts* n) {
-  Desc* descs = DescArray(map_, chunks_);
-  std::sort(found.begin(), found.end(), [](Entry* a, Entry* b) { return a->token < b->token; });
-  for (Entry* e : found) {
-    auto it = s.map.find(e->map_key);
-    if (it != s.map.end()) {
-      Entry* old = it->second;
-      s.policy->OnErase(&old->node);
-      __atomic_store_n(&descs[old->chunks[0]].state, 0u, __ATOMIC_RELEASE);
-      for (uint32_t c : old->chunks) used[c - s.first] = false;
-      s.payload_bytes -= old->len;
-      s.used_chunks -= old->chunks.size();
-      n->dropped.fetch_add(1);
-      n->adopted.fetch_sub(1);
-      n->adopted_bytes.fetch_sub(old->len);
-      delete old;
-      s.map.erase(it);
-    }
-    e->published = true;
-    e->node.hash = format::Checksum(e->map_key.data(), e->map_key.size());
-    e->node.units = static_cast<uint32_t>(e->chunks.size());
-    s.map.emplace(e->map_key, e);
-    s.policy->OnInsert(&e->node);
-    s.payload_bytes += e->len;
-    s.used_chunks += e->chunks.size();
-    n->adopted.fetch_add(1);
-    n->adopted_bytes.fetch_add(e->len);
-    uint64_t m = n->max_token.load();
-    while (e->token > m && !n->max_token.compare_exchange_weak(m, e->token)) {
-    }
-  }
-}
-
-// ---- Core ----
+uint8_t* RamTier::ChunkData(uint32_t c) const { return map_ + meta_bytes_ + uint64_t{c} * opt_.chunk_bytes; }
 
 RamTier::Shard& RamTier::ShardFor(uint64_t hash) const {
   return *shards_[(hash >> 32) % shards_.size()];

@@ -37,6 +37,7 @@
 #include <thread>
 #include <vector>
 
+#include "kvtier/io.h"
 #include "kvtier/namespace.h"
 #include "kvtier/status.h"
 #include "kvtier/store.h"
@@ -49,8 +50,11 @@ struct RamTierOptions {
   uint32_t chunk_bytes = 64u << 10;    // multiple of 4096
   uint32_t shards = 0;                 // 0: up to 16, each >= 256 chunks
   RamPolicy policy = RamPolicy::kS3Fifo;
-  // Empty: anonymous memory. Else the shared-memory file to create or adopt.
+  // Empty: anonymous memory. Else the shared-memory file to create or adopt,
+  // opened, checked and reserved through `fs` (the kernel's when null) and
+  // mapped by its File::map_fd(); a file that cannot be mapped is an error.
   std::string shm_path;
+  std::shared_ptr<FileSystem> fs;
   std::array<uint8_t, 16> owner_id{};  // the store id; a file of another owner is discarded
   unsigned file_mode = 0600;
   // Fault the data area in on a background thread after Open (MADV_POPULATE_WRITE),
@@ -157,6 +161,7 @@ class RamTier {
  private:
   explicit RamTier(const RamTierOptions& o);
   Status Map(bool* adopt);
+  bool IsAdoptable(File& f) const;
   void Format();
   // Adoption of a shared-memory file left by an earlier process: every
   // shard checked in parallel, each block's chain and checksum verified.

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <shared_mutex>
 
 #if defined(__clang__)
 #define KVTIER_TSA(x) __attribute__((x))
@@ -27,6 +28,9 @@
 #define EXCLUDES(...) KVTIER_TSA(locks_excluded(__VA_ARGS__))
 #define ACQUIRE(...) KVTIER_TSA(acquire_capability(__VA_ARGS__))
 #define RELEASE(...) KVTIER_TSA(release_capability(__VA_ARGS__))
+#define ACQUIRE_SHARED(...) KVTIER_TSA(acquire_shared_capability(__VA_ARGS__))
+#define RELEASE_SHARED(...) KVTIER_TSA(release_shared_capability(__VA_ARGS__))
+#define RELEASE_GENERIC(...) KVTIER_TSA(release_generic_capability(__VA_ARGS__))
 #define RETURN_CAPABILITY(x) KVTIER_TSA(lock_returned(x))
 #define NO_THREAD_SAFETY_ANALYSIS KVTIER_TSA(no_thread_safety_analysis)
 
@@ -62,6 +66,40 @@ class SCOPED_CAPABILITY MutexLock {
 
  private:
   std::unique_lock<std::mutex> lock_;
+};
+
+// A reader-writer mutex: many readers, or one writer.
+class CAPABILITY("mutex") SharedMutex {
+ public:
+  void Lock() ACQUIRE() { mu_.lock(); }
+  void Unlock() RELEASE() { mu_.unlock(); }
+  void ReaderLock() ACQUIRE_SHARED() { mu_.lock_shared(); }
+  void ReaderUnlock() RELEASE_SHARED() { mu_.unlock_shared(); }
+
+ private:
+  std::shared_mutex mu_;
+};
+
+class SCOPED_CAPABILITY ReaderLock {
+ public:
+  explicit ReaderLock(SharedMutex* mu) ACQUIRE_SHARED(mu) : mu_(mu) { mu_->ReaderLock(); }
+  ~ReaderLock() RELEASE_GENERIC() { mu_->ReaderUnlock(); }
+  ReaderLock(const ReaderLock&) = delete;
+  ReaderLock& operator=(const ReaderLock&) = delete;
+
+ private:
+  SharedMutex* mu_;
+};
+
+class SCOPED_CAPABILITY WriterLock {
+ public:
+  explicit WriterLock(SharedMutex* mu) ACQUIRE(mu) : mu_(mu) { mu_->Lock(); }
+  ~WriterLock() RELEASE() { mu_->Unlock(); }
+  WriterLock(const WriterLock&) = delete;
+  WriterLock& operator=(const WriterLock&) = delete;
+
+ private:
+  SharedMutex* mu_;
 };
 
 }  // namespace kvtier

@@ -9,7 +9,7 @@
 
 #include "crash/torture_util.h"
 #include "format/record.h"
-#include "io/fault_injection.h"
+#include "doubles/fault_injection.h"
 #include "store/store_test_util.h"
 
 namespace kvtier::testing {

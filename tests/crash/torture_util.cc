@@ -23,7 +23,7 @@
 #include <thread>
 #include <vector>
 
-#include "io/sim_power_loss.h"
+#include "doubles/sim_power_loss.h"
 #include "kvtier/store.h"
 #include "store/store_test_util.h"
 
@@ -127,6 +127,7 @@ class Child {
     std::shared_ptr<SimPowerLossFileSystem> sim;
     if (c_.crash == TortureConfig::Crash::kPowerLoss) {
       sim = std::make_shared<SimPowerLossFileSystem>(DefaultFileSystem(IoBackend::kPosix), rng_());
+      sim->SetWatchedPath("/index/");
       const uint64_t at = 1 + rng_() % c_.max_crash_op;
       SimPowerLossFileSystem* raw = sim.get();
       const std::string crash_path = work_ + "/crash";
@@ -135,10 +136,12 @@ class Child {
         crashing_.store(true);
         PowerLossReport r = raw->Crash();
         char line[160];
-        int n = std::snprintf(line, sizeof line, "%d %llu %llu %llu %d\n", static_cast<int>(r.mode),
+        int n = std::snprintf(line, sizeof line, "%d %llu %llu %llu %d %llu %llu\n", static_cast<int>(r.mode),
                               static_cast<unsigned long long>(r.writes_pending),
                               static_cast<unsigned long long>(r.writes_torn),
-                              static_cast<unsigned long long>(r.names_undone), in_open_.load() ? 1 : 0);
+                              static_cast<unsigned long long>(r.names_undone), in_open_.load() ? 1 : 0,
+                              static_cast<unsigned long long>(r.watched_pending),
+                              static_cast<unsigned long long>(r.watched_lost));
         int fd = ::open(crash_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
         if (fd >= 0) {
           WriteAll(fd, line, static_cast<size_t>(n));
@@ -425,6 +428,7 @@ std::string TortureResult::Summary() const {
   if (verifies > 0) o << " deep_verifies=" << verifies << " corrupt_after_recovery=" << corrupt_after_recovery;
   if (writes_pending + names_undone > 0)
     o << " unsynced_writes=" << writes_pending << " torn_writes=" << writes_torn << " names_undone=" << names_undone
+      << " index_unsynced_writes=" << index_writes_pending << " index_writes_lost=" << index_writes_lost
       << " modes(drop/keep/subset/tear)=" << mode_counts[0] << "/" << mode_counts[1] << "/" << mode_counts[2]
       << "/" << mode_counts[3];
   for (const std::string& p : problems) o << "\n  " << p;
@@ -506,8 +510,10 @@ TortureResult RunTortureHere(const std::string& dir, const TortureConfig& c) {
     if (c.crash == TortureConfig::Crash::kPowerLoss) {
       std::istringstream cr(ReadFile(work + "/crash"));
       int mode = -1, in_open = 0;
-      uint64_t pending = 0, torn = 0, undone = 0;
-      if (cr >> mode >> pending >> torn >> undone >> in_open) {
+      uint64_t pending = 0, torn = 0, undone = 0, index_pending = 0, index_lost = 0;
+      if (cr >> mode >> pending >> torn >> undone >> in_open >> index_pending >> index_lost) {
+        res.index_writes_pending += index_pending;
+        res.index_writes_lost += index_lost;
         if (mode >= 0 && mode < 4) ++res.mode_counts[mode];
         res.writes_pending += pending;
         res.writes_torn += torn;
@@ -590,6 +596,7 @@ std::string EncodeResult(const TortureResult& r) {
   for (uint64_t v : {r.rounds, r.crashes, r.crashes_in_open, r.verified_rounds, r.blocks_checked, r.blocks_present,
                      r.acked_puts, r.acked_removes, r.acked_lost, r.wrong_bytes, r.unexpected, r.reopen_failures,
                      r.child_failures, r.index_losses, r.writes_pending, r.writes_torn, r.names_undone,
+                     r.index_writes_pending, r.index_writes_lost,
                      r.mode_counts[0], r.mode_counts[1], r.mode_counts[2], r.mode_counts[3],
                      r.small_limit_rounds, r.verifies, r.corrupt_after_recovery})
     o << v << ' ';
@@ -607,7 +614,8 @@ bool DecodeResult(const std::string& text, TortureResult* r) {
   for (uint64_t* v : {&r->rounds, &r->crashes, &r->crashes_in_open, &r->verified_rounds, &r->blocks_checked,
                       &r->blocks_present, &r->acked_puts, &r->acked_removes, &r->acked_lost, &r->wrong_bytes,
                       &r->unexpected, &r->reopen_failures, &r->child_failures, &r->index_losses,
-                      &r->writes_pending, &r->writes_torn, &r->names_undone, &r->mode_counts[0],
+                      &r->writes_pending, &r->writes_torn, &r->names_undone, &r->index_writes_pending,
+                      &r->index_writes_lost, &r->mode_counts[0],
                       &r->mode_counts[1], &r->mode_counts[2], &r->mode_counts[3], &r->small_limit_rounds,
                       &r->verifies, &r->corrupt_after_recovery})
     if (!(in >> *v)) return false;

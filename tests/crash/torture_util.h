@@ -62,6 +62,9 @@ struct TortureResult {
   uint64_t reopen_failures = 0, child_failures = 0;
   uint64_t index_losses = 0;
   uint64_t writes_pending = 0, writes_torn = 0, names_undone = 0;
+  // Of the unsynced writes, those to the RocksDB index's files, and those of
+  // them the power cut did not keep whole (its WAL lost or torn).
+  uint64_t index_writes_pending = 0, index_writes_lost = 0;
   uint64_t mode_counts[4] = {0, 0, 0, 0};
   uint64_t small_limit_rounds = 0;        // reopened with smaller limits (vary_opener_limits)
   uint64_t verifies = 0, corrupt_after_recovery = 0;  // verify_after_recovery

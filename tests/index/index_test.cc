@@ -632,11 +632,18 @@ TEST_F(IndexTest, FolderModeIsApplied) {
   struct stat st;
   ASSERT_EQ(::stat(path_.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 07777, 0750u);
-  o.dir_mode = 0700;  // an existing folder is brought to the mode too
+  o.dir_mode = 0700;  // an existing folder keeps the bits it has: nobody is locked out
+  {
+    auto idx = OpenIndex(o);
+    ASSERT_TRUE(idx);
+  }
+  ASSERT_EQ(::stat(path_.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0750u);
+  o.dir_mode = 0770;  // and gains the ones it lacks
   auto idx = OpenIndex(o);
   ASSERT_TRUE(idx);
   ASSERT_EQ(::stat(path_.c_str(), &st), 0);
-  EXPECT_EQ(st.st_mode & 07777, 0700u);
+  EXPECT_EQ(st.st_mode & 07777, 0770u);
 }
 
 TEST_F(IndexTest, OpenOnAFileFails) {

@@ -1,4 +1,4 @@
-#include "io/fault_injection.h"
+#include "doubles/fault_injection.h"
 
 #include <gtest/gtest.h>
 

@@ -5,7 +5,7 @@
 
 #include <mutex>
 
-#include "io/fault_injection.h"
+#include "doubles/fault_injection.h"
 #include "kvtier/store.h"
 #include "store/store_test_util.h"
 

@@ -9,7 +9,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "io/fault_injection.h"
+#include "doubles/fault_injection.h"
 #include "kvtier/store.h"
 #include "store/store_test_util.h"
 

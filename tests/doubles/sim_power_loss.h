@@ -23,9 +23,10 @@
 //
 // Not simulated (treated as durable at once): CreateDir, File::Allocate and
 // File::Truncate (size changes), and any I/O that does not pass through this
-// FileSystem - notably RocksDB's (the store's index), whose files keep what
-// the process wrote, as after a process crash. Reads, Exists, ListDir, Lock and
-// FreeSpace pass through.
+// FileSystem. The store's RocksDB index does (index/rocks_fs.h), so its
+// unsynced WAL is lost like any other unsynced write. Reads, Exists, ListDir,
+// Lock and FreeSpace pass through. Files have no map_fd(): the RAM tier's
+// shared memory, which a power cut would not keep, is never made through it.
 //
 // A crash can also be triggered from inside an operation: SetCrashAt(n, fn)
 // calls fn (typically Crash() then _exit) when the n-th mutating operation
@@ -35,8 +36,8 @@
 // Files report fd() == -1 and direct() == false; NewIoQueue hands out a posix
 // queue so batched I/O goes through the wrapper. Thread-safe: one mutex guards
 // all state. Deterministic for a seed and a sequence of calls.
-#ifndef KVTIER_IO_SIM_POWER_LOSS_H_
-#define KVTIER_IO_SIM_POWER_LOSS_H_
+#ifndef KVTIER_TESTS_DOUBLES_SIM_POWER_LOSS_H_
+#define KVTIER_TESTS_DOUBLES_SIM_POWER_LOSS_H_
 
 #include <cstdint>
 #include <functional>
@@ -56,6 +57,10 @@ struct PowerLossReport {
   uint64_t writes_torn = 0;      // applied in part (some 4 KiB sectors)
   uint64_t names_pending = 0;    // unsynced creations/renames/removals
   uint64_t names_undone = 0;
+  // Unsynced writes to files whose path contains the watched substring
+  // (SetWatchedPath), and of those the ones that did not survive whole.
+  uint64_t watched_pending = 0;
+  uint64_t watched_lost = 0;
 };
 
 const char* PowerLossModeName(PowerLossReport::Mode mode);
@@ -74,6 +79,9 @@ class SimPowerLossFileSystem final : public FileSystem {
   // at_crash called Crash()). n = 0 disables.
   void SetCrashAt(uint64_t n, std::function<void()> at_crash);
   uint64_t MutatingOps() const;
+  // Reports the unsynced writes of paths containing `substring` apart (the
+  // store's "/index/": RocksDB's WAL), so a test can show they were lost.
+  void SetWatchedPath(std::string substring);
 
   // Materialises a random survivable state in the base and disables the
   // wrapper. Idempotent (later calls report nothing pending).
@@ -100,4 +108,4 @@ class SimPowerLossFileSystem final : public FileSystem {
 
 }  // namespace kvtier
 
-#endif  // KVTIER_IO_SIM_POWER_LOSS_H_
+#endif  // KVTIER_TESTS_DOUBLES_SIM_POWER_LOSS_H_

@@ -24,8 +24,8 @@
 // Thread-safe: one mutex guards the specs, counters and random generator
 // (seeded std::mt19937_64, so a seed replays the same failures for the same
 // sequence of calls). Files and locks may outlive the wrapper.
-#ifndef KVTIER_IO_FAULT_INJECTION_H_
-#define KVTIER_IO_FAULT_INJECTION_H_
+#ifndef KVTIER_TESTS_DOUBLES_FAULT_INJECTION_H_
+#define KVTIER_TESTS_DOUBLES_FAULT_INJECTION_H_
 
 #include <cerrno>
 #include <cstddef>
@@ -147,4 +147,4 @@ class FaultInjectionFileSystem final : public FileSystem {
 
 }  // namespace kvtier
 
-#endif  // KVTIER_IO_FAULT_INJECTION_H_
+#endif  // KVTIER_TESTS_DOUBLES_FAULT_INJECTION_H_

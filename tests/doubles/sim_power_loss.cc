@@ -1,4 +1,4 @@
-#include "io/sim_power_loss.h"
+#include "doubles/sim_power_loss.h"
 
 #include <algorithm>
 #include <cstring>
@@ -62,6 +62,7 @@ struct SimPowerLossFileSystem::State {
   uint64_t crash_at = 0;
   std::function<void()> at_crash;
   std::map<std::string, std::shared_ptr<SimNode>> nodes;  // by current path
+  std::string watched;  // SetWatchedPath
 
   // A name change not yet made durable by SyncDir.
   struct NameOp {
@@ -218,6 +219,11 @@ void SimPowerLossFileSystem::SetCrashAt(uint64_t n, std::function<void()> at_cra
   state_->at_crash = std::move(at_crash);
 }
 
+void SimPowerLossFileSystem::SetWatchedPath(std::string substring) {
+  std::lock_guard<std::mutex> l(state_->mu);
+  state_->watched = std::move(substring);
+}
+
 uint64_t SimPowerLossFileSystem::MutatingOps() const {
   std::lock_guard<std::mutex> l(state_->mu);
   return state_->ops;
@@ -233,8 +239,11 @@ PowerLossReport SimPowerLossFileSystem::Crash() {
   auto coin = [&] { return (s.rng() & 1) != 0; };
   // 1. File data.
   for (auto& [path, node] : s.nodes) {
+    const bool watched = !s.watched.empty() && path.find(s.watched) != std::string::npos;
     for (const SimNode::Write& w : node->pending) {
       ++rep.writes_pending;
+      if (watched) ++rep.watched_pending;
+      const uint64_t kept_before = rep.writes_kept;
       bool keep_all = rep.mode == PowerLossReport::Mode::kKeepAll ||
                       (rep.mode == PowerLossReport::Mode::kKeepSubset && coin());
       if (keep_all) {
@@ -242,7 +251,10 @@ PowerLossReport SimPowerLossFileSystem::Crash() {
         ++rep.writes_kept;
         continue;
       }
-      if (rep.mode != PowerLossReport::Mode::kTear) continue;
+      if (rep.mode != PowerLossReport::Mode::kTear) {
+        if (watched) ++rep.watched_lost;
+        continue;
+      }
       // Sectors are aligned to the file, not to the write.
       uint64_t kept = 0;
       for (uint64_t lo = w.offset; lo < w.offset + w.data.size();) {
@@ -255,6 +267,7 @@ PowerLossReport SimPowerLossFileSystem::Crash() {
       }
       if (kept == w.data.size()) ++rep.writes_kept;
       else if (kept > 0) ++rep.writes_torn;
+      if (watched && rep.writes_kept == kept_before) ++rep.watched_lost;
     }
     node->pending.clear();
   }

@@ -1,4 +1,4 @@
-#include "io/fault_injection.h"
+#include "doubles/fault_injection.h"
 
 #include <array>
 #include <mutex>
@@ -95,6 +95,7 @@ class FaultInjectionFile final : public File {
   // No descriptor: io_uring queues then route our requests through ReadAt /
   // WriteAt, where the faults are.
   int fd() const override { return -1; }
+  int map_fd() const override { return base_->map_fd(); }
   bool direct() const override { return base_->direct(); }
 
   Status ReadAt(uint64_t offset, void* buf, size_t n) override {

@@ -1,0 +1,171 @@
+// The index's namespaces, checkpoint and maintenance (index.h); the entries
+// and lookups are in index.cc.
+#include <rocksdb/db.h>
+#include <rocksdb/write_batch.h>
+
+#include "format/coding.h"
+#include "index/index_rep.h"
+
+namespace kvtier {
+
+using namespace index_internal;  // NOLINT: the room's own helpers
+
+// ---- namespaces ----
+
+Status Index::PutNamespace(NamespaceId id, const NamespaceSpec& spec, bool sync) {
+  KVTIER_RETURN_IF_ERROR(rep_->CheckWritable("PutNamespace"));
+  rocksdb::WriteOptions wo;
+  wo.sync = sync;
+  return rep_->Written(rep_->db->Put(wo, rep_->entries, NamespaceKey(id), spec.Encode()),
+                      "put namespace " + NamespaceIdToHex(id));
+}
+
+Result<std::optional<NamespaceSpec>> Index::GetNamespace(NamespaceId id) {
+  rocksdb::PinnableSlice value;
+  rocksdb::Status rs = rep_->db->Get(rocksdb::ReadOptions(), rep_->entries, NamespaceKey(id), &value);
+  if (rs.IsNotFound()) return std::optional<NamespaceSpec>();
+  if (!rs.ok()) return FromRocks(rs, rep_->Context("get namespace " + NamespaceIdToHex(id)));
+  auto spec = NamespaceSpec::Decode(View(value));
+  if (!spec.ok()) {
+    return Status::Corruption(rep_->Context("namespace " + NamespaceIdToHex(id) + ": " +
+                                            spec.status().ToString()));
+  }
+  return std::optional<NamespaceSpec>(std::move(spec).value());
+}
+
+Result<std::vector<std::pair<NamespaceId, NamespaceSpec>>> Index::ListNamespaces() {
+  const std::string lower(1, kNamespaceTag);
+  const std::string upper(1, kNamespaceTag + 1);
+  rocksdb::Slice upper_slice(upper);
+  rocksdb::ReadOptions ro;
+  ro.iterate_upper_bound = &upper_slice;
+  std::unique_ptr<rocksdb::Iterator> it(rep_->db->NewIterator(ro, rep_->entries));
+  std::vector<std::pair<NamespaceId, NamespaceSpec>> out;
+  for (it->Seek(lower); it->Valid(); it->Next()) {
+    const rocksdb::Slice k = it->key();
+    if (k.size() != 1 + 8) {
+      return Status::Corruption(rep_->Context("bad namespace key " + Hex(View(k))));
+    }
+    const NamespaceId id = LoadBE64(k.data() + 1);
+    auto spec = NamespaceSpec::Decode(View(it->value()));
+    if (!spec.ok()) {
+      return Status::Corruption(rep_->Context("namespace " + NamespaceIdToHex(id) + ": " +
+                                              spec.status().ToString()));
+    }
+    out.emplace_back(id, std::move(spec).value());
+  }
+  KVTIER_RETURN_IF_ERROR(FromRocks(it->status(), rep_->Context("list namespaces")));
+  return out;
+}
+
+Status Index::DeleteNamespace(NamespaceId id, bool sync) {
+  KVTIER_RETURN_IF_ERROR(rep_->CheckWritable("DeleteNamespace"));
+  rocksdb::WriteOptions wo;
+  wo.sync = sync;
+  return rep_->Written(rep_->db->Delete(wo, rep_->entries, NamespaceKey(id)),
+                      "delete namespace " + NamespaceIdToHex(id));
+}
+
+// ---- checkpoint ----
+
+Status Index::SyncWAL() {
+  KVTIER_RETURN_IF_ERROR(rep_->CheckWritable("SyncWAL"));
+  return rep_->Written(rep_->db->SyncWAL(), "sync WAL");
+}
+
+Status Index::WriteCheckpoint(const Checkpoint& cp) {
+  KVTIER_RETURN_IF_ERROR(rep_->CheckWritable("WriteCheckpoint"));
+  // Entries committed without sync must be durable before a checkpoint
+  // says recovery may skip the records they came from.
+  KVTIER_RETURN_IF_ERROR(SyncWAL());
+  uint8_t buf[kCheckpointBytes] = {};
+  format::PutFixed64(buf + 0, cp.epoch);
+  format::PutFixed64(buf + 8, cp.offset);
+  format::PutFixed64(buf + 16, cp.next_sequence);
+  buf[24] = kCheckpointVersion;
+  buf[25] = cp.clean ? 1 : 0;
+  format::PutFixed64(buf + 32, format::Checksum(buf, 32));
+  rocksdb::WriteOptions wo;
+  wo.sync = true;
+  return rep_->Written(rep_->db->Put(wo, rep_->entries, CheckpointKey(),
+                                    rocksdb::Slice(reinterpret_cast<const char*>(buf), sizeof(buf))),
+                      "write checkpoint");
+}
+
+Result<std::optional<Checkpoint>> Index::ReadCheckpoint() {
+  rocksdb::PinnableSlice value;
+  rocksdb::Status rs = rep_->db->Get(rocksdb::ReadOptions(), rep_->entries, CheckpointKey(), &value);
+  if (rs.IsNotFound()) return std::optional<Checkpoint>();
+  if (!rs.ok()) return FromRocks(rs, rep_->Context("read checkpoint"));
+  if (value.size() != kCheckpointBytes) {
+    return Status::Corruption(rep_->Context("checkpoint record has " + std::to_string(value.size()) +
+                                            " bytes, expected " + std::to_string(kCheckpointBytes)));
+  }
+  const auto* p = reinterpret_cast<const uint8_t*>(value.data());
+  if (format::GetFixed64(p + 32) != format::Checksum(p, 32)) {
+    return Status::Corruption(rep_->Context("checkpoint record checksum mismatch"));
+  }
+  if (p[24] != kCheckpointVersion) {
+    return Status::NotSupported(rep_->Context("checkpoint record version " + std::to_string(p[24])));
+  }
+  bool reserved_zero = true;
+  for (int i = 26; i < 32; ++i) reserved_zero = reserved_zero && p[i] == 0;
+  if (p[25] > 1 || !reserved_zero) {
+    return Status::Corruption(rep_->Context("checkpoint record has bad flag bytes"));
+  }
+  Checkpoint cp;
+  cp.epoch = format::GetFixed64(p + 0);
+  cp.offset = format::GetFixed64(p + 8);
+  cp.next_sequence = format::GetFixed64(p + 16);
+  cp.clean = p[25] == 1;
+  return std::optional<Checkpoint>(cp);
+}
+
+// ---- maintenance ----
+
+Status Index::DropAllEntries() {
+  KVTIER_RETURN_IF_ERROR(rep_->CheckWritable("DropAllEntries"));
+  const std::string k_begin(1, kEntryTag), k_end(1, kEntryTag + 1);
+  // by_segment keys are 16 bytes; 17 0xff bytes sort after all of them.
+  const std::string s_begin, s_end(kSegmentRowKeyBytes + 1, '\xff');
+  rocksdb::WriteBatch wb;
+  KVTIER_RETURN_IF_ERROR(FromRocks(wb.DeleteRange(rep_->entries, k_begin, k_end),
+                                   rep_->Context("drop entries")));
+  KVTIER_RETURN_IF_ERROR(FromRocks(wb.DeleteRange(rep_->by_segment, s_begin, s_end),
+                                   rep_->Context("drop by_segment rows")));
+  rocksdb::WriteOptions wo;
+  wo.sync = true;
+  // The background loader may still be filling the map from an older view:
+  // stop it; the now empty map is complete.
+  rep_->stop_loader.store(true);
+  if (rep_->loader.joinable()) rep_->loader.join();
+  KVTIER_RETURN_IF_ERROR(rep_->Written(rep_->db->Write(wo, &wb), "drop all entries"));
+  rep_->presence.Clear();
+  rep_->presence.FinishLoad();
+
+  // Range tombstones hide the old entries at once; compacting the ranges
+  // reclaims their space and spares later reads from skipping them.
+  rocksdb::CompactRangeOptions cro;
+  cro.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForceOptimized;
+  const rocksdb::Slice kb(k_begin), ke(k_end);
+  KVTIER_RETURN_IF_ERROR(rep_->Written(rep_->db->CompactRange(cro, rep_->entries, &kb, &ke), "compact entries"));
+  return rep_->Written(rep_->db->CompactRange(cro, rep_->by_segment, nullptr, nullptr), "compact by_segment");
+}
+
+// RocksDB's own estimate for the default column family: it counts namespace
+// and metadata records too, and is off (either way) after deletes and range
+// deletes until compaction. Good for sizing and progress, not for accounting.
+uint64_t Index::ApproximateEntries() {
+  uint64_t n = 0;
+  if (!rep_->db->GetIntProperty(rep_->entries, "rocksdb.estimate-num-keys", &n)) return 0;
+  return n;
+}
+
+Status Index::FlushMemtables() {
+  KVTIER_RETURN_IF_ERROR(rep_->CheckWritable("FlushMemtables"));
+  rocksdb::FlushOptions fo;
+  fo.wait = true;
+  return rep_->Written(rep_->db->Flush(fo, {rep_->entries, rep_->by_segment}), "flush memtables");
+}
+
+}  // namespace kvtier

@@ -1,0 +1,209 @@
+#include "log/writer.h"
+
+#include <algorithm>
+
+#include "util/clock.h"
+
+namespace kvtier {
+
+Writer::Writer(Deps deps) : d_(std::move(deps)) {}
+
+Writer::~Writer() { Stop(); }
+
+void Writer::Start(RamTier* ram) {
+  ram_ = ram;
+  Reclaimer::Deps rd;
+  rd.index = d_.index;
+  rd.table = d_.table;
+  rd.committer = d_.committer;
+  rd.ram = ram;
+  rd.hits = d_.hits;
+  rd.counters = d_.counters;
+  rd.stored_payload_limit = d_.stored_payload_limit;
+  rd.reinsert = d_.reinsert;
+  rd.punch_holes = d_.punch_holes;
+  rd.policy = std::make_unique<HitReinsertion>(d_.reinsert_max_fraction);
+  reclaimer_ = std::make_unique<Reclaimer>(std::move(rd));
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void Writer::Stop() {
+  d_.ops->Close();
+  if (thread_.joinable()) thread_.join();
+}
+
+// The write ring is registered in pieces of this size (see Loop).
+constexpr uint64_t kRingPiece = 8ull << 20;
+
+// Registers with the writer's io_uring the RAM tier's data area (in pieces of
+// at most 1 GiB, io_uring's limit per buffer; puts are written from its
+// chunks) and the first `ring_bytes` of the write ring, in 8 MiB pieces. The
+// RAM tier comes first so that a grown ring only adds regions, which the
+// queue registers without pinning the rest again. Best effort: if the kernel
+// refuses (locked-memory limit), the ring alone from then on, else nothing;
+// unregistered I/O works the same, only with per-I/O page pinning.
+void Writer::RegisterBuffers(uint64_t ring_bytes) {
+  std::vector<iovec> regions;
+  if (ram_ != nullptr && !ram_unregistered_) {
+    for (const iovec& r : ram_->Regions()) {
+      constexpr size_t kMaxRegion = 1ull << 30;
+      for (size_t off = 0; off < r.iov_len; off += kMaxRegion)
+        regions.push_back(iovec{static_cast<uint8_t*>(r.iov_base) + off, std::min(kMaxRegion, r.iov_len - off)});
+    }
+  }
+  const size_t ram_regions = regions.size();
+  for (uint64_t off = 0; off < ring_bytes; off += kRingPiece)
+    regions.push_back(iovec{d_.ops->ring_base() + off, std::min(kRingPiece, ring_bytes - off)});
+  if (d_.io->RegisterBuffers(regions).ok() || ram_regions == 0) return;
+  ram_unregistered_ = true;
+  d_.io->RegisterBuffers(std::span<const iovec>(regions).subspan(ram_regions)).IgnoreError();
+}
+
+void Writer::Loop() {
+  // Registration happens here, not in Open (the ring binds to the thread that
+  // uses it), and only when the writer is idle, for the part of the ring used
+  // so far: the kernel holds the process's mmap lock while it pins a region,
+  // and pinning the whole 256 MiB ring up front, on fresh huge pages, took
+  // 1.1 s on the test VM (~4 ms per 2 MiB page), delaying the first puts and
+  // every mmap of the process. Pages already touched pin in milliseconds.
+  auto idle = [this](uint64_t touched) {
+    const uint64_t used = std::min(d_.ops->ring_capacity(), (touched + kRingPiece - 1) / kRingPiece * kRingPiece);
+    if (used > registered_ || !ever_registered_) {
+      RegisterBuffers(used);
+      registered_ = used;
+      ever_registered_ = true;
+    }
+  };
+  std::vector<WriteOp> group;
+  while (d_.ops->NextGroup(d_.group_commit_bytes, idle, &group)) {
+    if (group.front().kind == WriteOp::Kind::kRecord) {
+      WriteGroup(group);
+    } else {
+      // Everything but records needs the passes before it committed.
+      d_.committer->Drain();
+      Run(group.front());
+    }
+  }
+}
+
+void Writer::Run(WriteOp& op) {
+  switch (op.kind) {
+    case WriteOp::Kind::kRecord: break;  // WriteGroup's
+    case WriteOp::Kind::kFlush: FinishPut(op.done, Status::OK()); break;
+    case WriteOp::Kind::kRemove: DoRemove(op); break;
+    case WriteOp::Kind::kDrop: DoDrop(op); break;
+    case WriteOp::Kind::kEvictTo: DoEvictTo(op); break;
+    case WriteOp::Kind::kSeal: DoSeal(op); break;
+    case WriteOp::Kind::kTask: FinishPut(op.done, op.task()); break;
+  }
+}
+
+Status Writer::OpenNextSegment(const Touched& touched) {
+  uint32_t seg = d_.table->AnyFree();
+  std::atomic<uint64_t>& max_segments = *d_.max_segments;
+  if (seg == UINT32_MAX && d_.table->CountFiles() < max_segments) {
+    auto created = d_.table->CreateSegmentFile();
+    if (created.ok()) {
+      seg = *created;
+    } else if (created.status().code() != Code::kNoSpace || d_.table->OldestSealed() == UINT32_MAX) {
+      return created.status();
+    } else {
+      // Out of disk before the budget: the budget becomes what is held, and
+      // the store reclaims from here on. Said once, and counted.
+      d_.counters->disk_full_events.Add();
+      const uint64_t held = std::max<uint64_t>(2, d_.table->CountFiles());
+      if (held < max_segments) {
+        d_.warn("the disk under " + d_.dir + " is full before the capacity was reached: capacity lowered from " +
+             std::to_string(max_segments * d_.table->segment_size()) + " to " +
+             std::to_string(held * d_.table->segment_size()) + " bytes (" + created.status().message() + ")");
+        max_segments = held;
+      }
+    }
+  }
+  if (seg == UINT32_MAX) {
+    seg = d_.table->OldestSealed();
+    if (seg == UINT32_MAX) return Status::NoSpace("capacity holds no segment to reclaim");
+    if (touched.count(seg)) return Status::Aborted("victim segment is being written");
+    d_.committer->Drain();  // earlier passes may still be committing into the victim
+    return reclaimer_->Reclaim(seg, /*reuse=*/true, &pos_);
+  }
+  auto gen = d_.table->Activate(seg, ++pos_.epoch);
+  if (!gen.ok()) return gen.status();
+  pos_.seg = seg;
+  pos_.gen = *gen;
+  pos_.off = format::kSegmentDataStart;
+  return Status::OK();
+}
+
+Status Writer::CheckpointNow(bool clean) {
+  return d_.committer->CheckpointAt(CheckpointOf(pos_, d_.table->segment_size(), clean));
+}
+
+void Writer::DoRemove(WriteOp& op) {
+  auto e = d_.index->Get(op.ns, op.key);
+  Status st = e.status();
+  if (e.ok() && e->has_value()) {
+    IndexBatch b;
+    b.Delete(op.ns, op.key, **e);
+    st = d_.index->Commit(b, false);
+    // Move the checkpoint past the record so recovery can never re-index it;
+    // this also makes the delete durable (the WAL is synced first).
+    if (st.ok()) st = CheckpointNow(false);
+  }
+  if (ram_ != nullptr) ram_->Erase(op.ns, op.key);
+  FinishPut(op.done, st);
+}
+
+void Writer::DoDrop(WriteOp& op) {
+  auto e = d_.index->Get(op.ns, op.key);
+  if (e.ok() && e->has_value() && (*e)->sequence == op.arg) {
+    IndexBatch b;
+    b.Delete(op.ns, op.key, **e);
+    if (d_.index->Commit(b, false).ok()) d_.counters->stale_entries_dropped.Add();
+    if (ram_ != nullptr) ram_->Erase(op.ns, op.key);
+  }
+}
+
+void Writer::DoEvictTo(WriteOp& op) {
+  Status st;
+  while (st.ok() && UsedBytes() > op.arg) {
+    uint32_t seg = d_.table->OldestSealed();
+    if (seg == UINT32_MAX) {
+      // Only the open segment is left: seal it so it can go too.
+      if (pos_.seg == UINT32_MAX) break;
+      d_.table->Seal(pos_.seg, pos_.off);
+      pos_.seg = UINT32_MAX;
+      continue;
+    }
+    st = reclaimer_->Reclaim(seg, /*reuse=*/false, &pos_);
+  }
+  if (st.ok()) st = CheckpointNow(false);
+  FinishPut(op.done, st);
+}
+
+void Writer::SealOpenSegment() {
+  // Its last write is padded to a page: used bytes stay page aligned (the
+  // shared tier uploads them with O_DIRECT reads).
+  d_.table->Seal(pos_.seg, format::AlignUp(pos_.off));
+  if (d_.sealed) d_.sealed(pos_.seg, pos_.gen);
+  pos_.seg = UINT32_MAX;
+}
+
+// Seals the open segment if it holds records, for the shared tier to upload.
+void Writer::DoSeal(WriteOp& op) {
+  Status st;
+  if (pos_.seg != UINT32_MAX && pos_.off > format::kSegmentDataStart) {
+    SealOpenSegment();
+    st = CheckpointNow(false);
+  }
+  FinishPut(op.done, st);
+}
+
+uint64_t Writer::UsedBytes() const {
+  uint64_t used = 0;
+  for (const SegmentInfo& s : d_.table->Snapshot())
+    if (s.state != SegmentState::kFree) used += s.used_bytes;
+  return used;
+}
+
+}  // namespace kvtier
