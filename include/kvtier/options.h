@@ -1,5 +1,11 @@
 // Options for opening a Store. Every field has a default that suits a single
 // NVMe drive; units are in the names.
+//
+// Contract: Store::Open copies the Options; changing them afterwards has no
+// effect. Open checks them and answers InvalidArgument naming the field that
+// is out of range. Fields marked "layout" take effect only when a store is
+// created. What the defaults were chosen from is measured in
+// docs/benchmarks.md; this header says what each field does, not how fast.
 #ifndef KVTIER_OPTIONS_H_
 #define KVTIER_OPTIONS_H_
 
@@ -128,19 +134,19 @@ struct Options {
   // default): a payload goes straight from or into the caller's memory only
   // when every page of it is a huge page (THP or hugetlbfs; the kernel is
   // asked per buffer with PAGEMAP_SCAN, Linux 6.7+), and memory on 4 KiB pages
-  // is copied through kvtier's own huge-page buffers instead. An O_DIRECT I/O
-  // from 4 KiB pages pins every page and gives the device a segment per page;
-  // on the VM of docs/benchmarks.md that made 2 MiB puts 1.5-1.7x and gets
-  // 1.2-1.5x slower than the copy. Turn it on where pinning is cheap (bare
-  // metal without an IOMMU in the way) to save the copy's CPU. Where the
-  // kernel cannot tell (before 6.7) or THP is "never", zero-copy applies
-  // whatever the pages. Stats::small_page_copies counts the copies.
+  // is copied through kvtier's own huge-page buffers instead: an O_DIRECT I/O
+  // from 4 KiB pages pins every page and gives the device a segment per page,
+  // which can cost more than the copy (docs/benchmarks.md, "Zero-copy only
+  // from huge pages"). Turn it on where pinning is cheap (bare metal without
+  // an IOMMU in the way) to save the copy's CPU. Where the kernel cannot tell
+  // (before 6.7) or THP is "never", zero-copy applies whatever the pages.
+  // Stats::small_page_copies counts the copies.
   bool zero_copy_small_pages = false;
   // Records with payloads below zero_copy_min_bytes (always copied through
   // the write ring) and of at most this many bytes are written dense: back
   // to back on 8-byte boundaries, so that only the last page of each write
-  // is padded instead of every record's (4 KiB payloads took 8 KiB on disk,
-  // 64 KiB ones 68). 0 gives every record its own pages. At most 4 MiB; Open
+  // is padded instead of every record's (a 4 KiB payload with its header
+  // would otherwise take two pages). 0 gives every record its own pages. At most 4 MiB; Open
   // lowers it to a quarter of the segment size. Stores of format 2 (made by
   // older builds) never get dense records (docs/format.md).
   uint64_t dense_record_max_bytes = 256u << 10;
@@ -173,7 +179,8 @@ struct Options {
   bool ram_tier_shared_memory = true;
   // Every RAM hit is checked against the block's XXH3 as it is copied out (a
   // hash of bytes still in cache); a block that changed in memory is dropped
-  // and the get goes to disk. Off saves that hash (~half a memcpy's time).
+  // and the get goes to disk. Off saves that hash (its cost: docs/benchmarks.md,
+  // "What verifying every RAM hit costs").
   bool verify_ram_hits = true;
 
   // --- Recovery ---------------------------------------------------------------

@@ -1,0 +1,195 @@
+// Inside the cuda room: TransferImpl, the GPU <-> pinned host <-> store data
+// path behind kvtier::gpu::Transfer, and the copy-plan helpers its files
+// share. transfer.cpp holds setup, staging, copies and completions;
+// transfer_get.cpp the loads (GetToDevice); transfer_put.cpp the stores
+// (PutFromDevice) and the checksums on the GPU.
+#ifndef KVTIER_SRC_CUDA_TRANSFER_IMPL_H_
+#define KVTIER_SRC_CUDA_TRANSFER_IMPL_H_
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "cuda/copy_kernel.h"
+#include "cuda/hash_kernel.h"
+#include "kvtier/cuda.h"
+#include "store/block_sink.h"
+
+namespace kvtier::gpu {
+
+inline Status CudaError(cudaError_t e, const std::string& what) {
+  return Status::IOError(what + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
+}
+
+inline constexpr size_t kLargePiece = 256u << 10;  // copy engines reach the link from here up (limits.md)
+
+// Pieces where both sides continue the previous piece become one copy.
+inline void AddCopy(std::vector<CopyPiece>* v, void* dst, const void* src, size_t n) {
+  if (n == 0) return;
+  if (!v->empty()) {
+    CopyPiece& b = v->back();
+    if (static_cast<uint8_t*>(b.dst) + b.size == dst && static_cast<const uint8_t*>(b.src) + b.size == src) {
+      b.size += n;
+      return;
+    }
+  }
+  v->push_back(CopyPiece{dst, src, n});
+}
+
+// Copies that move `total` bytes from a list of (ptr, size) sources to a
+// list of destinations, both in payload order.
+template <typename Src, typename Dst>
+void Zip(const Src& src, const Dst& dst, size_t total, std::vector<CopyPiece>* out) {
+  size_t si = 0, so = 0, di = 0, dof = 0;
+  while (total > 0 && si < src.size() && di < dst.size()) {
+    size_t n = std::min({src[si].second - so, dst[di].second - dof, total});
+    AddCopy(out, static_cast<uint8_t*>(dst[di].first) + dof, static_cast<const uint8_t*>(src[si].first) + so, n);
+    so += n;
+    dof += n;
+    total -= n;
+    if (so == src[si].second) ++si, so = 0;
+    if (dof == dst[di].second) ++di, dof = 0;
+  }
+}
+
+using Span = std::pair<void*, size_t>;
+
+inline std::vector<Span> DeviceSpans(const DeviceBlock& b) {
+  std::vector<Span> v;
+  for (const DeviceFragment& f : b.fragments) v.push_back({f.ptr, f.size});
+  return v;
+}
+inline std::vector<Span> PieceSpans(const std::vector<RamTier::Piece>& pieces) {
+  std::vector<Span> v;
+  for (const RamTier::Piece& p : pieces) v.push_back({p.data, p.size});
+  return v;
+}
+
+inline size_t TotalBytes(const DeviceBlock& b, bool* bad) {
+  size_t t = 0;
+  for (const DeviceFragment& f : b.fragments) {
+    if (f.ptr == nullptr && f.size != 0) *bad = true;
+    t += f.size;
+  }
+  return t;
+}
+
+class TransferImpl final : public Transfer {
+ public:
+  TransferImpl(Store* store, BlockSink* sink, const TransferOptions& o)
+      : store_(store), sink_(sink), ram_(sink->ram_tier()), opt_(o) {}
+  ~TransferImpl() override;
+
+  Status Init();
+  std::vector<Result<size_t>> GetToDevice(NamespaceId ns, std::span<const DeviceBlock> blocks, cudaStream_t stream,
+                                          cudaEvent_t done_event, TransferDone done) override;
+  std::vector<Status> PutFromDevice(NamespaceId ns, std::span<const DeviceBlock> blocks, cudaStream_t stream,
+                                    bool wait_durable, TransferDone done) override;
+  TransferStats GetStats() override {
+    std::lock_guard<std::mutex> l(stats_mu_);
+    return stats_;
+  }
+
+ private:
+  struct Region {
+    uint8_t* host;
+    size_t len;
+    uint8_t* dev;  // mapped alias, or null
+  };
+  struct Slot {
+    size_t off;
+    cudaEvent_t ev;
+    bool busy;  // ev recorded after a copy out of / into the slot
+  };
+
+  // GetToDevice's steps (transfer_get.cpp).
+  struct GetCall;
+  struct Landed;
+  void CopyRamHits(GetCall& call, NamespaceId ns, std::span<const DeviceBlock> blocks, cudaStream_t stream,
+                   std::vector<size_t>* misses);
+  void ReadMisses(GetCall& call, NamespaceId ns, std::span<const DeviceBlock> blocks,
+                  const std::vector<size_t>& misses, cudaStream_t stream);
+  void LandMiss(GetCall& call, const Landed& landed, std::span<const DeviceBlock> blocks, cudaStream_t stream);
+
+  // PutFromDevice's steps (transfer_put.cpp).
+  struct PutCall;
+  class GpuSums;
+  void PutThroughRam(const std::shared_ptr<PutCall>& call, NamespaceId ns, std::span<const DeviceBlock> blocks,
+                     cudaStream_t stream, GpuSums& sums, std::vector<size_t>* via_staging);
+  void SubmitFromRam(const std::shared_ptr<PutCall>& call, NamespaceId ns, std::span<const DeviceBlock> blocks,
+                     const std::vector<size_t>& via_ram, const std::vector<size_t>& group_of,
+                     const std::vector<cudaEvent_t>& events, std::vector<RamTier::Pin>& reserved, GpuSums& sums);
+  void PutThroughStaging(const std::shared_ptr<PutCall>& call, NamespaceId ns, std::span<const DeviceBlock> blocks,
+                         const std::vector<size_t>& via_staging, cudaStream_t stream, GpuSums& sums);
+
+  Status Register(uint8_t* p, size_t n);
+  // Queues XXH3 of the blocks on the GPU (hash_stream_, after the work
+  // queued on `stream` so far) and the copy of the sums to h_sums_;
+  // (*slot)[i] is block i's index in h_sums_, or -1 where the host must hash
+  // it. `*done` is recorded after the copy. Any error: every slot is -1.
+  void HashOnDevice(std::span<const DeviceBlock> blocks, const std::vector<size_t>& totals, cudaStream_t stream,
+                    std::vector<int64_t>* slot, cudaEvent_t* done);
+  // HashOnDevice's launch: device memory for the plan, then the kernel and
+  // the copy of the sums, after `stream`'s work so far.
+  cudaError_t LaunchHash(const std::vector<HashPayload>& payloads, const std::vector<HashFrag>& frags,
+                         uint64_t total_blocks, cudaStream_t stream, cudaEvent_t* done);
+  Status EnsureSlots(size_t slot_bytes);
+  void FreeStaging();
+  Status WaitSlot(Slot& s);
+  // Enqueues the copies on `stream` with the configured method.
+  Status Enqueue(std::vector<CopyPiece>& copies, bool to_device, cudaStream_t stream);
+  // Runs `fn` on the completion thread after the work queued on `stream` so far.
+  Status AfterStream(cudaStream_t stream, std::function<void()> fn);
+  static void CUDART_CB HostFunc(void* arg);
+  void CompletionLoop();
+  void AddStats(const std::function<void(TransferStats&)>& f) {
+    std::lock_guard<std::mutex> l(stats_mu_);
+    f(stats_);
+  }
+
+  Store* store_;
+  BlockSink* sink_;
+  RamTier* ram_;
+  TransferOptions opt_;
+  std::mutex call_mu_;  // one call at a time: the staging area is shared
+  std::vector<Region> regions_;  // registered with CUDA
+  uint8_t* staging_ = nullptr;
+  size_t staging_len_ = 0, slot_bytes_ = 0;
+  std::vector<Slot> slots_;
+  // GPU hashing: one device allocation for descriptors, scratch and sums,
+  // and the sums' pinned landing place; grown as calls need.
+  bool gpu_hash_ = false;
+  cudaStream_t hash_stream_ = nullptr;
+  uint8_t* d_hash_ = nullptr;
+  size_t d_hash_len_ = 0;
+  uint64_t* h_sums_ = nullptr;
+  size_t h_sums_cap_ = 0;
+
+  std::mutex done_mu_;
+  std::condition_variable done_cv_;
+  std::deque<std::function<void()>> done_q_;
+  uint64_t outstanding_ = 0;  // host functions not yet run
+  bool stop_ = false;
+  std::thread completion_;
+
+  std::mutex stats_mu_;
+  TransferStats stats_;
+};
+
+struct HostFuncArg {
+  TransferImpl* self;
+  std::function<void()> fn;
+};
+
+}  // namespace kvtier::gpu
+
+#endif  // KVTIER_SRC_CUDA_TRANSFER_IMPL_H_
