@@ -62,6 +62,33 @@ struct RemoteTierOptions {
   uint32_t close_upload_timeout_ms = 30 * 1000;
 };
 
+// Opening a store served by `kvtier serve` (include/kvtier/service.h):
+// Store::Open("unix:/path/to.sock", options) connects to a service;
+// Store::Open("auto:/store/folder", options) connects to the service of that
+// folder, starting one first when none runs. Only these fields (and
+// read_only) apply then; the store's own options are the service's.
+struct ServiceClientOptions {
+  // A sealed memfd shared with the service, through which payloads that are
+  // not in registered memory (Store::RegisterMemory) cross. Also bounds the
+  // bytes of such puts and gets in flight.
+  uint64_t staging_bytes = 256ull << 20;
+  // Bound on the wait for any reply (a get's own deadline, when sooner).
+  uint32_t op_timeout_ms = 60000;
+  // How long to wait for a connection, and (auto:) for a service being
+  // started by this or another client to listen.
+  uint32_t connect_timeout_ms = 10000;
+  // Shown in the service's log; empty: "pid N".
+  std::string client_name;
+  // auto: the `kvtier` program that serves; empty: $KVTIER_BIN, else the
+  // kvtier beside this library's folder (../bin/kvtier), else on PATH.
+  std::string serve_program;
+  // auto: a service started by a client exits this long after its last
+  // client left (the next client starts it again).
+  uint32_t idle_exit_s = 30;
+  // auto: arguments added to `kvtier serve` (e.g. "--ram-tier 64G").
+  std::string serve_args;
+};
+
 struct Options {
   // --- Store folder ---------------------------------------------------------
   // Create the folder and a new store when `dir` holds none.
@@ -190,6 +217,9 @@ struct Options {
 
   // --- Shared tier on Ceph (see RemoteTierOptions) ------------------------------
   RemoteTierOptions remote;
+
+  // --- A store served by another process (unix: and auto: paths) -------------------
+  ServiceClientOptions client;
 };
 
 }  // namespace kvtier

@@ -272,7 +272,9 @@ struct StoreDescription {
 
 class Store {
  public:
-  // Opens (or creates, per options) the store in folder `dir`.
+  // Opens (or creates, per options) the store in folder `dir`; or, for
+  // "unix:/path/to.sock" and "auto:/store/folder", connects to a service
+  // (kvtier/service.h) that serves a store, with the same interface.
   // Errors: Busy ("store is in use by pid N"), NotFound (no store and
   // create_if_missing=false), InvalidArgument (not a store folder, bad
   // options), NotSupported (newer format), Corruption (both superblock copies
@@ -353,6 +355,22 @@ class Store {
   // false from `fn` to stop.
   virtual Status ListBlocks(NamespaceId ns, std::string_view key_prefix,
                             const std::function<bool(const BlockInfo&)>& fn) = 0;
+
+  // --- Shared memory ---------------------------------------------------------------
+  // Says that [base, base+len) is a MAP_SHARED mapping of `fd` at file offset
+  // `offset` (a memfd, or a file in /dev/shm). A served store then moves
+  // payloads that lie in it straight between the service and that memory,
+  // without staging (one host copy fewer per put and get); the descriptor is
+  // sent to the service, which maps the file. An embedded store ignores it.
+  // The mapping must stay until UnregisterMemory or Close.
+  virtual Status RegisterMemory(void* base, size_t len, int fd, uint64_t offset) {
+    (void)base, (void)len, (void)fd, (void)offset;
+    return Status::OK();
+  }
+  virtual Status UnregisterMemory(void* base) {
+    (void)base;
+    return Status::OK();
+  }
 
   // --- Removal, durability, capacity -------------------------------------------
   // Removes a key. OK also when it was absent.

@@ -25,10 +25,11 @@ class BlockSink {
   // block the caller filled), `payload` is ignored: the reservation's pieces
   // are written through and it is committed to the tier instead of a copy.
   // A non-null `checksum` is the payload's XXH3 computed where the bytes
-  // came from: the put does not hash them again.
+  // came from: the put does not hash them again. With `borrow`, `payload`
+  // stays valid until `done` runs, so it may be written from where it is.
   virtual void PutInternal(NamespaceId ns, std::string_view key, std::span<const Fragment> payload,
                            RamTier::Pin reservation, bool blocking, PutCallback done,
-                           const uint64_t* checksum = nullptr) = 0;
+                           const uint64_t* checksum = nullptr, bool borrow = false) = 0;
 };
 
 // The sink of a Store made by Store::Open; null for any other Store.

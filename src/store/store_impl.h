@@ -116,7 +116,7 @@ class StoreImpl final : public Store, public BlockSink {
   RamTier* ram_tier() override { return ram_.get(); }
   void PutInternal(NamespaceId ns, std::string_view key, std::span<const Fragment> payload,
                    RamTier::Pin reservation, bool blocking, PutCallback done,
-                   const uint64_t* checksum = nullptr) override;
+                   const uint64_t* checksum = nullptr, bool borrow = false) override;
 
  private:
   // Bound on payloads of records already on disk (format::MaxStoredPayload);

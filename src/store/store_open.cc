@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "client/service_store.h"
 #include "format/coding.h"
 #include "store/layout.h"
 #include "store/store_impl.h"
@@ -42,6 +43,7 @@ StoreImpl::~StoreImpl() { Close().IgnoreError(); }
 
 Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, const Options& options) {
   if (dir.empty()) return Status::InvalidArgument("store folder path is empty");
+  if (dir.rfind("unix:", 0) == 0 || dir.rfind("auto:", 0) == 0) return client::OpenServiceStore(dir, options);
   KVTIER_RETURN_IF_ERROR(CheckOptions(options));
   auto s = std::make_unique<StoreImpl>(dir, options);
   Status st = s->OpenImpl();

@@ -222,9 +222,8 @@ void StoreImpl::PutAsyncBorrowed(NamespaceId ns, std::string_view key, std::span
 
 void StoreImpl::PutInternal(NamespaceId ns, std::string_view key, std::span<const Fragment> payload,
                             RamTier::Pin reservation, bool blocking, PutCallback done,
-                            const uint64_t* checksum) {
-  if (!reservation)
-    return SubmitPut(ns, key, payload, blocking, /*borrow=*/false, std::move(done), nullptr, checksum);
+                            const uint64_t* checksum, bool borrow) {
+  if (!reservation) return SubmitPut(ns, key, payload, blocking, borrow, std::move(done), nullptr, checksum);
   std::vector<Fragment> frags;
   for (const RamTier::Piece& p : reservation.pieces()) frags.push_back(Fragment{p.data, p.size});
   SubmitPut(ns, key, frags, blocking, /*borrow=*/false, std::move(done), &reservation, checksum);

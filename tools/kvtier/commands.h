@@ -24,6 +24,7 @@ Command AddStats(CLI::App& root);
 Command AddDemo(CLI::App& root);
 Command AddBench(CLI::App& root);
 Command AddRemoteBench(CLI::App& root);  // cmd_remote_bench.cc
+Command AddServe(CLI::App& root);        // cmd_serve.cc
 
 }  // namespace kvtier::cli
 

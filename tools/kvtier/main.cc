@@ -20,7 +20,7 @@ int main(int argc, char** argv) {
   std::vector<Command> commands = {
       AddInfo(app),   AddNs(app),     AddLs(app),    AddGet(app),    AddShow(app),
       AddPut(app),    AddVerify(app), AddRepair(app), AddEvict(app), AddShare(app), AddRm(app),
-      AddExport(app), AddImport(app), AddStats(app), AddDemo(app),   AddBench(app), AddRemoteBench(app),
+      AddExport(app), AddImport(app), AddStats(app), AddDemo(app),   AddBench(app), AddRemoteBench(app), AddServe(app),
   };
   try {
     app.parse(argc, argv);

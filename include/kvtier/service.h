@@ -1,0 +1,98 @@
+// kvtier::Service: one process serves one store to every process on a node
+// (`kvtier serve`, docs/service.md).
+//
+// Clients open the service with Store::Open("unix:/path/to.sock", options)
+// (or "auto:DIR", below) and get the same Store interface as an embedded
+// store. Requests travel on the Unix socket; payloads never do: they move
+// through shared memory the client registered (a sealed memfd staging area of
+// Options::client.staging_bytes, or the client's own shareable mappings), and
+// the service reads or writes them there, so a put or a get copies its bytes
+// at most once on the host where the client's buffer is shared memory, twice
+// where the client has to stage them.
+//
+// Contract
+// - Every acknowledged put is durable in the served store: killing the
+//   service with SIGKILL loses nothing acknowledged (the embedded contract).
+//   Clients then see errors or misses, never a hang (every wait is bounded),
+//   and reconnect when the service is back.
+// - A client that dies mid-request leaves nothing half-visible; its
+//   in-flight requests complete inside the service and its regions are
+//   unmapped once they have.
+// - Each client may have at most max_client_inflight_bytes of puts and
+//   max_client_requests requests in flight; beyond them a put is answered
+//   NotAdmitted and other requests InvalidArgument.
+// - Malformed, truncated or hostile frames get an error reply or a closed
+//   connection; the service carries on.
+// - Peers are identified by SO_PEERCRED. With tenancy by uid (gid), a
+//   namespace a peer registers is salted with its uid (gid) and only peers of
+//   that uid (gid), and the service's own uid and root, can use it.
+//
+// Thread safety: Start/Stop from one thread; GetStats from any.
+#ifndef KVTIER_SERVICE_H_
+#define KVTIER_SERVICE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kvtier/store.h"
+
+namespace kvtier {
+
+struct ServiceOptions {
+  // The socket to listen on. A stale socket file (nobody answers) is
+  // replaced; a live one is an error (Busy).
+  std::string socket_path;
+  // Permissions and group of the socket file (the group by name or number;
+  // empty keeps the process's).
+  unsigned socket_mode = 0660;
+  std::string socket_group;
+  enum class Tenancy : uint8_t { kNone, kUid, kGid };
+  Tenancy tenancy = Tenancy::kNone;
+  uint64_t max_client_inflight_bytes = 1ull << 30;
+  uint32_t max_client_requests = 4096;
+  uint32_t max_clients = 256;
+  // Largest region a client may register.
+  uint64_t max_region_bytes = 64ull << 30;
+  // One line per event an operator should see (a client connects or goes, a
+  // frame is refused). Null: stderr.
+  std::function<void(const std::string&)> log;
+};
+
+// What the service counts per namespace (of what passed through it).
+struct ServiceNamespaceStats {
+  NamespaceId id = 0;
+  std::string name;
+  uint32_t block_tokens = 0;  // from the spec: tokens = blocks x block_tokens
+  uint64_t puts = 0, put_bytes = 0;
+  uint64_t gets = 0, hits = 0, hit_bytes = 0, misses = 0;
+  uint64_t lookups = 0, lookup_keys = 0, lookup_hits = 0;
+};
+
+struct ServiceStats {
+  uint32_t clients = 0;
+  uint64_t connections = 0;     // accepted since start
+  uint64_t disconnects = 0;
+  uint64_t requests = 0;
+  uint64_t malformed = 0;       // frames refused as malformed
+  uint64_t over_cap = 0;        // puts answered NotAdmitted for a client's cap
+  uint64_t regions = 0;         // mapped now
+  std::vector<ServiceNamespaceStats> namespaces;
+};
+
+class Service {
+ public:
+  // Serves `store` (which must outlive the service) on options.socket_path.
+  [[nodiscard]] static Result<std::unique_ptr<Service>> Start(Store* store, const ServiceOptions& options);
+  virtual ~Service() = default;  // stops
+  // Stops accepting, disconnects every client after its in-flight requests
+  // completed, and removes the socket file.
+  virtual void Stop() = 0;
+  virtual ServiceStats GetStats() = 0;
+};
+
+}  // namespace kvtier
+
+#endif  // KVTIER_SERVICE_H_

@@ -1,0 +1,205 @@
+#include "client/channel.h"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <future>
+
+#include "wire/messages.h"
+#include "wire/requests.h"
+
+namespace kvtier::client {
+
+namespace {
+constexpr uint32_t kSocketTimeoutMs = 10000;  // a service that stops reading mid-frame
+}
+
+Channel::Channel(wire::UniqueFd sock, std::shared_ptr<wire::SharedRegion> staging)
+    : sock_(std::move(sock)), staging_(std::make_unique<Staging>(std::move(staging))) {}
+
+Result<std::unique_ptr<Channel>> Channel::Open(const std::string& socket_path, const ServiceClientOptions& o) {
+  auto sock = wire::ConnectUnix(socket_path);
+  if (!sock.ok()) return sock.status();
+  auto staging = wire::SharedRegion::CreateMemfd("kvtier-staging", o.staging_bytes);
+  if (!staging.ok()) return staging.status().WithContext("client staging");
+  std::unique_ptr<Channel> ch(new Channel(std::move(sock).value(), std::move(staging).value()));
+  KVTIER_RETURN_IF_ERROR(wire::SetTimeouts(ch->sock_.get(), kSocketTimeoutMs, o.connect_timeout_ms));
+  KVTIER_RETURN_IF_ERROR(ch->Hello(o, Clock::now() + std::chrono::milliseconds(o.connect_timeout_ms)));
+  // From here on replies come whenever they are ready: no receive timeout.
+  KVTIER_RETURN_IF_ERROR(wire::SetTimeouts(ch->sock_.get(), kSocketTimeoutMs, 0));
+  ch->reader_ = std::thread([p = ch.get()] { p->ReadLoop(); });
+  ch->timer_ = std::thread([p = ch.get()] { p->TimerLoop(); });
+  return ch;
+}
+
+Status Channel::Hello(const ServiceClientOptions& o, Clock::time_point) {
+  wire::HelloRequest req;
+  req.client_name = o.client_name.empty() ? "pid " + std::to_string(::getpid()) : o.client_name;
+  req.staging_bytes = staging_->region()->size();
+  wire::WireWriter w;
+  wire::Encode(w, req);
+  KVTIER_RETURN_IF_ERROR(wire::SendFrames(sock_.get(), w.Frame(static_cast<uint16_t>(wire::Op::kHello), 0),
+                                          {staging_->region()->fd()}));
+  wire::Frame f;
+  Status st = wire::RecvFrame(sock_.get(), &f);
+  if (!st.ok()) return st.WithContext("waiting for the service's hello");
+  if (f.header.op != (static_cast<uint16_t>(wire::Op::kHello) | wire::kReplyBit))
+    return Status::InvalidArgument("the service answered hello with " + std::string(wire::OpName(f.header.op)));
+  wire::WireReader r(f.body);
+  st = r.Status();
+  if (!st.ok()) return st.WithContext("the service refused this client");
+  (void)r.U64();  // our client id, for its log
+  staging_region_ = r.U32();
+  wire::Decode(r, &description_);
+  return r.Finish("hello reply");
+}
+
+Channel::~Channel() {
+  Fail(Status::IOError("the client closed its connection to the service"));
+  ::shutdown(sock_.get(), SHUT_RDWR);
+  {
+    MutexLock l(&mu_);
+    stop_ = true;
+  }
+  timer_cv_.notify_all();
+  if (reader_.joinable()) reader_.join();
+  if (timer_.joinable()) timer_.join();
+}
+
+size_t Channel::waiting() const {
+  MutexLock l(&mu_);
+  return pending_.size();
+}
+
+void Channel::Call(wire::Op op, const wire::WireWriter& body, Clock::time_point deadline, Done done,
+                   Staging::Extent hold, const std::vector<int>& fds) {
+  uint64_t id;
+  {
+    MutexLock l(&mu_);
+    if (!dead_.ok()) {
+      Status why = dead_;
+      l.Unlock();
+      staging_->Free(hold);
+      return done(why, nullptr);
+    }
+    id = next_id_++;
+    pending_[id] = Pending{std::move(done), deadline, hold, false};
+    if (deadline != kNoDeadline) deadlines_.emplace(deadline, id);
+  }
+  timer_cv_.notify_one();
+  Status st;
+  {
+    MutexLock l(&send_mu_);
+    st = wire::SendFrames(sock_.get(), body.Frame(static_cast<uint16_t>(op), id), fds);
+  }
+  if (!st.ok()) Fail(st.WithContext("sending to the service"));
+}
+
+Result<std::string> Channel::CallSync(wire::Op op, const wire::WireWriter& body, Clock::time_point deadline,
+                                      const std::vector<int>& fds) {
+  auto p = std::make_shared<std::promise<Result<std::string>>>();
+  auto f = p->get_future();
+  Call(op, body, deadline, [p](Status st, wire::WireReader* r) {
+    if (!st.ok()) return p->set_value(st);
+    // The rest of the body, for the caller to read.
+    p->set_value(std::string(r != nullptr ? r->Rest() : std::string_view()));
+  }, {}, fds);
+  return f.get();  // Call always completes by its deadline
+}
+
+void Channel::ReadLoop() {
+  for (;;) {
+    wire::Frame f;
+    Status st = wire::RecvFrame(sock_.get(), &f);
+    if (!st.ok()) {
+      Fail(st.code() == Code::kClosed ? Status::IOError("the service closed the connection")
+                                      : st.WithContext("reading from the service"));
+      return;
+    }
+    if (!(f.header.op & wire::kReplyBit)) {
+      Fail(Status::IOError("the service sent a request frame"));
+      return;
+    }
+    Pending p;
+    {
+      MutexLock l(&mu_);
+      auto it = pending_.find(f.header.id);
+      if (it == pending_.end()) continue;  // not ours any more
+      p = std::move(it->second);
+      pending_.erase(it);
+    }
+    staging_->Free(p.hold);
+    if (p.answered) continue;  // timed out on this side earlier
+    wire::WireReader r(f.body);
+    Status reply = r.Status();
+    if (!r.ok()) reply = Status::IOError("malformed reply from the service");
+    p.done(reply, &r);
+  }
+}
+
+void Channel::TimerLoop() {
+  MutexLock l(&mu_);
+  while (!stop_) {
+    if (deadlines_.empty()) {
+      l.Wait(timer_cv_);
+      continue;
+    }
+    const Clock::time_point first = deadlines_.begin()->first;
+    if (Clock::now() < first) {
+      l.WaitUntil(timer_cv_, first);
+      continue;
+    }
+    const uint64_t id = deadlines_.begin()->second;
+    deadlines_.erase(deadlines_.begin());
+    auto it = pending_.find(id);
+    if (it == pending_.end() || it->second.answered) continue;
+    it->second.answered = true;  // keeps its staging until the service answers
+    Done done = std::move(it->second.done);
+    l.Unlock();
+    done(Status::TimedOut("the service did not answer in time"), nullptr);
+    l.Lock();
+  }
+}
+
+void Channel::Fail(const Status& why) {
+  std::vector<Pending> failed;
+  {
+    MutexLock l(&mu_);
+    if (!dead_.ok()) return;
+    dead_ = why;
+    alive_.store(false);
+    for (auto& [id, p] : pending_) failed.push_back(std::move(p));
+    pending_.clear();
+    deadlines_.clear();
+  }
+  ::shutdown(sock_.get(), SHUT_RDWR);
+  // The staging memfd dies with this channel, so holds need no freeing.
+  for (Pending& p : failed)
+    if (!p.answered) p.done(why, nullptr);
+}
+
+void Channel::AddRegion(const void* base, uint64_t len, uint64_t file_offset, uint32_t id) {
+  MutexLock l(&mu_);
+  regions_[reinterpret_cast<uintptr_t>(base)] = Region{len, file_offset, id};
+}
+
+void Channel::RemoveRegion(const void* base) {
+  MutexLock l(&mu_);
+  regions_.erase(reinterpret_cast<uintptr_t>(base));
+}
+
+bool Channel::Locate(const void* p, uint64_t n, wire::WireFragment* out) const {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  MutexLock l(&mu_);
+  auto it = regions_.upper_bound(a);
+  if (it == regions_.begin()) return false;
+  --it;
+  const uint64_t off = a - it->first;
+  if (off > it->second.len || n > it->second.len - off) return false;
+  out->region = it->second.id;
+  out->offset = it->second.file_offset + off;
+  out->size = n;
+  return true;
+}
+
+}  // namespace kvtier::client

@@ -1,0 +1,106 @@
+// Channel: one connection of a client to the service, and what lives exactly
+// as long as it: the socket, the staging memfd the service has mapped, the
+// requests waiting for a reply, and the ids the service gave this
+// connection's regions.
+//
+// Every request has a deadline. When it passes, the request completes with
+// TimedOut at once, but the staging it holds stays reserved until the service
+// answers or the connection is gone: the service may still be writing there.
+// When the connection ends, every waiting request completes with IOError.
+//
+// Thread safety: every method is thread-safe. Completions run on the
+// channel's reader or timer thread (or inline when a request cannot be sent)
+// and must not block.
+#ifndef KVTIER_SRC_CLIENT_CHANNEL_H_
+#define KVTIER_SRC_CLIENT_CHANNEL_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "client/staging.h"
+#include "kvtier/options.h"
+#include "kvtier/store.h"
+#include "util/thread_annotations.h"
+#include "wire/socket_io.h"
+#include "wire/wire.h"
+
+namespace kvtier::client {
+
+class Channel {
+ public:
+  // The reply's status, and its body after the status (null when the
+  // request failed on this side: timed out, connection lost).
+  using Done = std::function<void(Status, wire::WireReader*)>;
+
+  static Result<std::unique_ptr<Channel>> Open(const std::string& socket_path, const ServiceClientOptions& o);
+  ~Channel();  // ends the connection; waiting requests complete with IOError
+  Channel(const Channel&) = delete;
+  Channel& operator=(const Channel&) = delete;
+
+  // Sends a request; `done` runs exactly once. `hold` is freed (back to
+  // staging) when the service has answered or the channel is gone.
+  void Call(wire::Op op, const wire::WireWriter& body, Clock::time_point deadline, Done done,
+            Staging::Extent hold = {}, const std::vector<int>& fds = {});
+  // Waits for the reply; its body (after the status) when OK.
+  Result<std::string> CallSync(wire::Op op, const wire::WireWriter& body, Clock::time_point deadline,
+                               const std::vector<int>& fds = {});
+
+  bool alive() const { return alive_.load(); }
+  size_t waiting() const;
+  Staging& staging() { return *staging_; }
+  uint32_t staging_region() const { return staging_region_; }
+  const StoreDescription& description() const { return description_; }
+
+  // A region the service mapped for this connection, by the client's address.
+  void AddRegion(const void* base, uint64_t len, uint64_t file_offset, uint32_t id);
+  void RemoveRegion(const void* base);
+  // The region fragment for [p, p+n) when it lies in one registered region.
+  bool Locate(const void* p, uint64_t n, wire::WireFragment* out) const;
+
+ private:
+  Channel(wire::UniqueFd sock, std::shared_ptr<wire::SharedRegion> staging);
+  Status Hello(const ServiceClientOptions& o, Clock::time_point deadline);
+  void ReadLoop();
+  void TimerLoop();
+  // Ends the connection once: fails what waits.
+  void Fail(const Status& why);
+
+  struct Pending {
+    Done done;
+    Clock::time_point deadline;
+    Staging::Extent hold;
+    bool answered = false;  // done already ran (timed out); waiting only to free `hold`
+  };
+
+  wire::UniqueFd sock_;
+  std::unique_ptr<Staging> staging_;
+  uint32_t staging_region_ = 0;
+  StoreDescription description_;
+  std::atomic<bool> alive_{true};
+
+  Mutex send_mu_;  // one frame at a time on the socket
+  mutable Mutex mu_;
+  std::condition_variable timer_cv_;
+  std::unordered_map<uint64_t, Pending> pending_ GUARDED_BY(mu_);
+  std::multimap<Clock::time_point, uint64_t> deadlines_ GUARDED_BY(mu_);
+  uint64_t next_id_ GUARDED_BY(mu_) = 1;
+  bool stop_ GUARDED_BY(mu_) = false;
+  Status dead_ GUARDED_BY(mu_);
+  struct Region {
+    uint64_t len, file_offset;
+    uint32_t id;
+  };
+  std::map<uintptr_t, Region> regions_ GUARDED_BY(mu_);  // by base address
+  std::thread reader_, timer_;
+};
+
+}  // namespace kvtier::client
+
+#endif  // KVTIER_SRC_CLIENT_CHANNEL_H_

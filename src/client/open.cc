@@ -1,0 +1,124 @@
+// Opening a served store: "unix:PATH" connects; "auto:DIR" connects to the
+// service of DIR, starting `kvtier serve DIR` when none answers.
+//
+// Why auto: works this way (docs/service.md): every process of an engine
+// (DP replicas, TP ranks, LMCache's per-GPU workers) is given the same
+// folder; whichever comes first starts a service that is a process of its
+// own, not a child that dies with it, so no rank's exit takes the store
+// from the others. The service leaves once it has had no client for
+// idle_exit_s; the next client starts another. Two clients starting one at
+// once is harmless: the store's lock admits one service, the other exits,
+// and both clients connect to the one that listens.
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <sstream>
+#include <thread>
+
+#include "client/service_store.h"
+
+extern char** environ;
+
+namespace kvtier::client {
+
+namespace {
+
+bool Executable(const std::string& p) { return !p.empty() && ::access(p.c_str(), X_OK) == 0; }
+
+std::string Dirname(const std::string& p) {
+  const size_t slash = p.rfind('/');
+  return slash == std::string::npos ? "." : p.substr(0, slash);
+}
+
+// The kvtier program: as configured, $KVTIER_BIN, beside this library (or
+// the program it is linked into), or on PATH.
+std::string ServeProgram(const ServiceClientOptions& o) {
+  if (!o.serve_program.empty()) return o.serve_program;
+  if (const char* env = std::getenv("KVTIER_BIN"); env != nullptr && Executable(env)) return env;
+  Dl_info info{};
+  if (::dladdr(reinterpret_cast<void*>(&ServeProgram), &info) != 0 && info.dli_fname != nullptr) {
+    const std::string dir = Dirname(info.dli_fname);
+    for (const std::string& c : {dir + "/kvtier", dir + "/../bin/kvtier"})
+      if (Executable(c)) return c;
+  }
+  if (const char* path = std::getenv("PATH"); path != nullptr) {
+    std::stringstream ss(path);
+    std::string d;
+    while (std::getline(ss, d, ':'))
+      if (Executable(d + "/kvtier")) return d + "/kvtier";
+  }
+  return "";
+}
+
+Status StartService(const std::string& dir, const std::string& socket, const ServiceClientOptions& o) {
+  const std::string program = ServeProgram(o);
+  if (program.empty())
+    return Status::NotFound("auto: no kvtier program to start a service with (set KVTIER_BIN or "
+                            "Options::client.serve_program)");
+  std::vector<std::string> args = {program, "serve", dir, "--socket", socket, "--idle-exit",
+                                   std::to_string(o.idle_exit_s)};
+  std::stringstream extra(o.serve_args);
+  for (std::string a; extra >> a;) args.push_back(a);
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawnattr_t attr;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawnattr_init(&attr);
+  const std::string log = dir + "/kvtier-serve.log";
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0640);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  // A session of its own: no terminal's signals, no engine's process group.
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID);
+  pid_t pid = 0;
+  const int err = ::posix_spawn(&pid, program.c_str(), &fa, &attr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  if (err != 0) return Status::FromErrno(err, "auto: starting " + program + " serve " + dir);
+  // Reap it whenever it leaves, so it never lingers as a zombie.
+  std::thread([pid] {
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+  }).detach();
+  return Status::OK();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Store>> OpenServiceStore(const std::string& target, const Options& options) {
+  const bool is_unix = target.rfind("unix:", 0) == 0, is_auto = target.rfind("auto:", 0) == 0;
+  if (!is_unix && !is_auto) return Status::NotFound("not a service address: " + target);
+  std::string path = target.substr(5);
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  if (path.empty()) return Status::InvalidArgument("empty service address: " + target);
+  const std::string socket = is_unix ? path : path + "/kvtier.sock";
+  auto store = std::make_unique<ServiceStore>(target, socket, options);
+  Status st = store->Connect();
+  if (st.ok() || !is_auto || st.code() != Code::kNotFound) {
+    if (!st.ok()) return st;
+    return std::unique_ptr<Store>(std::move(store));
+  }
+  KVTIER_RETURN_IF_ERROR(StartService(path, socket, options.client));
+  const Clock::time_point until = Clock::now() + std::chrono::milliseconds(options.client.connect_timeout_ms);
+  for (;;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    store = std::make_unique<ServiceStore>(target, socket, options);
+    st = store->Connect();
+    if (st.ok()) return std::unique_ptr<Store>(std::move(store));
+    if (Clock::now() >= until)
+      return st.WithContext("auto: the service started for " + path + " did not answer within " +
+                            std::to_string(options.client.connect_timeout_ms) + " ms (see " + path +
+                            "/kvtier-serve.log)");
+  }
+}
+
+}  // namespace kvtier::client

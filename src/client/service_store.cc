@@ -1,0 +1,320 @@
+#include "client/service_store.h"
+
+#include <cstring>
+#include <future>
+
+#include "wire/messages.h"
+#include "wire/requests.h"
+
+namespace kvtier::client {
+
+namespace {
+constexpr auto kRetry = std::chrono::milliseconds(200);
+// A get's reply may trail its deadline by the time the service takes to say
+// TimedOut; past that the client says it.
+constexpr auto kGetGrace = std::chrono::milliseconds(50);
+
+uint64_t TotalOf(std::span<const Fragment> f) {
+  uint64_t n = 0;
+  for (const Fragment& x : f) n += x.size;
+  return n;
+}
+uint64_t TotalOf(std::span<const MutableFragment> f) {
+  uint64_t n = 0;
+  for (const MutableFragment& x : f) n += x.size;
+  return n;
+}
+
+// Completes `done` once, tolerating an empty callback.
+void FinishPut(const PutCallback& done, Status st) {
+  if (done) done(std::move(st));
+}
+}  // namespace
+
+ServiceStore::ServiceStore(std::string target, std::string socket_path, Options options)
+    : target_(std::move(target)), socket_path_(std::move(socket_path)), opt_(std::move(options)) {}
+
+ServiceStore::~ServiceStore() { Close().IgnoreError(); }
+
+Status ServiceStore::Connect() {
+  auto ch = Live();
+  return ch.status();
+}
+
+Result<std::shared_ptr<Channel>> ServiceStore::Live() {
+  if (closed_.load()) return Status::Closed("store is closed");
+  MutexLock l(&mu_);
+  if (ch_ != nullptr && ch_->alive()) return ch_;
+  if (ch_ != nullptr) ch_.reset();  // its requests have all completed with errors
+  const Clock::time_point now = Clock::now();
+  if (now < next_try_)
+    return Status::IOError("the kvtier service at " + socket_path_ + " is not reachable (retrying)");
+  next_try_ = now + kRetry;
+  auto opened = Channel::Open(socket_path_, opt_.client);
+  if (!opened.ok()) return opened.status().WithContext("connecting to the kvtier service at " + socket_path_);
+  std::shared_ptr<Channel> ch(std::move(opened).value());
+  KVTIER_RETURN_IF_ERROR(Replay(*ch));
+  description_ = ch->description();
+  ch_ = ch;
+  return ch;
+}
+
+// A new connection knows nothing: register this client's namespaces (the
+// service's tenancy needs them) and memory again.
+Status ServiceStore::Replay(Channel& ch) {
+  const Clock::time_point deadline = OpDeadline();
+  for (const NamespaceSpec& spec : specs_) {
+    wire::WireWriter w;
+    wire::Encode(w, wire::SpecRequest{spec});
+    KVTIER_RETURN_IF_ERROR(ch.CallSync(wire::Op::kRegisterNamespace, w, deadline).status());
+  }
+  for (const Memory& m : memory_) {
+    wire::WireWriter w;
+    wire::Encode(w, wire::RegisterRegionRequest{m.len});
+    auto body = ch.CallSync(wire::Op::kRegisterRegion, w, deadline, {m.fd.get()});
+    if (!body.ok()) return body.status().WithContext("registering memory with the service");
+    wire::WireReader r(*body);
+    const uint32_t id = r.U32();
+    KVTIER_RETURN_IF_ERROR(r.Finish("register_region reply"));
+    ch.AddRegion(m.base, m.len, m.offset, id);
+  }
+  return Status::OK();
+}
+
+Clock::time_point ServiceStore::OpDeadline() const {
+  return Clock::now() + std::chrono::milliseconds(opt_.client.op_timeout_ms);
+}
+
+Result<std::string> ServiceStore::Call(wire::Op op, const wire::WireWriter& body, Clock::time_point deadline) {
+  auto ch = Live();
+  if (!ch.ok()) return ch.status();
+  return (*ch)->CallSync(op, body, deadline);
+}
+
+// ---- Namespaces ----
+
+Result<NamespaceId> ServiceStore::RegisterNamespace(const NamespaceSpec& spec) {
+  KVTIER_RETURN_IF_ERROR(spec.Validate());
+  wire::WireWriter w;
+  wire::Encode(w, wire::SpecRequest{spec});
+  auto body = Call(wire::Op::kRegisterNamespace, w, OpDeadline());
+  if (!body.ok()) return body.status();
+  wire::WireReader r(*body);
+  const NamespaceId id = r.U64();
+  KVTIER_RETURN_IF_ERROR(r.Finish("register_namespace reply"));
+  MutexLock l(&mu_);
+  bool known = false;
+  for (const NamespaceSpec& s : specs_) known |= s.Fingerprint() == spec.Fingerprint();
+  if (!known) specs_.push_back(spec);
+  return id;
+}
+
+Result<NamespaceId> ServiceStore::FindNamespace(std::string_view name_or_hex) {
+  wire::WireWriter w;
+  wire::Encode(w, wire::NameRequest{std::string(name_or_hex)});
+  auto body = Call(wire::Op::kFindNamespace, w, OpDeadline());
+  if (!body.ok()) return body.status();
+  wire::WireReader r(*body);
+  const NamespaceId id = r.U64();
+  KVTIER_RETURN_IF_ERROR(r.Finish("find_namespace reply"));
+  return id;
+}
+
+Result<std::vector<NamespaceInfo>> ServiceStore::ListNamespaces() {
+  auto body = Call(wire::Op::kListNamespaces, wire::WireWriter(), OpDeadline());
+  if (!body.ok()) return body.status();
+  wire::WireReader r(*body);
+  const uint32_t n = r.Count(wire::kMaxListItems, 8);
+  std::vector<NamespaceInfo> out(n);
+  for (NamespaceInfo& i : out) wire::Decode(r, &i);
+  KVTIER_RETURN_IF_ERROR(r.Finish("list_namespaces reply"));
+  return out;
+}
+
+Status ServiceStore::RemoveNamespace(NamespaceId ns) {
+  wire::WireWriter w;
+  wire::Encode(w, wire::NamespaceRequest{ns});
+  return Call(wire::Op::kRemoveNamespace, w, OpDeadline()).status();
+}
+
+// ---- Puts ----
+
+Status ServiceStore::PlacePut(Channel& ch, std::span<const Fragment> payload, Clock::time_point room_deadline,
+                              std::vector<wire::WireFragment>* frags, Staging::Extent* hold) {
+  bool shared = !payload.empty() && payload.size() <= wire::kMaxFragments;
+  for (const Fragment& f : payload) {
+    wire::WireFragment wf;
+    if (!shared || !ch.Locate(f.data, f.size, &wf)) {
+      shared = false;
+      break;
+    }
+    frags->push_back(wf);
+  }
+  if (shared) return Status::OK();
+  frags->clear();
+  const uint64_t total = TotalOf(payload);
+  *hold = ch.staging().Allocate(total, room_deadline);
+  if (!*hold) return Status::NotAdmitted("the client's staging (" + std::to_string(opt_.client.staging_bytes) +
+                                         " bytes) has no room for " + std::to_string(total) + " bytes");
+  uint8_t* dst = ch.staging().data(*hold);
+  for (const Fragment& f : payload) {
+    if (f.size != 0) std::memcpy(dst, f.data, f.size);
+    dst += f.size;
+  }
+  frags->push_back(wire::WireFragment{ch.staging_region(), hold->offset, total});
+  return Status::OK();
+}
+
+void ServiceStore::SubmitPut(NamespaceId ns, std::string_view key, std::span<const Fragment> payload, bool blocking,
+                             PutCallback done) {
+  if (opt_.read_only) return FinishPut(done, Status::NotSupported("store opened read-only"));
+  for (const Fragment& f : payload)
+    if (f.data == nullptr && f.size != 0) return FinishPut(done, Status::InvalidArgument("fragment with null data"));
+  auto ch = Live();
+  if (!ch.ok()) return FinishPut(done, ch.status());
+  const Clock::time_point deadline = OpDeadline();
+  std::vector<wire::WireFragment> frags;
+  Staging::Extent hold;
+  Status st = PlacePut(**ch, payload, blocking ? deadline : Clock::now(), &frags, &hold);
+  if (!st.ok()) return FinishPut(done, st);
+  wire::PutRequest req;
+  req.ns = ns;
+  req.key.assign(key);
+  req.blocking = blocking;
+  req.payload = std::move(frags);
+  wire::WireWriter w;
+  wire::Encode(w, req);
+  (*ch)->Call(wire::Op::kPut, w, deadline, [done = std::move(done)](Status s, wire::WireReader*) { FinishPut(done, s); },
+              hold);
+}
+
+Status ServiceStore::Put(NamespaceId ns, std::string_view key, std::span<const Fragment> payload) {
+  std::promise<Status> p;
+  auto f = p.get_future();
+  SubmitPut(ns, key, payload, /*blocking=*/true, [&p](Status st) { p.set_value(std::move(st)); });
+  return f.get();
+}
+
+std::vector<Status> ServiceStore::PutBatch(NamespaceId ns, std::span<const PutItem> items) {
+  std::vector<std::promise<Status>> ps(items.size());
+  for (size_t i = 0; i < items.size(); ++i)
+    SubmitPut(ns, items[i].key, items[i].payload, /*blocking=*/true,
+              [&ps, i](Status st) { ps[i].set_value(std::move(st)); });
+  std::vector<Status> out;
+  for (auto& p : ps) out.push_back(p.get_future().get());
+  return out;
+}
+
+void ServiceStore::PutAsync(NamespaceId ns, std::string_view key, std::span<const Fragment> payload,
+                            PutCallback done) {
+  SubmitPut(ns, key, payload, /*blocking=*/false, std::move(done));
+}
+
+void ServiceStore::PutAsyncBorrowed(NamespaceId ns, std::string_view key, std::span<const Fragment> payload,
+                                    PutCallback done) {
+  SubmitPut(ns, key, payload, /*blocking=*/false, std::move(done));
+}
+
+// ---- Gets ----
+
+void ServiceStore::GetAsync(NamespaceId ns, std::string_view key, std::span<const MutableFragment> out,
+                            Clock::time_point deadline, GetCallback done) {
+  auto finish = [&done](Result<size_t> r) {
+    if (done) done(std::move(r));
+  };
+  auto ch = Live();
+  if (!ch.ok()) return finish(ch.status());
+  const Clock::time_point now = Clock::now();
+  if (deadline <= now) return finish(Status::TimedOut("get deadline passed before it was sent"));
+  const Clock::time_point op_deadline = std::min(OpDeadline(), deadline == kNoDeadline ? kNoDeadline : deadline + kGetGrace);
+  const uint64_t cap = TotalOf(out);
+  std::vector<wire::WireFragment> frags;
+  bool shared = !out.empty() && out.size() <= wire::kMaxFragments;
+  for (const MutableFragment& f : out) {
+    wire::WireFragment wf;
+    if (!shared || !(*ch)->Locate(f.data, f.size, &wf)) {
+      shared = false;
+      break;
+    }
+    frags.push_back(wf);
+  }
+  Staging::Extent hold;
+  if (!shared) {
+    frags.clear();
+    hold = (*ch)->staging().Allocate(cap, now);  // never waits: a busy staging is a miss
+    if (!hold) return finish(Status::TimedOut("the client's staging has no room for this get"));
+    frags.push_back(wire::WireFragment{(*ch)->staging_region(), hold.offset, cap});
+  }
+  wire::GetRequest req;
+  req.ns = ns;
+  req.key.assign(key);
+  // CLOCK_MONOTONIC is one clock for every process on the machine: the
+  // service's store stops touching `out` at this very instant.
+  req.deadline_ns = deadline == kNoDeadline
+                        ? -1
+                        : std::chrono::duration_cast<std::chrono::nanoseconds>(deadline.time_since_epoch()).count();
+  req.out = std::move(frags);
+  wire::WireWriter w;
+  wire::Encode(w, req);
+  std::vector<MutableFragment> dst(out.begin(), out.end());
+  // The staging stays mapped while the callback runs: the channel joins the
+  // thread that runs it before it goes (so the callback must not own it).
+  const uint8_t* src = shared ? nullptr : (*ch)->staging().data(hold);
+  (*ch)->Call(wire::Op::kGet, w, op_deadline,
+              [done = std::move(done), dst = std::move(dst), src](Status st, wire::WireReader* r) {
+                if (!st.ok()) {
+                  if (done) done(st);
+                  return;
+                }
+                const uint64_t n = r->U64();
+                st = r->Finish("get reply");
+                if (st.ok() && src != nullptr) {
+                  // Out of staging into the caller's buffers, in order.
+                  uint64_t left = n;
+                  const uint8_t* p = src;
+                  for (const MutableFragment& f : dst) {
+                    const uint64_t c = std::min<uint64_t>(left, f.size);
+                    if (c != 0) std::memcpy(f.data, p, c);
+                    p += c;
+                    left -= c;
+                  }
+                }
+                if (done) done(st.ok() ? Result<size_t>(static_cast<size_t>(n)) : Result<size_t>(st));
+              },
+              hold);
+}
+
+Result<size_t> ServiceStore::Get(NamespaceId ns, std::string_view key, std::span<const MutableFragment> out) {
+  std::promise<Result<size_t>> p;
+  auto f = p.get_future();
+  GetAsync(ns, key, out, kNoDeadline, [&p](Result<size_t> r) { p.set_value(std::move(r)); });
+  return f.get();
+}
+
+std::vector<Result<size_t>> ServiceStore::GetBatch(NamespaceId ns, std::span<const GetItem> items) {
+  std::vector<std::promise<Result<size_t>>> ps(items.size());
+  for (size_t i = 0; i < items.size(); ++i)
+    GetAsync(ns, items[i].key, items[i].out, kNoDeadline, [&ps, i](Result<size_t> r) { ps[i].set_value(std::move(r)); });
+  std::vector<Result<size_t>> out;
+  for (auto& p : ps) out.push_back(p.get_future().get());
+  return out;
+}
+
+Result<std::vector<uint8_t>> ServiceStore::GetVector(NamespaceId ns, std::string_view key) {
+  // The size first; a block replaced by a larger one in between is asked
+  // for once more.
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    auto info = Stat(ns, key);
+    if (!info.ok()) return info.status();
+    std::vector<uint8_t> buf(info->payload_bytes);
+    auto n = Get(ns, key, buf.data(), buf.size());
+    if (n.ok()) {
+      buf.resize(*n);
+      return buf;
+    }
+    if (n.status().code() != Code::kBufferTooSmall) return n.status();
+  }
+  return Status::BufferTooSmall("the block kept changing size while it was read");
+}
+
+}  // namespace kvtier::client

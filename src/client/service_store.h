@@ -1,0 +1,105 @@
+// ServiceStore: the Store a client gets from Store::Open("unix:...") or
+// Store::Open("auto:..."): every call goes to a kvtier service over its
+// socket, payloads through shared memory (client/channel.h).
+//
+// It keeps what a new connection needs and replays it after the service
+// restarted: the namespaces it registered and the memory registered with
+// RegisterMemory. While the service is unreachable, calls fail at once with
+// IOError (gets: a miss), and a new connection is tried at most every
+// kRetryMs.
+//
+// Thread safety: as Store.
+#ifndef KVTIER_SRC_CLIENT_SERVICE_STORE_H_
+#define KVTIER_SRC_CLIENT_SERVICE_STORE_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "client/channel.h"
+#include "kvtier/store.h"
+#include "util/thread_annotations.h"
+
+namespace kvtier::client {
+
+// "unix:PATH" -> PATH; "auto:DIR" -> DIR/kvtier.sock (starting a service
+// for DIR when none answers). Anything else: NotFound.
+Result<std::unique_ptr<Store>> OpenServiceStore(const std::string& target, const Options& options);
+
+class ServiceStore final : public Store {
+ public:
+  ServiceStore(std::string target, std::string socket_path, Options options);
+  ~ServiceStore() override;
+  // The first connection; an error when the service cannot be reached.
+  Status Connect();
+
+  using Store::Get;
+  using Store::Put;
+  Result<NamespaceId> RegisterNamespace(const NamespaceSpec& spec) override;
+  Result<NamespaceId> FindNamespace(std::string_view name_or_hex) override;
+  Result<std::vector<NamespaceInfo>> ListNamespaces() override;
+  Status RemoveNamespace(NamespaceId ns) override;
+  Status Put(NamespaceId ns, std::string_view key, std::span<const Fragment> payload) override;
+  std::vector<Status> PutBatch(NamespaceId ns, std::span<const PutItem> items) override;
+  void PutAsync(NamespaceId ns, std::string_view key, std::span<const Fragment> payload, PutCallback done) override;
+  void PutAsyncBorrowed(NamespaceId ns, std::string_view key, std::span<const Fragment> payload,
+                        PutCallback done) override;
+  Result<size_t> Get(NamespaceId ns, std::string_view key, std::span<const MutableFragment> out) override;
+  Result<std::vector<uint8_t>> GetVector(NamespaceId ns, std::string_view key) override;
+  std::vector<Result<size_t>> GetBatch(NamespaceId ns, std::span<const GetItem> items) override;
+  void GetAsync(NamespaceId ns, std::string_view key, std::span<const MutableFragment> out,
+                Clock::time_point deadline, GetCallback done) override;
+  Result<bool> Contains(NamespaceId ns, std::string_view key) override;
+  Result<size_t> LookupPrefix(NamespaceId ns, std::span<const std::string_view> keys) override;
+  Result<BlockInfo> Stat(NamespaceId ns, std::string_view key) override;
+  Status ListBlocks(NamespaceId ns, std::string_view key_prefix,
+                    const std::function<bool(const BlockInfo&)>& fn) override;
+  Status RegisterMemory(void* base, size_t len, int fd, uint64_t offset) override;
+  Status UnregisterMemory(void* base) override;
+  Status Remove(NamespaceId ns, std::string_view key) override;
+  Status Flush() override;
+  Status EvictTo(uint64_t target_used_bytes) override;
+  Status ShareNow(std::chrono::milliseconds timeout) override;
+  Stats GetStats() override;
+  std::vector<SegmentInfo> Segments() override;
+  Result<VerifyReport> Verify(const VerifyOptions& options) override;
+  Result<RecordInspection> InspectRecord(NamespaceId ns, std::string_view key) override;
+  const std::string& dir() const override { return target_; }
+  StoreDescription Description() const override;
+  Status Close() override;
+
+ private:
+  struct Memory {
+    void* base;
+    size_t len;
+    wire::UniqueFd fd;
+    uint64_t offset;
+  };
+
+  // The live channel, connecting (and replaying) when there is none.
+  Result<std::shared_ptr<Channel>> Live();
+  Status Replay(Channel& ch);
+  Clock::time_point OpDeadline() const;
+  Result<std::string> Call(wire::Op op, const wire::WireWriter& body, Clock::time_point deadline);
+  // A put's payload as fragments of registered memory or, copied, of staging
+  // (waiting for room until `room_deadline`).
+  Status PlacePut(Channel& ch, std::span<const Fragment> payload, Clock::time_point room_deadline,
+                  std::vector<wire::WireFragment>* frags, Staging::Extent* hold);
+  void SubmitPut(NamespaceId ns, std::string_view key, std::span<const Fragment> payload, bool blocking,
+                 PutCallback done);
+
+  const std::string target_, socket_path_;
+  const Options opt_;
+  std::atomic<bool> closed_{false};
+  mutable Mutex mu_;
+  std::shared_ptr<Channel> ch_ GUARDED_BY(mu_);
+  Clock::time_point next_try_ GUARDED_BY(mu_){};
+  std::vector<NamespaceSpec> specs_ GUARDED_BY(mu_);
+  std::vector<Memory> memory_ GUARDED_BY(mu_);
+  StoreDescription description_ GUARDED_BY(mu_);
+};
+
+}  // namespace kvtier::client
+
+#endif  // KVTIER_SRC_CLIENT_SERVICE_STORE_H_

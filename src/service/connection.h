@@ -1,0 +1,124 @@
+// Connection: one client of the service. Its reader thread takes frames off
+// the socket and answers them (lookups and namespace calls at once; puts and
+// gets by handing them to the store, whose callbacks queue the replies), and
+// its writer thread sends the queued replies, so that no store thread ever
+// waits on a client's socket.
+//
+// A client that goes away (EOF, error, a malformed header) ends the reader;
+// the connection then waits for its requests still in the store, and only
+// after that unmaps its regions: the store never writes into memory that is
+// gone.
+//
+// Thread safety: Start, Shutdown and Join from the service's thread; the
+// rest runs on the connection's own threads and the store's callbacks.
+#ifndef KVTIER_SRC_SERVICE_CONNECTION_H_
+#define KVTIER_SRC_SERVICE_CONNECTION_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "kvtier/service.h"
+#include "kvtier/store.h"
+#include "service/namespace_access.h"
+#include "service/put_pool.h"
+#include "store/block_sink.h"
+#include "util/thread_annotations.h"
+#include "wire/region.h"
+#include "wire/socket_io.h"
+#include "wire/wire.h"
+
+namespace kvtier::service {
+
+// What every connection shares.
+struct ServerCore {
+  Store* store = nullptr;
+  BlockSink* sink = nullptr;  // null: blocking puts fall back to PutAsyncBorrowed
+  ServiceOptions opt;
+  NamespaceAccess access;
+  PutPool pool{4};
+  std::atomic<uint64_t> requests{0}, malformed{0}, over_cap{0}, regions{0};
+  void Log(const std::string& line) const;
+
+  ServerCore(Store* s, const ServiceOptions& o, uid_t self)
+      : store(s), sink(BlockSinkOf(s)), opt(o), access(o.tenancy, self) {}
+};
+
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(ServerCore* core, wire::UniqueFd sock, Peer peer, uint64_t id);
+  ~Connection();
+  void Start();
+  // Ends the connection: the reader stops at once, the rest follows.
+  void Shutdown();
+  void Join();
+  bool finished() const { return finished_.load(); }
+
+ private:
+  // Payload bytes of a request, resolved into this connection's regions.
+  struct Resolved {
+    std::vector<Fragment> in;
+    std::vector<MutableFragment> out;
+    std::vector<std::shared_ptr<wire::SharedRegion>> keep;  // mapped while the store uses them
+    uint64_t bytes = 0;
+  };
+
+  void ReadLoop();
+  void WriteLoop();
+  // Answers one frame; a non-OK status closes the connection.
+  Status Handle(wire::Frame& f);
+  void Reply(const wire::FrameHeader& req, const Status& st, const wire::WireWriter* body = nullptr);
+  void Send(std::string frame);
+
+  Status OnHello(wire::Frame& f);
+  Status OnRegisterRegion(wire::Frame& f);
+  void OnPut(const wire::FrameHeader& h, std::string_view body);
+  void OnGet(const wire::FrameHeader& h, std::string_view body);
+  void OnNamespaceCall(const wire::FrameHeader& h, std::string_view body);
+  void OnLookup(const wire::FrameHeader& h, std::string_view body);
+  void OnAdmin(const wire::FrameHeader& h, std::string_view body);
+  // True when the body parsed; else answers InvalidArgument (malformed).
+  bool Parsed(const wire::FrameHeader& h, const Status& st);
+  Result<Resolved> Resolve(const std::vector<wire::WireFragment>& frags, bool for_output);
+  // A namespace id the peer may use, or NotFound as for an unknown one.
+  Status CheckNamespace(NamespaceId ns) const;
+
+  // Requests handed to the store and not yet answered.
+  bool Admit(uint64_t bytes, bool is_put);
+  void Finish(uint64_t bytes);
+
+  ServerCore* const core_;
+  wire::UniqueFd sock_;
+  const Peer peer_;
+  const uint64_t id_;
+  std::string name_;
+  bool hello_ = false;  // reader thread only
+  uint64_t requests_ = 0;
+
+  Mutex regions_mu_;
+  std::unordered_map<uint32_t, std::shared_ptr<wire::SharedRegion>> regions_ GUARDED_BY(regions_mu_);
+  uint32_t next_region_ GUARDED_BY(regions_mu_) = 1;
+
+  Mutex inflight_mu_;
+  std::condition_variable idle_cv_;
+  uint64_t inflight_bytes_ GUARDED_BY(inflight_mu_) = 0;
+  uint64_t inflight_requests_ GUARDED_BY(inflight_mu_) = 0;
+
+  Mutex out_mu_;
+  std::condition_variable out_cv_;
+  std::deque<std::string> out_ GUARDED_BY(out_mu_);
+  bool out_closed_ GUARDED_BY(out_mu_) = false;
+
+  std::atomic<bool> finished_{false};
+  std::thread reader_, writer_;
+};
+
+}  // namespace kvtier::service
+
+#endif  // KVTIER_SRC_SERVICE_CONNECTION_H_

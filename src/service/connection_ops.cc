@@ -1,0 +1,264 @@
+// The requests a Connection answers: puts and gets handed to the store, and
+// the calls answered at once. Bodies are read by wire/requests.h; one that
+// does not parse is answered InvalidArgument and counted as malformed.
+#include "format/record.h"
+#include "service/connection.h"
+#include "wire/messages.h"
+#include "wire/requests.h"
+
+namespace kvtier::service {
+
+namespace {
+// At most an hour ahead: a hostile deadline must not overflow the clock.
+Clock::time_point DeadlineOf(int64_t deadline_ns) {
+  if (deadline_ns < 0) return kNoDeadline;
+  // The client's steady-clock instant: one clock for every process here.
+  const Clock::time_point at{std::chrono::nanoseconds(deadline_ns)};
+  return std::min(at, Clock::now() + std::chrono::hours(1));
+}
+}  // namespace
+
+bool Connection::Parsed(const wire::FrameHeader& h, const Status& st) {
+  if (st.ok()) return true;
+  ++core_->malformed;
+  Reply(h, st);
+  return false;
+}
+
+void Connection::OnPut(const wire::FrameHeader& h, std::string_view body) {
+  wire::PutRequest req;
+  if (!Parsed(h, wire::Parse(body, &req))) return;
+  Status st = CheckNamespace(req.ns);
+  auto res = st.ok() ? Resolve(req.payload, /*for_output=*/false) : Result<Resolved>(st);
+  if (!res.ok()) return Reply(h, res.status());
+  const uint64_t bytes = res->bytes;
+  if (!Admit(bytes, /*is_put=*/true)) {
+    ++core_->over_cap;
+    return Reply(h, Status::NotAdmitted("client has " + std::to_string(core_->opt.max_client_inflight_bytes) +
+                                        " bytes or " + std::to_string(core_->opt.max_client_requests) +
+                                        " requests in flight"));
+  }
+  auto self = shared_from_this();
+  auto resolved = std::make_shared<Resolved>(std::move(res).value());
+  const NamespaceId ns = req.ns;
+  PutCallback done = [self, h, ns, bytes, resolved](Status s) {
+    if (s.ok()) self->core_->access.CountPut(ns, bytes);
+    self->Reply(h, s);
+    self->Finish(bytes);
+  };
+  if (req.blocking && core_->sink != nullptr) {
+    // Waits for room in the write queue on a pool thread, never here.
+    BlockSink* sink = core_->sink;
+    core_->pool.Submit([sink, ns, key = std::move(req.key), resolved, done = std::move(done)]() mutable {
+      sink->PutInternal(ns, key, resolved->in, RamTier::Pin(), /*blocking=*/true, std::move(done), nullptr,
+                        /*borrow=*/true);
+    });
+    return;
+  }
+  core_->store->PutAsyncBorrowed(ns, req.key, resolved->in, std::move(done));
+}
+
+void Connection::OnGet(const wire::FrameHeader& h, std::string_view body) {
+  wire::GetRequest req;
+  if (!Parsed(h, wire::Parse(body, &req))) return;
+  Status st = CheckNamespace(req.ns);
+  auto res = st.ok() ? Resolve(req.out, /*for_output=*/true) : Result<Resolved>(st);
+  if (!res.ok()) return Reply(h, res.status());
+  if (!Admit(0, /*is_put=*/false)) {
+    ++core_->over_cap;
+    return Reply(h, Status::InvalidArgument("client has " + std::to_string(core_->opt.max_client_requests) +
+                                            " requests in flight"));
+  }
+  auto self = shared_from_this();
+  auto resolved = std::make_shared<Resolved>(std::move(res).value());
+  const NamespaceId ns = req.ns;
+  core_->store->GetAsync(ns, req.key, resolved->out, DeadlineOf(req.deadline_ns),
+                         [self, h, ns, resolved](Result<size_t> got) {
+                           self->core_->access.CountGet(ns, got.ok(), got.ok() ? *got : 0);
+                           wire::WireWriter w;
+                           w.U64(got.ok() ? *got : 0);
+                           self->Reply(h, got.status(), &w);
+                           self->Finish(0);
+                         });
+}
+
+void Connection::OnNamespaceCall(const wire::FrameHeader& h, std::string_view body) {
+  wire::WireWriter w;
+  Status st;
+  switch (static_cast<wire::Op>(h.op)) {
+    case wire::Op::kUnregisterRegion: {
+      wire::RegionRequest req;
+      if (!Parsed(h, wire::Parse(body, &req))) return;
+      MutexLock l(&regions_mu_);
+      // Requests in flight keep their region mapped until they complete.
+      if (regions_.erase(req.region) == 0) st = Status::NotFound("no region " + std::to_string(req.region));
+      else --core_->regions;
+      break;
+    }
+    case wire::Op::kRegisterNamespace: {
+      wire::SpecRequest req;
+      if (!Parsed(h, wire::Parse(body, &req))) return;
+      const NamespaceSpec salted = core_->access.ForPeer(peer_, req.spec);
+      auto id = core_->store->RegisterNamespace(salted);
+      st = id.status();
+      if (!st.ok()) break;
+      core_->access.Registered(peer_, *id, salted);
+      w.U64(*id);
+      break;
+    }
+    case wire::Op::kFindNamespace: {
+      wire::NameRequest req;
+      if (!Parsed(h, wire::Parse(body, &req))) return;
+      auto id = core_->store->FindNamespace(req.name);
+      st = id.ok() ? CheckNamespace(*id) : id.status();
+      if (st.ok()) w.U64(*id);
+      break;
+    }
+    case wire::Op::kListNamespaces: {
+      if (!Parsed(h, wire::ParseEmpty(body, "list_namespaces"))) return;
+      auto list = core_->store->ListNamespaces();
+      st = list.status();
+      if (!st.ok()) break;
+      std::vector<const NamespaceInfo*> mine;
+      for (const NamespaceInfo& n : *list)
+        if (core_->access.Allowed(peer_, n.id)) mine.push_back(&n);
+      w.U32(static_cast<uint32_t>(mine.size()));
+      for (const NamespaceInfo* n : mine) wire::Encode(w, *n);
+      break;
+    }
+    case wire::Op::kRemoveNamespace: {
+      wire::NamespaceRequest req;
+      if (!Parsed(h, wire::Parse(body, &req))) return;
+      st = CheckNamespace(req.ns);
+      if (st.ok()) st = core_->store->RemoveNamespace(req.ns);
+      break;
+    }
+    default: st = Status::NotSupported("not a namespace call");
+  }
+  Reply(h, st, &w);
+}
+
+void Connection::OnLookup(const wire::FrameHeader& h, std::string_view body) {
+  wire::WireWriter w;
+  Status st;
+  if (h.op == static_cast<uint16_t>(wire::Op::kLookupPrefix)) {
+    wire::LookupRequest req;
+    if (!Parsed(h, wire::Parse(body, &req))) return;
+    st = CheckNamespace(req.ns);
+    if (st.ok()) {
+      std::vector<std::string_view> keys(req.keys.begin(), req.keys.end());
+      auto hits = core_->store->LookupPrefix(req.ns, keys);
+      st = hits.status();
+      if (st.ok()) {
+        core_->access.CountLookup(req.ns, keys.size(), *hits);
+        w.U64(*hits);
+      }
+    }
+    return Reply(h, st, &w);
+  }
+  if (h.op == static_cast<uint16_t>(wire::Op::kListBlocks)) {
+    wire::ListBlocksRequest req;
+    if (!Parsed(h, wire::Parse(body, &req))) return;
+    if (req.ns == 0 && core_->opt.tenancy != ServiceOptions::Tenancy::kNone && !peer_.admin)
+      return Reply(h, Status::InvalidArgument("listing every namespace needs the service's own user"));
+    if (req.ns != 0) st = CheckNamespace(req.ns);
+    if (!st.ok()) return Reply(h, st);
+    std::vector<BlockInfo> page;
+    bool more = false;
+    st = core_->store->ListBlocks(req.ns, req.prefix, [&](const BlockInfo& b) {
+      if (req.has_after && b.key <= req.after) return true;
+      if (page.size() == req.max) {
+        more = true;
+        return false;
+      }
+      page.push_back(b);
+      return true;
+    });
+    if (st.ok()) {
+      w.U32(static_cast<uint32_t>(page.size()));
+      for (const BlockInfo& b : page) wire::Encode(w, b);
+      w.Bool(more);
+    }
+    return Reply(h, st, &w);
+  }
+  wire::KeyRequest req;
+  if (!Parsed(h, wire::Parse(body, &req))) return;
+  st = CheckNamespace(req.ns);
+  if (!st.ok()) return Reply(h, st);
+  switch (static_cast<wire::Op>(h.op)) {
+    case wire::Op::kContains: {
+      auto c = core_->store->Contains(req.ns, req.key);
+      st = c.status();
+      if (st.ok()) w.Bool(*c);
+      break;
+    }
+    case wire::Op::kStat: {
+      auto b = core_->store->Stat(req.ns, req.key);
+      st = b.status();
+      if (st.ok()) wire::Encode(w, *b);
+      break;
+    }
+    case wire::Op::kInspectRecord: {
+      auto i = core_->store->InspectRecord(req.ns, req.key);
+      st = i.status();
+      if (st.ok()) wire::Encode(w, *i);
+      break;
+    }
+    default: st = core_->store->Remove(req.ns, req.key);
+  }
+  Reply(h, st, &w);
+}
+
+void Connection::OnAdmin(const wire::FrameHeader& h, std::string_view body) {
+  wire::WireWriter w;
+  Status st;
+  const bool restricted = core_->opt.tenancy != ServiceOptions::Tenancy::kNone && !peer_.admin;
+  switch (static_cast<wire::Op>(h.op)) {
+    case wire::Op::kFlush:
+      if (!Parsed(h, wire::ParseEmpty(body, "flush"))) return;
+      st = core_->store->Flush();
+      break;
+    case wire::Op::kGetStats:
+      if (!Parsed(h, wire::ParseEmpty(body, "get_stats"))) return;
+      wire::Encode(w, core_->store->GetStats());
+      break;
+    case wire::Op::kSegments: {
+      if (!Parsed(h, wire::ParseEmpty(body, "segments"))) return;
+      const std::vector<SegmentInfo> segs = core_->store->Segments();
+      w.U32(static_cast<uint32_t>(segs.size()));
+      for (const SegmentInfo& g : segs) wire::Encode(w, g);
+      break;
+    }
+    case wire::Op::kEvictTo: {
+      wire::U64Request req;
+      if (!Parsed(h, wire::Parse(body, &req))) return;
+      st = restricted ? Status::InvalidArgument("evict_to needs the service's own user")
+                      : core_->store->EvictTo(req.value);
+      break;
+    }
+    case wire::Op::kShareNow: {
+      wire::U64Request req;
+      if (!Parsed(h, wire::Parse(body, &req))) return;
+      st = core_->store->ShareNow(std::chrono::milliseconds(std::min<uint64_t>(req.value, 3600000)));
+      break;
+    }
+    case wire::Op::kVerify: {
+      wire::VerifyRequest req;
+      if (!Parsed(h, wire::Parse(body, &req))) return;
+      if (restricted) {
+        st = Status::InvalidArgument("verify needs the service's own user");
+        break;
+      }
+      VerifyOptions vo;
+      vo.deep = req.deep;
+      auto rep = core_->store->Verify(vo);
+      st = rep.status();
+      if (st.ok()) wire::Encode(w, *rep);
+      break;
+    }
+    default: st = Status::NotSupported("not an admin call");
+  }
+  Reply(h, st, &w);
+}
+
+}  // namespace kvtier::service

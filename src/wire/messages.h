@@ -1,0 +1,38 @@
+// The service's structured replies (store.h's structs) in wire form. Each
+// struct is written and read by one visitor that lists its fields once, so
+// the two sides cannot drift; a static_assert on each struct's size makes a
+// new field in store.h fail the build here until it is listed.
+#ifndef KVTIER_SRC_WIRE_MESSAGES_H_
+#define KVTIER_SRC_WIRE_MESSAGES_H_
+
+#include <vector>
+
+#include "kvtier/store.h"
+#include "wire/wire.h"
+
+namespace kvtier::wire {
+
+void Encode(WireWriter& w, const Stats& s);
+void Encode(WireWriter& w, const BlockInfo& b);
+void Encode(WireWriter& w, const SegmentInfo& g);
+void Encode(WireWriter& w, const VerifyReport& r);
+void Encode(WireWriter& w, const RecordInspection& r);
+void Encode(WireWriter& w, const StoreDescription& d);
+void Encode(WireWriter& w, const NamespaceInfo& n);
+
+// Each reads one struct; on a malformed body `r` fails (WireReader::ok).
+void Decode(WireReader& r, Stats* s);
+void Decode(WireReader& r, BlockInfo* b);
+void Decode(WireReader& r, SegmentInfo* g);
+void Decode(WireReader& r, VerifyReport* v);
+void Decode(WireReader& r, RecordInspection* i);
+void Decode(WireReader& r, StoreDescription* d);
+void Decode(WireReader& r, NamespaceInfo* n);
+
+// Bounds on what one reply may carry.
+inline constexpr uint32_t kMaxListItems = 65536;
+inline constexpr size_t kMaxTextBytes = 64 << 10;
+
+}  // namespace kvtier::wire
+
+#endif  // KVTIER_SRC_WIRE_MESSAGES_H_

@@ -1,0 +1,57 @@
+#include "wire/region.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+namespace kvtier::wire {
+
+namespace {
+constexpr uint64_t kRegionAlign = 2ull << 20;
+}
+
+Result<std::shared_ptr<SharedRegion>> SharedRegion::CreateMemfd(const std::string& name, uint64_t bytes) {
+  bytes = (bytes + kRegionAlign - 1) / kRegionAlign * kRegionAlign;
+  if (bytes == 0) return Status::InvalidArgument("a shared region needs a size");
+  UniqueFd fd(::memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (!fd) return Status::FromErrno(errno, "memfd_create");
+  if (::ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0)
+    return Status::FromErrno(errno, "sizing a shared region of " + std::to_string(bytes) + " bytes");
+  // The service maps it: it must never shrink under that mapping.
+  if (::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
+    return Status::FromErrno(errno, "sealing a shared region");
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+  if (p == MAP_FAILED) return Status::FromErrno(errno, "mapping a shared region of " + std::to_string(bytes) + " bytes");
+  ::madvise(p, bytes, MADV_HUGEPAGE);  // best effort: shmem THP may be off
+  return std::shared_ptr<SharedRegion>(new SharedRegion(std::move(fd), static_cast<uint8_t*>(p), bytes));
+}
+
+Result<std::shared_ptr<SharedRegion>> SharedRegion::Map(int fd, bool trusted, uint64_t max_bytes) {
+  UniqueFd own(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
+  if (!own) return Status::FromErrno(errno, "taking a region's descriptor");
+  struct stat st {};
+  if (::fstat(own.get(), &st) != 0) return Status::FromErrno(errno, "fstat of a region");
+  if (!S_ISREG(st.st_mode)) return Status::InvalidArgument("a region must be a memfd or a regular file");
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (size == 0 || size > max_bytes)
+    return Status::InvalidArgument("a region of " + std::to_string(size) + " bytes is outside 1.." +
+                                   std::to_string(max_bytes));
+  if (!trusted) {
+    const int seals = ::fcntl(own.get(), F_GET_SEALS);
+    if (seals < 0 || (seals & F_SEAL_SHRINK) == 0)
+      return Status::InvalidArgument(
+          "a region from another user must be a memfd sealed against shrinking (F_SEAL_SHRINK)");
+  }
+  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, own.get(), 0);
+  if (p == MAP_FAILED) return Status::FromErrno(errno, "mapping a region of " + std::to_string(size) + " bytes");
+  return std::shared_ptr<SharedRegion>(new SharedRegion(std::move(own), static_cast<uint8_t*>(p), size));
+}
+
+SharedRegion::~SharedRegion() {
+  if (data_ != nullptr) ::munmap(data_, size_);
+}
+
+}  // namespace kvtier::wire

@@ -1,0 +1,111 @@
+// The requests a client sends, each as a struct with one Encode (the
+// client's) and one Parse (the service's), so that both sides read a body in
+// the same order and the service's parser can be fuzzed on its own
+// (tests/fuzz/wire_fuzz.cc). Parse checks every bound and that the body was
+// read to its end; it never trusts a length or a count.
+#ifndef KVTIER_SRC_WIRE_REQUESTS_H_
+#define KVTIER_SRC_WIRE_REQUESTS_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvtier/namespace.h"
+#include "kvtier/status.h"
+#include "wire/wire.h"
+
+namespace kvtier::wire {
+
+inline constexpr size_t kMaxClientName = 256;
+inline constexpr size_t kMaxSpecBytes = 64 << 10;
+inline constexpr size_t kMaxNameBytes = 4096;
+inline constexpr uint32_t kMaxListPage = 4096;
+
+struct HelloRequest {
+  std::string client_name;
+  uint64_t staging_bytes = 0;  // 0: no staging region (then no descriptor)
+};
+struct RegisterRegionRequest {
+  uint64_t bytes = 0;  // informational: the file's own size is what counts
+};
+struct RegionRequest {  // unregister_region
+  uint32_t region = 0;
+};
+struct SpecRequest {  // register_namespace
+  NamespaceSpec spec;
+};
+struct NameRequest {  // find_namespace
+  std::string name;
+};
+struct NamespaceRequest {  // remove_namespace
+  NamespaceId ns = 0;
+};
+struct PutRequest {
+  NamespaceId ns = 0;
+  std::string key;
+  bool blocking = false;  // wait for room in the write queue (else NotAdmitted)
+  std::vector<WireFragment> payload;
+};
+struct GetRequest {
+  NamespaceId ns = 0;
+  std::string key;
+  int64_t deadline_ns = -1;  // CLOCK_MONOTONIC instant; -1: none
+  std::vector<WireFragment> out;
+};
+struct KeyRequest {  // contains, stat, remove, inspect_record
+  NamespaceId ns = 0;
+  std::string key;
+};
+struct LookupRequest {
+  NamespaceId ns = 0;
+  std::vector<std::string> keys;
+};
+struct ListBlocksRequest {
+  NamespaceId ns = 0;
+  std::string prefix;
+  bool has_after = false;
+  std::string after;  // the page starts after this key
+  uint32_t max = 0;
+};
+struct U64Request {  // evict_to (bytes), share_now (ms)
+  uint64_t value = 0;
+};
+struct VerifyRequest {
+  bool deep = false;
+};
+
+void Encode(WireWriter& w, const HelloRequest& r);
+void Encode(WireWriter& w, const RegisterRegionRequest& r);
+void Encode(WireWriter& w, const RegionRequest& r);
+void Encode(WireWriter& w, const SpecRequest& r);
+void Encode(WireWriter& w, const NameRequest& r);
+void Encode(WireWriter& w, const NamespaceRequest& r);
+void Encode(WireWriter& w, const PutRequest& r);
+void Encode(WireWriter& w, const GetRequest& r);
+void Encode(WireWriter& w, const KeyRequest& r);
+void Encode(WireWriter& w, const LookupRequest& r);
+void Encode(WireWriter& w, const ListBlocksRequest& r);
+void Encode(WireWriter& w, const U64Request& r);
+void Encode(WireWriter& w, const VerifyRequest& r);
+
+// InvalidArgument naming the request when the body is malformed.
+Status Parse(std::string_view body, HelloRequest* r);
+Status Parse(std::string_view body, RegisterRegionRequest* r);
+Status Parse(std::string_view body, RegionRequest* r);
+Status Parse(std::string_view body, SpecRequest* r);
+Status Parse(std::string_view body, NameRequest* r);
+Status Parse(std::string_view body, NamespaceRequest* r);
+Status Parse(std::string_view body, PutRequest* r);
+Status Parse(std::string_view body, GetRequest* r);
+Status Parse(std::string_view body, KeyRequest* r);
+Status Parse(std::string_view body, LookupRequest* r);
+Status Parse(std::string_view body, ListBlocksRequest* r);
+Status Parse(std::string_view body, U64Request* r);
+Status Parse(std::string_view body, VerifyRequest* r);
+// An empty body (flush, get_stats, segments, list_namespaces).
+Status ParseEmpty(std::string_view body, const char* what);
+
+}  // namespace kvtier::wire
+
+#endif  // KVTIER_SRC_WIRE_REQUESTS_H_

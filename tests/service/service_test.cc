@@ -1,0 +1,254 @@
+// A store opened as "unix:PATH" behaves as the embedded store it serves:
+// every call of the Store interface, through the service (issue 19).
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <future>
+#include <set>
+
+#include "service/service_util.h"
+
+namespace kvtier::testing {
+namespace {
+
+class ServiceTest : public ::testing::Test {
+ protected:
+  TempDir dir_;
+};
+
+TEST_F(ServiceTest, EveryCallOfTheStoreInterfaceWorksThroughTheService) {
+  ServedStore served(dir_.path());
+  auto c = served.Client();
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->Description().store_id, served.store()->Description().store_id);
+  EXPECT_EQ(c->dir(), served.address());
+  auto ns = c->RegisterNamespace(TestSpec("svc/model"));
+  ASSERT_TRUE(ns.ok()) << ns.status().ToString();
+  EXPECT_EQ(*ns, TestSpec("svc/model").Fingerprint());
+  // Blocking puts of several sizes, gathered from fragments; gets scattered.
+  for (int i = 0; i < 20; ++i) {
+    auto p = Payload(*ns, Key(i), 1000 + 7919 * i);
+    Fragment f[2] = {{p.data(), p.size() / 3}, {p.data() + p.size() / 3, p.size() - p.size() / 3}};
+    ASSERT_TRUE(c->Put(*ns, Key(i), f).ok()) << i;
+  }
+  for (int i = 0; i < 20; ++i) {
+    auto want = Payload(*ns, Key(i), 1000 + 7919 * i);
+    std::vector<uint8_t> a(want.size() / 2), b(want.size());
+    MutableFragment out[2] = {{a.data(), a.size()}, {b.data(), b.size()}};
+    auto n = c->Get(*ns, Key(i), out);
+    ASSERT_TRUE(n.ok()) << n.status().ToString();
+    ASSERT_EQ(*n, want.size());
+    EXPECT_EQ(0, std::memcmp(a.data(), want.data(), a.size()));
+    EXPECT_EQ(0, std::memcmp(b.data(), want.data() + a.size(), want.size() - a.size()));
+    EXPECT_EQ(c->GetVector(*ns, Key(i)).value(), want);
+  }
+  // What the embedded store holds is what the client wrote.
+  EXPECT_EQ(served.store()->GetVector(*ns, Key(3)).value(), Payload(*ns, Key(3), 1000 + 7919 * 3));
+  // Misses, small buffers, lookups.
+  EXPECT_TRUE(c->GetVector(*ns, Key(99)).status().IsNotFound());
+  std::vector<uint8_t> tiny(10);
+  EXPECT_EQ(c->Get(*ns, Key(5), tiny.data(), tiny.size()).status().code(), Code::kBufferTooSmall);
+  EXPECT_TRUE(c->Contains(*ns, Key(1)).value());
+  EXPECT_FALSE(c->Contains(*ns, Key(77)).value());
+  std::vector<std::string> ks = {Key(0), Key(1), Key(2), Key(77), Key(3)};
+  std::vector<std::string_view> kv(ks.begin(), ks.end());
+  EXPECT_EQ(c->LookupPrefix(*ns, kv).value(), 3u);
+  auto info = c->Stat(*ns, Key(2));
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->payload_bytes, 1000u + 7919 * 2);
+  EXPECT_EQ(info->key, Key(2));
+  auto insp = c->InspectRecord(*ns, Key(2));
+  ASSERT_TRUE(insp.ok()) << insp.status().ToString();
+  EXPECT_TRUE(insp->problems.empty());
+  ASSERT_TRUE(insp->header.has_value());
+  EXPECT_EQ(insp->header->payload_len, 1000u + 7919 * 2);
+  // Batches.
+  std::vector<std::vector<uint8_t>> bodies;
+  std::vector<Fragment> frags(10);
+  std::vector<PutItem> items;
+  std::vector<std::string> bkeys;
+  for (int i = 0; i < 10; ++i) bkeys.push_back(Key(100 + i));
+  for (int i = 0; i < 10; ++i) bodies.push_back(Payload(*ns, bkeys[i], 4096 * (i + 1)));
+  for (int i = 0; i < 10; ++i) {
+    frags[i] = Fragment{bodies[i].data(), bodies[i].size()};
+    items.push_back(PutItem{bkeys[i], std::span<const Fragment>(&frags[i], 1)});
+  }
+  for (const Status& st : c->PutBatch(*ns, items)) EXPECT_TRUE(st.ok()) << st.ToString();
+  std::vector<std::vector<uint8_t>> outs(10);
+  std::vector<MutableFragment> mf(10);
+  std::vector<GetItem> gets;
+  for (int i = 0; i < 10; ++i) {
+    outs[i].resize(bodies[i].size());
+    mf[i] = MutableFragment{outs[i].data(), outs[i].size()};
+    gets.push_back(GetItem{bkeys[i], std::span<const MutableFragment>(&mf[i], 1)});
+  }
+  auto got = c->GetBatch(*ns, gets);
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_TRUE(got[i].ok());
+    EXPECT_EQ(outs[i], bodies[i]);
+  }
+  // Listing pages through every entry in key order.
+  std::set<std::string> listed;
+  ASSERT_TRUE(c->ListBlocks(*ns, "", [&](const BlockInfo& b) {
+                 listed.insert(b.key);
+                 return true;
+               }).ok());
+  EXPECT_EQ(listed.size(), 30u);
+  auto nss = c->ListNamespaces();
+  ASSERT_TRUE(nss.ok());
+  ASSERT_EQ(nss->size(), 1u);
+  EXPECT_EQ((*nss)[0].blocks, 30u);
+  EXPECT_EQ(c->FindNamespace((*nss)[0].spec.DisplayName()).value(), *ns);
+  // Removal, flush, stats, segments, verify.
+  ASSERT_TRUE(c->Remove(*ns, Key(0)).ok());
+  EXPECT_TRUE(c->GetVector(*ns, Key(0)).status().IsNotFound());
+  ASSERT_TRUE(c->Flush().ok());
+  Stats st = c->GetStats();
+  EXPECT_EQ(st.puts, 30u);
+  EXPECT_GE(st.gets, 30u);
+  EXPECT_FALSE(c->Segments().empty());
+  auto rep = c->Verify(VerifyOptions{true, nullptr});
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  EXPECT_TRUE(rep->ok());
+  EXPECT_GT(rep->records_ok, 0u);
+  ASSERT_TRUE(c->ShareNow(std::chrono::milliseconds(100)).ok());
+  ASSERT_TRUE(c->RemoveNamespace(*ns).ok());
+  EXPECT_TRUE(c->ListNamespaces().value().empty());
+  ASSERT_TRUE(c->Close().ok());
+  EXPECT_EQ(c->Put(*ns, Key(1), "x", 1).code(), Code::kClosed);
+}
+
+TEST_F(ServiceTest, AsyncPutsAndGetsCompleteWithTheirCallbacks) {
+  ServedStore served(dir_.path());
+  auto c = served.Client();
+  const NamespaceId ns = c->RegisterNamespace(TestSpec()).value();
+  std::atomic<int> ok{0};
+  std::vector<std::promise<void>> done(50);
+  for (int i = 0; i < 50; ++i) {
+    auto p = Payload(ns, Key(i), 20000);
+    Fragment f{p.data(), p.size()};
+    c->PutAsync(ns, Key(i), {&f, 1}, [&, i](Status s) {
+      if (s.ok()) ++ok;
+      done[i].set_value();
+    });
+  }  // PutAsync copied the payloads: their buffers are gone already
+  for (auto& d : done) d.get_future().wait();
+  EXPECT_EQ(ok.load(), 50);
+  std::vector<std::vector<uint8_t>> bufs(50, std::vector<uint8_t>(20000));
+  std::vector<std::promise<Result<size_t>>> got(50);
+  for (int i = 0; i < 50; ++i) {
+    MutableFragment m{bufs[i].data(), bufs[i].size()};
+    c->GetAsync(ns, Key(i), {&m, 1}, Clock::now() + std::chrono::seconds(5),
+                [&got, i](Result<size_t> r) { got[i].set_value(std::move(r)); });
+  }
+  for (int i = 0; i < 50; ++i) {
+    auto r = got[i].get_future().get();
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(bufs[i], Payload(ns, Key(i), 20000));
+  }
+  // A deadline already passed is a miss at once, and the buffer is untouched.
+  std::vector<uint8_t> untouched(20000, 0xAB);
+  MutableFragment m{untouched.data(), untouched.size()};
+  std::promise<Result<size_t>> late;
+  c->GetAsync(ns, Key(1), {&m, 1}, Clock::now() - std::chrono::milliseconds(1),
+              [&late](Result<size_t> r) { late.set_value(std::move(r)); });
+  EXPECT_EQ(late.get_future().get().status().code(), Code::kTimedOut);
+  EXPECT_EQ(untouched, std::vector<uint8_t>(20000, 0xAB));
+}
+
+TEST_F(ServiceTest, RegisteredMemoryMovesPayloadsWithoutStaging) {
+  Options big = SmallOptions();
+  big.segment_size_bytes = 16 << 20;
+  big.capacity_bytes = 64 << 20;
+  big.write_queue_bytes = 32 << 20;
+  ServedStore served(dir_.path(), ServiceOptions{}, big);
+  ServiceClientOptions co;
+  co.staging_bytes = 2 << 20;  // too small for these blocks: only registered memory can carry them
+  auto c = served.Client(co);
+  const NamespaceId ns = c->RegisterNamespace(TestSpec()).value();
+  const size_t kBytes = 32 << 20;
+  const int fd = memfd_create("engine-buffers", MFD_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, kBytes), 0);
+  auto* mem = static_cast<uint8_t*>(mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+  ASSERT_NE(mem, MAP_FAILED);
+  const size_t kBlock = 4 << 20;
+  auto p = Payload(ns, Key(1), kBlock);
+  std::memcpy(mem + kBlock, p.data(), kBlock);
+  // Not registered yet: over the staging area, refused.
+  EXPECT_EQ(c->Put(ns, Key(1), mem + kBlock, kBlock).code(), Code::kNotAdmitted);
+  ASSERT_TRUE(c->RegisterMemory(mem, kBytes, fd, 0).ok());
+  Status put = c->Put(ns, Key(1), mem + kBlock, kBlock);
+  ASSERT_TRUE(put.ok()) << put.ToString();
+  auto n = c->Get(ns, Key(1), mem + 3 * kBlock, kBlock);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(0, std::memcmp(mem + 3 * kBlock, p.data(), kBlock));
+  EXPECT_EQ(served.store()->GetVector(ns, Key(1)).value(), p);
+  // A fragment running past the registered memory is staged (and here
+  // refused for its size), never read out of bounds.
+  EXPECT_EQ(c->Put(ns, Key(2), mem + kBytes - kBlock / 2, kBlock).code(), Code::kNotAdmitted);
+  ASSERT_TRUE(c->UnregisterMemory(mem).ok());
+  c.reset();
+  munmap(mem, kBytes);
+  close(fd);
+  EXPECT_EQ(served.service()->GetStats().regions, 0u);
+}
+
+TEST_F(ServiceTest, AClientOverItsInFlightCapIsAnsweredNotAdmitted) {
+  ServiceOptions so;
+  so.max_client_inflight_bytes = 256 << 10;
+  ServedStore served(dir_.path(), so);
+  auto c = served.Client();
+  const NamespaceId ns = c->RegisterNamespace(TestSpec()).value();
+  std::atomic<int> ok{0}, refused{0}, other{0};
+  std::vector<std::promise<void>> done(64);
+  auto p = Payload(ns, Key(0), 128 << 10);
+  for (int i = 0; i < 64; ++i) {
+    Fragment f{p.data(), p.size()};
+    c->PutAsync(ns, Key(i), {&f, 1}, [&, i](Status s) {
+      if (s.ok()) ++ok;
+      else if (s.code() == Code::kNotAdmitted) ++refused;
+      else ++other;
+      done[i].set_value();
+    });
+  }
+  for (auto& d : done) d.get_future().wait();
+  EXPECT_GT(ok.load(), 0);
+  EXPECT_GT(refused.load(), 0);
+  EXPECT_EQ(other.load(), 0);
+  EXPECT_GT(served.service()->GetStats().over_cap, 0u);
+  // Another client is not held back by the first one's cap.
+  auto c2 = served.Client();
+  EXPECT_TRUE(c2->Put(ns, Key(1000), p.data(), p.size()).ok());
+}
+
+TEST_F(ServiceTest, ManyClientsShareOneStoreAndSeeEachOthersBlocks) {
+  ServedStore served(dir_.path());
+  std::vector<std::unique_ptr<Store>> clients;
+  for (int i = 0; i < 4; ++i) clients.push_back(served.Client());
+  const NamespaceId ns = clients[0]->RegisterNamespace(TestSpec()).value();
+  for (int i = 1; i < 4; ++i) EXPECT_EQ(clients[i]->RegisterNamespace(TestSpec()).value(), ns);
+  std::vector<std::thread> ts;
+  for (int c = 0; c < 4; ++c)
+    ts.emplace_back([&, c] {
+      for (int i = 0; i < 25; ++i) {
+        auto p = Payload(ns, Key(c * 100 + i), 9000 + i);
+        EXPECT_TRUE(clients[c]->Put(ns, Key(c * 100 + i), p.data(), p.size()).ok());
+      }
+    });
+  for (auto& t : ts) t.join();
+  for (int c = 0; c < 4; ++c)
+    for (int i = 0; i < 25; ++i)
+      EXPECT_EQ(clients[(c + 1) % 4]->GetVector(ns, Key(c * 100 + i)).value(), Payload(ns, Key(c * 100 + i), 9000 + i));
+  ServiceStats s = served.service()->GetStats();
+  EXPECT_EQ(s.clients, 4u);
+  ASSERT_EQ(s.namespaces.size(), 1u);
+  EXPECT_EQ(s.namespaces[0].puts, 100u);
+  EXPECT_EQ(s.namespaces[0].hits, 100u);
+}
+
+}  // namespace
+}  // namespace kvtier::testing

@@ -1,0 +1,276 @@
+// kvtier serve DIR: one process owns the store in DIR and serves every
+// process on the node through a Unix socket (include/kvtier/service.h,
+// docs/service.md).
+//
+// Signals: SIGTERM and SIGINT close it cleanly (in-flight requests finish,
+// the store writes its clean-shutdown checkpoint); SIGHUP reopens the log
+// file (for logrotate). With --idle-exit it also leaves once it has had no
+// client for that long (how auto: services go away).
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <ctime>
+#include <iostream>
+#include <mutex>
+#include <thread>
+
+#include "commands.h"
+#include "kvtier/service.h"
+#include "metrics.h"
+
+namespace kvtier::cli {
+
+namespace {
+
+struct ServeCmd {
+  StoreArgs a;
+  std::string socket;
+  std::string socket_mode = "0660";
+  std::string socket_group;
+  std::string tenancy = "none";
+  std::string metrics_listen = "127.0.0.1:9464";
+  std::string log_file;
+  uint32_t idle_exit_s = 0;
+  std::string ram_tier;
+  std::string client_inflight = "1G";
+  uint32_t max_clients = 256;
+};
+
+// One line per event, time-stamped, to the log file (reopened on SIGHUP) or
+// stderr.
+class Log {
+ public:
+  explicit Log(std::string path) : path_(std::move(path)) { Reopen(); }
+  ~Log() {
+    if (f_ != nullptr && f_ != stderr) std::fclose(f_);
+  }
+  void Reopen() {
+    std::lock_guard<std::mutex> l(mu_);
+    if (path_.empty()) {
+      f_ = stderr;
+      return;
+    }
+    std::FILE* n = std::fopen(path_.c_str(), "a");
+    if (n == nullptr) return;  // keep the old one
+    if (f_ != nullptr && f_ != stderr) std::fclose(f_);
+    f_ = n;
+  }
+  void Line(const std::string& msg) {
+    char ts[32];
+    const std::time_t t = std::time(nullptr);
+    std::tm tm{};
+    gmtime_r(&t, &tm);
+    std::strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    std::lock_guard<std::mutex> l(mu_);
+    std::fprintf(f_, "%s kvtier serve: %s\n", ts, msg.c_str());
+    std::fflush(f_);
+  }
+
+ private:
+  std::string path_;
+  std::mutex mu_;
+  std::FILE* f_ = nullptr;
+};
+
+// A minimal HTTP endpoint for Prometheus: GET /metrics on a TCP socket,
+// one request at a time, every read and write bounded.
+class MetricsServer {
+ public:
+  static Result<std::unique_ptr<MetricsServer>> Start(const std::string& listen,
+                                                      std::function<std::string()> render) {
+    const size_t colon = listen.rfind(':');
+    if (colon == std::string::npos) return Status::InvalidArgument("--metrics-listen wants HOST:PORT or off");
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    if (::inet_pton(AF_INET, listen.substr(0, colon).c_str(), &addr.sin_addr) != 1)
+      return Status::InvalidArgument("--metrics-listen: '" + listen.substr(0, colon) + "' is not an IPv4 address");
+    auto port = ParseSize(listen.substr(colon + 1));
+    if (!port.ok() || *port == 0 || *port > 65535) return Status::InvalidArgument("--metrics-listen: bad port");
+    addr.sin_port = htons(static_cast<uint16_t>(*port));
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return Status::FromErrno(errno, "socket");
+    const int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(fd, 16) != 0) {
+      const int err = errno;
+      ::close(fd);
+      return Status::FromErrno(err, "metrics endpoint " + listen);
+    }
+    auto m = std::unique_ptr<MetricsServer>(new MetricsServer(fd, std::move(render)));
+    m->thread_ = std::thread([p = m.get()] { p->Loop(); });
+    return m;
+  }
+  ~MetricsServer() {
+    stop_.store(true);
+    ::shutdown(fd_, SHUT_RDWR);
+    if (thread_.joinable()) thread_.join();
+    ::close(fd_);
+  }
+
+ private:
+  MetricsServer(int fd, std::function<std::string()> render) : fd_(fd), render_(std::move(render)) {}
+  void Loop() {
+    while (!stop_.load()) {
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, 200) <= 0) continue;
+      int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (c < 0) continue;
+      timeval tv{2, 0};
+      ::setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+      ::setsockopt(c, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+      char buf[1024];
+      const ssize_t n = ::recv(c, buf, sizeof buf - 1, 0);
+      std::string req = n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
+      std::string body, status = "200 OK";
+      if (req.rfind("GET /metrics", 0) == 0) {
+        body = render_();
+      } else {
+        status = "404 Not Found";
+        body = "kvtier serve: GET /metrics\n";
+      }
+      const std::string resp = "HTTP/1.0 " + status + "\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: " +
+                               std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+      (void)!::send(c, resp.data(), resp.size(), MSG_NOSIGNAL);
+      ::close(c);
+    }
+  }
+  int fd_;
+  std::function<std::string()> render_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+int Run(const ServeCmd& in) {
+  // Signals are taken by sigwait below; every thread started after this
+  // inherits the mask.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+
+  ServiceOptions so;
+  so.socket_path = in.socket.empty() ? in.a.dir + "/kvtier.sock" : in.socket;
+  try {
+    so.socket_mode = static_cast<unsigned>(std::stoul(in.socket_mode, nullptr, 8));
+  } catch (...) {
+    return Fail("serve", kExitUsage, "--socket-mode wants octal permissions such as 0660");
+  }
+  so.socket_group = in.socket_group;
+  if (in.tenancy == "uid") so.tenancy = ServiceOptions::Tenancy::kUid;
+  else if (in.tenancy == "gid") so.tenancy = ServiceOptions::Tenancy::kGid;
+  else if (in.tenancy != "none") return Fail("serve", kExitUsage, "--tenancy is none, uid or gid");
+  auto inflight = ParseSize(in.client_inflight);
+  if (!inflight.ok()) return Fail("serve", kExitUsage, "--client-inflight: " + inflight.status().message());
+  so.max_client_inflight_bytes = *inflight;
+  so.max_clients = in.max_clients;
+  Log log(in.log_file);
+  so.log = [&log](const std::string& line) { log.Line(line); };
+
+  Options o;
+  o.create_if_missing = true;
+  o.group_access = (so.socket_mode & 0070) != 0;
+  if (!in.a.capacity.empty()) {
+    auto cap = ParseSize(in.a.capacity);
+    if (!cap.ok()) return Fail("serve", kExitUsage, "--capacity: " + cap.status().message());
+    o.capacity_bytes = *cap;
+  }
+  if (!in.ram_tier.empty()) {
+    auto ram = ParseSize(in.ram_tier);
+    if (!ram.ok()) return Fail("serve", kExitUsage, "--ram-tier: " + ram.status().message());
+    o.ram_tier_bytes = *ram;
+  }
+  o.remote = in.a.remote;
+  o.warn = [&log](const std::string& line) { log.Line("warning: " + line); };
+  auto store = Store::Open(in.a.dir, o);
+  if (!store.ok()) return Fail("serve", kExitCannotOpen, "cannot open store " + in.a.dir + ": " + store.status().ToString());
+  auto service = Service::Start(store->get(), so);
+  if (!service.ok()) {
+    (*store)->Close().IgnoreError();
+    return Fail("serve", kExitCannotOpen, "cannot serve " + in.a.dir + ": " + service.status().ToString());
+  }
+  std::unique_ptr<MetricsServer> metrics;
+  if (in.metrics_listen != "off") {
+    Store* s = store->get();
+    Service* sv = service->get();
+    auto m = MetricsServer::Start(in.metrics_listen, [s, sv] {
+      MetricsInput mi;
+      mi.stats = s->GetStats();
+      auto nss = s->ListNamespaces();
+      if (nss.ok()) mi.namespaces = std::move(nss).value();
+      mi.segments = s->Segments();
+      const ServiceStats st = sv->GetStats();
+      mi.service = &st;
+      return RenderMetrics(mi, nullptr);
+    });
+    if (m.ok()) metrics = std::move(m).value();
+    else log.Line("warning: no metrics endpoint: " + m.status().ToString());
+  }
+  log.Line("serving " + in.a.dir + " on " + so.socket_path + " (store " + (*store)->Description().store_id +
+           (metrics ? ", metrics on http://" + in.metrics_listen + "/metrics" : "") + ")");
+
+  // Wait for a signal, or for the idle time to pass with no client.
+  Clock::time_point idle_since = Clock::now();
+  for (;;) {
+    timespec tick{1, 0};
+    const int sig = sigtimedwait(&set, nullptr, &tick);
+    if (sig == SIGHUP) {
+      log.Reopen();
+      log.Line("log reopened");
+      continue;
+    }
+    if (sig == SIGTERM || sig == SIGINT) {
+      log.Line(std::string("stopping on ") + (sig == SIGTERM ? "SIGTERM" : "SIGINT"));
+      break;
+    }
+    if (in.idle_exit_s == 0) continue;
+    if ((*service)->GetStats().clients > 0) {
+      idle_since = Clock::now();
+    } else if (Clock::now() - idle_since >= std::chrono::seconds(in.idle_exit_s)) {
+      log.Line("stopping: no client for " + std::to_string(in.idle_exit_s) + " s");
+      break;
+    }
+  }
+  metrics.reset();
+  (*service)->Stop();
+  Status st = (*store)->Close();
+  if (!st.ok()) {
+    log.Line("closing the store: " + st.ToString());
+    return kExitProblems;
+  }
+  log.Line("stopped cleanly");
+  return kExitOk;
+}
+
+}  // namespace
+
+Command AddServe(CLI::App& root) {
+  auto in = std::make_shared<ServeCmd>();
+  CLI::App* sub = root.add_subcommand("serve", "Serve the store in DIR to every process on this machine (unix: clients)");
+  AddDirArg(sub, &in->a);
+  sub->add_option("--socket", in->socket, "Unix socket to listen on (default DIR/kvtier.sock)");
+  sub->add_option("--socket-mode", in->socket_mode, "Permissions of the socket (octal)")->capture_default_str();
+  sub->add_option("--socket-group", in->socket_group, "Group owning the socket (name or number)");
+  sub->add_option("--tenancy", in->tenancy, "Keep namespaces apart per client uid or gid: none, uid, gid")
+      ->capture_default_str();
+  sub->add_option("--metrics-listen", in->metrics_listen, "HOST:PORT for Prometheus (GET /metrics), or off")
+      ->capture_default_str();
+  sub->add_option("--log", in->log_file, "Append log lines to this file (reopened on SIGHUP; default stderr)");
+  sub->add_option("--idle-exit", in->idle_exit_s, "Leave after this many seconds without a client (0: never)")
+      ->capture_default_str();
+  sub->add_option("--capacity", in->a.capacity, "Byte budget for segments (e.g. 500G; default 8G)");
+  sub->add_option("--ram-tier", in->ram_tier, "Host RAM tier in front of the disk (e.g. 64G; default off)");
+  sub->add_option("--client-inflight", in->client_inflight, "Bytes of puts one client may have in flight")
+      ->capture_default_str();
+  sub->add_option("--max-clients", in->max_clients, "Clients served at once")->capture_default_str();
+  return {sub, [in] { return Run(*in); }};
+}
+
+}  // namespace kvtier::cli

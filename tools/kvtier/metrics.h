@@ -1,0 +1,28 @@
+// The Prometheus text exposition of a store (and, for `kvtier serve`, of the
+// service in front of it): names prefixed kvtier_, counters suffixed _total.
+// `kvtier stats` prints it; `kvtier serve --metrics-listen` serves it.
+#ifndef KVTIER_TOOLS_KVTIER_METRICS_H_
+#define KVTIER_TOOLS_KVTIER_METRICS_H_
+
+#include <string>
+#include <vector>
+
+#include "cli.h"
+#include "kvtier/service.h"
+
+namespace kvtier::cli {
+
+struct MetricsInput {
+  Stats stats;
+  std::vector<NamespaceInfo> namespaces;
+  std::vector<SegmentInfo> segments;
+  const ServiceStats* service = nullptr;  // only from a service
+};
+
+// The exposition as text, and (when `json` is not null) the same samples as
+// a JSON object keyed by name{labels}.
+std::string RenderMetrics(const MetricsInput& in, nlohmann::json* json);
+
+}  // namespace kvtier::cli
+
+#endif  // KVTIER_TOOLS_KVTIER_METRICS_H_
