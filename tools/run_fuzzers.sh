@@ -4,7 +4,7 @@
 # report or timeout; the failing input is left in build-fuzz/artifacts/.
 #
 #   tools/run_fuzzers.sh <seconds-per-target> [target ...]
-#   (targets: record scanner superblock namespace; default all)
+#   (targets: record scanner superblock namespace wire; default all)
 #
 # The committed seeds (tests/fuzz/corpus/<target>/) are only read; inputs the
 # run finds go to build-fuzz/corpus/<target>/ and seed the next run there.
@@ -18,12 +18,12 @@ set -euo pipefail
 
 secs=${1:-}
 if [[ -z $secs || ! $secs =~ ^[0-9]+$ ]]; then
-  echo "usage: $0 <seconds-per-target> [record|scanner|superblock|namespace ...]" >&2
+  echo "usage: $0 <seconds-per-target> [record|scanner|superblock|namespace|wire ...]" >&2
   exit 2
 fi
 shift
 targets=("$@")
-[[ ${#targets[@]} -eq 0 ]] && targets=(record scanner superblock namespace)
+[[ ${#targets[@]} -eq 0 ]] && targets=(record scanner superblock namespace wire)
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD_DIR:-$root/build-fuzz}

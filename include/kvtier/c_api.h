@@ -43,7 +43,7 @@
 extern "C" {
 #endif
 
-#define KVTIER_ABI_VERSION ((1u << 16) | 0u) /* 1.0 */
+#define KVTIER_ABI_VERSION ((1u << 16) | 1u) /* 1.1: kvtier_register_memory, unix:/auto: opens */
 #define KVTIER_MAX_KEY_BYTES 255
 
 /* Status codes: equal to kvtier::Code. */
@@ -142,7 +142,12 @@ const char* kvtier_last_error(void);
  * kvtier::RemoteTierOptions fields (e.g. {"remote": {"enabled": true,
  * "ceph_conf": "/etc/ceph/ceph.conf", "pool": "kvtier"}}). Unknown keys and
  * wrong types are KVTIER_INVALID_ARGUMENT naming the key. A folder opened elsewhere
- * (this process included) is KVTIER_BUSY. */
+ * (this process included) is KVTIER_BUSY.
+ * `dir` may also name a kvtier service: "unix:/path/to.sock" connects to one,
+ * "auto:/store/folder" connects to the folder's service, starting one when
+ * none runs (docs/service.md); every call below works the same. "client" is
+ * then an object of kvtier::ServiceClientOptions fields (e.g. {"client":
+ * {"staging_bytes": 268435456}}). */
 int kvtier_open(const char* dir, const char* options_json, kvtier_store** out);
 /* Completes queued work, checkpoints, releases the folder. The handle stays
  * valid: later calls return KVTIER_CLOSED. Closing twice is OK. Completions
@@ -209,6 +214,13 @@ int kvtier_flush(kvtier_store* s);
  * sealed segment to be uploaded (Store::ShareNow). KVTIER_TIMED_OUT when the
  * uploads outlast it; KVTIER_OK at once without a shared tier. */
 int kvtier_share_now(kvtier_store* s, uint32_t timeout_ms);
+/* Says that [base, base+len) is a MAP_SHARED mapping of `fd` at file offset
+ * `offset` (a memfd, or a file in /dev/shm): a served store then moves
+ * payloads in it straight between the service and that memory (no staging
+ * copy). The mapping must stay until kvtier_unregister_memory or close. An
+ * embedded store accepts and ignores it. */
+int kvtier_register_memory(kvtier_store* s, void* base, size_t len, int fd, uint64_t offset);
+int kvtier_unregister_memory(kvtier_store* s, void* base);
 /* kvtier::Stats as a JSON object (field names as in kvtier/store.h), NUL
  * terminated. *out_len gets the length without the NUL; when cap is too
  * small the call returns KVTIER_BUFFER_TOO_SMALL and *out_len the length

@@ -41,6 +41,11 @@
 
 namespace kvtier {
 
+// The names a service started for a store folder (`kvtier serve DIR`,
+// "auto:DIR") uses inside it: its socket and, when auto: started it, its log.
+inline constexpr const char* kServiceSocketName = "kvtier.sock";
+inline constexpr const char* kServiceLogName = "kvtier-serve.log";
+
 struct ServiceOptions {
   // The socket to listen on. A stale socket file (nobody answers) is
   // replaced; a live one is an error (Busy).

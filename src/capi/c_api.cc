@@ -459,6 +459,20 @@ int kvtier_share_now(kvtier_store* s, uint32_t timeout_ms) {
   });
 }
 
+int kvtier_register_memory(kvtier_store* s, void* base, size_t len, int fd, uint64_t offset) {
+  return Guard([&]() -> int {
+    if (int rc = CheckStore(s)) return rc;
+    return Report(s->store->RegisterMemory(base, len, fd, offset));
+  });
+}
+
+int kvtier_unregister_memory(kvtier_store* s, void* base) {
+  return Guard([&]() -> int {
+    if (int rc = CheckStore(s)) return rc;
+    return Report(s->store->UnregisterMemory(base));
+  });
+}
+
 int kvtier_stats_json(kvtier_store* s, char* buf, size_t cap, size_t* out_len) {
   return Guard([&]() -> int {
     if (int rc = CheckStore(s)) return rc;

@@ -84,6 +84,29 @@ static Status SetRemoteOption(RemoteTierOptions* r, const std::string& k, const 
   return Status::NotFound("unknown option '" + n + "'");
 }
 
+static Status SetClientOption(ServiceClientOptions* c, const std::string& k, const json& v) {
+  const std::string n = "client." + k;
+  if (k == "staging_bytes") return GetUnsigned(n, v, &c->staging_bytes);
+  if (k == "op_timeout_ms") return GetUnsigned(n, v, &c->op_timeout_ms);
+  if (k == "connect_timeout_ms") return GetUnsigned(n, v, &c->connect_timeout_ms);
+  if (k == "client_name") return GetString(n, v, &c->client_name);
+  if (k == "serve_program") return GetString(n, v, &c->serve_program);
+  if (k == "idle_exit_s") return GetUnsigned(n, v, &c->idle_exit_s);
+  if (k == "serve_args") return GetString(n, v, &c->serve_args);
+  return Status::NotFound("unknown option '" + n + "'");
+}
+
+// The "client" object: ServiceClientOptions by field name.
+static Status ClientFromJson(const json& v, ServiceClientOptions* c) {
+  if (!v.is_object()) return TypeError("client", "an object");
+  for (auto it = v.begin(); it != v.end(); ++it) {
+    Status st = SetClientOption(c, it.key(), it.value());
+    if (st.IsNotFound()) return Status::InvalidArgument(st.message());
+    KVTIER_RETURN_IF_ERROR(st);
+  }
+  return Status::OK();
+}
+
 // The "remote" object: RemoteTierOptions by field name.
 static Status RemoteFromJson(const json& v, RemoteTierOptions* r) {
   if (!v.is_object()) return TypeError("remote", "an object");
@@ -124,6 +147,7 @@ Status SetOption(Options* o, const std::string& k, const json& v) {
   if (k == "verify_ram_hits") return GetBool(k, v, &o->verify_ram_hits);
   if (k == "zero_copy_small_pages") return GetBool(k, v, &o->zero_copy_small_pages);
   if (k == "remote") return RemoteFromJson(v, &o->remote);
+  if (k == "client") return ClientFromJson(v, &o->client);
   if (k == "io_backend") {
     std::string b;
     KVTIER_RETURN_IF_ERROR(GetString(k, v, &b));

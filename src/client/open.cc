@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "client/service_store.h"
+#include "kvtier/service.h"
 
 extern char** environ;
 
@@ -72,7 +73,7 @@ Status StartService(const std::string& dir, const std::string& socket, const Ser
   posix_spawnattr_t attr;
   posix_spawn_file_actions_init(&fa);
   posix_spawnattr_init(&attr);
-  const std::string log = dir + "/kvtier-serve.log";
+  const std::string log = dir + "/" + kServiceLogName;
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0640);
   posix_spawn_file_actions_adddup2(&fa, 1, 2);
@@ -100,7 +101,7 @@ Result<std::unique_ptr<Store>> OpenServiceStore(const std::string& target, const
   std::string path = target.substr(5);
   while (path.size() > 1 && path.back() == '/') path.pop_back();
   if (path.empty()) return Status::InvalidArgument("empty service address: " + target);
-  const std::string socket = is_unix ? path : path + "/kvtier.sock";
+  const std::string socket = is_unix ? path : path + "/" + kServiceSocketName;
   auto store = std::make_unique<ServiceStore>(target, socket, options);
   Status st = store->Connect();
   if (st.ok() || !is_auto || st.code() != Code::kNotFound) {
@@ -117,7 +118,7 @@ Result<std::unique_ptr<Store>> OpenServiceStore(const std::string& target, const
     if (Clock::now() >= until)
       return st.WithContext("auto: the service started for " + path + " did not answer within " +
                             std::to_string(options.client.connect_timeout_ms) + " ms (see " + path +
-                            "/kvtier-serve.log)");
+                            "/" + kServiceLogName + ")");
   }
 }
 

@@ -16,6 +16,7 @@
 #include <string_view>
 
 #include "kvtier/namespace.h"
+#include "kvtier/service.h"
 #include "log/segment_table.h"
 
 namespace kvtier::layout {
@@ -43,12 +44,13 @@ inline std::string NamespacePath(const std::string& dir, NamespaceId id) {
 inline std::string DamagedIndexPath(const std::string& dir, uint64_t unix_ms) {
   return IndexDir(dir) + ".damaged-" + std::to_string(unix_ms);
 }
-// Entries a crash during a store's creation can leave in its folder (the
-// superblock is renamed into place last): a folder holding anything else is
-// not made a store.
+// Entries a folder may hold before it is made a store: what a crash during
+// a store's creation leaves (the superblock is renamed into place last), and
+// an auto: service's socket and log. A folder holding anything else is not
+// made a store.
 inline bool LeftByInterruptedCreation(std::string_view name) {
   return name == kLock || name == std::string(kSuperblock) + std::string(kTempSuffix) || name == kSegmentsDir ||
-         name == kNamespacesDir;
+         name == kNamespacesDir || name == kServiceSocketName || name == kServiceLogName;
 }
 
 }  // namespace kvtier::layout

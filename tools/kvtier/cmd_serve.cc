@@ -157,7 +157,7 @@ int Run(const ServeCmd& in) {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 
   ServiceOptions so;
-  so.socket_path = in.socket.empty() ? in.a.dir + "/kvtier.sock" : in.socket;
+  so.socket_path = in.socket.empty() ? in.a.dir + "/" + kServiceSocketName : in.socket;
   try {
     so.socket_mode = static_cast<unsigned>(std::stoul(in.socket_mode, nullptr, 8));
   } catch (...) {
@@ -176,6 +176,9 @@ int Run(const ServeCmd& in) {
 
   Options o;
   o.create_if_missing = true;
+  auto seg = ParseSize(in.a.segment_size);
+  if (!seg.ok()) return Fail("serve", kExitUsage, "--segment-size: " + seg.status().message());
+  o.segment_size_bytes = *seg;
   o.group_access = (so.socket_mode & 0070) != 0;
   if (!in.a.capacity.empty()) {
     auto cap = ParseSize(in.a.capacity);
@@ -265,7 +268,7 @@ Command AddServe(CLI::App& root) {
   sub->add_option("--log", in->log_file, "Append log lines to this file (reopened on SIGHUP; default stderr)");
   sub->add_option("--idle-exit", in->idle_exit_s, "Leave after this many seconds without a client (0: never)")
       ->capture_default_str();
-  sub->add_option("--capacity", in->a.capacity, "Byte budget for segments (e.g. 500G; default 8G)");
+  AddCreateOptions(sub, &in->a);
   sub->add_option("--ram-tier", in->ram_tier, "Host RAM tier in front of the disk (e.g. 64G; default off)");
   sub->add_option("--client-inflight", in->client_inflight, "Bytes of puts one client may have in flight")
       ->capture_default_str();

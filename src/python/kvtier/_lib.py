@@ -66,6 +66,8 @@ _SIGNATURES = {
     "kvtier_remove": (_I, [_P, c_ns, _P, _SZ]),
     "kvtier_flush": (_I, [_P]),
     "kvtier_share_now": (_I, [_P, ctypes.c_uint32]),
+    "kvtier_register_memory": (_I, [_P, _P, _SZ, _I, ctypes.c_uint64]),
+    "kvtier_unregister_memory": (_I, [_P, _P]),
     "kvtier_stats_json": (_I, [_P, ctypes.c_char_p, _SZ, ctypes.POINTER(_SZ)]),
     "kvtier_put_async": (_I, [_P, c_ns, _P, _SZ, ctypes.POINTER(Fragment), _SZ, ctypes.c_uint64]),
     "kvtier_get_async": (_I, [_P, c_ns, _P, _SZ, ctypes.POINTER(Fragment), _SZ, ctypes.c_uint64,

@@ -84,6 +84,7 @@ class Store:
                 fut.set_exception(KvtierError(Code.CLOSED, "store closed"))
         self._h = None
         lib.kvtier_free(h)
+        self._registered = {}  # the memory's owners may release it now
         if rc != 0:
             _raise(rc)
 
@@ -139,6 +140,29 @@ class Store:
         what this one wrote. Raises KvtierError(TIMED_OUT) when they are not
         done by then; returns at once without a shared tier."""
         _check(lib.kvtier_share_now(self._handle(), max(0, int(timeout * 1000))))
+
+    def register_memory(self, buffer, fd, offset=0):
+        """Says that `buffer` (a writable buffer, or an (address, size) pair)
+        is a shared mapping of file descriptor `fd` at file offset `offset`
+        (an mmap of a memfd or of a file in /dev/shm, such as vLLM's CPU
+        tier). With a store served by `kvtier serve` ("unix:" or "auto:"
+        paths), puts and gets of payloads in it then move between the service
+        and that memory without the staging copy. An embedded store ignores
+        it. The mapping must stay until unregister_memory() or close()."""
+        addr, n, keep = _buffers.one(buffer, writable=True)
+        if not isinstance(fd, int) or fd < 0:
+            raise KvtierError(Code.INVALID_ARGUMENT, "fd must be an open file descriptor")
+        _check(lib.kvtier_register_memory(self._handle(), addr, n, fd, int(offset)))
+        with self._lock:
+            self._registered = getattr(self, "_registered", {})
+            self._registered[addr] = keep
+        return addr
+
+    def unregister_memory(self, address):
+        """Forgets memory registered at `address` (what register_memory returned)."""
+        _check(lib.kvtier_unregister_memory(self._handle(), address))
+        with self._lock:
+            getattr(self, "_registered", {}).pop(address, None)
 
     def stats(self):
         """kvtier::Stats as a dict."""

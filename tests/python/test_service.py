@@ -1,0 +1,175 @@
+"""The Python package against `kvtier serve` (issue 19): unix: and auto:
+paths, registered memory, several processes, metrics, signals.
+
+Needs the kvtier program: $KVTIER_BIN (ctest sets it); skipped without."""
+import mmap
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import numpy as np
+import pytest
+
+import kvtier
+
+KVTIER_BIN = os.environ.get("KVTIER_BIN", "")
+pytestmark = pytest.mark.skipif(not os.access(KVTIER_BIN or "/nonexistent", os.X_OK),
+                                reason="KVTIER_BIN (the kvtier program) is not set")
+CLIENT = {"client": {"staging_bytes": 16 << 20, "op_timeout_ms": 10000}}
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(pred, seconds=20):
+    until = time.time() + seconds
+    while not pred():
+        if time.time() > until:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+class Served:
+    def __init__(self, tmp_path, *extra):
+        self.dir = str(tmp_path / "store")
+        self.sock = str(tmp_path / "kv.sock")
+        self.log = str(tmp_path / "serve.log")
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            [KVTIER_BIN, "serve", self.dir, "--socket", self.sock, "--segment-size", "4M", "--capacity", "256M",
+             "--metrics-listen", f"127.0.0.1:{self.port}", "--log", self.log, *extra])
+        assert wait_for(lambda: os.path.exists(self.sock) or self.proc.poll() is not None)
+        assert self.proc.poll() is None, open(self.log).read()
+        self.address = "unix:" + self.sock
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(timeout=30)
+        return self.proc.returncode
+
+
+@pytest.fixture
+def served(tmp_path):
+    s = Served(tmp_path, "--ram-tier", "64M")
+    yield s
+    s.stop()
+
+
+SPEC = dict(name="svc", model_id="Qwen/Qwen3-0.6B", dtype="bf16", layout="test", block_tokens=16)
+
+
+def test_a_served_store_is_the_same_api(served):
+    with kvtier.Store(served.address, **CLIENT) as s:
+        ns = s.register_namespace(**SPEC)
+        a = np.arange(1 << 16, dtype=np.float32)
+        assert ns.put("k1", a)
+        out = np.zeros_like(a)
+        assert ns.get_into("k1", out) == a.nbytes and np.array_equal(out, a)
+        assert ns.get("nope") is None
+        assert ns.lookup_prefix(["k1", "nope", "k1"]) == 1
+        futs = [ns.put_async(f"a{i}", a[: 1024 * (i + 1)]) for i in range(8)]
+        assert all(f.result(timeout=10) for f in futs)
+        assert ns.get(f"a3") == a[: 4096].tobytes()
+        st = s.stats()
+        assert st["puts"] >= 9
+    # What went through the service is in the folder once it stops.
+    assert served.stop() == 0
+    with kvtier.Store(served.dir, read_only=True) as s:
+        assert s.namespace(SPEC["name"]).get("k1") == a.tobytes()
+
+
+def test_registered_memory_moves_payloads_without_staging(served):
+    fd = os.memfd_create("engine-pool")
+    size = 64 << 20
+    os.ftruncate(fd, size)
+    mem = mmap.mmap(fd, size)
+    view = np.frombuffer(mem, dtype=np.uint8)
+    client = {"client": {"staging_bytes": 2 << 20}}  # too small for 3 MiB blocks
+    with kvtier.Store(served.address, **client) as s:
+        ns = s.register_namespace(**SPEC)
+        block = np.random.default_rng(1).integers(0, 255, 3 << 20, dtype=np.uint8)
+        view[: block.nbytes] = block
+        assert not ns.put("big", view[: block.nbytes])  # declined: no staging room
+        s.register_memory(view, fd)
+        assert ns.put("big", view[: block.nbytes])
+        assert ns.get_into("big", view[16 << 20: (16 << 20) + block.nbytes]) == block.nbytes
+        assert np.array_equal(view[16 << 20: (16 << 20) + block.nbytes], block)
+    del view
+    mem.close()
+    os.close(fd)
+
+
+CHILD = r"""
+import sys, numpy as np, kvtier
+addr, who = sys.argv[1], int(sys.argv[2])
+with kvtier.Store(addr, client={"staging_bytes": 8 << 20}) as s:
+    ns = s.register_namespace(name="svc", model_id="Qwen/Qwen3-0.6B", dtype="bf16", layout="test", block_tokens=16)
+    for i in range(20):
+        assert ns.put(f"p{who}-{i}", np.full(50000, who * 1000 + i, dtype=np.int32))
+    # Wait for the others' blocks, then read them all.
+    import time
+    for other in range(4):
+        for i in range(20):
+            for _ in range(500):
+                got = ns.get(f"p{other}-{i}")
+                if got is not None:
+                    break
+                time.sleep(0.01)
+            assert got == np.full(50000, other * 1000 + i, dtype=np.int32).tobytes(), (other, i)
+print("ok", who)
+"""
+
+
+def test_processes_share_one_store(served):
+    env = dict(os.environ)
+    procs = [subprocess.Popen([sys.executable, "-c", CHILD, served.address, str(w)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for w in range(4)]
+    for p in procs:
+        out, _ = p.communicate(timeout=120)
+        assert p.returncode == 0, out.decode()
+    body = urllib.request.urlopen(f"http://127.0.0.1:{served.port}/metrics", timeout=10).read().decode()
+    assert "kvtier_service_connections_total 4" in body
+    assert 'kvtier_namespace_puts_total{namespace="svc"' in body
+    assert "kvtier_namespace_hit_tokens_total" in body
+    assert 'kvtier_hits_total{source="ram"}' in body
+
+
+def test_sighup_reopens_the_log_and_sigterm_closes_cleanly(tmp_path):
+    s = Served(tmp_path)
+    os.rename(s.log, s.log + ".1")
+    s.proc.send_signal(signal.SIGHUP)
+    assert wait_for(lambda: os.path.exists(s.log))
+    assert s.stop() == 0
+    assert "stopped cleanly" in open(s.log).read()
+    out = subprocess.run([KVTIER_BIN, "info", s.dir, "--json"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert '"clean"' in out.stdout
+
+
+def test_auto_starts_one_service_for_every_process_and_it_leaves_when_idle(tmp_path):
+    folder = str(tmp_path / "auto-store")
+    os.makedirs(folder)
+    addr = "auto:" + folder
+    opts = {"client": {"staging_bytes": 8 << 20, "idle_exit_s": 1, "serve_program": KVTIER_BIN,
+                       "serve_args": "--segment-size 4M --capacity 256M --metrics-listen off"}}
+    a = kvtier.Store(addr, **opts)
+    b = kvtier.Store(addr, **opts)
+    na, nb = a.register_namespace(**SPEC), b.register_namespace(**SPEC)
+    assert na.put("from-a", b"a" * 10000)
+    assert nb.get("from-a") == b"a" * 10000
+    assert os.path.exists(folder + "/kvtier.sock")
+    a.close()
+    b.close()
+    # The last client gone, the service leaves; the next client starts another.
+    assert wait_for(lambda: not os.path.exists(folder + "/kvtier.sock"), 30)
+    with kvtier.Store(addr, **opts) as c:
+        assert c.register_namespace(**SPEC).get("from-a") == b"a" * 10000

@@ -1,0 +1,296 @@
+// The service against clients that die, a service that dies, hostile bytes
+// on its socket, and two users (issue 19).
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "service/service_util.h"
+#include "wire/region.h"
+#include "wire/requests.h"
+#include "wire/socket_io.h"
+#include "wire/wire.h"
+
+namespace kvtier::testing {
+namespace {
+
+// Waits (bounded) until `pred` holds.
+template <typename P>
+bool Eventually(P pred, std::chrono::milliseconds limit = std::chrono::seconds(10)) {
+  const auto until = Clock::now() + limit;
+  while (!pred()) {
+    if (Clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
+TEST(ServiceFaults, AClientKilledMidRequestLeavesNothingBehind) {
+  TempDir dir;
+  ServedStore served(dir.path());
+  const NamespaceId ns = served.store()->RegisterNamespace(TestSpec()).value();
+  for (int round = 0; round < 5; ++round) {
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      Options o;
+      o.client.staging_bytes = 8 << 20;
+      auto c = Store::Open(served.address(), o);
+      if (!c.ok()) _exit(2);
+      (void)(*c)->RegisterNamespace(TestSpec());
+      auto p = Payload(ns, Key(round), 300000);
+      for (int i = 0;; ++i) {  // puts and gets until killed
+        Fragment f{p.data(), p.size()};
+        (*c)->PutAsync(ns, Key(1000 * round + i), {&f, 1}, nullptr);
+        std::vector<uint8_t> buf(300000);
+        (void)(*c)->Get(ns, Key(1000 * round + i / 2), buf.data(), buf.size());
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(30 + 20 * round));
+    kill(child, SIGKILL);
+    waitpid(child, nullptr, 0);
+    // Its connection ends, its requests finish, its regions go.
+    ASSERT_TRUE(Eventually([&] { return served.service()->GetStats().clients == 0; }));
+    EXPECT_EQ(served.service()->GetStats().regions, 0u);
+  }
+  // Whatever it put is whole: every block the store holds verifies.
+  auto rep = served.store()->Verify(VerifyOptions{true, nullptr});
+  ASSERT_TRUE(rep.ok());
+  EXPECT_TRUE(rep->ok());
+  size_t blocks = 0;
+  ASSERT_TRUE(served.store()->ListBlocks(ns, "", [&](const BlockInfo& b) {
+                ++blocks;
+                auto got = served.store()->GetVector(ns, b.key);
+                EXPECT_TRUE(got.ok());
+                return true;
+              }).ok());
+  EXPECT_GT(blocks, 0u);
+  // And the service still serves.
+  auto c = served.Client();
+  auto p = Payload(ns, Key(1), 5000);
+  EXPECT_TRUE(c->Put(ns, Key(1), p.data(), p.size()).ok());
+}
+
+// `kvtier serve` for `store_dir` in a process of its own.
+pid_t ServeInChild(const std::string& store_dir, const std::string& socket) {
+  const pid_t child = fork();
+  if (child != 0) return child;
+  execl(KVTIER_CLI, KVTIER_CLI, "serve", store_dir.c_str(), "--socket", socket.c_str(), "--metrics-listen", "off",
+        "--segment-size", "4M", "--capacity", "64M", "--log", (store_dir + ".log").c_str(), nullptr);
+  _exit(127);
+}
+
+TEST(ServiceFaults, ServiceKilledGivesErrorsNotHangsThenClientsReconnect) {
+  TempDir dir;
+  const std::string socket = dir.Sub("s.sock"), store = dir.Sub("store");
+  pid_t server = ServeInChild(store, socket);
+  Options o;
+  o.client.staging_bytes = 4 << 20;
+  o.client.op_timeout_ms = 5000;
+  std::unique_ptr<Store> c;
+  ASSERT_TRUE(Eventually([&] {
+    auto s = Store::Open("unix:" + socket, o);
+    if (s.ok()) c = std::move(s).value();
+    return c != nullptr;
+  }));
+  const NamespaceId ns = c->RegisterNamespace(TestSpec()).value();
+  for (int i = 0; i < 30; ++i) {
+    auto p = Payload(ns, Key(i), 7000);
+    ASSERT_TRUE(c->Put(ns, Key(i), p.data(), p.size()).ok());  // acknowledged: durable
+  }
+  kill(server, SIGKILL);
+  waitpid(server, nullptr, 0);
+  // Every call fails promptly; nothing hangs.
+  const auto t0 = Clock::now();
+  EXPECT_FALSE(c->GetVector(ns, Key(1)).ok());
+  auto p = Payload(ns, Key(100), 7000);
+  EXPECT_FALSE(c->Put(ns, Key(100), p.data(), p.size()).ok());
+  EXPECT_FALSE(c->LookupPrefix(ns, std::vector<std::string_view>{Key(1)}).ok());
+  EXPECT_LT(Clock::now() - t0, std::chrono::seconds(2));
+  // The service is back (recovering the store): the same client goes on,
+  // with every acknowledged block intact.
+  server = ServeInChild(store, socket);
+  ASSERT_TRUE(Eventually([&] { return c->GetVector(ns, Key(0)).ok(); }));
+  for (int i = 0; i < 30; ++i) EXPECT_EQ(c->GetVector(ns, Key(i)).value(), Payload(ns, Key(i), 7000)) << i;
+  EXPECT_TRUE(c->Put(ns, Key(100), p.data(), p.size()).ok());
+  c.reset();
+  kill(server, SIGKILL);
+  waitpid(server, nullptr, 0);
+}
+
+// Raw frames on the socket, as a hostile or broken client sends them.
+class RawClient {
+ public:
+  explicit RawClient(const std::string& socket) : fd_(wire::ConnectUnix(socket).value()) {
+    wire::SetTimeouts(fd_.get(), 2000, 2000).IgnoreError();
+  }
+  Status Send(std::string_view bytes, const std::vector<int>& fds = {}) {
+    return wire::SendFrames(fd_.get(), bytes, fds);
+  }
+  Status Recv(wire::Frame* f) { return wire::RecvFrame(fd_.get(), f); }
+  Status Hello() {
+    wire::WireWriter w;
+    wire::Encode(w, wire::HelloRequest{"raw", 0});
+    KVTIER_RETURN_IF_ERROR(Send(w.Frame(static_cast<uint16_t>(wire::Op::kHello), 1)));
+    wire::Frame f;
+    KVTIER_RETURN_IF_ERROR(Recv(&f));
+    wire::WireReader r(f.body);
+    return r.Status();
+  }
+  // The status of the reply to one frame.
+  Status Ask(uint16_t op, std::string_view body) {
+    wire::FrameHeader h;
+    h.op = op;
+    h.id = 7;
+    h.body_bytes = static_cast<uint32_t>(body.size());
+    std::string frame(wire::kHeaderBytes, '\0');
+    wire::EncodeHeader(h, reinterpret_cast<uint8_t*>(frame.data()));
+    frame += body;
+    KVTIER_RETURN_IF_ERROR(Send(frame));
+    wire::Frame f;
+    KVTIER_RETURN_IF_ERROR(Recv(&f));
+    wire::WireReader r(f.body);
+    return r.Status();
+  }
+
+ private:
+  wire::UniqueFd fd_;
+};
+
+TEST(ServiceFaults, MalformedAndHostileFramesGetErrorsAndTheServiceCarriesOn) {
+  TempDir dir;
+  ServedStore served(dir.path());
+  auto good = served.Client();
+  const NamespaceId ns = good->RegisterNamespace(TestSpec()).value();
+  auto p = Payload(ns, Key(1), 5000);
+  ASSERT_TRUE(good->Put(ns, Key(1), p.data(), p.size()).ok());
+  {  // Not a frame at all: the connection is closed.
+    RawClient r(served.socket());
+    ASSERT_TRUE(r.Send(std::string(64, 'x')).ok());
+    wire::Frame f;
+    EXPECT_FALSE(r.Recv(&f).ok());
+  }
+  {  // A body larger than any frame may be: closed before reading it.
+    RawClient r(served.socket());
+    wire::FrameHeader h;
+    h.op = static_cast<uint16_t>(wire::Op::kHello);
+    std::string frame(wire::kHeaderBytes, '\0');
+    wire::EncodeHeader(h, reinterpret_cast<uint8_t*>(frame.data()));
+    frame[16] = frame[17] = frame[18] = frame[19] = '\xff';  // 4 GiB body
+    ASSERT_TRUE(r.Send(frame).ok());
+    wire::Frame f;
+    EXPECT_FALSE(r.Recv(&f).ok());
+  }
+  {  // Requests before hello: refused and closed.
+    RawClient r(served.socket());
+    EXPECT_FALSE(r.Ask(static_cast<uint16_t>(wire::Op::kGetStats), "").ok());
+  }
+  {  // After hello: each malformed body is answered InvalidArgument and the
+     // connection goes on.
+    RawClient r(served.socket());
+    ASSERT_TRUE(r.Hello().ok());
+    std::mt19937_64 rng(7);
+    const uint16_t ops[] = {10, 11, 12, 13, 20, 21, 22, 23, 24, 25, 26, 30, 31, 32, 40, 41, 42, 43, 3, 999};
+    for (int i = 0; i < 400; ++i) {
+      std::string body(rng() % 64, '\0');
+      for (char& ch : body) ch = static_cast<char>(rng());
+      const uint16_t op = ops[rng() % (sizeof ops / sizeof ops[0])];
+      Status st = r.Ask(op, body);
+      EXPECT_NE(st.code(), Code::kIOError) << "op " << op << ": " << st.ToString();
+    }
+    // Fragments outside any region, or into a region that does not exist.
+    wire::PutRequest put;
+    put.ns = ns;
+    put.key = Key(5);
+    put.payload = {wire::WireFragment{1, 0, 4096}};
+    wire::WireWriter w;
+    wire::Encode(w, put);
+    EXPECT_EQ(r.Ask(static_cast<uint16_t>(wire::Op::kPut), w.body()).code(), Code::kInvalidArgument);
+    // A lookup claiming more keys than its body holds.
+    wire::WireWriter lie;
+    lie.U64(ns);
+    lie.U32(4000);
+    EXPECT_EQ(r.Ask(static_cast<uint16_t>(wire::Op::kLookupPrefix), lie.body()).code(), Code::kInvalidArgument);
+  }
+  EXPECT_GT(served.service()->GetStats().malformed, 300u);
+  // The well-behaved client never noticed.
+  EXPECT_EQ(good->GetVector(ns, Key(1)).value(), p);
+  EXPECT_TRUE(Eventually([&] { return served.service()->GetStats().clients == 1; }));
+}
+
+TEST(ServiceFaults, ARegionOfAnotherUserMustBeSealed) {
+  TempDir dir;
+  ServedStore served(dir.path());
+  ASSERT_EQ(chmod(dir.path().c_str(), 0755), 0);
+  // The child is another user (nobody, in the socket's group): an unsealed
+  // memfd could be truncated under the service's mapping, so it is refused;
+  // a sealed one is taken.
+  InKilledChild([&] {
+    if (setgid(0) != 0 || setuid(65534) != 0) _exit(10);
+    RawClient r(served.socket());
+    if (!r.Hello().ok()) _exit(11);
+    const int loose = memfd_create("loose", MFD_CLOEXEC);
+    if (loose < 0 || ftruncate(loose, 1 << 20) != 0) _exit(12);
+    wire::WireWriter w;
+    wire::Encode(w, wire::RegisterRegionRequest{1 << 20});
+    if (!r.Send(w.Frame(static_cast<uint16_t>(wire::Op::kRegisterRegion), 2), {loose}).ok()) _exit(13);
+    wire::Frame f;
+    if (!r.Recv(&f).ok()) _exit(14);
+    wire::WireReader rr(f.body);
+    if (rr.Status().code() != Code::kInvalidArgument) _exit(15);
+    auto sealed = wire::SharedRegion::CreateMemfd("sealed", 1 << 20);
+    if (!sealed.ok()) _exit(16);
+    if (!r.Send(w.Frame(static_cast<uint16_t>(wire::Op::kRegisterRegion), 3), {(*sealed)->fd()}).ok()) _exit(17);
+    if (!r.Recv(&f).ok()) _exit(18);
+    wire::WireReader ok(f.body);
+    if (!ok.Status().ok()) _exit(19);
+  });
+}
+
+TEST(ServiceFaults, TenantsByUidNeverSeeEachOthersBlocks) {
+  TempDir dir;
+  ServiceOptions so;
+  so.tenancy = ServiceOptions::Tenancy::kUid;
+  ServedStore served(dir.path(), so);
+  ASSERT_EQ(chmod(dir.path().c_str(), 0755), 0);
+  // Root (an admin) writes a block in its namespace.
+  auto admin = served.Client();
+  const NamespaceId mine = admin->RegisterNamespace(TestSpec("shared/model")).value();
+  auto p = Payload(mine, Key(1), 6000);
+  ASSERT_TRUE(admin->Put(mine, Key(1), p.data(), p.size()).ok());
+  InKilledChild([&] {
+    if (setgid(0) != 0 || setuid(65534) != 0) _exit(10);
+    Options o;
+    o.client.staging_bytes = 4 << 20;
+    auto c = Store::Open(served.address(), o);
+    if (!c.ok()) _exit(11);
+    // The same spec is another namespace for this tenant: nothing in it.
+    auto theirs = (*c)->RegisterNamespace(TestSpec("shared/model"));
+    if (!theirs.ok() || *theirs == mine) _exit(12);
+    if (!(*c)->GetVector(*theirs, Key(1)).status().IsNotFound()) _exit(13);
+    // Naming the other tenant's id directly is answered as unknown.
+    if (!(*c)->GetVector(mine, Key(1)).status().IsNotFound()) _exit(14);
+    if (!(*c)->Stat(mine, Key(1)).status().IsNotFound()) _exit(15);
+    auto q = Payload(mine, Key(2), 6000);
+    if ((*c)->Put(mine, Key(2), q.data(), q.size()).ok()) _exit(16);
+    if ((*c)->ListNamespaces().value().size() != 1) _exit(17);
+    // Its own blocks work.
+    if (!(*c)->Put(*theirs, Key(1), q.data(), q.size()).ok()) _exit(18);
+    if ((*c)->GetVector(*theirs, Key(1)).value() != q) _exit(19);
+    // Admin operations are the service owner's.
+    if ((*c)->EvictTo(0).ok()) _exit(20);
+  });
+  // The admin's block is untouched; the admin sees both namespaces.
+  EXPECT_EQ(admin->GetVector(mine, Key(1)).value(), p);
+  EXPECT_EQ(admin->ListNamespaces().value().size(), 2u);
+}
+
+}  // namespace
+}  // namespace kvtier::testing
