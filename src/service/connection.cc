@@ -44,6 +44,7 @@ void Connection::Join() {
 }
 
 void Connection::ReadLoop() {
+  reader_id_ = std::this_thread::get_id();
   std::string why = "closed the connection";
   for (;;) {
     // Idle clients may wait as long as they like between frames; inside a
@@ -105,7 +106,12 @@ void Connection::WriteLoop() {
         out_.pop_front();
       }
     }
-    if (!wire::SendFrames(sock_.get(), batch).ok()) {
+    Status sent;
+    {
+      MutexLock l(&send_mu_);
+      sent = wire::SendFrames(sock_.get(), batch);
+    }
+    if (!sent.ok()) {
       // The client is gone or not reading: end the connection; replies still
       // queued are dropped.
       ::shutdown(sock_.get(), SHUT_RDWR);
@@ -118,6 +124,22 @@ void Connection::WriteLoop() {
 }
 
 void Connection::Send(std::string frame) {
+  if (std::this_thread::get_id() == reader_id_) {
+    bool queue_empty;
+    {
+      MutexLock l(&out_mu_);
+      if (out_closed_) return;
+      queue_empty = out_.empty();
+    }
+    // Replies may go in any order (each names its request), so the reader
+    // sends its own when the writer has nothing queued.
+    if (queue_empty) {
+      MutexLock l(&send_mu_);
+      if (wire::SendFrames(sock_.get(), frame).ok()) return;
+      ::shutdown(sock_.get(), SHUT_RDWR);  // the reader sees the end next
+      return;
+    }
+  }
   {
     MutexLock l(&out_mu_);
     if (out_closed_) return;

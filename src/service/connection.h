@@ -110,6 +110,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   uint64_t inflight_bytes_ GUARDED_BY(inflight_mu_) = 0;
   uint64_t inflight_requests_ GUARDED_BY(inflight_mu_) = 0;
 
+  // One frame at a time on the socket: the writer thread's batches, and the
+  // reader's own replies, which it sends itself when nothing waits before
+  // them (a lookup then costs no hand-over to the writer).
+  Mutex send_mu_;
+  std::thread::id reader_id_;
   Mutex out_mu_;
   std::condition_variable out_cv_;
   std::deque<std::string> out_ GUARDED_BY(out_mu_);

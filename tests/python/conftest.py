@@ -13,3 +13,27 @@ SMALL = dict(segment_size_bytes=1 << 20, capacity_bytes=16 << 20, write_queue_by
 @pytest.fixture
 def store_dir(tmp_path):
     return str(tmp_path / "store")
+
+
+@pytest.fixture
+def kvtier_service(tmp_path):
+    """A `kvtier serve` process on a fresh store; yields its "unix:" address.
+    Needs $KVTIER_BIN (ctest sets it); skips without."""
+    import signal
+    import subprocess
+    import time
+
+    binary = os.environ.get("KVTIER_BIN", "")
+    if not os.access(binary or "/nonexistent", os.X_OK):
+        pytest.skip("KVTIER_BIN (the kvtier program) is not set")
+    sock = str(tmp_path / "kvtier.sock")
+    proc = subprocess.Popen([binary, "serve", str(tmp_path / "served-store"), "--socket", sock, "--segment-size", "4M",
+                             "--capacity", "256M", "--metrics-listen", "off", "--log", str(tmp_path / "serve.log")])
+    until = time.time() + 30
+    while not os.path.exists(sock) and proc.poll() is None and time.time() < until:
+        time.sleep(0.02)
+    if proc.poll() is not None or not os.path.exists(sock):
+        pytest.fail("kvtier serve did not start: " + open(tmp_path / "serve.log").read())
+    yield "unix:" + sock
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=30)

@@ -173,3 +173,25 @@ def test_auto_starts_one_service_for_every_process_and_it_leaves_when_idle(tmp_p
     assert wait_for(lambda: not os.path.exists(folder + "/kvtier.sock"), 30)
     with kvtier.Store(addr, **opts) as c:
         assert c.register_namespace(**SPEC).get("from-a") == b"a" * 10000
+
+
+def test_the_kvtier_command_works_against_a_service(served, tmp_path):
+    with kvtier.Store(served.address, **CLIENT) as s:
+        s.register_namespace(**SPEC)
+    payload = tmp_path / "block"
+    payload.write_bytes(b"q" * 12345)
+
+    def kv(*args):
+        return subprocess.run([KVTIER_BIN, *args], capture_output=True, text=True, timeout=60)
+
+    r = kv("put", served.address, "abcd", str(payload), "--ns", "svc")
+    assert r.returncode == 0, r.stderr
+    r = kv("get", served.address, "abcd", "--ns", "svc", "-o", str(tmp_path / "out"))
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "out").read_bytes() == b"q" * 12345
+    r = kv("ls", served.address, "--json")
+    assert r.returncode == 0 and "abcd" in r.stdout, r.stderr
+    r = kv("info", served.address)
+    assert r.returncode == 0 and "served by the kvtier service" in r.stdout, r.stderr
+    r = kv("stats", served.address)
+    assert r.returncode == 0 and "kvtier_puts_total" in r.stdout, r.stderr

@@ -92,9 +92,19 @@ def _page_words(torch, host, indices):
             for i in range(0, len(indices), PAGE)]
 
 
-def write_and_die(path, layout, mla, v1, out):
+def _set_ranks(ranks):
+    """Acts as one rank of several (sglang_source.RANKS: SGLang's process
+    groups, stood in for in one process)."""
+    _sglang()
+    import sglang_source
+
+    sglang_source.RANKS.update(ranks or {})
+
+
+def write_and_die(path, layout, mla, v1, out, ranks=None):
     """Child process: back a prompt's pages up through the controller, save
     their bytes, then die without closing anything."""
+    _set_ranks(ranks)
     torch, ctl, host = _controller(path, layout, mla, v1, seed=11)
     from sglang.srt.mem_cache.utils import get_hash_str
 
@@ -112,9 +122,12 @@ def write_and_die(path, layout, mla, v1, out):
     os.kill(os.getpid(), 9)
 
 
-def _child(path, layout, mla, v1, tmp):
+def _child(path, layout, mla, v1, tmp, ranks=None):
+    import json
+
     out = os.path.join(tmp, "pages.pt")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(HERE, "..", "..", "src", "python"), HERE]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(HERE, "..", "..", "src", "python"), HERE]),
+               KVTIER_TEST_RANKS=json.dumps(ranks or {}))
     r = subprocess.run([sys.executable, __file__, path, layout, str(int(mla)), str(int(v1)), out], env=env,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == -9, r.stdout + r.stderr
@@ -195,6 +208,50 @@ def test_a_wrong_key_fails_the_attach_naming_it(tmp_path):
             storage_backend_extra_config=extra)
 
 
+# ---- Several ranks, one store: the node service (issue 19) -------------------------
+
+
+def _prefetched_pages_equal(saved, ctl, host):
+    torch, _, _, _ = _sglang()
+    tokens = _prompt()
+    op, indices = _prefetch(ctl, host, tokens)
+    assert op.completed_tokens == len(tokens), op.completed_tokens
+    want = torch.load(saved)
+    got = _page_words(torch, host, indices[:op.completed_tokens])
+    assert len(got) == N_PAGES and all(torch.equal(w, g) for w, g in zip(want, got))
+
+
+def test_dp_attention_ranks_share_one_store_through_the_service(tmp_path, kvtier_service):
+    # With DP attention every DP rank has attention TP rank 0 (of 1): DP rank 0
+    # backs a prompt up and dies; DP rank 1, another process, prefetches it.
+    dp = {"dp_attention": True, "attn_tp_rank": 0, "attn_tp_size": 1}
+    saved = _child(kvtier_service, "page_first", False, True, str(tmp_path), dict(dp, attn_dp_rank=0))
+    _set_ranks(dict(dp, attn_dp_rank=1))
+    try:
+        torch, ctl, host = _controller(kvtier_service, "page_first", False, True)
+        _prefetched_pages_equal(saved, ctl, host)
+        ctl.detach_storage_backend()
+    finally:
+        _set_ranks({"dp_attention": False, "attn_dp_rank": 0})
+
+
+def test_mla_rank_zero_writes_and_every_rank_hits_through_the_service(tmp_path, kvtier_service):
+    # MLA with TP 2: SGLang backs up from TP rank 0 only; rank 1 (another
+    # process, which backs nothing up itself) must find every page.
+    saved = _child(kvtier_service, "page_first", True, True, str(tmp_path), {"tp_rank": 0, "tp_size": 2})
+    _set_ranks({"tp_rank": 1, "tp_size": 2})
+    try:
+        torch, ctl, host = _controller(kvtier_service, "page_first", True, True)
+        assert ctl.backup_skip  # SGLang's own rule: rank 1 of an MLA model writes nothing
+        _prefetched_pages_equal(saved, ctl, host)
+        ctl.detach_storage_backend()
+    finally:
+        _set_ranks({"tp_rank": 0, "tp_size": 1})
+
+
 if __name__ == "__main__":
+    import json
+
     SRC = SRC or sys.argv[0]
-    write_and_die(sys.argv[1], sys.argv[2], bool(int(sys.argv[3])), bool(int(sys.argv[4])), sys.argv[5])
+    write_and_die(sys.argv[1], sys.argv[2], bool(int(sys.argv[3])), bool(int(sys.argv[4])), sys.argv[5],
+                  json.loads(os.environ.get("KVTIER_TEST_RANKS", "{}")))

@@ -34,7 +34,7 @@ def _vllm():
     return base, config, factory
 
 
-def _spec(path, model="Qwen/Qwen3-0.6B", tier_extra=None, events=False):
+def _spec(path, model="Qwen/Qwen3-0.6B", tier_extra=None, events=False, dp=(0, 1)):
     base, config, factory = _vllm()
     tier = {"type": "KvtierTierManager", "module_path": "kvtier.adapters.vllm", "path": path, "capacity_gb": 1}
     tier.update(tier_extra or {})
@@ -48,7 +48,7 @@ def _spec(path, model="Qwen/Qwen3-0.6B", tier_extra=None, events=False):
         model=config.OffloadingModelConfig(name=model, dtype="bfloat16"),
         cache=config.OffloadingCacheConfig(tokens_per_hash=BLOCK_TOKENS, blocks_per_chunk=1),
         parallel=config.OffloadingParallelConfig(rank=0, world_size=1, tp_size=1, pp_size=1, pcp_size=1, dcp_size=1,
-                                                 data_parallel_index=0, data_parallel_size=1,
+                                                 data_parallel_index=dp[0], data_parallel_size=dp[1],
                                                  data_parallel_rank_local=None, is_parallelism_agnostic=False),
     )
     return factory.OffloadingSpecFactory.create_spec(oc)
@@ -94,10 +94,10 @@ def _store_blocks(manager, keys):
     _step(manager)
 
 
-def child_store_then_die(path):
+def child_store_then_die(path, dp=(0, 1)):
     """Run in a fresh process: store blocks through the real manager, then
     exit without shutdown (as if killed)."""
-    spec = _spec(path)
+    spec = _spec(path, dp=tuple(dp))
     manager = spec.get_manager()
     _store_blocks(manager, _keys(N_BLOCKS))
     assert _tier(manager)._store.stats()["puts"] == N_BLOCKS
@@ -216,3 +216,31 @@ def test_events_only_when_vllm_drains_them(tmp_path):
     assert sorted(k for e in events for k in e.keys) == sorted(base_keys)
     assert all(e.medium is base.Medium.STORAGE and e.removed is False for e in events)
     loud.shutdown()
+
+
+def test_dp_replicas_hit_each_others_blocks_through_the_service(tmp_path, kvtier_service):
+    # Replica 0 of 2 (a process of its own) stores blocks and dies; replica 1
+    # finds them in the service's store and loads them into its CPU tier.
+    base, _, _ = _vllm()
+    import kvtier
+
+    pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(kvtier.__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([HERE, pkg_root]))
+    if env.get("KVTIER_LIB"):
+        env["KVTIER_LIB"] = os.path.abspath(env["KVTIER_LIB"])
+    subprocess.run([sys.executable, "-c",
+                    f"import test_vllm_engine as t; t.child_store_then_die({kvtier_service!r}, (0, 2))"],
+                   check=True, env=env, cwd=HERE, timeout=120)
+    manager = _spec(kvtier_service, dp=(1, 2)).get_manager()
+    # The CPU tier is a file in /dev/shm: the service reads and writes it in
+    # place, no staging.
+    assert _tier(manager)._shared
+    rows = _rows(manager)
+    for i, key in enumerate(_keys(N_BLOCKS)):
+        ctx, seen = _load_until_hit(manager, key)
+        assert seen[-1] is base.LookupResult.HIT, seen
+        load = manager.prepare_load([key], ctx)
+        assert rows[int(load.block_ids[0])].tobytes() == _payload(i, rows.shape[1])
+        manager.complete_load([key], ctx)
+        manager.on_request_finished(ctx)
+    manager.shutdown()

@@ -1,5 +1,6 @@
 // kvtier bench [ARGS...]: runs the benchmark binary kvtier-bench that is
-// installed next to this executable, passing every argument through.
+// installed next to this executable, passing every argument through;
+// `kvtier bench --service [ARGS...]` runs kvtier-service-bench instead.
 #include <unistd.h>
 
 #include <cerrno>
@@ -22,15 +23,18 @@ int Run(const Bench& in) {
   if (n <= 0) return Fail("bench", kExitProblems, std::string("cannot find this executable: ") + std::strerror(errno));
   std::string dir(self, static_cast<size_t>(n));
   dir.resize(dir.rfind('/'));
-  const std::string bench = dir + "/kvtier-bench";
+  std::vector<std::string> args = in.app->remaining();
+  const bool service = !args.empty() && args[0] == "--service";
+  if (service) args.erase(args.begin());
+  const std::string name_only = service ? "kvtier-service-bench" : "kvtier-bench";
+  const std::string bench = dir + "/" + name_only;
   if (::access(bench.c_str(), X_OK) != 0) {
     return Fail("bench", kExitUsage, bench + " not found (" + std::strerror(errno) +
                                          "): build it with `cmake --build <build dir> --target kvtier-bench`");
   }
   std::vector<char*> argv;
-  std::string name = "kvtier-bench";
+  std::string name = name_only;
   argv.push_back(name.data());
-  std::vector<std::string> args = in.app->remaining();
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   ::execv(bench.c_str(), argv.data());

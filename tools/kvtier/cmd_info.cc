@@ -1,4 +1,5 @@
-// kvtier info DIR: what a store is and holds.
+// kvtier info DIR: what a store is and holds. DIR may be a service
+// (unix:PATH), which answers for the store it serves.
 
 #include <cstdio>
 #include <iostream>
@@ -37,7 +38,11 @@ int Run(const Info& in) {
   std::string shutdown = "unknown";
   long pid = 0;
   bool in_use = false;
-  if (auto fst = Store::Inspect(in.a.dir); fst.ok()) {
+  const bool served = in.a.dir.rfind("unix:", 0) == 0 || in.a.dir.rfind("auto:", 0) == 0;
+  if (served) {
+    shutdown = "running: served by the kvtier service at " + in.a.dir;
+    in_use = true;
+  } else if (auto fst = Store::Inspect(in.a.dir); fst.ok()) {
     switch (fst->last_shutdown) {
       case FolderState::Shutdown::kNeverCheckpointed: shutdown = "never checkpointed"; break;
       case FolderState::Shutdown::kClean: shutdown = "clean"; break;
@@ -52,7 +57,7 @@ int Run(const Info& in) {
   // What a writer would cap the budget to (Store::Open does, read-write).
   uint64_t disk_free = 0, held_bytes = 0;
   bool exceeds_disk = false;
-  if (auto f = DefaultFileSystem()->FreeSpace(in.a.dir); f.ok()) {
+  if (auto f = DefaultFileSystem()->FreeSpace(in.a.dir); !served && f.ok()) {
     disk_free = *f;
     held_bytes = uint64_t{st.segments_total} * d.segment_size_bytes;
     exceeds_disk = st.capacity_bytes > held_bytes + disk_free;

@@ -44,7 +44,7 @@ logger = logging.getLogger(__name__)
 # adapter_params keys. Anything else is refused by name when LMCache builds
 # the client.
 PARAM_KEYS = {
-    "path": "store folder (required)",
+    "path": "store folder (required), or a service (unix:SOCKET or auto:FOLDER) every worker shares",
     "capacity_gb": "byte budget of the store, in GiB (keep it at or above LMCache's max_capacity_gb)",
     "model": "model the server serves (its keys name it too): part of the namespace",
     "model_revision": "model revision or commit: part of the namespace",

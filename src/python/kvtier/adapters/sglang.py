@@ -21,12 +21,14 @@ size, layers, heads (or MLA's latent dims) and the page's fragment sizes. It
 is registered when SGLang hands over the host pool (register_mem_pool_host),
 so a store written one way is a miss read any other way, never wrong bytes.
 
-Ranks: each TP / PP / attention-CP rank runs in a process of its own, and a
-store folder has one process, so with several ranks each opens `path`/tp<r>-
-pp<p>[-cp<c>] with an even share of capacity_gb. For MLA models SGLang backs
-up only from TP rank 0 and takes the minimum hit count over the TP group, so
-with per-rank folders nothing hits beyond one rank (the node service, issue
-19, lets every rank share one store). Hybrid models (SGLang's _v2 storage
+Ranks: each TP / PP / attention-CP rank runs in a process of its own. Given a
+service (`path` "unix:SOCKET" or "auto:FOLDER"), every rank shares its one
+store: DP-attention ranks (all attention TP rank 0) share their blocks, and
+for MLA models, where SGLang backs up only from TP rank 0 and takes the
+minimum hit count over the TP group, every rank hits what rank 0 wrote. Given
+a folder, which admits one process, several ranks each open `path`/tp<r>-
+pp<p>[-cp<c>] with an even share of capacity_gb: DP-attention ranks then
+collide and MLA with TP > 1 never hits, so use a service for those. Hybrid models (SGLang's _v2 storage
 API, Mamba / SWA / DSA pools) are refused at start with a clear error.
 
 A store that cannot be opened is logged once and the backend then answers
@@ -41,7 +43,7 @@ from sglang.srt.mem_cache.hicache_storage import HiCacheStorage, PoolTransferRes
 from sglang.srt.observability.metrics_collector import StorageMetrics
 
 from .._errors import Code, KvtierError
-from ._common import check_config_keys, open_or_disable
+from ._common import check_config_keys, is_service, open_or_disable
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +53,8 @@ LOADER_KEYS = ("backend_name", "module_path", "class_name", "interface_v1")
 
 # The backend's own keys. Anything else is refused by name at start.
 CONFIG_KEYS = {
-    "path": "store folder (required); with several ranks each uses path/tp<r>-pp<p>",
+    "path": "store folder (required; with several ranks each uses path/tp<r>-pp<p>), or a service: "
+            "unix:SOCKET or auto:FOLDER, shared by every rank",
     "capacity_gb": "byte budget of all ranks' stores together, in GiB",
     "model_revision": "model revision or commit: part of the namespace",
     "salt": "tenant salt: deployments with different salts never share blocks",
@@ -89,9 +92,10 @@ def check_config(extra_config, storage_config):
 
 
 def store_path(path, ranks):
-    """This rank's store folder: `path` itself with one rank, else a
-    sub-folder per rank (a store folder admits one process)."""
-    if ranks["tp_size"] * ranks["pp_size"] * ranks["cp_size"] == 1:
+    """This rank's store folder: `path` itself with one rank or a service
+    (every rank shares its store), else a sub-folder per rank (a store
+    folder admits one process)."""
+    if ranks["tp_size"] * ranks["pp_size"] * ranks["cp_size"] == 1 or is_service(path):
         return path
     for r, n in (("tp_rank", "tp_size"), ("pp_rank", "pp_size"), ("cp_rank", "cp_size")):
         if not 0 <= ranks[r] < ranks[n]:
@@ -180,7 +184,7 @@ class KvtierHiCacheStorage(HiCacheStorage):
         opts = dict(self._config.get("options") or {})
         ranks = _rank_info(storage_config)
         opts["path"] = store_path(self._config["path"], ranks)
-        if self._config.get("capacity_gb") is not None:
+        if self._config.get("capacity_gb") is not None and not is_service(self._config["path"]):
             opts["capacity_gb"] = float(self._config["capacity_gb"]) / (
                 ranks["tp_size"] * ranks["pp_size"] * ranks["cp_size"])
         self._store, _ = open_or_disable(opts, logger, "kvtier backend")  # without it the server runs without L3

@@ -40,14 +40,15 @@ from vllm.v1.kv_offload.tiering.base import JobResult, SecondaryTierManager
 from vllm.distributed.kv_transfer.kv_connector.v1.offloading.metrics import OffloadingConnectorStats
 
 from .._errors import Code
-from ._common import check_config_keys, open_or_disable, view_address
+from ._common import check_config_keys, is_service, open_or_disable, register_shared, view_address
 
 logger = logging.getLogger(__name__)
 
 # The tier's own config keys (beside "type" and "module_path", which vLLM's
 # factory consumes). Anything else is refused by name at engine start.
 CONFIG_KEYS = {
-    "path": "store folder (required); with data parallelism each replica uses path/dp<index>",
+    "path": "store folder (required; with data parallelism each replica uses path/dp<index>), or a service: "
+            "unix:SOCKET or auto:FOLDER, shared by every replica",
     "capacity_gb": "byte budget of the store, in GiB",
     "workers": "worker threads for lookups and transfers (default 4)",
     "hash_algo": "vLLM's --prefix-caching-hash-algo (default sha256): part of the namespace",
@@ -101,6 +102,8 @@ def namespace_spec(offloading_spec, row_bytes, config):
 
 def _store_path(path, offloading_spec):
     par = offloading_spec.config.parallel
+    if is_service(path):
+        return path  # every replica shares the service's store
     if int(par.data_parallel_size) > 1:
         # One process per replica, and a store folder has one writer: until
         # the node service, each replica keeps its own folder.
@@ -144,6 +147,9 @@ class KvtierTierManager(SecondaryTierManager):
             opts["capacity_gb"] = config["capacity_gb"]
         self._store, self._ns = open_or_disable(opts, logger, "kvtier tier",
                                                 namespace_spec(offloading_spec, self._row_bytes, config))
+        # Through a service, the CPU tier's rows (a file in /dev/shm) move
+        # straight between the service and this mapping.
+        self._shared = register_shared(self._store, self._base, self._num_rows * self._row_bytes, logger)
 
     @classmethod
     def build_metric_definitions(cls, extra_config):

@@ -1,0 +1,501 @@
+// kvtier-service-bench (`kvtier bench --service`): the service against the
+// embedded store it serves, in one run, on one machine (issue 19).
+//
+//   small requests  LookupPrefix of 32 keys, p50/p99 per call, at 1 and N
+//                   clients: service processes against embedded threads
+//   bulk RAM reads  2 MiB gets of blocks the RAM tier holds, N client
+//                   processes reading into registered memory (and, for
+//                   comparison, through their staging), against the host's
+//                   best multi-threaded memcpy of the same run
+//   bulk disk       O_DIRECT-bound gets and durable puts (a store without a
+//                   RAM tier), service processes against embedded threads
+//   scaling         aggregate rates at 1, 2, 4 and 8 clients
+//
+// Every client is a process of its own (this program re-run as --role
+// client), started together at one instant and stopped at another. Prints a
+// table, or JSON with --json; each figure carries its ratio to its limit.
+#include <spawn.h>
+#include <sys/mman.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "harness/common.h"
+#include "kvtier/service.h"
+#include "kvtier/store.h"
+
+extern char** environ;
+
+namespace {
+
+using kvtier::Clock;
+using kvtier::NamespaceId;
+using kvtier::Store;
+
+constexpr size_t kSmallKeys = 4096;
+constexpr size_t kLookupBatch = 32;
+
+struct Args {
+  std::string role = "parent";
+  std::string dir = "./kvtier-service-bench";
+  double seconds = 2.0;
+  std::vector<int> clients = {1, 2, 4, 8};
+  size_t block = 2 << 20;
+  size_t ram_blocks = 64;    // 128 MiB held by the RAM tier
+  size_t disk_blocks = 256;  // 512 MiB on disk
+  bool json = false;
+  // client role
+  std::string socket, op, out;
+  int64_t start_ns = 0;
+  uint64_t seed = 0;
+  NamespaceId ns = 0;
+};
+
+kvtier::NamespaceSpec Spec(const std::string& model) {
+  kvtier::NamespaceSpec s;
+  s.model_id = model;
+  s.dtype = "bf16";
+  s.layout = "bench";
+  return s;
+}
+
+int64_t NowNs() { return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count(); }
+void SleepUntilNs(int64_t ns) {
+  const Clock::time_point at{std::chrono::nanoseconds(ns)};
+  std::this_thread::sleep_until(at);
+}
+
+// What one client (or thread) did between start and stop.
+struct Result {
+  uint64_t ops = 0, bytes = 0, errors = 0;
+  std::vector<float> lat_us;  // a sample
+  void Write(const std::string& path) const {
+    std::ofstream o(path);
+    o << ops << " " << bytes << " " << errors << " " << lat_us.size() << "\n";
+    for (float v : lat_us) o << v << "\n";
+  }
+  static Result Read(const std::string& path) {
+    Result r;
+    std::ifstream in(path);
+    size_t n = 0;
+    in >> r.ops >> r.bytes >> r.errors >> n;
+    r.lat_us.resize(n);
+    for (float& v : r.lat_us) in >> v;
+    return r;
+  }
+};
+
+struct Summary {
+  uint64_t ops = 0, bytes = 0, errors = 0;
+  double seconds = 0, p50 = 0, p99 = 0;
+  double gbps() const { return seconds > 0 ? bytes / seconds / 1e9 : 0; }
+  double ops_per_s() const { return seconds > 0 ? ops / seconds : 0; }
+};
+
+Summary Summarize(const std::vector<Result>& rs, double seconds) {
+  Summary s;
+  s.seconds = seconds;
+  std::vector<float> all;
+  for (const Result& r : rs) {
+    s.ops += r.ops;
+    s.bytes += r.bytes;
+    s.errors += r.errors;
+    all.insert(all.end(), r.lat_us.begin(), r.lat_us.end());
+  }
+  if (!all.empty()) {
+    std::sort(all.begin(), all.end());
+    s.p50 = all[all.size() / 2];
+    s.p99 = all[std::min(all.size() - 1, all.size() * 99 / 100)];
+  }
+  return s;
+}
+
+std::vector<std::string> SmallKeys() {
+  std::vector<std::string> k;
+  for (size_t i = 0; i < kSmallKeys; ++i) k.push_back(kvbench::MakeKey(7, i));
+  return k;
+}
+
+// One worker's loop of `op` against `store` until `stop_ns`. `buf` is where
+// gets land (registered memory, for a client that registered it).
+Result Work(Store* store, NamespaceId ns, const std::string& op, uint64_t seed, int64_t stop_ns, uint8_t* buf,
+            size_t block, size_t blocks, const kvbench::Payloads& payloads) {
+  Result r;
+  std::mt19937_64 rng(seed);
+  const std::vector<std::string> small = SmallKeys();
+  uint64_t put_id = 1000000 + seed * 1000000;
+  while (NowNs() < stop_ns) {
+    const auto t0 = Clock::now();
+    if (op == "lookup") {
+      std::vector<std::string_view> keys;
+      const size_t at = rng() % (kSmallKeys - kLookupBatch);
+      for (size_t i = 0; i < kLookupBatch; ++i) keys.push_back(small[at + i]);
+      auto n = store->LookupPrefix(ns, keys);
+      if (!n.ok() || *n != kLookupBatch) ++r.errors;
+    } else if (op == "ram_get" || op == "disk_get") {
+      const uint64_t id = rng() % blocks;
+      auto n = store->Get(ns, kvbench::MakeKey(1, id), buf, block);
+      if (!n.ok() || *n != block) {
+        ++r.errors;
+      } else {
+        r.bytes += block;
+        if (r.ops % 64 == 0 && !payloads.Verify(id, block, buf)) ++r.errors;  // a sample, verified
+      }
+    } else if (op == "put") {
+      const uint64_t id = put_id++;
+      payloads.Fill(id, block, buf);
+      if (store->Put(ns, kvbench::MakeKey(2, id), buf, block).ok()) r.bytes += block;
+      else ++r.errors;
+    }
+    ++r.ops;
+    if (r.lat_us.size() < 200000) r.lat_us.push_back(static_cast<float>(kvbench::MicrosSince(t0)));
+  }
+  return r;
+}
+
+// --role client: connects, registers its buffer when asked, waits for the
+// start instant, works, writes its result.
+int RunClient(const Args& a) {
+  kvtier::Options o;
+  o.client.staging_bytes = std::max<uint64_t>(4 * a.block, 16 << 20);
+  o.client.client_name = "bench " + a.op;
+  auto s = Store::Open("unix:" + a.socket, o);
+  if (!s.ok()) {
+    std::fprintf(stderr, "client: %s\n", s.status().ToString().c_str());
+    return 2;
+  }
+  (void)(*s)->RegisterNamespace(Spec(a.op == "lookup" ? "bench/small" : a.op == "disk_get" || a.op == "put" ? "bench/disk" : "bench/ram"));
+  const bool registered = a.op.find("staged") == std::string::npos;
+  const std::string op = registered ? a.op : a.op.substr(0, a.op.find("_staged"));
+  const size_t bytes = std::max<size_t>(a.block, 4096);
+  const int fd = memfd_create("bench-buffer", MFD_CLOEXEC);
+  if (fd < 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0) return 3;
+  auto* buf = static_cast<uint8_t*>(mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+  if (buf == MAP_FAILED) return 4;
+  if (registered && !(*s)->RegisterMemory(buf, bytes, fd, 0).ok()) return 5;
+  kvbench::Payloads payloads(a.block);
+  SleepUntilNs(a.start_ns);
+  Result r = Work(s->get(), a.ns, op, a.seed, a.start_ns + static_cast<int64_t>(a.seconds * 1e9), buf, a.block,
+                  op == "ram_get" ? a.ram_blocks : a.disk_blocks, payloads);
+  r.Write(a.out);
+  return 0;
+}
+
+// Starts `n` client processes doing `op` together; their summary.
+Summary ServiceRun(const Args& a, const std::string& socket, NamespaceId ns, const std::string& op, int n) {
+  const int64_t start = NowNs() + 300000000;  // 0.3 s for every client to connect
+  std::vector<pid_t> pids;
+  std::vector<std::string> outs;
+  char self[4096];
+  const ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+  self[len > 0 ? len : 0] = '\0';
+  for (int i = 0; i < n; ++i) {
+    outs.push_back(a.dir + "/client-" + std::to_string(i) + ".out");
+    std::vector<std::string> args = {self, "--role", "client", "--socket", socket, "--op", op,
+                                     "--start-ns", std::to_string(start), "--seconds", std::to_string(a.seconds),
+                                     "--seed", std::to_string(i + 1), "--ns", std::to_string(ns), "--out", outs.back(),
+                                     "--block", std::to_string(a.block), "--ram-blocks", std::to_string(a.ram_blocks),
+                                     "--disk-blocks", std::to_string(a.disk_blocks)};
+    std::vector<char*> argv;
+    for (std::string& x : args) argv.push_back(x.data());
+    argv.push_back(nullptr);
+    pid_t pid;
+    if (posix_spawn(&pid, self, nullptr, nullptr, argv.data(), environ) == 0) pids.push_back(pid);
+  }
+  std::vector<Result> rs;
+  for (size_t i = 0; i < pids.size(); ++i) {
+    int status = 0;
+    waitpid(pids[i], &status, 0);
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) rs.push_back(Result::Read(outs[i]));
+    else rs.push_back(Result{0, 0, 1, {}});
+  }
+  return Summarize(rs, a.seconds);
+}
+
+// The same work on threads of this process against the embedded store.
+Summary EmbeddedRun(const Args& a, Store* store, NamespaceId ns, const std::string& op, int n) {
+  const int64_t start = NowNs() + 50000000;
+  std::vector<Result> rs(n);
+  std::vector<std::thread> ts;
+  kvbench::Payloads payloads(a.block);
+  for (int i = 0; i < n; ++i)
+    ts.emplace_back([&, i] {
+      kvbench::AlignedBuf buf(std::max<size_t>(a.block, 4096));
+      SleepUntilNs(start);
+      rs[i] = Work(store, ns, op, i + 1, start + static_cast<int64_t>(a.seconds * 1e9), buf.data(), a.block,
+                   op == "ram_get" ? a.ram_blocks : a.disk_blocks, payloads);
+    });
+  for (auto& t : ts) t.join();
+  return Summarize(rs, a.seconds);
+}
+
+// The host's best memcpy of `block`-sized pieces over 1..max threads, from a
+// source as large as the RAM tier's working set (so caches do not hold it,
+// as they do not hold the tier) into one block-sized buffer per thread, as a
+// get does.
+std::pair<double, int> MemcpyLimit(size_t block, size_t source_blocks, int max_threads, double seconds) {
+  kvbench::AlignedBuf source(block * source_blocks);
+  std::memset(source.data(), 1, block * source_blocks);
+  double best = 0;
+  int best_t = 1;
+  for (int t = 1; t <= max_threads; t *= 2) {
+    std::atomic<uint64_t> bytes{0};
+    const int64_t stop = NowNs() + static_cast<int64_t>(seconds * 1e9);
+    std::vector<std::thread> ts;
+    for (int i = 0; i < t; ++i)
+      ts.emplace_back([&, i] {
+        kvbench::AlignedBuf dst(block);
+        std::memset(dst.data(), 2, block);
+        std::mt19937_64 rng(i);
+        uint64_t n = 0;
+        while (NowNs() < stop) {
+          std::memcpy(dst.data(), source.data() + (rng() % source_blocks) * block, block);
+          n += block;
+        }
+        bytes += n;
+      });
+    for (auto& x : ts) x.join();
+    const double gbps = bytes.load() / seconds / 1e9;
+    if (gbps > best) best = gbps, best_t = t;
+  }
+  return {best, best_t};
+}
+
+struct Served {
+  std::unique_ptr<Store> store;
+  std::unique_ptr<kvtier::Service> service;
+  std::string socket;
+};
+
+Served Serve(const std::string& dir, uint64_t ram_bytes, uint64_t capacity) {
+  Served s;
+  kvtier::Options o;
+  o.ram_tier_bytes = ram_bytes;
+  o.ram_tier_shared_memory = false;
+  o.capacity_bytes = capacity;
+  auto st = Store::Open(dir, o);
+  if (!st.ok()) {
+    std::fprintf(stderr, "open %s: %s\n", dir.c_str(), st.status().ToString().c_str());
+    std::exit(1);
+  }
+  s.store = std::move(st).value();
+  s.socket = dir + ".sock";
+  kvtier::ServiceOptions so;
+  so.socket_path = s.socket;
+  so.log = [](const std::string&) {};
+  auto sv = kvtier::Service::Start(s.store.get(), so);
+  if (!sv.ok()) {
+    std::fprintf(stderr, "serve: %s\n", sv.status().ToString().c_str());
+    std::exit(1);
+  }
+  s.service = std::move(sv).value();
+  return s;
+}
+
+void Fill(Store* store, NamespaceId ns, uint64_t key_seed, size_t count, size_t block, const kvbench::Payloads& p) {
+  kvbench::AlignedBuf buf(std::max<size_t>(block, 4096));
+  for (size_t i = 0; i < count; ++i) {
+    p.Fill(i, block, buf.data());
+    if (!store->Put(ns, kvbench::MakeKey(key_seed, i), buf.data(), block).ok()) {
+      std::fprintf(stderr, "fill failed at %zu\n", i);
+      std::exit(1);
+    }
+  }
+}
+
+struct Row {
+  std::string what, limit_name;
+  int clients;
+  Summary service, embedded;
+  double limit = 0;  // the limit's value in the row's unit
+  std::string unit;  // "us" (p50), "GB/s"
+  double value() const { return unit == "us" ? service.p50 : service.gbps(); }
+};
+
+int RunParent(const Args& a) {
+  std::string cmd = "rm -rf '" + a.dir + "' && mkdir -p '" + a.dir + "'";
+  if (std::system(cmd.c_str()) != 0) return 1;
+  kvbench::Payloads payloads(a.block);
+  const int maxc = *std::max_element(a.clients.begin(), a.clients.end());
+  std::fprintf(stderr, "service bench: filling (%zu RAM blocks, %zu disk blocks of %zu bytes, %zu small keys)\n",
+               a.ram_blocks, a.disk_blocks, a.block, kSmallKeys);
+  // RAM store: the RAM tier holds every RAM block and the small keys.
+  Served ram = Serve(a.dir + "/ram", a.ram_blocks * a.block * 2 + (256ull << 20), 8ull << 30);
+  const NamespaceId ram_ns = ram.store->RegisterNamespace(Spec("bench/ram")).value();
+  const NamespaceId small_ns = ram.store->RegisterNamespace(Spec("bench/small")).value();
+  Fill(ram.store.get(), ram_ns, 1, a.ram_blocks, a.block, payloads);
+  {
+    std::vector<uint8_t> b(4096, 7);
+    for (const std::string& k : SmallKeys()) (void)ram.store->Put(small_ns, k, b.data(), b.size());
+  }
+  // Disk store: no RAM tier, so every get reads the device.
+  Served disk = Serve(a.dir + "/disk", 0, 8ull << 30);
+  const NamespaceId disk_ns = disk.store->RegisterNamespace(Spec("bench/disk")).value();
+  Fill(disk.store.get(), disk_ns, 1, a.disk_blocks, a.block, payloads);
+
+  std::vector<Row> rows;
+  auto both = [&](Served& s, NamespaceId ns, const std::string& op, int n, const std::string& what) {
+    std::fprintf(stderr, "service bench: %s, %d client(s)\n", what.c_str(), n);
+    Row r;
+    r.what = what;
+    r.clients = n;
+    r.embedded = EmbeddedRun(a, s.store.get(), ns, op.substr(0, op.find("_staged")), n);
+    r.service = ServiceRun(a, s.socket, ns, op, n);
+    return r;
+  };
+  const auto [mem_gbps, mem_threads] =
+      MemcpyLimit(a.block, std::max<size_t>(a.ram_blocks, 64), std::max(8, maxc), std::min(1.0, a.seconds));
+  for (int n : {1, maxc}) {
+    Row r = both(ram, small_ns, "lookup", n, "lookup_prefix of 32 keys, p50");
+    r.unit = "us";
+    r.limit = r.embedded.p50;
+    r.limit_name = "embedded p50";
+    rows.push_back(r);
+  }
+  for (int n : a.clients) {
+    Row r = both(ram, ram_ns, "ram_get", n, "RAM-tier gets into registered memory");
+    r.unit = "GB/s";
+    r.limit = mem_gbps;
+    r.limit_name = "memcpy best (" + std::to_string(mem_threads) + " threads)";
+    rows.push_back(r);
+  }
+  {
+    Row r = both(ram, ram_ns, "ram_get_staged", maxc, "RAM-tier gets through staging (2 copies)");
+    r.unit = "GB/s";
+    r.limit = mem_gbps;
+    r.limit_name = "memcpy best";
+    rows.push_back(r);
+  }
+  for (int n : a.clients) {
+    Row r = both(disk, disk_ns, "disk_get", n, "disk gets (O_DIRECT)");
+    r.unit = "GB/s";
+    r.limit = r.embedded.gbps();
+    r.limit_name = "embedded, same threads";
+    rows.push_back(r);
+  }
+  for (int n : a.clients) {
+    Row r = both(disk, disk_ns, "put", n, "durable puts");
+    r.unit = "GB/s";
+    r.limit = r.embedded.gbps();
+    r.limit_name = "embedded, same threads";
+    rows.push_back(r);
+  }
+  ram.service->Stop();
+  disk.service->Stop();
+  (void)ram.store->Close();
+  (void)disk.store->Close();
+
+  utsname u{};
+  uname(&u);
+  const unsigned cores = std::thread::hardware_concurrency();
+  if (a.json) {
+    std::printf("{\"machine\": {\"cores\": %u, \"kernel\": \"%s\", \"block_bytes\": %zu, \"seconds\": %.2f, "
+                "\"memcpy_gbps\": %.3f}, \"rows\": [\n",
+                cores, u.release, a.block, a.seconds, mem_gbps);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const Row& r = rows[i];
+      const double ratio = r.unit == "us" ? r.service.p50 - r.embedded.p50 : (r.limit > 0 ? r.value() / r.limit : 0);
+      std::printf("  {\"what\": \"%s\", \"clients\": %d, \"unit\": \"%s\", \"service\": %.3f, \"embedded\": %.3f, "
+                  "\"service_p99_us\": %.1f, \"embedded_p99_us\": %.1f, \"service_ops_per_s\": %.0f, "
+                  "\"limit\": \"%s\", \"limit_value\": %.3f, \"%s\": %.3f, \"errors\": %llu}%s\n",
+                  r.what.c_str(), r.clients, r.unit.c_str(), r.value(),
+                  r.unit == "us" ? r.embedded.p50 : r.embedded.gbps(), r.service.p99, r.embedded.p99,
+                  r.service.ops_per_s(), r.limit_name.c_str(), r.limit, r.unit == "us" ? "overhead_us" : "x_limit",
+                  ratio, static_cast<unsigned long long>(r.service.errors + r.embedded.errors),
+                  i + 1 < rows.size() ? "," : "");
+    }
+    std::printf("]}\n");
+    return 0;
+  }
+  std::printf("kvtier service bench: %u cores, Linux %s, %zu-byte blocks, %.1f s per run, memcpy best %.2f GB/s "
+              "(%d threads)\n\n",
+              cores, u.release, a.block, a.seconds, mem_gbps, mem_threads);
+  std::printf("%-44s %7s %12s %12s %12s  %s\n", "workload", "clients", "service", "embedded", "vs limit", "limit");
+  for (const Row& r : rows) {
+    char sv[32], em[32], ratio[32];
+    if (r.unit == "us") {
+      std::snprintf(sv, sizeof sv, "%.1f us", r.service.p50);
+      std::snprintf(em, sizeof em, "%.1f us", r.embedded.p50);
+      std::snprintf(ratio, sizeof ratio, "+%.1f us", r.service.p50 - r.embedded.p50);
+    } else {
+      std::snprintf(sv, sizeof sv, "%.2f GB/s", r.service.gbps());
+      std::snprintf(em, sizeof em, "%.2f GB/s", r.embedded.gbps());
+      std::snprintf(ratio, sizeof ratio, "%.2fx", r.limit > 0 ? r.value() / r.limit : 0);
+    }
+    std::printf("%-44s %7d %12s %12s %12s  %s%s\n", r.what.c_str(), r.clients, sv, em, ratio, r.limit_name.c_str(),
+                r.service.errors + r.embedded.errors ? "  ERRORS" : "");
+  }
+  uint64_t errors = 0;
+  for (const Row& r : rows) errors += r.service.errors + r.embedded.errors;
+  return errors == 0 ? 0 : 1;
+}
+
+std::vector<int> ParseList(const std::string& s) {
+  std::vector<int> v;
+  std::stringstream ss(s);
+  for (std::string x; std::getline(ss, x, ',');) v.push_back(std::atoi(x.c_str()));
+  return v;
+}
+
+size_t ParseBytes(const std::string& s) {
+  char* end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  switch (end != nullptr ? *end : 0) {
+    case 'K': case 'k': v *= 1 << 10; break;
+    case 'M': case 'm': v *= 1 << 20; break;
+    case 'G': case 'g': v *= 1 << 30; break;
+    default: break;
+  }
+  return static_cast<size_t>(v);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
+    if (k == "--role") a.role = next();
+    else if (k == "--dir") a.dir = next();
+    else if (k == "--seconds") a.seconds = std::atof(next().c_str());
+    else if (k == "--clients") a.clients = ParseList(next());
+    else if (k == "--block") a.block = ParseBytes(next());
+    else if (k == "--ram-blocks") a.ram_blocks = std::strtoull(next().c_str(), nullptr, 10);
+    else if (k == "--disk-blocks") a.disk_blocks = std::strtoull(next().c_str(), nullptr, 10);
+    else if (k == "--json") a.json = true;
+    else if (k == "--socket") a.socket = next();
+    else if (k == "--op") a.op = next();
+    else if (k == "--out") a.out = next();
+    else if (k == "--start-ns") a.start_ns = std::strtoll(next().c_str(), nullptr, 10);
+    else if (k == "--seed") a.seed = std::strtoull(next().c_str(), nullptr, 10);
+    else if (k == "--ns") a.ns = std::strtoull(next().c_str(), nullptr, 10);
+    else if (k == "--help" || k == "-h") {
+      std::printf("usage: kvtier bench --service [--dir D] [--seconds S] [--clients 1,2,4,8] [--block 2M]\n"
+                  "       [--ram-blocks N] [--disk-blocks N] [--json]\n");
+      return 0;
+    } else {
+      std::fprintf(stderr, "unknown argument %s (see --help)\n", k.c_str());
+      return 2;
+    }
+  }
+  if (a.clients.empty() || a.block < 4096 || a.seconds <= 0) {
+    std::fprintf(stderr, "bad arguments (see --help)\n");
+    return 2;
+  }
+  return a.role == "client" ? RunClient(a) : RunParent(a);
+}
