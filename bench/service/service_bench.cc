@@ -16,6 +16,7 @@
 // table, or JSON with --json; each figure carries its ratio to its limit.
 #include <spawn.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -58,8 +59,9 @@ struct Args {
   size_t ram_blocks = 64;    // 128 MiB held by the RAM tier
   size_t disk_blocks = 256;  // 512 MiB on disk
   bool json = false;
-  // client role
+  // client and echo roles
   std::string socket, op, out;
+  int fd = -1;
   int64_t start_ns = 0;
   uint64_t seed = 0;
   NamespaceId ns = 0;
@@ -182,9 +184,15 @@ int RunClient(const Args& a) {
   const bool registered = a.op.find("staged") == std::string::npos;
   const std::string op = registered ? a.op : a.op.substr(0, a.op.find("_staged"));
   const size_t bytes = std::max<size_t>(a.block, 4096);
-  const int fd = memfd_create("bench-buffer", MFD_CLOEXEC);
+  // An engine's shareable buffer: on huge pages where the host reserved some.
+  int fd = memfd_create("bench-buffer", MFD_CLOEXEC | MFD_HUGETLB);
+  if (fd >= 0 && ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    close(fd);
+    fd = -1;
+  }
+  if (fd < 0) fd = memfd_create("bench-buffer", MFD_CLOEXEC);
   if (fd < 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0) return 3;
-  auto* buf = static_cast<uint8_t*>(mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+  auto* buf = static_cast<uint8_t*>(mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0));
   if (buf == MAP_FAILED) return 4;
   if (registered && !(*s)->RegisterMemory(buf, bytes, fd, 0).ok()) return 5;
   kvbench::Payloads payloads(a.block);
@@ -193,6 +201,75 @@ int RunClient(const Args& a) {
                   op == "ram_get" ? a.ram_blocks : a.disk_blocks, payloads);
   r.Write(a.out);
   return 0;
+}
+
+// --role echo: the other end of a bare socket round trip, in a process of
+// its own: answers every request with a reply of a lookup's size.
+constexpr size_t kLookupRequestBytes = 24 + 8 + 4 + kLookupBatch * (4 + 32);
+constexpr size_t kLookupReplyBytes = 24 + 1 + 4 + 8;
+int RunEcho(const Args& a) {
+  std::vector<char> buf(kLookupRequestBytes), reply(kLookupReplyBytes, 'r');
+  for (;;) {
+    size_t got = 0;
+    while (got < buf.size()) {
+      const ssize_t n = read(a.fd, buf.data() + got, buf.size() - got);
+      if (n <= 0) return 0;
+      got += static_cast<size_t>(n);
+    }
+    if (write(a.fd, reply.data(), reply.size()) != static_cast<ssize_t>(reply.size())) return 0;
+  }
+}
+
+// The floor under any request through the service: `n` pairs of processes
+// doing a lookup-sized request and reply on a bare Unix socket.
+Summary SocketRoundTrip(const Args& a, int n) {
+  char self[4096];
+  const ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+  self[len > 0 ? len : 0] = '\0';
+  std::vector<int> mine;
+  std::vector<pid_t> pids;
+  for (int i = 0; i < n; ++i) {
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) break;
+    // The child gets its end as fd 3 and nothing else of ours: an end left
+    // open there would keep it from ever seeing EOF.
+    std::vector<std::string> args = {self, "--role", "echo", "--fd", "3"};
+    std::vector<char*> argv;
+    for (std::string& x : args) argv.push_back(x.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, sv[1], 3);
+    pid_t pid;
+    if (posix_spawn(&pid, self, &fa, nullptr, argv.data(), environ) == 0) pids.push_back(pid);
+    posix_spawn_file_actions_destroy(&fa);
+    close(sv[1]);
+    mine.push_back(sv[0]);
+  }
+  const int64_t start = NowNs() + 100000000, stop = start + static_cast<int64_t>(a.seconds * 1e9);
+  std::vector<Result> rs(mine.size());
+  std::vector<std::thread> ts;
+  for (size_t i = 0; i < mine.size(); ++i)
+    ts.emplace_back([&, i] {
+      std::vector<char> req(kLookupRequestBytes, 'q'), reply(kLookupReplyBytes);
+      SleepUntilNs(start);
+      while (NowNs() < stop) {
+        const auto t0 = Clock::now();
+        if (write(mine[i], req.data(), req.size()) != static_cast<ssize_t>(req.size())) break;
+        size_t got = 0;
+        while (got < reply.size()) {
+          const ssize_t r = read(mine[i], reply.data() + got, reply.size() - got);
+          if (r <= 0) return;
+          got += static_cast<size_t>(r);
+        }
+        ++rs[i].ops;
+        if (rs[i].lat_us.size() < 200000) rs[i].lat_us.push_back(static_cast<float>(kvbench::MicrosSince(t0)));
+      }
+    });
+  for (auto& t : ts) t.join();
+  for (int fd : mine) close(fd);
+  for (pid_t p : pids) waitpid(p, nullptr, 0);
+  return Summarize(rs, a.seconds);
 }
 
 // Starts `n` client processes doing `op` together; their summary.
@@ -365,6 +442,13 @@ int RunParent(const Args& a) {
     r.limit = r.embedded.p50;
     r.limit_name = "embedded p50";
     rows.push_back(r);
+    Row floor;
+    floor.what = "  bare socket round trip of that size, p50";
+    floor.clients = n;
+    floor.unit = "us";
+    floor.service = SocketRoundTrip(a, n);
+    floor.limit_name = "(the floor under the overhead)";
+    rows.push_back(floor);
   }
   for (int n : a.clients) {
     Row r = both(ram, ram_ns, "ram_get", n, "RAM-tier gets into registered memory");
@@ -484,6 +568,7 @@ int main(int argc, char** argv) {
     else if (k == "--start-ns") a.start_ns = std::strtoll(next().c_str(), nullptr, 10);
     else if (k == "--seed") a.seed = std::strtoull(next().c_str(), nullptr, 10);
     else if (k == "--ns") a.ns = std::strtoull(next().c_str(), nullptr, 10);
+    else if (k == "--fd") a.fd = std::atoi(next().c_str());
     else if (k == "--help" || k == "-h") {
       std::printf("usage: kvtier bench --service [--dir D] [--seconds S] [--clients 1,2,4,8] [--block 2M]\n"
                   "       [--ram-blocks N] [--disk-blocks N] [--json]\n");
@@ -497,5 +582,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bad arguments (see --help)\n");
     return 2;
   }
+  if (a.role == "echo") return RunEcho(a);
   return a.role == "client" ? RunClient(a) : RunParent(a);
 }
