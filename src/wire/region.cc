@@ -22,6 +22,7 @@ Result<std::shared_ptr<SharedRegion>> SharedRegion::CreateMemfd(const std::strin
   // directly (docs/service.md).
   UniqueFd fd(::memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_HUGETLB));
   if (fd && ::ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0) fd = UniqueFd();
+  const bool huge = static_cast<bool>(fd);
   if (!fd) {
     fd = UniqueFd(::memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING));
     if (!fd) return Status::FromErrno(errno, "memfd_create");
@@ -31,9 +32,9 @@ Result<std::shared_ptr<SharedRegion>> SharedRegion::CreateMemfd(const std::strin
   // The service maps it: it must never shrink under that mapping.
   if (::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
     return Status::FromErrno(errno, "sealing a shared region");
-  // MAP_POPULATE: a hugetlb reservation is only a promise until touched;
-  // a page the host cannot give must fail here, not fault later.
-  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd.get(), 0);
+  // Huge pages are faulted in now: a hugetlb reservation the host cannot
+  // honour must fail here, not as a SIGBUS later. 4 KiB pages come lazily.
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | (huge ? MAP_POPULATE : 0), fd.get(), 0);
   if (p == MAP_FAILED) return Status::FromErrno(errno, "mapping a shared region of " + std::to_string(bytes) + " bytes");
   ::madvise(p, bytes, MADV_HUGEPAGE);  // best effort: shmem THP may be off
   return std::shared_ptr<SharedRegion>(new SharedRegion(std::move(fd), static_cast<uint8_t*>(p), bytes));
