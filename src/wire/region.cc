@@ -10,34 +10,38 @@
 namespace kvtier::wire {
 
 namespace {
+
 constexpr uint64_t kRegionAlign = 2ull << 20;
+
+}  // namespace
+
+// A sealed memfd of `bytes`, mapped; huge pages or not. Huge pages are
+// faulted in at once: a hugetlb reservation the host cannot honour must fail
+// here (ENOMEM), not as a SIGBUS later. 4 KiB pages come lazily.
+Result<std::shared_ptr<SharedRegion>> SharedRegion::CreateMemfdOf(const std::string& name, uint64_t bytes, bool huge) {
+  UniqueFd fd(::memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING | (huge ? MFD_HUGETLB : 0)));
+  if (!fd) return Status::FromErrno(errno, "memfd_create");
+  if (::ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0)
+    return Status::FromErrno(errno, "sizing a shared region of " + std::to_string(bytes) + " bytes");
+  // The service maps it: it must never shrink under that mapping.
+  if (::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
+    return Status::FromErrno(errno, "sealing a shared region");
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | (huge ? MAP_POPULATE : 0), fd.get(), 0);
+  if (p == MAP_FAILED) return Status::FromErrno(errno, "mapping a shared region of " + std::to_string(bytes) + " bytes");
+  if (!huge) ::madvise(p, bytes, MADV_HUGEPAGE);  // best effort: shmem THP may be off
+  return std::shared_ptr<SharedRegion>(new SharedRegion(std::move(fd), static_cast<uint8_t*>(p), bytes));
 }
 
 Result<std::shared_ptr<SharedRegion>> SharedRegion::CreateMemfd(const std::string& name, uint64_t bytes) {
   bytes = (bytes + kRegionAlign - 1) / kRegionAlign * kRegionAlign;
   if (bytes == 0) return Status::InvalidArgument("a shared region needs a size");
-  // Huge pages where the host reserved them (vm.nr_hugepages): shared memory
-  // is otherwise on 4 KiB pages (shmem THP is off by default), which costs
-  // the copies in and out of it and keeps disk reads from landing in it
-  // directly (docs/service.md).
-  UniqueFd fd(::memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_HUGETLB));
-  if (fd && ::ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0) fd = UniqueFd();
-  const bool huge = static_cast<bool>(fd);
-  if (!fd) {
-    fd = UniqueFd(::memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING));
-    if (!fd) return Status::FromErrno(errno, "memfd_create");
-    if (::ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0)
-      return Status::FromErrno(errno, "sizing a shared region of " + std::to_string(bytes) + " bytes");
-  }
-  // The service maps it: it must never shrink under that mapping.
-  if (::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
-    return Status::FromErrno(errno, "sealing a shared region");
-  // Huge pages are faulted in now: a hugetlb reservation the host cannot
-  // honour must fail here, not as a SIGBUS later. 4 KiB pages come lazily.
-  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | (huge ? MAP_POPULATE : 0), fd.get(), 0);
-  if (p == MAP_FAILED) return Status::FromErrno(errno, "mapping a shared region of " + std::to_string(bytes) + " bytes");
-  ::madvise(p, bytes, MADV_HUGEPAGE);  // best effort: shmem THP may be off
-  return std::shared_ptr<SharedRegion>(new SharedRegion(std::move(fd), static_cast<uint8_t*>(p), bytes));
+  // Huge pages where the host reserved enough of them (vm.nr_hugepages):
+  // shared memory is otherwise on 4 KiB pages (shmem THP is off by default),
+  // which costs the copies in and out of it and keeps disk reads from
+  // landing in it directly (docs/service.md).
+  auto huge = CreateMemfdOf(name, bytes, /*huge=*/true);
+  if (huge.ok()) return huge;
+  return CreateMemfdOf(name, bytes, /*huge=*/false);
 }
 
 Result<std::shared_ptr<SharedRegion>> SharedRegion::Map(int fd, bool trusted, uint64_t max_bytes) {

@@ -39,6 +39,7 @@ class SharedRegion {
   bool Contains(uint64_t offset, uint64_t n) const { return offset <= size_ && n <= size_ - offset; }
 
  private:
+  static Result<std::shared_ptr<SharedRegion>> CreateMemfdOf(const std::string& name, uint64_t bytes, bool huge);
   SharedRegion(UniqueFd fd, uint8_t* data, uint64_t size) : fd_(std::move(fd)), data_(data), size_(size) {}
   UniqueFd fd_;
   uint8_t* data_;
