@@ -43,7 +43,7 @@
 extern "C" {
 #endif
 
-#define KVTIER_ABI_VERSION ((1u << 16) | 1u) /* 1.1: kvtier_register_memory, unix:/auto: opens */
+#define KVTIER_ABI_VERSION ((1u << 16) | 2u) /* 1.2: the GPU path; 1.1: kvtier_register_memory, unix:/auto: opens */
 #define KVTIER_MAX_KEY_BYTES 255
 
 /* Status codes: equal to kvtier::Code. */
@@ -117,7 +117,7 @@ typedef struct kvtier_namespace_spec {
   const char* tenant_salt;
 } kvtier_namespace_spec;
 
-enum kvtier_op { KVTIER_OP_PUT = 1, KVTIER_OP_GET = 2 };
+enum kvtier_op { KVTIER_OP_PUT = 1, KVTIER_OP_GET = 2, KVTIER_OP_GET_TO_DEVICE = 3, KVTIER_OP_PUT_FROM_DEVICE = 4 };
 
 /* One finished async operation, returned by kvtier_poll(). */
 typedef struct kvtier_completion {
@@ -249,6 +249,47 @@ int kvtier_poll(kvtier_store* s, kvtier_completion* out, size_t max, int timeout
 int kvtier_event_fd(kvtier_store* s);
 /* Async operations submitted and not yet polled. */
 uint64_t kvtier_pending(kvtier_store* s);
+
+/* ---- GPU path (include/kvtier/cuda.h) -------------------------------------------------
+ * Blocks move between the store and device memory through pinned host memory: the
+ * RAM tier (registered with CUDA, so a hit is one copy over the link) and pinned
+ * staging for disk reads, which overlap the copies. The items are the kvtier_get_item
+ * / kvtier_put_item of the host calls with DEVICE pointers in their fragments (a
+ * cross-layer block: one fragment; per-layer K and V: 2 x layers). `stream` is a
+ * cudaStream_t as an integer (torch: torch.cuda.current_stream().cuda_stream); 0 is
+ * the legacy default stream, on which copies cannot be batched. A handle serves one
+ * device: the one given to kvtier_gpu_bind, else the calling thread's current CUDA
+ * device at the first GPU call. Every fragment must be memory of that device.
+ * Errors: KVTIER_NOT_SUPPORTED naming why the GPU path cannot run (a library built
+ * without CUDA, no driver or device, a store served by `kvtier serve`), at every call;
+ * KVTIER_INVALID_ARGUMENT for bad items. Per-item results go to statuses[i]
+ * (KVTIER_OK, KVTIER_NOT_FOUND for a miss, KVTIER_BUFFER_TOO_SMALL, or an error) and,
+ * for gets, sizes[i] (payload bytes). */
+
+/* KVTIER_OK when the GPU path can run on this handle; else why not. */
+int kvtier_gpu_status(kvtier_store* s);
+/* Binds the handle's GPU path to `device` (its CUDA ordinal). KVTIER_OK if it already
+ * is; KVTIER_INVALID_ARGUMENT if it is bound to another device. */
+int kvtier_gpu_bind(kvtier_store* s, int device);
+/* Enqueues every block's copies on `stream` and returns: work queued on the stream
+ * afterwards sees the data. With event != 0 (a cudaEvent_t) it is recorded after the
+ * last copy. RAM hits are copied at once, disk reads as they complete. */
+int kvtier_get_to_device(kvtier_store* s, kvtier_ns ns, const kvtier_get_item* items, size_t n, uint64_t stream,
+                         uint64_t event, int32_t* statuses, uint64_t* sizes);
+/* Copies the blocks off the device after the work queued on `stream` (the KV's
+ * producer) and puts them. Returns once every block has left the device, or, with
+ * wait_durable, once every put is durable; statuses[i] as known by then. */
+int kvtier_put_from_device(kvtier_store* s, kvtier_ns ns, const kvtier_put_item* items, size_t n, uint64_t stream,
+                           int wait_durable, int32_t* statuses);
+/* Async forms: the call enqueues as above and returns; one completion (kvtier_poll,
+ * the eventfd) carries user_data when the copies to the device have run
+ * (KVTIER_OP_GET_TO_DEVICE; size: bytes loaded) or every put is durable
+ * (KVTIER_OP_PUT_FROM_DEVICE), with the first error. statuses/sizes are filled
+ * before the call returns, as far as known then. */
+int kvtier_get_to_device_async(kvtier_store* s, kvtier_ns ns, const kvtier_get_item* items, size_t n,
+                               uint64_t stream, int32_t* statuses, uint64_t* sizes, uint64_t user_data);
+int kvtier_put_from_device_async(kvtier_store* s, kvtier_ns ns, const kvtier_put_item* items, size_t n,
+                                 uint64_t stream, int32_t* statuses, uint64_t user_data);
 
 #ifdef __cplusplus
 }

@@ -95,6 +95,8 @@ struct TransferStats {
 // OK when a CUDA device can be used here; else NotSupported with the reason
 // ("no CUDA driver", "no CUDA device", ...).
 Status DeviceStatus();
+// The calling thread's current CUDA device (0 when it cannot be asked).
+int CurrentDevice();
 
 // Called once when the work of a call has completed on the device (Get) or
 // every put is durable (Put), on a kvtier thread, with the first error.

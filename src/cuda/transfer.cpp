@@ -20,6 +20,40 @@ Status DeviceStatus() {
   return Status::OK();
 }
 
+int CurrentDevice() {
+  int d = 0;
+  if (cudaGetDevice(&d) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return d;
+}
+
+Result<size_t> CheckBlock(size_t i, const DeviceBlock& b, int device) {
+  bool bad = false;
+  const size_t total = TotalBytes(b, &bad);
+  const std::string which = "block " + std::to_string(i) + ": ";
+  if (b.key.empty()) return Status::InvalidArgument(which + "empty key");
+  if (bad) return Status::InvalidArgument(which + "null device fragment");
+  if (total == 0) return Status::InvalidArgument(which + "no device bytes");
+  const void* first = nullptr;
+  for (const DeviceFragment& f : b.fragments)
+    if (f.size != 0 && first == nullptr) first = f.ptr;
+  cudaPointerAttributes a{};
+  cudaError_t e = cudaPointerGetAttributes(&a, first);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // not sticky: clear it for the caller's next check
+    return Status::InvalidArgument(which + "fragment address is not CUDA memory (" + cudaGetErrorName(e) + ")");
+  }
+  const bool device_memory = a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+  if (!device_memory || a.device != device) {
+    return Status::InvalidArgument(which + "fragments must be memory of device " + std::to_string(device) +
+                                   (device_memory ? ", not of device " + std::to_string(a.device)
+                                                  : ", not host memory"));
+  }
+  return total;
+}
+
 Result<std::unique_ptr<Transfer>> Transfer::Create(Store* store, const TransferOptions& options) {
   KVTIER_RETURN_IF_ERROR(DeviceStatus());
   BlockSink* sink = BlockSinkOf(store);

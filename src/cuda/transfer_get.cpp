@@ -60,12 +60,12 @@ void TransferImpl::CopyRamHits(GetCall& call, NamespaceId ns, std::span<const De
   std::vector<CopyPiece> copies;
   std::vector<size_t> hits;
   for (size_t i = 0; i < blocks.size(); ++i) {
-    bool bad = false;
-    call.totals[i] = TotalBytes(blocks[i], &bad);
-    if (bad || blocks[i].key.empty()) {
-      call.Fail(i, Status::InvalidArgument("block " + std::to_string(i) + ": empty key or null device fragment"));
+    Result<size_t> total = CheckBlock(i, blocks[i], opt_.device);
+    if (!total.ok()) {
+      call.Fail(i, total.status());
       continue;
     }
+    call.totals[i] = *total;
     RamTier::Pin pin = ram_ != nullptr ? ram_->Acquire(ns, blocks[i].key) : RamTier::Pin();
     if (!pin) {
       misses->push_back(i);

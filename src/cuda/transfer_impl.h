@@ -83,6 +83,13 @@ inline size_t TotalBytes(const DeviceBlock& b, bool* bad) {
   return t;
 }
 
+// Block i's device bytes, or why the block is refused: an empty key, a null
+// fragment, no bytes, or a first fragment that is not memory of `device`
+// (host memory or another GPU's would fault the copy kernel, and a fault
+// poisons the caller's CUDA context). One check per block: the fragments of
+// a block come from the same KV cache.
+Result<size_t> CheckBlock(size_t i, const DeviceBlock& b, int device);
+
 class TransferImpl final : public Transfer {
  public:
   TransferImpl(Store* store, BlockSink* sink, const TransferOptions& o)

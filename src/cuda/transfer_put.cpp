@@ -19,6 +19,7 @@ struct TransferImpl::PutCall {
   Status first_error;
   TransferDone done;
   std::vector<size_t> totals;  // device bytes per block (0: refused)
+  std::vector<Status> refusals;  // why a block with total 0 was refused
   uint64_t bytes = 0;          // payload bytes handed to the store (the calling thread's)
 
   // Completes block i; the last one runs `done` with the first error.
@@ -77,10 +78,11 @@ std::vector<Status> TransferImpl::PutFromDevice(NamespaceId ns, std::span<const 
   call->left = blocks.size();
   call->done = std::move(done);
   call->totals.resize(blocks.size());
+  call->refusals.resize(blocks.size());
   for (size_t i = 0; i < blocks.size(); ++i) {
-    bool bad = false;
-    call->totals[i] = TotalBytes(blocks[i], &bad);
-    if (bad || blocks[i].key.empty()) call->totals[i] = 0;  // refused below
+    Result<size_t> total = CheckBlock(i, blocks[i], opt_.device);
+    call->totals[i] = total.ok() ? *total : 0;  // refused below
+    if (!total.ok()) call->refusals[i] = total.status();
   }
   std::vector<int64_t> sum_slot;
   cudaEvent_t sums_ready = nullptr;
@@ -138,7 +140,7 @@ void TransferImpl::PutThroughRam(const std::shared_ptr<PutCall>& call, Namespace
   for (size_t i = 0; i < blocks.size(); ++i) {
     const size_t total = call->totals[i];
     if (total == 0) {
-      call->Finish(i, Status::InvalidArgument("block " + std::to_string(i) + ": empty key, no bytes or null fragment"));
+      call->Finish(i, call->refusals[i]);
       continue;
     }
     if (ram_ != nullptr) reserved[i] = ram_->Reserve(ns, blocks[i].key, total);

@@ -287,6 +287,42 @@ static void test_stats(kvtier_store* s) {
   free(buf);
 }
 
+
+/* The GPU path's entry points: without a usable device (CI) each says why;
+ * argument errors come first either way. The round trips run on the H200
+ * through Python (tests/python/test_gpu_path.py). */
+static void test_gpu_entry_points(kvtier_store* s, kvtier_ns ns) {
+  CHECK_RC(kvtier_gpu_status(NULL), KVTIER_INVALID_ARGUMENT);
+  CHECK_RC(kvtier_gpu_bind(s, -1), KVTIER_INVALID_ARGUMENT);
+  int32_t st[1] = {0};
+  uint64_t sz[1] = {0};
+  kvtier_get_item item;
+  memset(&item, 0, sizeof(item));
+  item.key.data = "k";
+  item.key.size = 1;
+  CHECK_RC(kvtier_get_to_device(s, ns, &item, 1, 0, 0, NULL, sz), KVTIER_INVALID_ARGUMENT);
+  CHECK_RC(kvtier_get_to_device(s, ns, NULL, 1, 0, 0, st, sz), KVTIER_INVALID_ARGUMENT);
+  item.key.size = 300;
+  CHECK_RC(kvtier_get_to_device(s, ns, &item, 1, 0, 0, st, sz), KVTIER_INVALID_ARGUMENT);
+  CHECK(strstr(kvtier_last_error(), "key length") != NULL);
+  if (kvtier_gpu_status(s) == KVTIER_OK) return; /* a device is usable here */
+  CHECK(strstr(kvtier_last_error(), "GPU path") != NULL || strstr(kvtier_last_error(), "CUDA") != NULL);
+  item.key.size = 1;
+  kvtier_mut_fragment frag = {(void*)0x7f0000000000ull, 4096};
+  item.frags = &frag;
+  item.num_frags = 1;
+  CHECK_RC(kvtier_get_to_device(s, ns, &item, 1, 0, 0, st, sz), KVTIER_NOT_SUPPORTED);
+  CHECK_RC(kvtier_gpu_bind(s, 0), KVTIER_NOT_SUPPORTED);
+  kvtier_put_item put;
+  kvtier_fragment cfrag = {(const void*)0x7f0000000000ull, 4096};
+  put.key = item.key;
+  put.frags = &cfrag;
+  put.num_frags = 1;
+  CHECK_RC(kvtier_put_from_device(s, ns, &put, 1, 0, 1, st), KVTIER_NOT_SUPPORTED);
+  CHECK_RC(kvtier_put_from_device_async(s, ns, &put, 1, 0, st, 7), KVTIER_NOT_SUPPORTED);
+  CHECK(kvtier_pending(s) == 0); /* a refused submission leaves no completion owed */
+}
+
 int main(void) {
   CHECK((kvtier_abi_version() >> 16) == (KVTIER_ABI_VERSION >> 16));
   CHECK(strcmp(kvtier_code_name(KVTIER_NOT_FOUND), "NotFound") == 0);
@@ -336,6 +372,7 @@ int main(void) {
   test_batches(s, ns);
   test_async(s, ns);
   test_stats(s);
+  test_gpu_entry_points(s, ns);
 
   /* A closed store answers Closed, and can be closed twice. */
   CHECK_RC(kvtier_close(s), KVTIER_OK);

@@ -290,5 +290,37 @@ TEST_F(GpuStore, MissesAndSmallBuffersAreReported) {
   EXPECT_TRUE(got[0].status().IsNotFound());
 }
 
+// Fragments that are not memory of the Transfer's device are refused per
+// block, before any copy (a copy kernel on them would fault the context):
+// host memory, a bogus address, an empty key. The other blocks still move,
+// and the device stays usable.
+TEST_F(GpuStore, FragmentsOffTheDeviceAreRefused) {
+  Open(64 << 20, CopyMethod::kAuto);
+  Layout good = MakeLayout(1, 0, 1 << 20, "good");
+  Fill(good, 5);
+  std::vector<uint8_t> host(1 << 20, 7);
+  DeviceFragment host_frag{host.data(), host.size()};
+  DeviceFragment bogus_frag{reinterpret_cast<void*>(0x10), 4096};
+  std::vector<DeviceBlock> blocks = {good.blocks[0], DeviceBlock{"host", {&host_frag, 1}},
+                                     DeviceBlock{"bogus", {&bogus_frag, 1}}, DeviceBlock{"", good.blocks[0].fragments}};
+  auto put = transfer_->PutFromDevice(ns_, blocks, stream_, true);
+  ASSERT_EQ(put.size(), 4u);
+  EXPECT_TRUE(put[0].ok()) << put[0].ToString();
+  for (size_t i = 1; i < 4; ++i) EXPECT_EQ(put[i].code(), Code::kInvalidArgument) << i;
+  EXPECT_NE(put[1].message().find("not host memory"), std::string::npos) << put[1].ToString();
+  EXPECT_FALSE(*store_->Contains(ns_, "host"));
+  EXPECT_FALSE(*store_->Contains(ns_, "bogus"));
+  auto got = transfer_->GetToDevice(ns_, blocks, stream_);
+  EXPECT_TRUE(got[0].ok());
+  for (size_t i = 1; i < 4; ++i) EXPECT_EQ(got[i].status().code(), Code::kInvalidArgument) << i;
+  ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  Layout again = MakeLayout(1, 0, 1 << 20, "good");
+  got = transfer_->GetToDevice(ns_, again.blocks, stream_);
+  ASSERT_TRUE(got[0].ok());
+  ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+  ExpectSame(good, again);
+}
+
 }  // namespace
 }  // namespace kvtier::gpu

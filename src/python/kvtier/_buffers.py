@@ -100,3 +100,73 @@ def fragments(value, writable, size=None):
         arr[i].size = n
         total += n
     return arr, len(parts), total, [p[2] for p in parts]
+
+
+def _cuda_array_size(iface):
+    """Bytes of a contiguous __cuda_array_interface__ array (CuPy, Numba ...)."""
+    strides = iface.get("strides")
+    shape = tuple(iface.get("shape", ()))
+    itemsize = int(str(iface.get("typestr", "|u1"))[2:] or 1)
+    n = itemsize
+    for d in shape:
+        n *= int(d)
+    if strides is not None:
+        want, step = [], itemsize
+        for d in reversed(shape):
+            want.append(step)
+            step *= int(d)
+        if tuple(reversed(want)) != tuple(strides):
+            raise _invalid("a __cuda_array_interface__ array must be C-contiguous")
+    return n
+
+
+def device_one(obj, size=None):
+    """Returns (address, nbytes, device index or None, keepalive) for one
+    piece of device memory: a CUDA tensor, an object with
+    __cuda_array_interface__, a raw device address with size=, or an
+    (address, size) tuple. The library checks each block's memory too."""
+    if isinstance(obj, bool):
+        raise _invalid("a device payload cannot be a bool")
+    if isinstance(obj, int) or (isinstance(obj, tuple) and len(obj) == 2 and all(isinstance(x, int) for x in obj)):
+        addr, n, _ = one(obj, True, size)
+        return addr, n, None, None
+    if hasattr(obj, "data_ptr") and callable(obj.data_ptr) and hasattr(obj, "device"):
+        dev = obj.device
+        if getattr(dev, "type", "cpu") != "cuda":
+            raise _invalid(f"a device payload must be a CUDA tensor, not one on '{dev}' "
+                           "(host buffers go through put/get and their batch forms)")
+        if hasattr(obj, "is_contiguous") and not obj.is_contiguous():
+            raise _invalid("tensor must be contiguous")
+        full = obj.numel() * obj.element_size()
+        n = full if size is None else int(size)
+        if not 0 <= n <= full:
+            raise _invalid(f"size {n} is outside the tensor's {full} bytes")
+        return obj.data_ptr(), n, dev.index if dev.index is not None else None, obj
+    iface = getattr(obj, "__cuda_array_interface__", None)
+    if iface is not None:
+        full = _cuda_array_size(iface)
+        n = full if size is None else int(size)
+        if not 0 <= n <= full:
+            raise _invalid(f"size {n} is outside the array's {full} bytes")
+        return int(iface["data"][0]), n, None, obj
+    raise _invalid(f"{type(obj).__name__} is not device memory: pass a CUDA tensor, an object with "
+                   "__cuda_array_interface__, or an (address, size) pair")
+
+
+def device_fragments(value, size=None):
+    """Returns (Fragment array, count, total bytes, keepalive, device indexes
+    seen) for one block's device memory (a list: its fragments in order)."""
+    if isinstance(value, list):
+        if size is not None:
+            raise _invalid("size= applies to a single buffer, not a list")
+        parts = [device_one(v) for v in value]
+    else:
+        parts = [device_one(value, size)]
+    arr = (Fragment * max(1, len(parts)))()
+    total = 0
+    for i, (addr, n, _, _) in enumerate(parts):
+        arr[i].data = addr
+        arr[i].size = n
+        total += n
+    devices = {p[2] for p in parts if p[2] is not None}
+    return arr, len(parts), total, [p[3] for p in parts], devices

@@ -11,6 +11,7 @@ import glob
 import os
 
 ABI_MAJOR = 1
+ABI_MINOR = 2  # the GPU path (kvtier_get_to_device ...)
 
 c_ns = ctypes.c_uint64
 
@@ -75,6 +76,17 @@ _SIGNATURES = {
     "kvtier_poll": (_I, [_P, ctypes.POINTER(Completion), _SZ, _I]),
     "kvtier_event_fd": (_I, [_P]),
     "kvtier_pending": (ctypes.c_uint64, [_P]),
+    "kvtier_gpu_status": (_I, [_P]),
+    "kvtier_gpu_bind": (_I, [_P, _I]),
+    "kvtier_get_to_device": (_I, [_P, c_ns, ctypes.POINTER(GetItem), _SZ, ctypes.c_uint64, ctypes.c_uint64,
+                                  ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_uint64)]),
+    "kvtier_get_to_device_async": (_I, [_P, c_ns, ctypes.POINTER(GetItem), _SZ, ctypes.c_uint64,
+                                        ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_uint64),
+                                        ctypes.c_uint64]),
+    "kvtier_put_from_device": (_I, [_P, c_ns, ctypes.POINTER(PutItem), _SZ, ctypes.c_uint64, _I,
+                                    ctypes.POINTER(ctypes.c_int32)]),
+    "kvtier_put_from_device_async": (_I, [_P, c_ns, ctypes.POINTER(PutItem), _SZ, ctypes.c_uint64,
+                                          ctypes.POINTER(ctypes.c_int32), ctypes.c_uint64]),
 }
 
 
@@ -100,14 +112,17 @@ def load():
         except OSError as e:
             errors.append(f"{path}: {e}")
             continue
+        # The version first: an older library lacks later entry points.
+        lib.kvtier_abi_version.restype = ctypes.c_uint32
+        lib.kvtier_abi_version.argtypes = []
+        version = lib.kvtier_abi_version()
+        if version >> 16 != ABI_MAJOR or (version & 0xffff) < ABI_MINOR:
+            raise ImportError(f"{path} has kvtier ABI {version >> 16}.{version & 0xffff}, "
+                              f"this package needs {ABI_MAJOR}.{ABI_MINOR} or a later {ABI_MAJOR}.x")
         for name, (res, args) in _SIGNATURES.items():
             fn = getattr(lib, name)
             fn.restype = res
             fn.argtypes = args
-        version = lib.kvtier_abi_version()
-        if version >> 16 != ABI_MAJOR:
-            raise ImportError(f"{path} has kvtier ABI {version >> 16}.{version & 0xffff}, "
-                              f"this package needs {ABI_MAJOR}.x")
         return lib
     raise ImportError("cannot load libkvtier.so (set KVTIER_LIB to its path): " + "; ".join(errors))
 

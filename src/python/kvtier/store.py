@@ -17,7 +17,7 @@ import os
 import select
 import threading
 
-from . import _buffers
+from . import _buffers, _device
 from ._errors import Code, KvtierError
 from ._lib import GetItem, Key, Completion, KEY_VISITOR, PutItem, lib
 
@@ -50,6 +50,7 @@ class Store:
             # C would stop at the NUL and open another folder.
             raise KvtierError(Code.INVALID_ARGUMENT, "path contains a NUL byte")
         self._h = None
+        self._gpu_device = None  # the device the GPU path serves, once bound
         self._lock = threading.Lock()
         self._inflight = {}  # user_data -> (future, kind, keepalive)
         self._ids = itertools.count(1)
@@ -178,6 +179,12 @@ class Store:
             _check(rc)
             return json.loads(buf.value.decode())
 
+    def gpu_status(self):
+        """None when the GPU path (Namespace.get_to_device ...) can run on
+        this store; else why not (no CUDA in the library, no device, a store
+        reached through `kvtier serve`)."""
+        return _device.status(self)
+
     def pending(self):
         """Async operations not yet completed."""
         with self._lock:
@@ -220,9 +227,14 @@ class Store:
                     entry = self._inflight.pop(c.user_data, None)
                 if entry is None:
                     continue
-                fut, kind, _ = entry
+                fut, kind, keep = entry
                 status = Code.of(c.status)
-                if kind == "put":
+                if kind == "device":
+                    try:
+                        fut.set_result(keep[0](status))
+                    except KvtierError as e:
+                        fut.set_exception(e)
+                elif kind == "put":
                     if status == Code.OK:
                         fut.set_result(True)
                     elif status == Code.NOT_ADMITTED:
@@ -376,6 +388,32 @@ class Namespace:
         return self.store._submit(
             "get", (frags, keep, out),
             lambda uid: lib.kvtier_get_async(h, self.id, k, len(k), frags, n, us, uid))
+
+    # ---- the GPU path (kvtier._device) -------------------------------------------
+    def get_to_device(self, keys, outs, sizes=None, stream=None, return_codes=False):
+        """Loads blocks into device memory (CUDA tensors, __cuda_array_interface__
+        arrays, or (address, size) pairs; a list per block for fragments). The
+        copies are queued on `stream` (default: torch's current stream of the
+        tensors' device): work queued there afterwards sees the data. Returns
+        payload sizes, None for misses (and, with return_codes, the Codes)."""
+        return _device.get_to_device(self, keys, outs, sizes, stream, return_codes)
+
+    def get_to_device_async(self, keys, outs, sizes=None, stream=None, return_codes=False):
+        """As get_to_device; the Future's result (the same list) is set once the
+        copies have run on the device. `outs` must stay alive until then."""
+        return _device.get_to_device_async(self, keys, outs, sizes, stream, return_codes)
+
+    def put_from_device(self, keys, values, sizes=None, stream=None, wait_durable=True):
+        """Stores blocks from device memory after the work already queued on
+        `stream`. Returns once each block is durable (or, without
+        wait_durable, once it has left the device). A Code per block."""
+        return _device.put_from_device(self, keys, values, sizes, stream, wait_durable)
+
+    def put_from_device_async(self, keys, values, sizes=None, stream=None):
+        """As put_from_device; the Future's result (a Code per block) is set
+        once every block is durable. The device memory may be reused once the
+        stream has passed the copies."""
+        return _device.put_from_device_async(self, keys, values, sizes, stream)
 
     # ---- lookups --------------------------------------------------------------
     def contains(self, key):

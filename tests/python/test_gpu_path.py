@@ -1,0 +1,231 @@
+"""The GPU path from Python (kvtier._device over the C ABI's kvtier_get_to_device
+and friends).
+
+Everywhere: the calls refuse what they must (host tensors, mixed devices, bad
+streams) before reaching the library, and without a usable GPU every call
+says why. On a machine with a GPU and torch built for CUDA (the H200 run:
+bench/e2e/run_h200.sh runs this file), blocks go device -> store -> device and
+are compared byte for byte, with and without a RAM tier, in one fragment and
+in per-layer fragments, blocking and async, and interoperate with the host API.
+"""
+import types
+
+import pytest
+
+import kvtier
+from kvtier import Code, KvtierError
+
+from conftest import SMALL
+
+
+def _gpu_ready(store):
+    """None when blocks can go to a GPU from here, else why not."""
+    why = store.gpu_status()
+    if why is not None:
+        return why
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed"
+    if not torch.cuda.is_available():
+        return "torch has no CUDA device"
+    return None
+
+
+class FakeCudaTensor:
+    """Looks like a CUDA tensor to kvtier's argument checks; it never reaches
+    a copy (every test using it expects a refusal first)."""
+
+    def __init__(self, index, nbytes=4096, contiguous=True):
+        self.device = types.SimpleNamespace(type="cuda", index=index)
+        self._n = nbytes
+        self._contiguous = contiguous
+
+    def data_ptr(self):
+        return 0x7F0000000000
+
+    def numel(self):
+        return self._n
+
+    def element_size(self):
+        return 1
+
+    def is_contiguous(self):
+        return self._contiguous
+
+
+@pytest.fixture
+def ns(store_dir):
+    with kvtier.Store(store_dir, **SMALL) as s:
+        yield s.register_namespace(name="gpu", model_id="m", dtype="bf16")
+
+
+# ---- everywhere ---------------------------------------------------------------
+
+def test_without_a_gpu_every_call_says_why(ns):
+    why = ns.store.gpu_status()
+    if why is None:
+        pytest.skip("a GPU is usable here: the round trips below cover it")
+    assert "GPU path" in why or "CUDA" in why
+    with pytest.raises(KvtierError) as e:
+        ns.get_to_device(["k"], [(0x7F0000000000, 4096)])
+    assert e.value.code == Code.NOT_SUPPORTED and str(why) in str(e.value)
+    with pytest.raises(KvtierError) as e:
+        ns.put_from_device(["k"], [(0x7F0000000000, 4096)])
+    assert e.value.code == Code.NOT_SUPPORTED
+    with pytest.raises(KvtierError) as e:
+        ns.put_from_device_async(["k"], [(0x7F0000000000, 4096)])
+    assert e.value.code == Code.NOT_SUPPORTED
+    assert ns.store.pending() == 0
+    # The host API still works on the same handle.
+    ns.put("k", b"x" * 4096)
+    assert ns.get("k") == b"x" * 4096
+
+
+def test_host_memory_is_refused_before_the_library(ns):
+    torch = pytest.importorskip("torch")
+    cpu = torch.zeros(4096, dtype=torch.uint8)
+    with pytest.raises(KvtierError) as e:
+        ns.get_to_device(["k"], [cpu])
+    assert e.value.code == Code.INVALID_ARGUMENT and "CUDA tensor" in str(e.value)
+    with pytest.raises(KvtierError) as e:
+        ns.put_from_device(["k"], [bytearray(4096)])
+    assert e.value.code == Code.INVALID_ARGUMENT and "not device memory" in str(e.value)
+
+
+@pytest.mark.parametrize("bad, words", [
+    ([[FakeCudaTensor(0), FakeCudaTensor(1)]], "one device"),
+    ([FakeCudaTensor(0, contiguous=False)], "contiguous"),
+    ([True], "bool"),
+    ([(0x1000, -1)], "size"),
+])
+def test_bad_device_payloads_are_refused(ns, bad, words):
+    with pytest.raises(KvtierError) as e:
+        ns.get_to_device(["k"], bad)
+    assert e.value.code == Code.INVALID_ARGUMENT and words in str(e.value)
+
+
+@pytest.mark.parametrize("stream", [True, -1, 1 << 64, "0", object()])
+def test_bad_streams_are_refused(ns, stream):
+    with pytest.raises(KvtierError) as e:
+        ns.get_to_device(["k"], [(0x7F0000000000, 4096)], stream=stream)
+    assert e.value.code == Code.INVALID_ARGUMENT
+
+
+def test_mismatched_lists_and_keys_are_refused(ns):
+    with pytest.raises(KvtierError) as e:
+        ns.put_from_device(["a", "b"], [(0x7F0000000000, 4096)])
+    assert e.value.code == Code.INVALID_ARGUMENT
+    with pytest.raises(KvtierError) as e:
+        ns.get_to_device([""], [(0x7F0000000000, 4096)])
+    assert e.value.code == Code.INVALID_ARGUMENT
+
+
+def test_cuda_array_interface_sizes():
+    from kvtier import _buffers
+
+    class Arr:
+        __cuda_array_interface__ = {"data": (0x7F0000000000, False), "shape": (3, 5), "typestr": "<f2",
+                                    "strides": None, "version": 3}
+    addr, n, dev, _ = _buffers.device_one(Arr())
+    assert (addr, n, dev) == (0x7F0000000000, 30, None)
+    Arr.__cuda_array_interface__ = dict(Arr.__cuda_array_interface__, strides=(2, 6))
+    with pytest.raises(KvtierError):
+        _buffers.device_one(Arr())
+
+
+def test_a_closed_store_refuses(store_dir):
+    s = kvtier.Store(store_dir, **SMALL)
+    n = s.register_namespace(name="gpu", model_id="m")
+    s.close()
+    with pytest.raises(KvtierError) as e:
+        n.get_to_device(["k"], [(0x7F0000000000, 4096)])
+    assert e.value.code == Code.CLOSED
+
+
+# ---- with a GPU -----------------------------------------------------------------
+
+def _gpu_store(store_dir, ram):
+    s = kvtier.Store(store_dir, **dict(SMALL, capacity_bytes=256 << 20, ram_tier_bytes=ram,
+                                       ram_tier_shared_memory=False))
+    why = _gpu_ready(s)
+    if why is not None:
+        s.close()
+        pytest.skip("GPU round trips skipped: " + why)
+    return s
+
+
+@pytest.mark.parametrize("ram", [64 << 20, 0])
+@pytest.mark.parametrize("layers", [0, 4])
+def test_round_trip_through_the_device(store_dir, ram, layers):
+    import torch
+    s = _gpu_store(store_dir, ram)
+    n = s.register_namespace(name="gpu", model_id="m", dtype="bf16")
+    dev = torch.device("cuda", 0)
+    g = torch.Generator(device=dev).manual_seed(5)
+    blocks, frag = 8, 64 << 10
+    # Per-layer: a paged cache per layer, (2, blocks, frag) bytes; a block is
+    # its K and V slice in every layer. Cross-layer: one tensor per block.
+    if layers:
+        caches = [torch.randint(0, 256, (2, blocks, frag), dtype=torch.uint8, device=dev, generator=g)
+                  for _ in range(layers)]
+        src = [[c[kv, b] for c in caches for kv in (0, 1)] for b in range(blocks)]
+    else:
+        src = [torch.randint(0, 256, (frag * 2,), dtype=torch.uint8, device=dev, generator=g) for _ in range(blocks)]
+    keys = [f"b{i}" for i in range(blocks)]
+    codes = n.put_from_device(keys, src)
+    assert codes == [Code.OK] * blocks
+    if layers:
+        dst_caches = [torch.zeros_like(c) for c in caches]
+        dst = [[c[kv, b] for c in dst_caches for kv in (0, 1)] for b in range(blocks)]
+    else:
+        dst = [torch.zeros_like(t) for t in src]
+    got = n.get_to_device(keys + ["absent"], dst + [torch.zeros(4096, dtype=torch.uint8, device=dev)])
+    torch.cuda.current_stream().synchronize()
+    want = (2 * layers * frag) if layers else 2 * frag
+    assert got == [want] * blocks + [None]
+    if layers:
+        assert all(torch.equal(a, b) for a, b in zip(caches, dst_caches))
+    else:
+        assert all(torch.equal(a, b) for a, b in zip(src, dst))
+    # The host API reads what the device put, byte for byte.
+    host = bytearray(want)
+    assert n.get_into("b3", host) == want
+    flat = torch.cat([f.reshape(-1) for f in src[3]]) if layers else src[3]
+    assert bytes(host) == bytes(flat.cpu().numpy().tobytes())
+    s.close()
+
+
+def test_async_forms_and_a_side_stream(store_dir):
+    import torch
+    s = _gpu_store(store_dir, 64 << 20)
+    n = s.register_namespace(name="gpu", model_id="m")
+    dev = torch.device("cuda", 0)
+    side = torch.cuda.Stream(dev)
+    src = [torch.full((256 << 10,), i, dtype=torch.uint8, device=dev) for i in range(6)]
+    keys = [f"a{i}" for i in range(6)]
+    fut = n.put_from_device_async(keys, src, stream=side)
+    assert fut.result(timeout=60) == [Code.OK] * 6
+    dst = [torch.zeros_like(t) for t in src]
+    fut = n.get_to_device_async(keys + ["gone"], dst + [torch.zeros_like(src[0])], stream=side)
+    assert fut.result(timeout=60) == [256 << 10] * 6 + [None]
+    side.synchronize()
+    assert all(torch.equal(a, b) for a, b in zip(src, dst))
+    s.close()
+
+
+def test_memory_off_the_bound_device_is_refused_per_block(store_dir):
+    import torch
+    s = _gpu_store(store_dir, 64 << 20)
+    n = s.register_namespace(name="gpu", model_id="m")
+    dev = torch.device("cuda", 0)
+    good = torch.arange(4096, dtype=torch.int32, device=dev)
+    pinned = torch.zeros(16384, dtype=torch.uint8).pin_memory()
+    codes = n.put_from_device(["good", "host"], [good, (pinned.data_ptr(), 16384)])
+    assert codes == [Code.OK, Code.INVALID_ARGUMENT]
+    assert "host" not in n and "good" in n
+    out = torch.zeros_like(good)
+    assert n.get_to_device(["good"], [out]) == [16384]
+    torch.cuda.current_stream().synchronize()
+    assert torch.equal(out, good)
+    s.close()
