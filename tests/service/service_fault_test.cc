@@ -39,6 +39,7 @@ TEST(ServiceFaults, AClientKilledMidRequestLeavesNothingBehind) {
   for (int round = 0; round < 5; ++round) {
     const pid_t child = fork();
     ASSERT_GE(child, 0);
+    ReapOnExit reap(&child);
     if (child == 0) {
       Options o;
       o.client.staging_bytes = 8 << 20;
@@ -74,6 +75,7 @@ TEST(ServiceFaults, AClientKilledMidRequestLeavesNothingBehind) {
   EXPECT_GT(blocks, 0u);
   // And the service still serves.
   auto c = served.Client();
+  ASSERT_NE(c, nullptr);
   auto p = Payload(ns, Key(1), 5000);
   EXPECT_TRUE(c->Put(ns, Key(1), p.data(), p.size()).ok());
 }
@@ -91,6 +93,7 @@ TEST(ServiceFaults, ServiceKilledGivesErrorsNotHangsThenClientsReconnect) {
   TempDir dir;
   const std::string socket = dir.Sub("s.sock"), store = dir.Sub("store");
   pid_t server = ServeInChild(store, socket);
+  ReapOnExit reap(&server);
   Options o;
   o.client.staging_bytes = 4 << 20;
   o.client.op_timeout_ms = 5000;
@@ -168,6 +171,7 @@ TEST(ServiceFaults, MalformedAndHostileFramesGetErrorsAndTheServiceCarriesOn) {
   TempDir dir;
   ServedStore served(dir.path());
   auto good = served.Client();
+  ASSERT_NE(good, nullptr);
   const NamespaceId ns = good->RegisterNamespace(TestSpec()).value();
   auto p = Payload(ns, Key(1), 5000);
   ASSERT_TRUE(good->Put(ns, Key(1), p.data(), p.size()).ok());
@@ -262,6 +266,7 @@ TEST(ServiceFaults, TenantsByUidNeverSeeEachOthersBlocks) {
   ASSERT_EQ(chmod(dir.path().c_str(), 0755), 0);
   // Root (an admin) writes a block in its namespace.
   auto admin = served.Client();
+  ASSERT_NE(admin, nullptr);
   const NamespaceId mine = admin->RegisterNamespace(TestSpec("shared/model")).value();
   auto p = Payload(mine, Key(1), 6000);
   ASSERT_TRUE(admin->Put(mine, Key(1), p.data(), p.size()).ok());

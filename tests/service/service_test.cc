@@ -22,6 +22,7 @@ class ServiceTest : public ::testing::Test {
 TEST_F(ServiceTest, EveryCallOfTheStoreInterfaceWorksThroughTheService) {
   ServedStore served(dir_.path());
   auto c = served.Client();
+  ASSERT_NE(c, nullptr);
   ASSERT_TRUE(c);
   EXPECT_EQ(c->Description().store_id, served.store()->Description().store_id);
   EXPECT_EQ(c->dir(), served.address());
@@ -124,6 +125,7 @@ TEST_F(ServiceTest, EveryCallOfTheStoreInterfaceWorksThroughTheService) {
 TEST_F(ServiceTest, AsyncPutsAndGetsCompleteWithTheirCallbacks) {
   ServedStore served(dir_.path());
   auto c = served.Client();
+  ASSERT_NE(c, nullptr);
   const NamespaceId ns = c->RegisterNamespace(TestSpec()).value();
   std::atomic<int> ok{0};
   std::vector<std::promise<void>> done(50);
@@ -168,6 +170,7 @@ TEST_F(ServiceTest, RegisteredMemoryMovesPayloadsWithoutStaging) {
   ServiceClientOptions co;
   co.staging_bytes = 2 << 20;  // too small for these blocks: only registered memory can carry them
   auto c = served.Client(co);
+  ASSERT_NE(c, nullptr);
   const NamespaceId ns = c->RegisterNamespace(TestSpec()).value();
   const size_t kBytes = 32 << 20;
   const int fd = memfd_create("engine-buffers", MFD_CLOEXEC);
@@ -202,6 +205,7 @@ TEST_F(ServiceTest, AClientOverItsInFlightCapIsAnsweredNotAdmitted) {
   so.max_client_inflight_bytes = 256 << 10;
   ServedStore served(dir_.path(), so);
   auto c = served.Client();
+  ASSERT_NE(c, nullptr);
   const NamespaceId ns = c->RegisterNamespace(TestSpec()).value();
   std::atomic<int> ok{0}, refused{0}, other{0};
   std::vector<std::promise<void>> done(64);
@@ -222,6 +226,7 @@ TEST_F(ServiceTest, AClientOverItsInFlightCapIsAnsweredNotAdmitted) {
   EXPECT_GT(served.service()->GetStats().over_cap, 0u);
   // Another client is not held back by the first one's cap.
   auto c2 = served.Client();
+  ASSERT_NE(c2, nullptr);
   EXPECT_TRUE(c2->Put(ns, Key(1000), p.data(), p.size()).ok());
 }
 
@@ -229,6 +234,7 @@ TEST_F(ServiceTest, ManyClientsShareOneStoreAndSeeEachOthersBlocks) {
   ServedStore served(dir_.path());
   std::vector<std::unique_ptr<Store>> clients;
   for (int i = 0; i < 4; ++i) clients.push_back(served.Client());
+  for (const auto& c : clients) ASSERT_NE(c, nullptr);
   const NamespaceId ns = clients[0]->RegisterNamespace(TestSpec()).value();
   for (int i = 1; i < 4; ++i) EXPECT_EQ(clients[i]->RegisterNamespace(TestSpec()).value(), ns);
   std::vector<std::thread> ts;

@@ -114,6 +114,7 @@ TEST(ServiceTorture, ClientsAndServiceKilledAtRandomLoseNothingAcknowledged) {
   const std::string store = dir.Sub("store"), socket = dir.Sub("s.sock"), address = "unix:" + socket;
   std::mt19937_64 rng(1234);
   pid_t server = Serve(store, socket);
+  ReapOnExit reap_server(&server);
   Options o;
   o.client.staging_bytes = 4 << 20;
   o.client.op_timeout_ms = 5000;
@@ -138,6 +139,7 @@ TEST(ServiceTorture, ClientsAndServiceKilledAtRandomLoseNothingAcknowledged) {
     const pid_t client = fork();
     ASSERT_GE(client, 0);
     if (client == 0) ClientLoop(address, ns, log, rng(), version);
+    ReapOnExit reap_client(&client);
     version += 100000;  // versions of each round are apart
     std::this_thread::sleep_for(std::chrono::milliseconds(5 + rng() % 25));
     const bool kill_service = rng() % 8 == 0;

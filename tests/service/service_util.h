@@ -3,6 +3,9 @@
 #ifndef KVTIER_TESTS_SERVICE_SERVICE_UTIL_H_
 #define KVTIER_TESTS_SERVICE_SERVICE_UTIL_H_
 
+#include <signal.h>
+#include <sys/wait.h>
+
 #include <memory>
 #include <string>
 
@@ -29,6 +32,25 @@ class ServedStore {
   std::string socket_;
   std::unique_ptr<Store> store_;
   std::unique_ptr<Service> service_;
+};
+
+// Kills and reaps a forked child still running when a test leaves early (a
+// failed ASSERT): a live `kvtier serve` would hold ctest's output pipe open
+// until its timeout. A child already reaped is left alone.
+class ReapOnExit {
+ public:
+  explicit ReapOnExit(const pid_t* pid) : pid_(pid) {}
+  ~ReapOnExit() {
+    if (*pid_ > 0 && ::waitpid(*pid_, nullptr, WNOHANG) == 0) {
+      ::kill(*pid_, SIGKILL);
+      ::waitpid(*pid_, nullptr, 0);
+    }
+  }
+  ReapOnExit(const ReapOnExit&) = delete;
+  ReapOnExit& operator=(const ReapOnExit&) = delete;
+
+ private:
+  const pid_t* pid_;
 };
 
 }  // namespace kvtier::testing
