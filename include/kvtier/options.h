@@ -209,6 +209,11 @@ struct Options {
   // and the get goes to disk. Off saves that hash (its cost: docs/benchmarks.md,
   // "What verifying every RAM hit costs").
   bool verify_ram_hits = true;
+  // Threads that copy one GetBatch's RAM hits out (with their verification),
+  // the caller included: one thread's copy and hash fall short of what the
+  // host's memory can move. 0: one per core, at most 8; 1: the caller alone.
+  // The helpers work only while a GetBatch waits on them.
+  uint32_t ram_copy_threads = 0;
 
   // --- Recovery ---------------------------------------------------------------
   // Write an index checkpoint (so recovery needs no scan before it) every time

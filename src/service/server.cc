@@ -28,8 +28,29 @@ Result<gid_t> GroupId(const std::string& group) {
   return g->gr_gid;
 }
 
+// Binds, sets the mode and group of, and listens on a socket at `path`.
+Status BindAndListen(int fd, const std::string& path, const ServiceOptions& o) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.data(), path.size());
+  if (::bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0)
+    return Status::FromErrno(errno, "binding " + path);
+  if (!o.socket_group.empty()) {
+    auto gid = GroupId(o.socket_group);
+    if (!gid.ok()) return gid.status().WithContext("socket group");
+    if (::chown(path.c_str(), static_cast<uid_t>(-1), *gid) != 0)
+      return Status::FromErrno(errno, "giving " + path + " to group " + o.socket_group);
+  }
+  if (::chmod(path.c_str(), static_cast<mode_t>(o.socket_mode & 0777)) != 0)
+    return Status::FromErrno(errno, "chmod " + path);
+  if (::listen(fd, 128) != 0) return Status::FromErrno(errno, "listen on " + path);
+  return Status::OK();
+}
+
 // A socket listening on `path`, with its mode and group. A socket file
-// nobody answers on is left by a crashed service: replaced.
+// nobody answers on is left by a crashed service: replaced. The socket is
+// made ready under a temporary name and renamed into place, so a client
+// that sees the path can connect (a bound socket refuses until listen).
 Result<wire::UniqueFd> Listen(const ServiceOptions& o) {
   auto probe = wire::ConnectUnix(o.socket_path);
   if (probe.ok()) return Status::Busy("a kvtier service already listens on " + o.socket_path);
@@ -42,20 +63,19 @@ Result<wire::UniqueFd> Listen(const ServiceOptions& o) {
   }
   wire::UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!fd) return Status::FromErrno(errno, "socket");
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::memcpy(addr.sun_path, o.socket_path.data(), o.socket_path.size());
-  if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0)
-    return Status::FromErrno(errno, "binding " + o.socket_path);
-  if (!o.socket_group.empty()) {
-    auto gid = GroupId(o.socket_group);
-    if (!gid.ok()) return gid.status().WithContext("socket group");
-    if (::chown(o.socket_path.c_str(), static_cast<uid_t>(-1), *gid) != 0)
-      return Status::FromErrno(errno, "giving " + o.socket_path + " to group " + o.socket_group);
+  const std::string tmp = o.socket_path + ".new";
+  if (tmp.size() >= sizeof(sockaddr_un{}.sun_path)) {  // no room for the suffix: bind in place
+    if (Status st = BindAndListen(fd.get(), o.socket_path, o); !st.ok()) return st;
+    return fd;
   }
-  if (::chmod(o.socket_path.c_str(), static_cast<mode_t>(o.socket_mode & 0777)) != 0)
-    return Status::FromErrno(errno, "chmod " + o.socket_path);
-  if (::listen(fd.get(), 128) != 0) return Status::FromErrno(errno, "listen on " + o.socket_path);
+  ::unlink(tmp.c_str());  // left by a service that died here
+  Status ready = BindAndListen(fd.get(), tmp, o);
+  if (ready.ok() && ::rename(tmp.c_str(), o.socket_path.c_str()) != 0)
+    ready = Status::FromErrno(errno, "renaming " + tmp + " to " + o.socket_path);
+  if (!ready.ok()) {
+    ::unlink(tmp.c_str());
+    return ready;
+  }
   return fd;
 }
 

@@ -146,6 +146,12 @@ class StoreImpl final : public Store, public BlockSink {
 
   // ---- Read path (the reader threads and deadlines live in src/read) ----
   ReadPool::Deps ReadDeps();
+  // A RAM tier's answer that ends a get (a hit, or a buffer too small for
+  // it): counted and handed to `done`. False: the get goes to disk.
+  bool FinishRamRead(Result<size_t>& r, GetCallback& done);
+  // A get the RAM tier did not serve: queued for the read pool.
+  void ReadFromDisk(NamespaceId ns, std::string_view key, std::span<const MutableFragment> out,
+                    Clock::time_point deadline, GetCallback done);
   void RequestDrop(NamespaceId ns, std::string_view key, uint64_t sequence);
   void NoteHit(uint32_t seg, uint64_t offset);
   BlockInfo ToBlockInfo(NamespaceId ns, std::string_view key, const format::IndexValue& v);

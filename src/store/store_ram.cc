@@ -2,6 +2,9 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 
+#include <algorithm>
+#include <thread>
+
 #include "store/store_impl.h"
 
 namespace kvtier {
@@ -24,6 +27,9 @@ Status StoreImpl::OpenRamTier() {
   RamTierOptions o;
   o.capacity_bytes = opt_.ram_tier_bytes;
   o.verify_reads = opt_.verify_ram_hits;
+  o.copy_threads = opt_.ram_copy_threads != 0
+                       ? opt_.ram_copy_threads
+                       : std::clamp(std::thread::hardware_concurrency(), 1u, 8u);
   o.owner_id = store_id_;
   o.file_mode = opt_.group_access ? 0660 : 0600;
   o.fs = fs_;

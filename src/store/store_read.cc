@@ -19,17 +19,27 @@ void StoreImpl::GetAsync(NamespaceId ns, std::string_view key, std::span<const M
   if (ram_ != nullptr) {
     // Served inline from host memory: no queue, no I/O, no deadline to race.
     auto r = ram_->Read(ns, key, out);
-    if (r.ok()) {
-      c_.hits_ram.Add();
-      c_.bytes_read_ram.Add(*r);
-      done(std::move(r));
-      return;
-    }
-    if (r.status().code() == Code::kBufferTooSmall) {
-      done(std::move(r));
-      return;
-    }
+    if (FinishRamRead(r, done)) return;
   }
+  ReadFromDisk(ns, key, out, deadline, std::move(done));
+}
+
+bool StoreImpl::FinishRamRead(Result<size_t>& r, GetCallback& done) {
+  if (r.ok()) {
+    c_.hits_ram.Add();
+    c_.bytes_read_ram.Add(*r);
+    done(std::move(r));
+    return true;
+  }
+  if (r.status().code() == Code::kBufferTooSmall) {
+    done(std::move(r));
+    return true;
+  }
+  return false;  // a miss, or a copy that no longer verified (dropped): disk has it
+}
+
+void StoreImpl::ReadFromDisk(NamespaceId ns, std::string_view key, std::span<const MutableFragment> out,
+                             Clock::time_point deadline, GetCallback done) {
   auto op = std::make_shared<ReadOp>();
   op->ns = ns;
   op->key.assign(key);
@@ -79,15 +89,28 @@ Result<std::vector<uint8_t>> StoreImpl::GetVector(NamespaceId ns, std::string_vi
 
 std::vector<Result<size_t>> StoreImpl::GetBatch(NamespaceId ns, std::span<const GetItem> items) {
   std::vector<Result<size_t>> out(items.size(), Result<size_t>(Status::Aborted("not run")));
+  // RAM hits first, all together, so the tier can copy them on several
+  // threads; the rest go to disk as GetAsync would send them.
+  std::vector<Result<size_t>> ram(ram_ != nullptr ? items.size() : 0, Result<size_t>(Status::NotFound("")));
+  if (ram_ != nullptr) ram_->ReadBatch(ns, items, ram);
   std::mutex m;
   std::condition_variable cv;
   size_t left = items.size();
   for (size_t i = 0; i < items.size(); ++i) {
-    GetAsync(ns, items[i].key, items[i].out, kNoDeadline, [&, i](Result<size_t> r) {
+    GetCallback done = [&, i](Result<size_t> r) {
       std::lock_guard<std::mutex> l(m);
       out[i] = std::move(r);
       if (--left == 0) cv.notify_one();
-    });
+    };
+    if (ram_ == nullptr) {
+      GetAsync(ns, items[i].key, items[i].out, kNoDeadline, std::move(done));
+      continue;
+    }
+    c_.gets.Add();
+    if (items[i].key.empty() || items[i].key.size() > format::kMaxKeyBytes)
+      done(Status::InvalidArgument("key length out of range"));
+    else if (!FinishRamRead(ram[i], done))
+      ReadFromDisk(ns, items[i].key, items[i].out, kNoDeadline, std::move(done));
   }
   std::unique_lock<std::mutex> l(m);
   cv.wait(l, [&] { return left == 0; });

@@ -42,6 +42,7 @@
 #include "kvtier/status.h"
 #include "kvtier/store.h"
 #include "tier/eviction.h"
+#include "util/worker_pool.h"
 
 namespace kvtier {
 
@@ -65,6 +66,8 @@ struct RamTierOptions {
   // is dropped and the read fails with Corruption, so the caller goes to
   // disk instead of getting wrong bytes.
   bool verify_reads = true;
+  // Threads that copy one ReadBatch's blocks, the caller included.
+  uint32_t copy_threads = 1;
 };
 
 struct RamTierStats {
@@ -146,6 +149,9 @@ class RamTier {
   // Corruption (verify_reads: the copy no longer matches its checksum; the
   // block is dropped and `out` holds garbage).
   Result<size_t> Read(NamespaceId ns, std::string_view key, std::span<const MutableFragment> out);
+  // Read() of every item into results[i] (results.size() == items.size()),
+  // the blocks spread over the copy threads when the batch is worth it.
+  void ReadBatch(NamespaceId ns, std::span<const GetItem> items, std::span<Result<size_t>> results);
   bool Contains(NamespaceId ns, std::string_view key);
 
   void Erase(NamespaceId ns, std::string_view key);
@@ -193,6 +199,7 @@ class RamTier {
   std::atomic<bool> stop_prefault_{false};
   std::atomic<uint64_t> prefaulted_{0};
   std::atomic<uint64_t> checksum_failures_{0};
+  std::unique_ptr<WorkerPool> copiers_;  // copy_threads - 1 helpers; null for one thread
 };
 
 // The default shared-memory file of a store: /dev/shm/kvtier-<store id>.ram.

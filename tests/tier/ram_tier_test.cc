@@ -335,6 +335,63 @@ TEST_F(ShmTier, OtherOwnerOrGeometryDiscardsFile) {
   EXPECT_FALSE((*t)->Contains(1, "b"));
 }
 
+// A batch over the copy threads answers each item as Read() would: hits
+// byte for byte (in fragments), misses, a buffer too small, and a block
+// changed in memory (dropped), with neighbours untouched. Many callers at
+// once share the helpers.
+TEST(RamTier, ReadBatchOnCopyThreadsAnswersEachItemAsRead) {
+  RamTierOptions o = Small(64 << 20);
+  o.copy_threads = 4;
+  auto t = RamTier::Open(o);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  constexpr int kBlocks = 24;
+  std::vector<std::vector<uint8_t>> want;
+  for (int i = 0; i < kBlocks; ++i) {
+    want.push_back(Bytes(300000 + 4096 * i, 100 + i));
+    ASSERT_NE(Put(**t, 1, Name("b", i), want.back()), 0u);
+  }
+  {  // block 5 changes in memory
+    RamTier::Pin p = (*t)->Acquire(1, Name("b", 5));
+    ASSERT_TRUE(p);
+    p.pieces().back().data[7] ^= 1;
+  }
+  auto run = [&](int caller) {
+    std::vector<std::string> keys;
+    std::vector<std::vector<uint8_t>> outs(kBlocks + 2);
+    std::vector<std::vector<MutableFragment>> frags(kBlocks + 2);
+    std::vector<GetItem> items;
+    for (int i = 0; i < kBlocks + 2; ++i) keys.push_back(i < kBlocks ? Name("b", i) : Name("absent", caller));
+    for (int i = 0; i < kBlocks + 2; ++i) {
+      const size_t n = i == 3 ? 1000 : 1 << 20;  // block 3: too small a buffer
+      outs[i].resize(n);
+      frags[i] = {{outs[i].data(), n / 3}, {outs[i].data() + n / 3, n - n / 3}};
+      items.push_back({keys[i], frags[i]});
+    }
+    std::vector<Result<size_t>> got(items.size(), Result<size_t>(Status::Aborted("")));
+    (*t)->ReadBatch(1, items, got);
+    for (int i = 0; i < kBlocks + 2; ++i) {
+      SCOPED_TRACE(i);
+      if (i == 3) {
+        EXPECT_EQ(got[i].status().code(), Code::kBufferTooSmall);
+      } else if (i == 5) {
+        // The first caller to read it finds it changed; later ones, dropped.
+        EXPECT_TRUE(got[i].status().code() == Code::kCorruption || got[i].status().IsNotFound());
+      } else if (i >= kBlocks) {
+        EXPECT_TRUE(got[i].status().IsNotFound());
+      } else {
+        ASSERT_TRUE(got[i].ok()) << got[i].status().ToString();
+        ASSERT_EQ(*got[i], want[i].size());
+        EXPECT_EQ(0, std::memcmp(outs[i].data(), want[i].data(), want[i].size()));
+      }
+    }
+  };
+  std::vector<std::thread> callers;
+  for (int c = 0; c < 4; ++c) callers.emplace_back(run, c);
+  for (auto& c : callers) c.join();
+  EXPECT_EQ((*t)->GetStats().checksum_failures, 1u);
+  EXPECT_FALSE((*t)->Contains(1, Name("b", 5)));
+}
+
 TEST(RamTier, RejectsBadOptions) {
   RamTierOptions o;
   o.capacity_bytes = 1000;

@@ -1,6 +1,7 @@
 // kvtier bench [ARGS...]: runs the benchmark binary kvtier-bench that is
 // installed next to this executable, passing every argument through;
-// `kvtier bench --service [ARGS...]` runs kvtier-service-bench instead.
+// `kvtier bench --service [ARGS...]` runs kvtier-service-bench instead, and
+// `kvtier bench --host [ARGS...]` kvtier-host-bench (the host load path).
 #include <unistd.h>
 
 #include <cerrno>
@@ -24,13 +25,15 @@ int Run(const Bench& in) {
   std::string dir(self, static_cast<size_t>(n));
   dir.resize(dir.rfind('/'));
   std::vector<std::string> args = in.app->remaining();
-  const bool service = !args.empty() && args[0] == "--service";
-  if (service) args.erase(args.begin());
-  const std::string name_only = service ? "kvtier-service-bench" : "kvtier-bench";
+  std::string name_only = "kvtier-bench";
+  if (!args.empty() && (args[0] == "--service" || args[0] == "--host")) {
+    name_only = "kvtier-" + args[0].substr(2) + "-bench";
+    args.erase(args.begin());
+  }
   const std::string bench = dir + "/" + name_only;
   if (::access(bench.c_str(), X_OK) != 0) {
     return Fail("bench", kExitUsage, bench + " not found (" + std::strerror(errno) +
-                                         "): build it with `cmake --build <build dir> --target kvtier-bench`");
+                                         "): build it with `cmake --build <build dir> --target " + name_only + "`");
   }
   std::vector<char*> argv;
   std::string name = name_only;

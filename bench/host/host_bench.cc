@@ -1,0 +1,308 @@
+// kvtier-host-bench (`kvtier bench --host`): the host load path (issue 20).
+// An engine that loads into its own pinned host memory (vLLM's CPU tier,
+// SGLang's host pool, LMCache's L1) calls GetBatch with RAM-tier hits; this
+// measures that call against the host's best memcpy of the same run.
+//
+//   limit      the best memcpy rate over 1..N threads (N: the cores), block
+//              pieces from a source larger than the caches into a batch-sized
+//              destination, as a load does
+//   get_batch  one caller thread, GetBatch of `batch` RAM-tier hits, checksums
+//              verified (the default), at each block size
+//   parts      what a get costs apart: one thread's memcpy, one thread's
+//              XXH3, and GetBatch with verification off (a diagnostic only:
+//              checksums stay on in every real configuration)
+//
+// Prints a table, or JSON with --json; each figure carries its ratio to the
+// limit. Says what it ran on.
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <xxhash.h>
+
+#include "harness/common.h"
+#include "kvtier/store.h"
+
+namespace {
+
+using kvbench::AlignedBuf;
+using kvbench::SecondsSince;
+using kvbench::SteadyClock;
+using kvtier::NamespaceId;
+using kvtier::Store;
+
+struct Args {
+  std::string dir = "./kvtier-host-bench";
+  std::vector<size_t> blocks = {256 << 10, 2 << 20, 16 << 20};
+  size_t batch_bytes = 64 << 20;    // one GetBatch moves this much (32 x 2 MiB)
+  size_t working_set = 1ull << 30;  // held by the RAM tier, larger than the caches
+  double seconds = 2.0;
+  int max_threads = 0;  // 0: the cores
+  int copy_threads = -1;  // Options::ram_copy_threads; -1: the default
+  bool json = false;
+};
+
+[[noreturn]] void Usage() {
+  std::fprintf(stderr,
+               "usage: kvtier-host-bench [--dir D] [--block-kib K,K,...] [--batch-mib M] [--working-set-mib W]\n"
+               "                         [--seconds S] [--max-threads N] [--copy-threads N] [--json]\n");
+  std::exit(2);
+}
+
+Args Parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string k = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) Usage();
+      return argv[++i];
+    };
+    try {
+      if (k == "--dir") a.dir = next();
+      else if (k == "--block-kib") {
+        a.blocks.clear();
+        std::string v = next();
+        for (size_t p = 0; p < v.size();) {
+          size_t q = v.find(',', p);
+          if (q == std::string::npos) q = v.size();
+          a.blocks.push_back(std::stoul(v.substr(p, q - p)) << 10);
+          p = q + 1;
+        }
+      } else if (k == "--batch-mib") a.batch_bytes = std::stoul(next()) << 20;
+      else if (k == "--working-set-mib") a.working_set = std::stoull(next()) << 20;
+      else if (k == "--seconds") a.seconds = std::stod(next());
+      else if (k == "--max-threads") a.max_threads = std::stoi(next());
+      else if (k == "--copy-threads") a.copy_threads = std::stoi(next());
+      else if (k == "--json") a.json = true;
+      else Usage();
+    } catch (const std::exception&) {
+      std::fprintf(stderr, "kvtier-host-bench: bad value for %s\n", k.c_str());
+      Usage();
+    }
+  }
+  for (size_t b : a.blocks)
+    if (b == 0 || b > a.batch_bytes || b > a.working_set) {
+      std::fprintf(stderr, "kvtier-host-bench: each block must be > 0 and fit the batch and the working set\n");
+      std::exit(2);
+    }
+  if (a.max_threads <= 0) a.max_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return a;
+}
+
+std::string CpuModel() {
+  std::ifstream f("/proc/cpuinfo");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "unknown";
+}
+
+// Runs `work(thread, rng)` on `threads` threads for `seconds`; each call
+// returns the bytes it moved. Returns GB/s.
+template <typename Work>
+double Rate(int threads, double seconds, Work work) {
+  std::atomic<uint64_t> bytes{0};
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> ts;
+  const auto t0 = SteadyClock::now();
+  for (int i = 0; i < threads; ++i)
+    ts.emplace_back([&, i] {
+      std::mt19937_64 rng(i + 1);
+      uint64_t n = 0;
+      while (!stop.load(std::memory_order_relaxed)) n += work(i, rng);
+      bytes += n;
+    });
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  stop = true;
+  for (auto& t : ts) t.join();
+  return bytes.load() / SecondsSince(t0) / 1e9;
+}
+
+struct Limit {
+  double gbps = 0;
+  int threads = 0;
+  double one_thread = 0;
+};
+
+// The best memcpy: batch-sized destinations per thread (as a load fills an
+// engine's buffer), block pieces from random places of `source`.
+Limit MemcpyLimit(const Args& a, const AlignedBuf& source, size_t block) {
+  const size_t nsrc = source.size() / block, per_batch = a.batch_bytes / block;
+  std::vector<AlignedBuf> dst;
+  for (int i = 0; i < a.max_threads; ++i) {
+    dst.emplace_back(per_batch * block);
+    std::memset(dst.back().data(), 0, dst.back().size());
+  }
+  Limit l;
+  std::vector<int> counts;
+  for (int t = 1; t < a.max_threads; t *= 2) counts.push_back(t);
+  counts.push_back(a.max_threads);
+  for (int t : counts) {
+    double g = Rate(t, a.seconds / 2, [&](int i, std::mt19937_64& rng) {
+      for (size_t b = 0; b < per_batch; ++b)
+        std::memcpy(dst[i].data() + b * block, source.data() + (rng() % nsrc) * block, block);
+      return per_batch * block;
+    });
+    if (t == 1) l.one_thread = g;
+    if (g > l.gbps) l.gbps = g, l.threads = t;
+  }
+  return l;
+}
+
+double Xxh3Rate(const Args& a, const AlignedBuf& source, size_t block) {
+  const size_t nsrc = source.size() / block;
+  volatile uint64_t sink = 0;
+  return Rate(1, a.seconds / 2, [&](int, std::mt19937_64& rng) {
+    sink = sink + XXH3_64bits(source.data() + (rng() % nsrc) * block, block);
+    return block;
+  });
+}
+
+std::unique_ptr<Store> OpenStore(const Args& a, const std::string& dir, bool verify) {
+  kvtier::Options o;
+  // Room for the working set however its blocks fall into the tier's
+  // shards (each holds 1/16 of the tier).
+  const size_t largest = *std::max_element(a.blocks.begin(), a.blocks.end());
+  o.ram_tier_bytes = 2 * a.working_set + 64 * largest + (64ull << 20);
+  o.ram_tier_shared_memory = false;
+  o.capacity_bytes = 2 * a.working_set + (1ull << 30);
+  o.verify_ram_hits = verify;
+  if (a.copy_threads >= 0) o.ram_copy_threads = static_cast<uint32_t>(a.copy_threads);
+  auto s = Store::Open(dir, o);
+  if (!s.ok()) {
+    std::fprintf(stderr, "kvtier-host-bench: open %s: %s\n", dir.c_str(), s.status().ToString().c_str());
+    std::exit(1);
+  }
+  return std::move(s).value();
+}
+
+// GetBatch of `batch` random RAM-tier hits, from one caller thread.
+double GetBatchRate(const Args& a, Store* store, NamespaceId ns, size_t block, size_t nblocks) {
+  const size_t per_batch = a.batch_bytes / block;
+  AlignedBuf dst(per_batch * block);
+  std::memset(dst.data(), 0, dst.size());
+  std::vector<std::string> keys(per_batch);
+  std::vector<kvtier::MutableFragment> frags(per_batch);
+  std::vector<kvtier::GetItem> items(per_batch);
+  uint64_t bad = 0;
+  const kvtier::Stats before = store->GetStats();
+  double g = Rate(1, a.seconds, [&](int, std::mt19937_64& rng) {
+    for (size_t b = 0; b < per_batch; ++b) {
+      keys[b] = kvbench::MakeKey(block, rng() % nblocks);
+      frags[b] = {dst.data() + b * block, block};
+      items[b] = {keys[b], {&frags[b], 1}};
+    }
+    auto r = store->GetBatch(ns, items);
+    for (const auto& x : r) bad += !x.ok() || *x != block;
+    return per_batch * block;
+  });
+  const kvtier::Stats after = store->GetStats();
+  bad += (after.hits_disk - before.hits_disk) + (after.misses - before.misses);
+  if (bad != 0) {
+    std::fprintf(stderr, "kvtier-host-bench: %llu gets were not RAM hits of the right size\n",
+                 static_cast<unsigned long long>(bad));
+    std::exit(1);
+  }
+  return g;
+}
+
+struct Row {
+  size_t block;
+  Limit limit;
+  double get_batch = 0, get_batch_noverify = 0, xxh3 = 0;
+};
+
+void Fill(Store* store, NamespaceId ns, size_t block, size_t n, const AlignedBuf& source) {
+  for (size_t i = 0; i < n; ++i) {
+    const std::string k = kvbench::MakeKey(block, i);
+    if (!store->Put(ns, k, source.data() + i * block, block).ok()) {
+      std::fprintf(stderr, "kvtier-host-bench: fill failed\n");
+      std::exit(1);
+    }
+  }
+  if (!store->Flush().ok()) std::exit(1);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a = Parse(argc, argv);
+  std::string cmd = "rm -rf '" + a.dir + "' && mkdir -p '" + a.dir + "'";
+  if (std::system(cmd.c_str()) != 0) return 1;
+  AlignedBuf source(a.working_set);
+  {
+    std::mt19937_64 r(5);
+    for (size_t i = 0; i + 8 <= source.size(); i += 8) {
+      uint64_t x = r();
+      std::memcpy(source.data() + i, &x, 8);
+    }
+  }
+  kvtier::NamespaceSpec spec;
+  spec.model_id = "bench/host";
+  spec.dtype = "bf16";
+  std::vector<Row> rows;
+  for (int verify = 1; verify >= 0; --verify) {
+    auto store = OpenStore(a, a.dir + (verify ? "/verify" : "/noverify"), verify != 0);
+    for (size_t bi = 0; bi < a.blocks.size(); ++bi) {
+      const size_t block = a.blocks[bi], n = a.working_set / block;
+      // A namespace per size, removed after it: the tier holds one size at a time.
+      spec.layout = "blocks of " + std::to_string(block);
+      const NamespaceId ns = store->RegisterNamespace(spec).value();
+      if (!a.json) std::fprintf(stderr, "host bench: %s, %zu KiB blocks: filling %zu\n",
+                                verify ? "verified" : "unverified", block >> 10, n);
+      Fill(store.get(), ns, block, n, source);
+      if (verify) {
+        Row r;
+        r.block = block;
+        if (!a.json) std::fprintf(stderr, "host bench: memcpy limit (1..%d threads)\n", a.max_threads);
+        r.limit = MemcpyLimit(a, source, block);
+        r.xxh3 = Xxh3Rate(a, source, block);
+        r.get_batch = GetBatchRate(a, store.get(), ns, block, n);
+        rows.push_back(r);
+      } else {
+        rows[bi].get_batch_noverify = GetBatchRate(a, store.get(), ns, block, n);
+      }
+      if (!store->RemoveNamespace(ns).ok()) std::exit(1);
+    }
+    (void)store->Close();
+  }
+  struct utsname u {};
+  uname(&u);
+  const std::string machine = CpuModel() + ", " + std::to_string(std::thread::hardware_concurrency()) + " cores, " +
+                              u.release;
+  if (a.json) {
+    std::printf("{\"bench\": \"host\", \"machine\": \"%s\", \"batch_bytes\": %zu, \"working_set_bytes\": %zu, "
+                "\"rows\": [\n", machine.c_str(), a.batch_bytes, a.working_set);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const Row& r = rows[i];
+      std::printf("  {\"block_bytes\": %zu, \"memcpy_best_gbps\": %.3f, \"memcpy_best_threads\": %d, "
+                  "\"memcpy_1thread_gbps\": %.3f, \"xxh3_1thread_gbps\": %.3f, \"get_batch_gbps\": %.3f, "
+                  "\"get_batch_ratio\": %.3f, \"get_batch_unverified_gbps\": %.3f}%s\n",
+                  r.block, r.limit.gbps, r.limit.threads, r.limit.one_thread, r.xxh3, r.get_batch,
+                  r.get_batch / r.limit.gbps, r.get_batch_noverify, i + 1 < rows.size() ? "," : "");
+    }
+    std::printf("]}\n");
+    return 0;
+  }
+  std::printf("kvtier host load path: GetBatch of RAM-tier hits (%zu MiB per call, one caller thread) "
+              "against the best memcpy\n%s\n\n", a.batch_bytes >> 20, machine.c_str());
+  std::printf("%-8s %14s %11s %13s %13s %9s %15s\n", "block", "memcpy best", "(threads)", "memcpy 1 thr",
+              "xxh3 1 thr", "GetBatch", "vs best memcpy");
+  for (const Row& r : rows)
+    std::printf("%-8s %9.2f GB/s %11d %8.2f GB/s %8.2f GB/s %6.2f GB/s %14.2fx\n",
+                (std::to_string(r.block >> 10) + "K").c_str(), r.limit.gbps, r.limit.threads, r.limit.one_thread,
+                r.xxh3, r.get_batch, r.get_batch / r.limit.gbps);
+  std::printf("\nWithout checksum verification (diagnostic; never the configuration): ");
+  for (const Row& r : rows) std::printf("%zuK %.2f GB/s  ", r.block >> 10, r.get_batch_noverify);
+  std::printf("\n");
+  return 0;
+}

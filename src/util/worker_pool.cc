@@ -1,0 +1,89 @@
+#include "util/worker_pool.h"
+
+#include <pthread.h>
+
+#include <atomic>
+#include <mutex>
+
+namespace kvtier {
+
+struct WorkerPool::Call {
+  Call(size_t count, const std::function<void(size_t)>* f) : n(count), fn(f) {}
+  const size_t n;
+  const std::function<void(size_t)>* fn;  // the caller's, alive until done == n
+  std::atomic<size_t> next{0};
+  std::atomic<size_t> done{0};
+  std::mutex m;
+  std::condition_variable all_done;
+};
+
+WorkerPool::WorkerPool(unsigned helpers, const std::string& name) {
+  for (unsigned i = 0; i < helpers; ++i) {
+    threads_.emplace_back([this] { HelperLoop(); });
+    pthread_setname_np(threads_.back().native_handle(), name.substr(0, 15).c_str());
+  }
+}
+
+WorkerPool::~WorkerPool() {
+  {
+    MutexLock l(&mu_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+// Claims and runs items until none are left; the one that finishes the last
+// item wakes the caller.
+void WorkerPool::Work(Call& c) {
+  for (size_t i = c.next.fetch_add(1); i < c.n; i = c.next.fetch_add(1)) {
+    (*c.fn)(i);
+    if (c.done.fetch_add(1) + 1 == c.n) {
+      std::lock_guard<std::mutex> g(c.m);
+      c.all_done.notify_all();
+    }
+  }
+}
+
+void WorkerPool::HelperLoop() {
+  MutexLock l(&mu_);
+  for (;;) {
+    while (!stop_ && calls_.empty()) l.Wait(wake_);
+    if (stop_) return;
+    std::shared_ptr<Call> c = calls_.front();
+    if (c->next.load() >= c->n) {  // every item handed out: the next call
+      calls_.pop_front();
+      continue;
+    }
+    l.Unlock();
+    Work(*c);
+    l.Lock();
+  }
+}
+
+void WorkerPool::ForEach(size_t n, const std::function<void(size_t)>& fn) {
+  if (n == 0) return;
+  if (threads_.empty() || n == 1) {
+    for (size_t i = 0; i < n; ++i) fn(i);
+    return;
+  }
+  auto c = std::make_shared<Call>(n, &fn);
+  {
+    MutexLock l(&mu_);
+    calls_.push_back(c);
+  }
+  wake_.notify_all();
+  Work(*c);
+  {
+    std::unique_lock<std::mutex> g(c->m);
+    c->all_done.wait(g, [&] { return c->done.load() == c->n; });
+  }
+  MutexLock l(&mu_);
+  for (auto it = calls_.begin(); it != calls_.end(); ++it)
+    if (*it == c) {
+      calls_.erase(it);
+      break;
+    }
+}
+
+}  // namespace kvtier

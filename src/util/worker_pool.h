@@ -1,0 +1,54 @@
+// WorkerPool: a fixed set of helper threads that join a caller in running
+// the items of one call (ForEach), for work that is split finely enough
+// that handing out indices costs nothing beside it: the RAM tier's copies of
+// one batch of hits.
+//
+// Thread-safe: any number of threads may call ForEach at once; the helpers
+// serve the calls in the order they came, and each caller works on its own
+// call too, so a call never waits for helpers that are busy elsewhere.
+// Destruction joins the helpers; no ForEach may be running then.
+#ifndef KVTIER_SRC_UTIL_WORKER_POOL_H_
+#define KVTIER_SRC_UTIL_WORKER_POOL_H_
+
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "util/thread_annotations.h"
+
+namespace kvtier {
+
+class WorkerPool {
+ public:
+  // `helpers` threads beside the callers (0: ForEach runs on the caller
+  // alone), named `name` for debuggers and top.
+  WorkerPool(unsigned helpers, const std::string& name);
+  ~WorkerPool();
+  WorkerPool(const WorkerPool&) = delete;
+  WorkerPool& operator=(const WorkerPool&) = delete;
+
+  // Runs fn(i) once for each i in [0, n) and returns when every one has
+  // returned. fn must not throw and must not call ForEach.
+  void ForEach(size_t n, const std::function<void(size_t)>& fn);
+  unsigned helpers() const { return static_cast<unsigned>(threads_.size()); }
+
+ private:
+  struct Call;
+  void HelperLoop();
+  static void Work(Call& c);
+
+  Mutex mu_;
+  std::condition_variable wake_;
+  std::deque<std::shared_ptr<Call>> calls_ GUARDED_BY(mu_);
+  bool stop_ GUARDED_BY(mu_) = false;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace kvtier
+
+#endif  // KVTIER_SRC_UTIL_WORKER_POOL_H_

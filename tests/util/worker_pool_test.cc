@@ -1,0 +1,60 @@
+#include "util/worker_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <set>
+#include <thread>
+#include <vector>
+
+namespace kvtier {
+namespace {
+
+// Every index runs exactly once, on the caller and the helpers, and
+// ForEach returns only after the last one; concurrent callers each get
+// their own items, whatever the helpers are busy with.
+TEST(WorkerPool, EveryItemRunsOnceBeforeForEachReturns) {
+  for (unsigned helpers : {0u, 1u, 3u}) {
+    SCOPED_TRACE(helpers);
+    WorkerPool pool(helpers, "test-pool");
+    EXPECT_EQ(pool.helpers(), helpers);
+    auto run = [&](size_t n) {
+      std::vector<std::atomic<int>> seen(n);
+      std::atomic<size_t> finished{0};
+      pool.ForEach(n, [&](size_t i) {
+        seen[i].fetch_add(1);
+        std::this_thread::yield();
+        finished.fetch_add(1);
+      });
+      EXPECT_EQ(finished.load(), n);
+      for (size_t i = 0; i < n; ++i) ASSERT_EQ(seen[i].load(), 1) << i;
+    };
+    run(0);
+    run(1);
+    run(1000);
+    std::vector<std::thread> callers;
+    for (int c = 0; c < 4; ++c) callers.emplace_back([&, c] { for (int k = 0; k < 50; ++k) run(17 + c * 13 + k); });
+    for (auto& c : callers) c.join();
+  }
+}
+
+// The helpers do take work: with items that wait for each other, a call
+// of 3 items finishes only if three threads run them at once.
+TEST(WorkerPool, HelpersRunItemsBesideTheCaller) {
+  WorkerPool pool(2, "test-pool");
+  std::atomic<int> arrived{0};
+  std::set<std::thread::id> threads;
+  std::mutex m;
+  pool.ForEach(3, [&](size_t) {
+    {
+      std::lock_guard<std::mutex> g(m);
+      threads.insert(std::this_thread::get_id());
+    }
+    arrived.fetch_add(1);
+    while (arrived.load() < 3) std::this_thread::yield();
+  });
+  EXPECT_EQ(threads.size(), 3u);
+}
+
+}  // namespace
+}  // namespace kvtier
