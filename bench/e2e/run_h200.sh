@@ -2,7 +2,7 @@
 # One command for the end-to-end prefix-reuse run on a GPU machine with
 # PyTorch and transformers (docs/e2e.md):
 #
-#   bench/e2e/run_h200.sh OUT_DIR [prefix_reuse.py options]
+#   bench/e2e/run_h200.sh OUT_DIR [engine_run.py options]
 #
 # Uses the library folder made by tools/gpu_pack.sh (default .gpu/lib, or
 # $KVTIER_GPU_LIB): libkvtier.so plus RocksDB, liburing and friends. The
@@ -61,7 +61,9 @@ for mod in ("numpy", "torch", "transformers", "kvtier"):
 EOF
 
 cd "$ROOT"
-"$PY" "$ROOT/bench/e2e/prefix_reuse.py" "$OUT" "$@"
+# engine_run.py: the serving engine's forward (paged KV, CUDA graphs), the GPU
+# and host paths; E2E_DRIVER=prefix_reuse runs the transformers-cache driver.
+"$PY" "$ROOT/bench/e2e/${E2E_DRIVER:-engine_run}.py" "$OUT" "$@"
 rc=$?
 rm -rf "$LDEXTRA"
 echo "run_h200: exit $rc; results in $OUT/results.md and $OUT/results.json"

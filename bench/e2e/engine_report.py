@@ -1,0 +1,86 @@
+"""Tables of an engine_run.py run (results.json -> results.md): per model,
+document length and batch, the median TTFT of each arm and phase, its ratio
+to recompute in the same process, and beside it the parts (lookup, load,
+forward) and the links measured in the same run."""
+import statistics
+
+
+def _med(xs):
+    return statistics.median(xs) if xs else None
+
+
+def _f(x, nd=1):
+    return "-" if x is None else f"{x:.{nd}f}"
+
+
+def rows(results):
+    """(model, phase, doc_tokens, batch) -> {arm: [request records]}, with the links."""
+    out = {}
+    for w in results["workers"]:
+        spec = w.get("spec", {})
+        for r in w.get("requests", []):
+            k = (spec.get("model"), spec.get("phase"), r["doc_tokens"], r["batch"])
+            out.setdefault(k, {"arms": {}, "links": []})
+            out[k]["arms"].setdefault(r["arm"], []).append(r)
+            out[k]["links"].append(w.get("links", {}))
+    return out
+
+
+def markdown(results):
+    disk = results.get("disk", {})
+    odirect = _med([d["gbps"] for d in disk.values() if d.get("gbps")])
+    lines = [f"Run of {results.get('date')}; machine: {_machine(results)}.", "",
+             "| model | phase | doc tokens | batch | recompute TTFT ms | GPU path TTFT ms (x) | host path TTFT ms (x) "
+             "| suffix fwd ms | recompute fwd ms | GPU load ms (GB/s, x link) | host get_batch GB/s (x memcpy) "
+             "| disk prediction ms (x) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for (model, phase, n, b), v in sorted(rows(results).items(), key=lambda kv: tuple(map(str, kv[0]))):
+        arms = v["arms"]
+        rc = _med([r["ttft_ms"] for r in arms.get("recompute", [])])
+        g = arms.get("gpu", [])
+        h = arms.get("host", [])
+        gt = _med([r["ttft_ms"] for r in g])
+        ht = _med([r["ttft_ms"] for r in h])
+        link = _med([l.get("h2d_pinned_gbps") for l in v["links"] if l.get("h2d_pinned_gbps")])
+        mem = _med([l.get("host_memcpy_best_gbps") for l in v["links"] if l.get("host_memcpy_best_gbps")])
+        gl = _med([r["load_ms"] for r in g])
+        gbytes = _med([r["loaded_bytes"] for r in g]) or 0
+        grate = gbytes / gl / 1e6 if gl else None
+        hrate = _med([r["loaded_bytes"] / r["load_call_ms"] / 1e6 for r in h if r["load_call_ms"]])
+        sfwd = _med([r["forward_ms"] for r in g])
+        rfwd = _med([r["forward_ms"] for r in arms.get("recompute", [])])
+        pred = None
+        if phase == "disk" and odirect and sfwd is not None:
+            pred = gbytes / odirect / 1e6 + sfwd
+
+        def x(a, base):
+            return f" ({a / base:.2f}x)" if a is not None and base else ""
+        lines.append(
+            f"| {model} | {phase} | {n} | {b} | {_f(rc)} | {_f(gt)}{x(gt, rc)} | {_f(ht)}{x(ht, rc)} | {_f(sfwd)} "
+            f"| {_f(rfwd)} | {_f(gl)} ({_f(grate)}, {_f(grate / link if grate and link else None, 2)}) "
+            f"| {_f(hrate)} ({_f(hrate / mem if hrate and mem else None, 2)}) "
+            f"| {_f(pred)}{x(gt, pred) if pred else ''} |")
+    reads = ", ".join(f"{k}: {d.get('gbps')} GB/s ({d.get('threads')} threads)" for k, d in disk.items())
+    lines += ["", f"O_DIRECT reads of the stores' segment files (best over 4/16/32 threads): {reads or '-'}."]
+    checks = [c for w in results["workers"] for c in w.get("checks", [])]
+    if checks:
+        exact = sum(c["bit_exact"] for c in checks)
+        same = sum(c["same_token_as_full_prefill"] for c in checks)
+        worst = max(c["vs_full_prefill_rel_diff"] for c in checks)
+        lines.append(f"Checks: {exact}/{len(checks)} loads bit-exact against the same forward over fresh KV; "
+                     f"{same}/{len(checks)} give the full prefill's first token (largest relative logit "
+                     f"difference to it {worst:.2e}, other attention kernels).")
+    errors = [(w.get("spec", {}).get("model"), w.get("spec", {}).get("phase"), e.splitlines()[0])
+              for w in results["workers"] for e in w.get("errors", [])]
+    for m, p, e in errors:
+        lines.append(f"Error in {m}/{p}: {e}")
+    return "\n".join(lines) + "\n"
+
+
+def _machine(results):
+    for w in results["workers"]:
+        m = w.get("machine")
+        if m:
+            return (f"{m.get('gpu')}, {m.get('cpus')} CPUs, torch {m.get('torch')}, CUDA {m.get('cuda')}, "
+                    f"Python {m.get('python')}, Linux {m.get('kernel')}")
+    return "unknown"

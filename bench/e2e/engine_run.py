@@ -1,0 +1,432 @@
+#!/usr/bin/env python3
+"""End-to-end prefix reuse with a serving engine's forward (docs/e2e.md).
+
+    engine_run.py OUT_DIR [options]       # the run: spawns the serving processes
+    engine_run.py --worker SPEC.json      # one serving process (internal)
+
+The KV cache lives in preallocated GPU memory as cross-layer paged blocks
+(bench/e2e/paged_model.py); the forward is captured as CUDA graphs per shape
+bucket. Per model and repetition, three fresh processes:
+
+  warm      a new store with the RAM tier in /dev/shm: first visits compute
+            and store every document (put_from_device), then revisits
+            alternate the arms: recompute / GPU path / host path; then the
+            process is killed with SIGKILL
+  restart   a new process on the same store: recovery adopts the RAM tier;
+            the same arms
+  disk      a new process with the RAM tier off: every load reads the
+            segment files with O_DIRECT
+
+  recompute  prefill of the whole prompt (flash attention, as an engine's)
+  gpu        lookup_prefix, get_to_device straight into the cache blocks, the
+             suffix forward over them
+  host       lookup_prefix, get_batch into a pinned host buffer (as vLLM's
+             CPU tier holds blocks), one copy to the GPU and a scatter into
+             the cache blocks, the suffix forward
+
+TTFT runs from the prompt's tokens to the first token's id on the host.
+Beside it: the load and the forward, each timed on the device (CUDA events),
+and the links measured in the same process: pinned host-to-device copies,
+host memcpy (best over thread counts) and O_DIRECT reads (best over thread
+counts) of the store's own segment files. Correctness: for two documents per
+arm and process, the logits after a load equal, bit for bit, those of the
+same forward over KV computed afresh (same kernels), and the tokens by
+source add up to the prompt.
+"""
+import argparse
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, HERE)
+
+import workload as wl  # noqa: E402
+
+ARMS = ("recompute", "gpu", "host")
+PHASES = ("warm", "restart", "disk")
+
+
+def _write_json(path, obj):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=1, default=str)
+    os.replace(tmp, path)
+
+
+def _log(name, msg):
+    print(f"[{name} {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+# ==== the serving process ===============================================================
+class Worker:
+    def __init__(self, spec):
+        import torch
+        import kvtier
+        import kv_blocks
+        import paged_model as pm
+        self.torch, self.kvtier, self.kb, self.pm = torch, kvtier, kv_blocks, pm
+        torch.set_grad_enabled(False)
+        self.spec = spec
+        self.name = f"{spec['model']}/{spec['phase']}/rep{spec['rep']}"
+        self.res = {"spec": spec, "requests": [], "checks": [], "errors": [], "links": {}, "pid": os.getpid()}
+        self.cfg = pm.MODELS[spec["model"]]
+        self.dev = torch.device("cuda")
+        # A stream of its own, as an engine has: kvtier batches its copies on
+        # it (the legacy default stream cannot batch them).
+        self.stream = torch.cuda.Stream()
+        torch.cuda.set_stream(self.stream)
+        self.q_tokens = spec["question_tokens"]
+        longest = max(spec["doc_tokens"]) + self.q_tokens + pm.BLOCK_TOKENS
+        self.per_slot = (longest + pm.BLOCK_TOKENS - 1) // pm.BLOCK_TOKENS
+        # Slots: 4 for a batch of requests, 1 for the checks' fresh KV.
+        self.slots = spec["max_batch"] + 1
+        t = time.perf_counter()
+        self.model = pm.PagedModel(self.cfg, 1 + self.slots * self.per_slot, "cuda", seed=spec["seed"])
+        self.res["build_s"] = round(time.perf_counter() - t, 2)
+        self.bb = self.model.block_bytes
+        host_blocks = max(max(self.batches(n)) * ((n + self.q_tokens + 15) // 16) for n in spec["doc_tokens"])
+        self.pinned = torch.empty(host_blocks * self.bb, dtype=torch.uint8, pin_memory=True)
+        self.res["machine"] = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
+                               "cuda": torch.version.cuda, "python": platform.python_version(),
+                               "cpus": os.cpu_count(), "kernel": platform.release()}
+
+    def flush(self):
+        _write_json(self.spec["result_path"], self.res)
+
+    def slot_table(self, slot, n_blocks):
+        first = 1 + slot * self.per_slot
+        return list(range(first, first + n_blocks))
+
+    # ---- links -------------------------------------------------------------------------
+    def measure_links(self):
+        torch = self.torch
+        n = 256 << 20
+        src = torch.empty(n, dtype=torch.uint8, pin_memory=True)
+        dst = torch.empty(n, dtype=torch.uint8, device=self.dev)
+        rates = []
+        for _ in range(8):
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            dst.copy_(src, non_blocking=True)
+            e1.record()
+            e1.synchronize()
+            rates.append(n / (e0.elapsed_time(e1) / 1e3) / 1e9)
+        self.res["links"]["h2d_pinned_gbps"] = round(max(rates), 2)
+        # Host memcpy, best over thread counts: memmove of 2 MiB pieces
+        # (ctypes releases the GIL) between buffers larger than the caches.
+        import ctypes
+        import threading
+        a = torch.full((1 << 30,), 1, dtype=torch.uint8)
+        b = torch.full((1 << 30,), 2, dtype=torch.uint8, pin_memory=True)
+        piece, n = 2 << 20, (1 << 30) // (2 << 20)
+        best, best_t = 0.0, 0
+        for t in sorted({1, 2, 4, 8, 16, os.cpu_count() or 1}):
+            def copy(i, t=t, src=a.data_ptr(), dst=b.data_ptr()):
+                for j in range(i, n, t):
+                    ctypes.memmove(dst + j * piece, src + j * piece, piece)
+            t0 = time.perf_counter()
+            for _ in range(2):
+                ts = [threading.Thread(target=copy, args=(i,)) for i in range(t)]
+                for x in ts:
+                    x.start()
+                for x in ts:
+                    x.join()
+            g = 2 * a.numel() / (time.perf_counter() - t0) / 1e9
+            if g > best:
+                best, best_t = g, t
+        self.res["links"]["host_memcpy_best_gbps"] = round(best, 2)
+        self.res["links"]["host_memcpy_best_threads"] = best_t
+        del a, b, src, dst
+
+    # ---- the store -----------------------------------------------------------------------
+    def open_store(self):
+        s = self.spec
+        ram = s["ram_tier_bytes"] if s["phase"] in ("warm", "restart") else 0
+        t = time.perf_counter()
+        store = self.kvtier.Store(s["store_dir"], ram_tier_bytes=ram, ram_tier_shared_memory=True,
+                                  capacity_bytes=s["capacity_bytes"], read_threads=8, queue_depth=32)
+        self.res["store_open_s"] = round(time.perf_counter() - t, 3)
+        st = store.stats()
+        self.res["store_open_stats"] = {k: st.get(k) for k in (
+            "recovered_from_crash", "ram_capacity_bytes", "ram_blocks", "ram_adopted_blocks", "ram_shared_memory",
+            "used_bytes") if k in st}
+        why = store.gpu_status()
+        if why is not None:
+            raise RuntimeError("the GPU path cannot run: " + why)
+        self.store = store
+        self.ns = store.register_namespace(
+            name=f"e2e-engine/{s['model']}", model_id=self.cfg["model_id"], weights_fingerprint=f"seed{s['seed']}",
+            tokenizer="random-token-ids", dtype="bf16", layout="cross-layer [layers,2,16,kv_heads,head_dim]",
+            block_tokens=self.pm.BLOCK_TOKENS, block_bytes=self.bb, hash_scheme="sha256-chain-int32",
+            hash_seed=s["seed"])
+        _log(self.name, f"store open in {self.res['store_open_s']} s: {self.res['store_open_stats']}")
+
+    # ---- requests --------------------------------------------------------------------------
+    def prompt(self, length, doc, visit):
+        s = self.spec
+        return wl.prompt(s["seed"], doc + 1000 * length, visit, length, 0, self.q_tokens,
+                         self.cfg["vocab"]).tolist()
+
+    def keys(self, prompt):
+        n = (len(prompt) - 1) // self.pm.BLOCK_TOKENS  # the last token is always computed
+        return self.kb.chain_hashes(prompt[:n * self.pm.BLOCK_TOKENS], self.pm.BLOCK_TOKENS, self.spec["seed"])
+
+    def first_visit(self, length, doc):
+        p = self.prompt(length, doc, 0)
+        nblk = (len(p) + 15) // 16
+        table = self.slot_table(0, nblk)
+        self.model.run([(p, 0, table)])
+        keys = self.keys(p)
+        codes = self.ns.put_from_device(keys, [self.model.block_fragment(b) for b in table[:len(keys)]],
+                                        stream=self.stream)
+        bad = [c for c in codes if c != self.kvtier.Code.OK]
+        if bad:
+            raise RuntimeError(f"put_from_device: {len(bad)} blocks not stored ({bad[0]})")
+
+    def request(self, arm, prompts):
+        """Serves `prompts` together (one step); returns the record."""
+        torch, pm = self.torch, self.pm
+        self.torch.cuda.synchronize()
+        e = [torch.cuda.Event(enable_timing=True) for _ in range(4)]  # start, load start, load end, end
+        t0 = time.perf_counter()
+        e[0].record()
+        tables, hits, seqs = [], [], []
+        for i, p in enumerate(prompts):
+            tables.append(self.slot_table(i, (len(p) + 15) // 16))
+        load_call = 0.0
+        if arm == "recompute":
+            hits = [0] * len(prompts)
+        else:
+            all_keys, frags = [], []
+            for i, p in enumerate(prompts):
+                keys = self.keys(p)
+                n = self.ns.lookup_prefix(keys)
+                hits.append(n)
+                all_keys += keys[:n]
+                frags += [self.model.block_fragment(b) for b in tables[i][:n]]
+            tl = time.perf_counter()
+            e[1].record()
+            if arm == "gpu":
+                got = self.ns.get_to_device(all_keys, frags, stream=self.stream)
+            else:
+                base = self.pinned.data_ptr()
+                got = self.ns.get_batch(all_keys, [(base + j * self.bb, self.bb) for j in range(len(all_keys))])
+                nbytes = len(all_keys) * self.bb
+                staged = self.pinned[:nbytes].to(self.dev, non_blocking=True)
+                ids = torch.as_tensor([b for i in range(len(prompts)) for b in tables[i][:hits[i]]],
+                                      device=self.dev)
+                cache = self.model.cache
+                cache.index_copy_(0, ids, staged.view(cache.dtype).view(-1, *cache.shape[1:]))
+            load_call = time.perf_counter() - tl
+            if any(g != self.bb for g in got):
+                raise RuntimeError(f"{arm}: a load returned {sorted(set(map(str, got)))[:3]} (want {self.bb} each)")
+        if arm == "recompute":
+            tl = time.perf_counter()
+            e[1].record()
+        e[2].record()
+        for i, p in enumerate(prompts):
+            start = hits[i] * pm.BLOCK_TOKENS
+            seqs.append((p[start:], start, tables[i]))
+        logits = self.model.run(seqs)
+        first = logits.argmax(-1).tolist()  # on the host: the first token
+        t1 = time.perf_counter()
+        e[3].record()
+        e[3].synchronize()
+        logits = logits.clone()  # the graph's output buffer is reused by the next step
+        rec = {"arm": arm, "batch": len(prompts), "tokens": [len(p) for p in prompts],
+               "loaded_tokens": [h * pm.BLOCK_TOKENS for h in hits],
+               "computed_tokens": [len(p) - h * pm.BLOCK_TOKENS for h in hits],
+               "ttft_ms": round((t1 - t0) * 1e3, 3), "lookup_ms": round((tl - t0) * 1e3, 3),
+               "load_ms": round(e[1].elapsed_time(e[2]), 3), "load_call_ms": round(load_call * 1e3, 3),
+               "forward_ms": round(e[2].elapsed_time(e[3]), 3),
+               "loaded_bytes": sum(hits) * self.bb, "first_token": first}
+        return rec, logits
+
+    def check(self, arm, length, doc, prompt, loaded_tokens, logits):
+        """The KV computed afresh, by the same step that made the stored
+        blocks (the first visit's prefill, into other blocks), then the same
+        suffix step as the request: the logits must be bit for bit the
+        request's. And the whole prompt recomputed (other kernels: close)."""
+        first = self.prompt(length, doc, 0)
+        table = self.slot_table(self.slots - 1, (max(len(first), len(prompt)) + 15) // 16)
+        self.model.run([(first, 0, table[:(len(first) + 15) // 16])])
+        tb = table[:(len(prompt) + 15) // 16]
+        want = self.model.run([(prompt[loaded_tokens:], loaded_tokens, tb)])[0].clone()
+        full = self.model.run([(prompt, 0, tb)])[0]
+        got = logits[0]
+        rel = float((got - full).abs().max() / full.abs().max())
+        self.res["checks"].append({"arm": arm, "tokens": len(prompt), "bit_exact": bool(self.torch.equal(got, want)),
+                                   "vs_full_prefill_rel_diff": rel,
+                                   "same_token_as_full_prefill": int(got.argmax()) == int(full.argmax())})
+
+    # ---- the phase ----------------------------------------------------------------------------
+    def warm_up(self):
+        """Captures every graph bucket the timed requests use (untimed)."""
+        s = self.spec
+        for length in s["doc_tokens"]:
+            p = self.prompt(length, -1, 0)
+            for b in self.batches(length):
+                prompts = [p] * b
+                self.request("recompute", prompts)
+                seqs = []
+                for i in range(b):
+                    n = len(self.keys(p))
+                    seqs.append((p[n * 16:], n * 16, self.slot_table(i, (len(p) + 15) // 16)))
+                self.model.run(seqs)
+        self.torch.cuda.synchronize()
+
+    def batches(self, length):
+        s = self.spec
+        return [1] + ([s["max_batch"]] if length <= s["batch_max_doc_tokens"] else [])
+
+    def run(self):
+        s = self.spec
+        self.measure_links()
+        self.open_store()
+        t = time.perf_counter()
+        self.warm_up()
+        self.res["warmup_s"] = round(time.perf_counter() - t, 2)
+        self.res["graphs"] = len(self.model.graphs)
+        if s["phase"] == "warm":
+            t = time.perf_counter()
+            for length in s["doc_tokens"]:
+                for d in range(s["docs"][str(length)]):
+                    self.first_visit(length, d)
+            self.store.flush()
+            self.res["first_visits_s"] = round(time.perf_counter() - t, 2)
+        arms = list(ARMS) if s["rep"] % 2 == 0 else list(reversed(ARMS))
+        for rnd in range(1, s["rounds"] + 1):
+            for length in s["doc_tokens"]:
+                ndocs = s["docs"][str(length)]
+                for b in self.batches(length):
+                    groups = [[d] for d in range(ndocs)] if b == 1 else [list(range(b))]
+                    for g in groups:
+                        prompts = [self.prompt(length, d % ndocs, rnd) for d in g]
+                        for arm in arms:
+                            rec, logits = self.request(arm, prompts)
+                            rec.update(round=rnd, doc_tokens=length, docs=g)
+                            self.res["requests"].append(rec)
+                            if arm != "recompute" and b == 1 and rnd == 1 and g[0] < s["check_docs"]:
+                                self.check(arm, length, g[0], prompts[0], rec["loaded_tokens"][0], logits)
+                        arms = arms[1:] + arms[:1]  # rotate the order between requests
+            _log(self.name, f"round {rnd} done ({len(self.res['requests'])} requests)")
+            self.flush()
+        self.res["store_stats"] = self.store.stats()
+        self.res["done"] = True
+        self.flush()
+
+
+def worker_main(spec_path):
+    with open(spec_path) as f:
+        spec = json.load(f)
+    w = None
+    try:
+        w = Worker(spec)
+        w.run()
+    except Exception as e:
+        res = w.res if w is not None else {"spec": spec, "errors": []}
+        res.setdefault("errors", []).append(f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}")
+        _write_json(spec["result_path"], res)
+        print(traceback.format_exc(), flush=True)
+        return 1
+    if spec["phase"] == "warm":
+        os.kill(os.getpid(), signal.SIGKILL)  # the crash: no close, no flush
+    w.store.close()
+    return 0
+
+
+# ==== the orchestrator =====================================================================
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("out")
+    p.add_argument("--models", default="qwen3-0.6b,llama70b-shape")
+    p.add_argument("--doc-tokens", default="2750,16384", help="document lengths (each its own row)")
+    p.add_argument("--docs", default="4,2", help="documents per length")
+    p.add_argument("--question-tokens", type=int, default=24)
+    p.add_argument("--rounds", type=int, default=2, help="revisit rounds per process")
+    p.add_argument("--reps", type=int, default=2)
+    p.add_argument("--max-batch", type=int, default=4, help="requests served together")
+    p.add_argument("--batch-max-doc-tokens", type=int, default=4096,
+                   help="batched revisits for documents up to this length")
+    p.add_argument("--check-docs", type=int, default=2)
+    p.add_argument("--ram-tier-gib", type=float, default=24.0)
+    p.add_argument("--capacity-gib", type=float, default=40.0)
+    p.add_argument("--store-root", default=os.path.join(REPO, "build-e2e-engine"))
+    p.add_argument("--phases", default=",".join(PHASES))
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--worker-timeout-s", type=float, default=420)
+    return p.parse_args(argv)
+
+
+def odirect_rate(store_dir):
+    """The best O_DIRECT read rate of the store's segment files over thread counts."""
+    import prefix_reuse
+    seg = os.path.join(store_dir, "segments")
+    paths = sorted(os.path.join(seg, f) for f in os.listdir(seg) if f.endswith(".kvs")) if os.path.isdir(seg) else []
+    best = (0.0, 0)
+    for threads in (4, 16, 32):
+        g, n, _ = prefix_reuse.odirect_read(paths, 4 << 30, threads=threads)
+        if g and g > best[0]:
+            best = (g, threads)
+    return {"gbps": round(best[0], 2), "threads": best[1], "files": len(paths)}
+
+
+def main(argv):
+    a = parse_args(argv)
+    out = os.path.abspath(a.out)
+    os.makedirs(os.path.join(out, "workers"), exist_ok=True)
+    lengths = [int(x) for x in a.doc_tokens.split(",")]
+    docs = [int(x) for x in a.docs.split(",")]
+    docs = dict(zip(map(str, lengths), docs + [docs[-1]] * (len(lengths) - len(docs))))
+    results = {"args": vars(a), "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "workers": [],
+               "disk": {}}
+    os.makedirs(a.store_root, exist_ok=True)
+    for model in a.models.split(","):
+        for rep in range(a.reps):
+            store_dir = os.path.join(a.store_root, f"{model}-rep{rep}")
+            shutil.rmtree(store_dir, ignore_errors=True)
+            for phase in a.phases.split(","):
+                if phase == "disk":
+                    results["disk"][f"{model}/rep{rep}"] = odirect_rate(store_dir)
+                name = f"{model}-rep{rep}-{phase}"
+                spec = dict(model=model, rep=rep, phase=phase, store_dir=store_dir, seed=a.seed,
+                            doc_tokens=lengths, docs=docs, question_tokens=a.question_tokens, rounds=a.rounds,
+                            max_batch=a.max_batch, batch_max_doc_tokens=a.batch_max_doc_tokens,
+                            check_docs=a.check_docs, ram_tier_bytes=int(a.ram_tier_gib * (1 << 30)),
+                            capacity_bytes=int(a.capacity_gib * (1 << 30)),
+                            result_path=os.path.join(out, "workers", name + ".json"))
+                spec_path = os.path.join(out, "workers", name + ".spec.json")
+                _write_json(spec_path, spec)
+                t = time.perf_counter()
+                with open(os.path.join(out, "workers", name + ".log"), "w") as logf:
+                    try:
+                        rc = subprocess.run([sys.executable, __file__, "--worker", spec_path], stdout=logf,
+                                            stderr=subprocess.STDOUT, timeout=a.worker_timeout_s).returncode
+                    except subprocess.TimeoutExpired:
+                        rc = "timeout"
+                res = json.load(open(spec["result_path"])) if os.path.exists(spec["result_path"]) else {}
+                res["rc"], res["wall_s"] = rc, round(time.perf_counter() - t, 1)
+                results["workers"].append(res)
+                _log("e2e", f"{name}: rc={rc} in {res['wall_s']} s, {len(res.get('requests', []))} requests, "
+                            f"errors: {[e.splitlines()[0] for e in res.get('errors', [])]}")
+                _write_json(os.path.join(out, "results.json"), results)
+            shutil.rmtree(store_dir, ignore_errors=True)
+    import engine_report
+    with open(os.path.join(out, "results.md"), "w") as f:
+        f.write(engine_report.markdown(results))
+    print(open(os.path.join(out, "results.md")).read())
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--worker":
+        sys.exit(worker_main(sys.argv[2]))
+    sys.exit(main(sys.argv[1:]))
