@@ -102,6 +102,29 @@ def test_batch_lookup_remove(store_dir):
         assert "zero_copy_put_bytes" in st and st["hits_remote"] == 0 and st["remote_connected"] is False
 
 
+def test_batches_of_address_pairs(store_dir):
+    """(address, size) pairs take the packed path: the same answers, str and
+    bytes keys, the same refusals."""
+    with open_store(store_dir) as s:
+        ns = s.register_namespace(name="t")
+        src = np.arange(6 * 3000, dtype=np.uint8).reshape(6, 3000)
+        keys = [f"p{i}" if i % 2 else f"p{i}".encode() for i in range(6)]
+        pairs = [(src[i].ctypes.data, 3000) for i in range(6)]
+        assert ns.put_batch(keys[:5], pairs[:5]) == [Code.OK] * 5
+        dst = np.zeros((6, 3000), dtype=np.uint8)
+        sizes, codes = ns.get_batch(keys, [(dst[i].ctypes.data, 3000) for i in range(6)], return_codes=True)
+        assert sizes == [3000] * 5 + [None] and codes[5] == Code.NOT_FOUND
+        assert np.array_equal(dst[:5], src[:5]) and not dst[5].any()
+        small = np.zeros(100, dtype=np.uint8)
+        assert ns.get_batch(["p1"], [(small.ctypes.data, 100)], return_codes=True)[1] == [Code.BUFFER_TOO_SMALL]
+        for bad in [(0, 10), (-5, 10), (src.ctypes.data, -1)]:
+            with pytest.raises(KvtierError) as e:
+                ns.get_batch(["p1"], [bad])
+            assert e.value.code == Code.INVALID_ARGUMENT
+        with pytest.raises(KvtierError):
+            ns.put_batch([""], [(src.ctypes.data, 10)])
+
+
 def test_async(store_dir):
     with open_store(store_dir) as s:
         ns = s.register_namespace(name="t")

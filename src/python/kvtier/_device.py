@@ -70,10 +70,15 @@ def stream_handle(stream, device):
 
 
 def _items(cls, keys, values, sizes):
-    keys = [_buffers.key_bytes(k) for k in keys]
+    keys = list(keys)
     values = list(values)
     if len(values) != len(keys):
         raise _invalid("keys and device buffers differ in length")
+    if sizes is None and keys:
+        packed = _buffers.packed_items(cls, keys, values)
+        if packed is not None:  # (address, size) pairs: no device to learn
+            return packed[0], len(keys), packed[1], set()
+    keys = [_buffers.key_bytes(k) for k in keys]
     sizes = list(sizes) if sizes is not None else [None] * len(keys)
     if len(sizes) != len(keys):
         raise _invalid("keys and sizes differ in length")

@@ -288,21 +288,26 @@ class Namespace:
 
     def put_batch(self, keys, values, sizes=None):
         """Stores many blocks, committed in groups. Returns a Code per item."""
-        keys = [_buffers.key_bytes(k) for k in keys]
+        keys = list(keys)
         values = list(values)
         if len(values) != len(keys):
             raise KvtierError(Code.INVALID_ARGUMENT, "keys and values differ in length")
-        sizes = list(sizes) if sizes is not None else [None] * len(keys)
-        if len(sizes) != len(keys):
-            raise KvtierError(Code.INVALID_ARGUMENT, "keys and sizes differ in length")
-        items = (PutItem * max(1, len(keys)))()
-        keep = []
-        for i, (k, v, s) in enumerate(zip(keys, values, sizes)):
-            frags, n, _, kl = _buffers.fragments(v, False, s)
-            keep.append((frags, kl))
-            items[i].key = Key(_buffers.bytes_address(k), len(k))
-            items[i].frags = frags
-            items[i].num_frags = n
+        packed = _buffers.packed_items(PutItem, keys, values) if sizes is None and keys else None
+        if packed is not None:
+            items, keep = packed
+        else:
+            keys = [_buffers.key_bytes(k) for k in keys]
+            sizes = list(sizes) if sizes is not None else [None] * len(keys)
+            if len(sizes) != len(keys):
+                raise KvtierError(Code.INVALID_ARGUMENT, "keys and sizes differ in length")
+            items = (PutItem * max(1, len(keys)))()
+            keep = []
+            for i, (k, v, s) in enumerate(zip(keys, values, sizes)):
+                frags, n, _, kl = _buffers.fragments(v, False, s)
+                keep.append((frags, kl))
+                items[i].key = Key(_buffers.bytes_address(k), len(k))
+                items[i].frags = frags
+                items[i].num_frags = n
         st = (ctypes.c_int32 * max(1, len(keys)))()
         rc = lib.kvtier_put_batch(self.store._handle(), self.id, items, len(keys), st)
         if rc == Code.CLOSED or (rc == Code.INVALID_ARGUMENT and not keys):
@@ -351,21 +356,26 @@ class Namespace:
     def get_batch(self, keys, outs, sizes=None, return_codes=False):
         """Reads many blocks (issued together). Returns a list of payload
         sizes, None for misses (and, with return_codes, the Codes too)."""
-        keys = [_buffers.key_bytes(k) for k in keys]
+        keys = list(keys)
         outs = list(outs)
         if len(outs) != len(keys):
             raise KvtierError(Code.INVALID_ARGUMENT, "keys and outs differ in length")
-        sizes = list(sizes) if sizes is not None else [None] * len(keys)
-        if len(sizes) != len(keys):
-            raise KvtierError(Code.INVALID_ARGUMENT, "keys and sizes differ in length")
-        items = (GetItem * max(1, len(keys)))()
-        keep = []
-        for i, (k, o, s) in enumerate(zip(keys, outs, sizes)):
-            frags, n, _, kl = _buffers.fragments(o, True, s)
-            keep.append((frags, kl))
-            items[i].key = Key(_buffers.bytes_address(k), len(k))
-            items[i].frags = frags
-            items[i].num_frags = n
+        packed = _buffers.packed_items(GetItem, keys, outs) if sizes is None and keys else None
+        if packed is not None:
+            items, keep = packed
+        else:
+            keys = [_buffers.key_bytes(k) for k in keys]
+            sizes = list(sizes) if sizes is not None else [None] * len(keys)
+            if len(sizes) != len(keys):
+                raise KvtierError(Code.INVALID_ARGUMENT, "keys and sizes differ in length")
+            items = (GetItem * max(1, len(keys)))()
+            keep = []
+            for i, (k, o, s) in enumerate(zip(keys, outs, sizes)):
+                frags, n, _, kl = _buffers.fragments(o, True, s)
+                keep.append((frags, kl))
+                items[i].key = Key(_buffers.bytes_address(k), len(k))
+                items[i].frags = frags
+                items[i].num_frags = n
         st = (ctypes.c_int32 * max(1, len(keys)))()
         got = (ctypes.c_uint64 * max(1, len(keys)))()
         rc = lib.kvtier_get_batch(self.store._handle(), self.id, items, len(keys), st, got)
