@@ -79,7 +79,7 @@ class ServiceStore final : public Store {
 
   // The live channel, connecting (and replaying) when there is none.
   Result<std::shared_ptr<Channel>> Live();
-  Status Replay(Channel& ch);
+  Status Replay(Channel& ch) REQUIRES(mu_);
   Clock::time_point OpDeadline() const;
   Result<std::string> Call(wire::Op op, const wire::WireWriter& body, Clock::time_point deadline);
   // A put's payload as fragments of registered memory or, copied, of staging
