@@ -13,13 +13,15 @@ def _f(x, nd=1):
     return "-" if x is None else f"{x:.{nd}f}"
 
 
-def rows(results):
-    """(model, phase, doc_tokens, batch) -> {arm: [request records]}, with the links."""
+def rows(results, by_rep=False):
+    """(model, phase, doc_tokens, batch[, rep]) -> {arm: [request records]}, with the links."""
     out = {}
     for w in results["workers"]:
         spec = w.get("spec", {})
         for r in w.get("requests", []):
             k = (spec.get("model"), spec.get("phase"), r["doc_tokens"], r["batch"])
+            if by_rep:
+                k += (spec.get("rep"),)
             out.setdefault(k, {"arms": {}, "links": []})
             out[k]["arms"].setdefault(r["arm"], []).append(r)
             out[k]["links"].append(w.get("links", {}))
@@ -32,8 +34,8 @@ def markdown(results):
     lines = [f"Run of {results.get('date')}; machine: {_machine(results)}.", "",
              "| model | phase | doc tokens | batch | recompute TTFT ms | GPU path TTFT ms (x) | host path TTFT ms (x) "
              "| suffix fwd ms | recompute fwd ms | GPU load ms (GB/s, x link) | host get_batch GB/s (x memcpy) "
-             "| disk prediction ms (x) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| disk prediction ms (x) | disk rate to beat recompute GB/s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for (model, phase, n, b), v in sorted(rows(results).items(), key=lambda kv: tuple(map(str, kv[0]))):
         arms = v["arms"]
         rc = _med([r["ttft_ms"] for r in arms.get("recompute", [])])
@@ -49,9 +51,11 @@ def markdown(results):
         hrate = _med([r["loaded_bytes"] / r["load_call_ms"] / 1e6 for r in h if r["load_call_ms"]])
         sfwd = _med([r["forward_ms"] for r in g])
         rfwd = _med([r["forward_ms"] for r in arms.get("recompute", [])])
-        pred = None
+        pred = even = None
         if phase == "disk" and odirect and sfwd is not None:
             pred = gbytes / odirect / 1e6 + sfwd
+            # The read rate at which loading ties with recomputing.
+            even = gbytes / (rc - sfwd) / 1e6 if rc and rc > sfwd else None
 
         def x(a, base):
             return f" ({a / base:.2f}x)" if a is not None and base else ""
@@ -59,7 +63,8 @@ def markdown(results):
             f"| {model} | {phase} | {n} | {b} | {_f(rc)} | {_f(gt)}{x(gt, rc)} | {_f(ht)}{x(ht, rc)} | {_f(sfwd)} "
             f"| {_f(rfwd)} | {_f(gl)} ({_f(grate)}, {_f(grate / link if grate and link else None, 2)}) "
             f"| {_f(hrate)} ({_f(hrate / mem if hrate and mem else None, 2)}) "
-            f"| {_f(pred)}{x(gt, pred) if pred else ''} |")
+            f"| {_f(pred)}{x(gt, pred) if pred else ''} "
+            f"| {_even(even, odirect) if phase == 'disk' else '-'} |")
     reads = ", ".join(f"{k}: {d.get('gbps')} GB/s ({d.get('threads')} threads)" for k, d in disk.items())
     lines += ["", f"O_DIRECT reads of the stores' segment files (best over 4/16/32 threads): {reads or '-'}."]
     checks = [c for w in results["workers"] for c in w.get("checks", [])]
@@ -70,11 +75,41 @@ def markdown(results):
         lines.append(f"Checks: {exact}/{len(checks)} loads bit-exact against the same forward over fresh KV; "
                      f"{same}/{len(checks)} give the full prefill's first token (largest relative logit "
                      f"difference to it {worst:.2e}, other attention kernels).")
+        ties = [c for c in checks if not c["same_token_as_full_prefill"] and "full_prefill_top2_gap_rel" in c]
+        if ties:
+            near = sum(c["full_prefill_top2_gap_rel"] <= c["vs_full_prefill_rel_diff"] for c in ties)
+            lines.append(f"Of the {len(ties)} that differ, {near} have the full prefill's top two logits closer "
+                         f"than the kernels' difference (largest gap {max(c['full_prefill_top2_gap_rel'] for c in ties):.2e}): "
+                         f"a near tie, not a wrong load.")
+    lines += ["", "Per repetition (TTFT ratio to recompute, GPU path / host path):", "",
+              "| model | phase | doc tokens | batch | " + " | ".join(f"rep {r}" for r in _reps(results)) + " |",
+              "|---|---|---|---|" + "---|" * len(_reps(results))]
+    per = rows(results, by_rep=True)
+    for (model, phase, n, b) in sorted({k[:4] for k in per}, key=lambda k: tuple(map(str, k))):
+        cells = []
+        for rep in _reps(results):
+            arms = per.get((model, phase, n, b, rep), {}).get("arms", {})
+            rc = _med([r["ttft_ms"] for r in arms.get("recompute", [])])
+            gt = _med([r["ttft_ms"] for r in arms.get("gpu", [])])
+            ht = _med([r["ttft_ms"] for r in arms.get("host", [])])
+            cells.append(f"{gt / rc:.2f}x / {ht / rc:.2f}x" if rc and gt and ht else "-")
+        lines.append(f"| {model} | {phase} | {n} | {b} | " + " | ".join(cells) + " |")
     errors = [(w.get("spec", {}).get("model"), w.get("spec", {}).get("phase"), e.splitlines()[0])
               for w in results["workers"] for e in w.get("errors", [])]
     for m, p, e in errors:
         lines.append(f"Error in {m}/{p}: {e}")
     return "\n".join(lines) + "\n"
+
+
+def _reps(results):
+    return sorted({w.get("spec", {}).get("rep") for w in results["workers"]} - {None})
+
+
+def _even(rate, measured):
+    if rate is None:
+        return "never (the suffix alone costs more)"
+    verdict = "beats recompute" if measured and measured >= rate else "slower than recompute"
+    return f"{rate:.1f} ({verdict} at {measured:.2f})" if measured else f"{rate:.1f}"
 
 
 def _machine(results):

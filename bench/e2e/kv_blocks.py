@@ -20,6 +20,7 @@ import hashlib
 import struct
 import time
 
+import numpy as np
 import torch
 
 FP8_MAX = 448.0  # largest finite float8_e4m3fn value
@@ -32,16 +33,14 @@ def fp8_supported():
 
 
 def chain_hashes(tokens, block_tokens=16, seed=0):
-    """Keys (32-byte sha256 digests) of every full block of `tokens`."""
-    if hasattr(tokens, "tolist"):
-        tokens = tokens.tolist()
-    tokens = [int(t) for t in tokens]
+    """Keys (32-byte sha256 digests) of every full block of `tokens`: each
+    digest covers its parent's and the block's tokens as little-endian int32."""
+    raw = np.asarray(tokens, dtype="<i4").tobytes()
+    step = 4 * block_tokens
     parent = hashlib.sha256(b"kvtier-e2e/v1" + struct.pack("<Q", seed)).digest()
     keys = []
-    for b in range(len(tokens) // block_tokens):
-        h = hashlib.sha256(parent)
-        h.update(struct.pack(f"<{block_tokens}i", *tokens[b * block_tokens:(b + 1) * block_tokens]))
-        parent = h.digest()
+    for off in range(0, len(raw) // step * step, step):
+        parent = hashlib.sha256(parent + raw[off:off + step]).digest()
         keys.append(parent)
     return keys
 

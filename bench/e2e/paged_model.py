@@ -50,20 +50,45 @@ def rms_norm(x, w, eps):
     return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * w
 
 
-def attention(q, k, v, mask):
-    """q [B, H, S, D], k/v [B, H, T, D]. mask [B, 1, S, T] (True: attend), or
-    None for a prefill from position 0: causal from the top left, which lets
-    SDPA take its flash kernel, as an engine's prefill does."""
+def prefill_attention(q, k, v):
+    """A prefill from position 0: q [B, H, S, D], k/v [B, H, S, D], causal
+    from the top left, which lets SDPA take its flash kernel, as an engine's
+    prefill does."""
     if hasattr(F, "scaled_dot_product_attention"):
-        if mask is None:
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
     w = (q.float() @ k.float().transpose(-1, -2)) / math.sqrt(q.shape[-1])  # torch < 2.0 (CPU tests)
-    if mask is None:
-        S, T = q.shape[-2], k.shape[-2]
-        mask = torch.ones(S, T, dtype=torch.bool, device=q.device).tril()
-    w = w.masked_fill(~mask, float("-inf")).softmax(-1)
+    S, T = q.shape[-2], k.shape[-2]
+    w = w.masked_fill(~torch.ones(S, T, dtype=torch.bool, device=q.device).tril(), float("-inf")).softmax(-1)
     return (w @ v.float()).to(q.dtype)
+
+
+def _scores_f32(a, b):
+    """a @ b with fp32 output: on CUDA from bf16/fp16 operands (cuBLAS
+    accumulates in fp32 and keeps it), else by converting."""
+    if a.dtype != torch.float32 and a.is_cuda:
+        try:
+            return torch.bmm(a, b, torch.float32)  # torch >= 2.8: out_dtype
+        except TypeError:
+            pass
+    return torch.bmm(a.float(), b.float())
+
+
+def paged_attention(q, k, v, mask):
+    """A step over cached context: q [B, Hq, S, D]; k/v [B, Hk, T, D] (the
+    context gathered through the block table); mask [B, 1, S, T] (True:
+    attend). The G = Hq/Hk query heads that share a KV head are folded into
+    one product against it, as engines' decode kernels do: K and V are read
+    once, never repeated per query head, and the products have G*S rows
+    rather than S. Scores and softmax in fp32; probabilities are rounded to
+    the cache's dtype for the product with V (as flash kernels do)."""
+    B, Hq, S, D = q.shape
+    Hk, T = k.shape[1], k.shape[2]
+    G = Hq // Hk
+    qf = (q * (1.0 / math.sqrt(D))).reshape(B * Hk, G * S, D)
+    w = _scores_f32(qf, k.reshape(B * Hk, T, D).transpose(1, 2)).view(B, Hk, G, S, T)
+    w = w.masked_fill(~mask[:, :, None], float("-inf")).softmax(-1)
+    o = torch.bmm(w.view(B * Hk, G * S, T).to(v.dtype), v.reshape(B * Hk, T, D))
+    return o.view(B, Hq, S, D)
 
 
 class PagedModel:
@@ -100,13 +125,21 @@ class PagedModel:
         self.graphs = {}
 
     # ---- the forward ----------------------------------------------------------------
-    def rope(self, x, pos):
-        """x [B, S, h, D]; pos [B, S] (rotate_half convention, as Llama/Qwen)."""
+    def rope_tables(self, pos, dtype):
+        """cos, sin [B, S, 1, D] for positions pos [B, S] (once per step,
+        shared by every layer)."""
         f = pos.float()[..., None] * self.inv_freq  # [B, S, D/2]
-        cos = torch.cat([f.cos(), f.cos()], -1)[:, :, None, :].to(x.dtype)
-        sin = torch.cat([f.sin(), f.sin()], -1)[:, :, None, :].to(x.dtype)
+        f = torch.cat([f, f], -1)[:, :, None, :]
+        return f.cos().to(dtype), f.sin().to(dtype)
+
+    @staticmethod
+    def apply_rope(x, cos, sin):
+        """x [B, S, h, D] (rotate_half convention, as Llama/Qwen)."""
         x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
         return x * cos + torch.cat([-x2, x1], -1) * sin
+
+    def rope(self, x, pos):
+        return self.apply_rope(x, *self.rope_tables(pos, x.dtype))
 
     def forward(self, tokens, pos, table, slot_block, slot_off, mask, last):
         """tokens/pos/slot_block/slot_off [B, S] (long), table [B, nb] (long),
@@ -117,6 +150,7 @@ class PagedModel:
         B, S = tokens.shape
         Hq, Hk, D = c["heads"], c["kv_heads"], c["head_dim"]
         h = F.embedding(tokens, self.embed)
+        cos, sin = self.rope_tables(pos, h.dtype)
         for li, L in enumerate(self.layers):
             x = rms_norm(h, L["in_norm"], c["eps"])
             q = F.linear(x, L["q"]).view(B, S, Hq, D)
@@ -124,19 +158,21 @@ class PagedModel:
             v = F.linear(x, L["v"]).view(B, S, Hk, D)
             if "q_norm" in L:
                 q, k = rms_norm(q, L["q_norm"], c["eps"]), rms_norm(k, L["k_norm"], c["eps"])
-            q, k = self.rope(q, pos), self.rope(k, pos)
+            q, k = self.apply_rope(q, cos, sin), self.apply_rope(k, cos, sin)
             layer = self.cache[:, li]  # [blocks, 2, 16, Hk, D]
             layer[slot_block, 0, slot_off] = k
             layer[slot_block, 1, slot_off] = v
-            ctx = layer[table]  # [B, nb, 2, 16, Hk, D]
-            T = ctx.shape[1] * BLOCK_TOKENS
-            K = ctx[:, :, 0].reshape(B, T, Hk, D).transpose(1, 2)
-            V = ctx[:, :, 1].reshape(B, T, Hk, D).transpose(1, 2)
-            if mask is None:  # a prefill: keys past the last query never count; T == S keeps SDPA on flash
-                K, V = K[:, :, :S], V[:, :, :S]
-            K = K.repeat_interleave(Hq // Hk, dim=1)
-            V = V.repeat_interleave(Hq // Hk, dim=1)
-            o = attention(q.transpose(1, 2), K, V, mask).transpose(1, 2).reshape(B, S, Hq * D)
+            if mask is None:  # a prefill: its own keys only (T == S keeps SDPA on flash)
+                K = k.repeat_interleave(Hq // Hk, dim=2).transpose(1, 2)
+                V = v.repeat_interleave(Hq // Hk, dim=2).transpose(1, 2)
+                o = prefill_attention(q.transpose(1, 2), K, V)
+            else:  # the context through the block table, K and V each gathered once
+                flat = table.reshape(-1)
+                T = table.shape[1] * BLOCK_TOKENS
+                K = layer[:, 0].index_select(0, flat).view(B, T, Hk, D).transpose(1, 2)
+                V = layer[:, 1].index_select(0, flat).view(B, T, Hk, D).transpose(1, 2)
+                o = paged_attention(q.transpose(1, 2), K, V, mask)
+            o = o.transpose(1, 2).reshape(B, S, Hq * D)
             h = h + F.linear(o, L["o"])
             x = rms_norm(h, L["post_norm"], c["eps"])
             h = h + F.linear(F.silu(F.linear(x, L["gate"])) * F.linear(x, L["up"]), L["down"])

@@ -49,13 +49,15 @@ struct Args {
   double seconds = 2.0;
   int max_threads = 0;  // 0: the cores
   int copy_threads = -1;  // Options::ram_copy_threads; -1: the default
+  bool shared_memory = false;  // the tier in /dev/shm, as a store that survives restarts keeps it
   bool json = false;
 };
 
 [[noreturn]] void Usage() {
   std::fprintf(stderr,
                "usage: kvtier-host-bench [--dir D] [--block-kib K,K,...] [--batch-mib M] [--working-set-mib W]\n"
-               "                         [--seconds S] [--max-threads N] [--copy-threads N] [--json]\n");
+               "                         [--seconds S] [--max-threads N] [--copy-threads N] [--shared-memory]\n"
+               "                         [--json]\n");
   std::exit(2);
 }
 
@@ -83,6 +85,7 @@ Args Parse(int argc, char** argv) {
       else if (k == "--seconds") a.seconds = std::stod(next());
       else if (k == "--max-threads") a.max_threads = std::stoi(next());
       else if (k == "--copy-threads") a.copy_threads = std::stoi(next());
+      else if (k == "--shared-memory") a.shared_memory = true;
       else if (k == "--json") a.json = true;
       else Usage();
     } catch (const std::exception&) {
@@ -173,7 +176,7 @@ std::unique_ptr<Store> OpenStore(const Args& a, const std::string& dir, bool ver
   // shards (each holds 1/16 of the tier).
   const size_t largest = *std::max_element(a.blocks.begin(), a.blocks.end());
   o.ram_tier_bytes = 2 * a.working_set + 64 * largest + (64ull << 20);
-  o.ram_tier_shared_memory = false;
+  o.ram_tier_shared_memory = a.shared_memory;
   o.capacity_bytes = 2 * a.working_set + (1ull << 30);
   o.verify_ram_hits = verify;
   if (a.copy_threads >= 0) o.ram_copy_threads = static_cast<uint32_t>(a.copy_threads);

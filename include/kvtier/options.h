@@ -211,7 +211,8 @@ struct Options {
   bool verify_ram_hits = true;
   // Threads that copy one GetBatch's RAM hits out (with their verification),
   // the caller included: one thread's copy and hash fall short of what the
-  // host's memory can move. 0: one per core, at most 8; 1: the caller alone.
+  // host's memory can move, and on a server a core may move only a tenth of
+  // what its memory can. 0: one per core, at most 32; 1: the caller alone.
   // The helpers work only while a GetBatch waits on them.
   uint32_t ram_copy_threads = 0;
 

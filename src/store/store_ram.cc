@@ -29,7 +29,7 @@ Status StoreImpl::OpenRamTier() {
   o.verify_reads = opt_.verify_ram_hits;
   o.copy_threads = opt_.ram_copy_threads != 0
                        ? opt_.ram_copy_threads
-                       : std::clamp(std::thread::hardware_concurrency(), 1u, 8u);
+                       : std::clamp(std::thread::hardware_concurrency(), 1u, 32u);
   o.owner_id = store_id_;
   o.file_mode = opt_.group_access ? 0660 : 0600;
   o.fs = fs_;
