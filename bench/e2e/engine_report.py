@@ -67,6 +67,12 @@ def markdown(results):
             f"| {_even(even, odirect) if phase == 'disk' else '-'} |")
     reads = ", ".join(f"{k}: {d.get('gbps')} GB/s ({d.get('threads')} threads)" for k, d in disk.items())
     lines += ["", f"O_DIRECT reads of the stores' segment files (best over 4/16/32 threads): {reads or '-'}."]
+    probes = [w["host_path_probe"] for w in results["workers"] if w.get("host_path_probe")]
+    if probes:
+        lines.append(f"Host path probe (get_batch of one document's blocks with the GPU idle, median of "
+                     f"{len(probes)} processes): into the pinned buffer "
+                     f"{_f(_med([p['pinned_gbps'] for p in probes]))} GB/s, into fresh pageable memory "
+                     f"{_f(_med([p['pageable_gbps'] for p in probes]))} GB/s.")
     checks = [c for w in results["workers"] for c in w.get("checks", [])]
     if checks:
         exact = sum(c["bit_exact"] for c in checks)

@@ -271,6 +271,33 @@ class Worker:
                 self.model.run(seqs)
         self.torch.cuda.synchronize()
 
+    def probe_host_path(self):
+        """get_batch of one document's blocks, untimed by the table: into the
+        pinned buffer the host arm uses and into fresh pageable memory, with
+        the GPU idle, so that the host arm's rate can be told apart from its
+        destination and from what runs beside it (docs/e2e.md)."""
+        import numpy as np
+        length = self.spec["doc_tokens"][0]
+        keys = self.keys(self.prompt(length, 0, 1))
+        n = self.ns.lookup_prefix(keys)
+        keys = keys[:n]
+        page = np.ones(n * self.bb, dtype=np.uint8)
+        out = {}
+        self.torch.cuda.synchronize()
+        for name, base in (("pinned", self.pinned.data_ptr()), ("pageable", page.ctypes.data)):
+            best = None
+            for _ in range(5):
+                t = time.perf_counter()
+                got = self.ns.get_batch(keys, [(base + j * self.bb, self.bb) for j in range(n)])
+                dt = time.perf_counter() - t
+                if any(g != self.bb for g in got):
+                    raise RuntimeError(f"probe: get_batch returned {sorted(set(map(str, got)))[:3]}")
+                best = dt if best is None else min(best, dt)
+            out[name + "_gbps"] = round(n * self.bb / best / 1e9, 2)
+        out["blocks"] = n
+        self.res["host_path_probe"] = out
+        _log(self.name, f"host path probe: {out}")
+
     def batches(self, length):
         s = self.spec
         return [1] + ([s["max_batch"]] if length <= s["batch_max_doc_tokens"] else [])
@@ -307,6 +334,8 @@ class Worker:
                         arms = arms[1:] + arms[:1]  # rotate the order between requests
             _log(self.name, f"round {rnd} done ({len(self.res['requests'])} requests)")
             self.flush()
+        if s["phase"] != "disk":
+            self.probe_host_path()
         self.res["store_stats"] = self.store.stats()
         self.res["done"] = True
         self.flush()
