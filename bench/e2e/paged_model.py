@@ -122,6 +122,7 @@ class PagedModel:
         self.cache = torch.zeros(num_blocks, c["layers"], 2, BLOCK_TOKENS, c["kv_heads"], D,
                                  device=self.device, dtype=dtype)
         self.block_bytes = self.cache[0].numel() * self.cache.element_size()
+        self.cache_address = self.cache.data_ptr()  # the cache never moves
         inv = 1.0 / (c["rope_theta"] ** (torch.arange(0, D, 2, dtype=torch.float32) / D))
         self.inv_freq = inv.to(self.device)
         self.graphs = {}
@@ -255,7 +256,7 @@ class PagedModel:
     # ---- cross-layer blocks as kvtier fragments ------------------------------------------
     def block_fragment(self, block):
         """(device address, bytes) of cache block `block`."""
-        return self.cache.data_ptr() + block * self.block_bytes, self.block_bytes
+        return self.cache_address + block * self.block_bytes, self.block_bytes
 
 
 def check_against_transformers(model, tokens):
