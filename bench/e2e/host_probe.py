@@ -115,6 +115,7 @@ def probe(a):
                                  "destination": dname, "gbps": round(g, 2),
                                  "x_memcpy": round(g / limits[dname]["gbps"], 2)})
                 st.close()
+                kvtier.destroy_store(d)  # its /dev/shm tier goes too
             finally:
                 shutil.rmtree(d, ignore_errors=True)
     return {"blocks": a.blocks, "block_bytes": block, "cores": cores, "memcpy_best": limits, "rows": rows}

@@ -254,7 +254,8 @@ int main(int argc, char** argv) {
   spec.dtype = "bf16";
   std::vector<Row> rows;
   for (int verify = 1; verify >= 0; --verify) {
-    auto store = OpenStore(a, a.dir + (verify ? "/verify" : "/noverify"), verify != 0);
+    const std::string dir = a.dir + (verify ? "/verify" : "/noverify");
+    auto store = OpenStore(a, dir, verify != 0);
     for (size_t bi = 0; bi < a.blocks.size(); ++bi) {
       const size_t block = a.blocks[bi], n = a.working_set / block;
       // A namespace per size, removed after it: the tier holds one size at a time.
@@ -277,6 +278,8 @@ int main(int argc, char** argv) {
       if (!store->RemoveNamespace(ns).ok()) std::exit(1);
     }
     (void)store->Close();
+    store.reset();
+    (void)Store::Destroy(dir);  // with --shared-memory its tier would outlive the folder
   }
   struct utsname u {};
   uname(&u);

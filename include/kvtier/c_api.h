@@ -43,7 +43,7 @@
 extern "C" {
 #endif
 
-#define KVTIER_ABI_VERSION ((1u << 16) | 2u) /* 1.2: the GPU path; 1.1: kvtier_register_memory, unix:/auto: opens */
+#define KVTIER_ABI_VERSION ((1u << 16) | 3u) /* 1.3: kvtier_destroy_store; 1.2: the GPU path; 1.1: kvtier_register_memory, unix:/auto: opens */
 #define KVTIER_MAX_KEY_BYTES 255
 
 /* Status codes: equal to kvtier::Code. */
@@ -156,6 +156,10 @@ int kvtier_close(kvtier_store* s);
 /* Closes if needed, waits for outstanding async calls and frees the handle.
  * NULL is ignored. */
 void kvtier_free(kvtier_store* s);
+/* Removes the store in `dir`, its shared-memory RAM tier included
+ * (kvtier::Store::Destroy): KVTIER_BUSY while any process has it open,
+ * KVTIER_NOT_FOUND when `dir` holds no store. Since 1.3. */
+int kvtier_destroy_store(const char* dir);
 
 /* ---- Namespaces ----------------------------------------------------------- */
 int kvtier_register_namespace(kvtier_store* s, const kvtier_namespace_spec* spec, kvtier_ns* out);

@@ -286,6 +286,16 @@ class Store {
   // Whether a process has the store open and how it was last closed, read
   // without taking the lock or changing anything in the folder.
   [[nodiscard]] static Result<FolderState> Inspect(const std::string& dir);
+  // Removes the store: its shared-memory RAM tier, then every file and
+  // folder kvtier made in `dir`, the superblock last, then `dir` itself when
+  // nothing else is left in it (files kvtier did not make stay, with the
+  // folder). Deleting a folder by hand leaves the RAM tier's /dev/shm file
+  // holding memory until reboot; this does not. Errors: Busy ("store is in
+  // use by pid N": open in a process, a service or a read-only open), NotFound
+  // (no store in `dir`), Corruption (both superblock copies damaged: the RAM
+  // tier cannot be named), IOError. Interrupted, it leaves a store that
+  // opens, and calling it again finishes.
+  [[nodiscard]] static Status Destroy(const std::string& dir);
   // Rebuilds the index from the segment files: drops every entry, rescans
   // every segment, re-indexes what verifies. The store must not be open.
   [[nodiscard]] static Result<RepairReport> Repair(

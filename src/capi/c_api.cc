@@ -65,6 +65,13 @@ int kvtier_open(const char* dir, const char* options_json, kvtier_store** out) {
   });
 }
 
+int kvtier_destroy_store(const char* dir) {
+  return Guard([&]() -> int {
+    if (dir == nullptr || *dir == '\0') return Invalid("store folder path is empty");
+    return Report(kvtier::Store::Destroy(dir));
+  });
+}
+
 int kvtier_close(kvtier_store* s) {
   return Guard([&]() -> int {
     if (s == nullptr) return Invalid("null kvtier_store handle");

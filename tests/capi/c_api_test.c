@@ -396,7 +396,14 @@ int main(void) {
   CHECK_RC(kvtier_get(s, ns, "key-00000001", 12, buf, sizeof(buf), &size), KVTIER_NOT_FOUND);
   CHECK_RC(kvtier_remove_namespace(s, ns), KVTIER_OK);
   CHECK_RC(kvtier_get(s, ns, "key-00000000", 12, buf, sizeof(buf), &size), KVTIER_NOT_FOUND);
+  /* Destroy refuses an open store, then removes a closed one (its RAM tier too). */
+  CHECK_RC(kvtier_destroy_store(store_dir), KVTIER_BUSY);
   kvtier_free(s); /* frees without an explicit close */
+  CHECK_RC(kvtier_destroy_store(store_dir), KVTIER_OK);
+  CHECK(access(store_dir, F_OK) != 0);
+  CHECK_RC(kvtier_destroy_store(store_dir), KVTIER_NOT_FOUND);
+  CHECK_RC(kvtier_destroy_store(""), KVTIER_INVALID_ARGUMENT);
+  CHECK_RC(kvtier_destroy_store(NULL), KVTIER_INVALID_ARGUMENT);
 
   nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
   if (failures) {

@@ -283,3 +283,24 @@ def test_get_returns_shared_tier_blocks(tmp_path):
         assert b.stats()["hits_remote"] == 1
         assert ns.get(key) == blocks[key]       # from the RAM tier
         assert b.stats()["hits_ram"] == 1
+
+
+def test_destroy_store_removes_the_store_and_its_ram_tier(store_dir):
+    s = kvtier.Store(store_dir, ram_tier_bytes=8 << 20, ram_tier_shared_memory=True, **SMALL)
+    ns = s.register_namespace(name="t", model_id="m", dtype="bf16")
+    ns.put(b"k", b"v" * 4096)
+    assert s.stats()["ram_shared_memory"]
+    shm = [f for f in os.listdir("/dev/shm") if f.endswith(".ram")]
+    with pytest.raises(kvtier.KvtierError) as busy:
+        kvtier.destroy_store(store_dir)
+    assert busy.value.code == kvtier.Code.BUSY
+    s.close()
+    mine = set(shm) - set(f for f in os.listdir("/dev/shm") if f.endswith(".ram"))
+    assert not mine  # closing keeps the tier for the next open
+    kvtier.destroy_store(store_dir)
+    assert not os.path.exists(store_dir)
+    gone = set(shm) - set(f for f in os.listdir("/dev/shm") if f.endswith(".ram"))
+    assert len(gone) == 1
+    with pytest.raises(kvtier.KvtierError) as missing:
+        kvtier.destroy_store(store_dir)
+    assert missing.value.code == kvtier.Code.NOT_FOUND

@@ -201,8 +201,8 @@ class KvtierCli : public ::testing::Test {
 TEST(KvtierCliUsage, HelpListsEverySubcommandAndExitCodes) {
   Out o = Kv({"--help"});
   EXPECT_EQ(o.rc, 0);
-  for (const char* c : {"info", "ns", "ls", "get", "show", "put", "verify", "repair", "evict", "rm", "export",
-                        "import", "stats", "demo", "bench"})
+  for (const char* c : {"info", "ns", "ls", "get", "show", "put", "verify", "repair", "destroy", "evict", "rm",
+                        "export", "import", "stats", "demo", "bench"})
     EXPECT_NE(o.out.find(std::string(c)), std::string::npos) << c;
   EXPECT_NE(o.out.find("Exit codes"), std::string::npos);
   EXPECT_NE(o.out.find("3  cannot open"), std::string::npos);
@@ -257,6 +257,19 @@ TEST(KvtierCliUsage, BenchWithoutHarnessSaysHowToBuildIt) {
   Out o = RunExe(copy, {"bench", "--quick"});
   EXPECT_EQ(o.rc, 2);
   EXPECT_NE(o.err.find("kvtier-bench"), std::string::npos) << o.err;
+}
+
+TEST_F(KvtierCli, DestroyAsksForYesThenRemovesTheStore) {
+  const std::string dir = tmp_.Sub("store");
+  Out ask = Kv({"destroy", dir});
+  EXPECT_EQ(ask.rc, 2);
+  EXPECT_NE(ask.err.find("--yes"), std::string::npos) << ask.err;
+  EXPECT_TRUE(fs::exists(dir + "/SUPERBLOCK"));
+  Out done = Kv({"destroy", dir, "--yes", "--json"});
+  EXPECT_EQ(done.rc, 0) << done.err;
+  EXPECT_EQ(nlohmann::json::parse(done.out)["destroyed"], true) << done.out;
+  EXPECT_FALSE(fs::exists(dir));
+  EXPECT_EQ(Kv({"destroy", dir, "--yes"}).rc, 3);
 }
 
 TEST_F(KvtierCli, InfoTableAndJson) {

@@ -11,7 +11,7 @@ can load the library, and the GIL is released during every kvtier call.
 """
 from ._errors import Code, KvtierError
 from ._lib import lib as _lib
-from .store import Namespace, Store
+from .store import Namespace, Store, destroy_store
 
 
 def abi_version():
@@ -20,4 +20,4 @@ def abi_version():
     return v >> 16, v & 0xFFFF
 
 
-__all__ = ["Code", "KvtierError", "Namespace", "Store", "abi_version"]
+__all__ = ["Code", "KvtierError", "Namespace", "Store", "abi_version", "destroy_store"]

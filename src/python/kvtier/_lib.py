@@ -11,7 +11,7 @@ import glob
 import os
 
 ABI_MAJOR = 1
-ABI_MINOR = 2  # the GPU path (kvtier_get_to_device ...)
+ABI_MINOR = 3  # kvtier_destroy_store; 2: the GPU path (kvtier_get_to_device ...)
 
 c_ns = ctypes.c_uint64
 
@@ -51,6 +51,7 @@ _SIGNATURES = {
     "kvtier_open": (_I, [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(_P)]),
     "kvtier_close": (_I, [_P]),
     "kvtier_free": (None, [_P]),
+    "kvtier_destroy_store": (_I, [ctypes.c_char_p]),
     "kvtier_register_namespace_json": (_I, [_P, ctypes.c_char_p, ctypes.POINTER(c_ns)]),
     "kvtier_find_namespace": (_I, [_P, ctypes.c_char_p, ctypes.POINTER(c_ns)]),
     "kvtier_remove_namespace": (_I, [_P, c_ns]),

@@ -34,6 +34,14 @@ def _check(rc):
         _raise(rc)
 
 
+def destroy_store(path):
+    """Removes the store in `path`, its shared-memory RAM tier included (a
+    folder deleted by hand leaves that tier's /dev/shm file holding memory
+    until reboot). Raises KvtierError BUSY while any process has it open,
+    NOT_FOUND when `path` holds no store."""
+    _check(lib.kvtier_destroy_store(os.fsencode(path)))
+
+
 class Store:
     """An open kvtier store folder. Options are kvtier::Options field names,
     e.g. Store(path, capacity_bytes=1 << 30, io_backend="posix")."""
