@@ -304,3 +304,19 @@ def test_destroy_store_removes_the_store_and_its_ram_tier(store_dir):
     with pytest.raises(kvtier.KvtierError) as missing:
         kvtier.destroy_store(store_dir)
     assert missing.value.code == kvtier.Code.NOT_FOUND
+
+
+def test_lookup_prefix_over_many_keys_of_one_or_mixed_lengths(store_dir):
+    with open_store(store_dir) as s:
+        ns = s.register_namespace(name="t", model_id="m", dtype="bf16")
+        hashes = [bytes([i % 256, i // 256]) * 16 for i in range(1000)]  # 32 bytes each, like an engine's
+        ns.put_batch(hashes[:600], [b"x" * 64] * 600)
+        assert ns.lookup_prefix(hashes) == 600
+        assert ns.lookup_prefix(hashes[:599] + [b"absent-key"] + hashes[600:]) == 599
+        mixed = ["short", b"a-longer-key-of-another-length"]
+        ns.put_batch(mixed, [b"y" * 64] * 2)
+        assert ns.lookup_prefix(mixed + hashes[:3] + ["missing"]) == 5
+        assert ns.lookup_prefix([]) == 0
+        with pytest.raises(KvtierError) as bad:
+            ns.lookup_prefix([b""])
+        assert bad.value.code == Code.INVALID_ARGUMENT

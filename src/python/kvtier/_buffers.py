@@ -172,6 +172,31 @@ def device_fragments(value, size=None):
     return arr, len(parts), total, [p[3] for p in parts], devices
 
 
+def packed_keys(keys):
+    """keys as a kvtier_key array packed in one flat array over one joined
+    bytes object (a prompt's thousand keys cost milliseconds as ctypes
+    structs). Returns (pointer to the keys, count, keepalive)."""
+    import array
+    ks = [key_bytes(k) for k in keys]
+    if not ks:
+        return None, 0, None
+    blob = b"".join(ks)
+    base = bytes_address(blob)
+    n, width = len(ks), len(ks[0])
+    if all(len(k) == width for k in ks):  # engine hashes: one length
+        flat = array.array("Q", [0, width]) * n
+        flat[0::2] = array.array("Q", range(base, base + n * width, width))
+    else:
+        flat = array.array("Q")
+        off = 0
+        for k in ks:
+            flat.extend((base + off, len(k)))
+            off += len(k)
+    from ._lib import Key
+    assert ctypes.sizeof(Key) == 16
+    return ctypes.cast(flat.buffer_info()[0], ctypes.POINTER(Key)), n, (blob, flat, ks)
+
+
 def packed_items(item_type, keys, values):
     """Items for a batch call whose payloads are all (address, size) pairs,
     packed in two flat arrays instead of one ctypes object per item (an

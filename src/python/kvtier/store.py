@@ -445,12 +445,12 @@ class Namespace:
 
     def lookup_prefix(self, keys):
         """How many leading keys are present (index only)."""
-        keys = [_buffers.key_bytes(k) for k in keys]
-        arr = (Key * max(1, len(keys)))()
-        for i, k in enumerate(keys):
-            arr[i] = Key(_buffers.bytes_address(k), len(k))
+        arr, n, keep = _buffers.packed_keys(keys)
+        if n == 0:
+            return 0
         out = ctypes.c_size_t()
-        _check(lib.kvtier_lookup_prefix(self.store._handle(), self.id, arr, len(keys), ctypes.byref(out)))
+        _check(lib.kvtier_lookup_prefix(self.store._handle(), self.id, arr, n, ctypes.byref(out)))
+        del keep
         return out.value
 
     def block_size(self, key):
