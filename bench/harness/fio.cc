@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -40,9 +41,10 @@ uint64_t HugetlbFreeBytes() {
 
 kvtier::Status RunFio(const std::string& fio, const std::string& file, const std::string& rw,
                       uint64_t block_bytes, uint64_t file_bytes, uint32_t queue_depth,
-                      Measurement* m, uint32_t fdatasync_every) {
+                      Measurement* m, uint32_t fdatasync_every, uint32_t numjobs) {
   m->design = fdatasync_every > 0 ? "fio-durable" : "fio";
-  m->op = rw == "write" ? "put" : "get";
+  const bool writes = rw == "write" || rw == "randwrite";
+  m->op = writes ? "put" : "get";
   const std::string out = file + ".json";
   // The designs' buffers of 2 MiB and more sit on (transparent) huge pages
   // (AlignedBuf); fio can match that only through hugetlbfs pages, used when
@@ -62,12 +64,15 @@ kvtier::Status RunFio(const std::string& fio, const std::string& file, const std
     m->note += std::string(m->note.empty() ? "" : "; ") + "fdatasync after every " +
                std::to_string(fdatasync_every) + " writes (kvtier's group commit)";
   }
+  // Jobs split the file: each moves its own region, so the total is the same.
+  numjobs = std::max<uint32_t>(1, numjobs);
+  const uint64_t per_job = std::max<uint64_t>(block_bytes, file_bytes / numjobs / block_bytes * block_bytes);
+  std::string jobs = " --numjobs=" + std::to_string(numjobs);
+  if (numjobs > 1) jobs += " --offset_increment=" + std::to_string(per_job);
   std::string cmd = fio + " --name=kvtier-bench --filename=" + file + " --rw=" + rw + iomem +
-                    " --bs=" + std::to_string(block_bytes) + " --size=" +
-                    std::to_string(file_bytes) + " --ioengine=io_uring --direct=1 --iodepth=" +
-                    std::to_string(queue_depth) +
-                    " --numjobs=1 --group_reporting --output-format=json --output=" + out +
-                    " >/dev/null 2>" + file + ".err";
+                    " --bs=" + std::to_string(block_bytes) + " --size=" + std::to_string(per_job) +
+                    " --ioengine=io_uring --direct=1 --iodepth=" + std::to_string(queue_depth) + jobs +
+                    " --group_reporting --output-format=json --output=" + out + " >/dev/null 2>" + file + ".err";
   const int rc = std::system(cmd.c_str());
   if (rc != 0) {
     std::string err;
@@ -90,7 +95,7 @@ kvtier::Status RunFio(const std::string& fio, const std::string& file, const std
   if (j.is_discarded() || !j.contains("jobs") || j["jobs"].empty())
     return kvtier::Status::Corruption("fio output is not the expected JSON: " + out);
   const auto& job = j["jobs"][0];
-  const auto& side = job[rw == "write" ? "write" : "read"];
+  const auto& side = job[writes ? "write" : "read"];
   const double bw = side.value("bw_bytes", 0.0);
   const double iops = side.value("iops", 0.0);
   const double runtime_s = side.value("runtime", 0.0) / 1000.0;
@@ -108,6 +113,70 @@ kvtier::Status RunFio(const std::string& fio, const std::string& file, const std
   const double cpu_pct = job.value("usr_cpu", 0.0) + job.value("sys_cpu", 0.0);
   const double bytes = side.value("io_bytes", 0.0);
   if (bytes > 0 && runtime_s > 0) m->cpu_s_per_gb = cpu_pct / 100.0 * runtime_s / (bytes / 1e9);
+  return kvtier::Status::OK();
+}
+
+FioSweep SweepFor(const std::string& op, const std::string& mode, uint32_t queue_depth) {
+  FioSweep s;
+  if (mode == "single") {
+    s.patterns = {op == "put" ? "write" : "randread"};
+    s.depths = {queue_depth};
+    s.jobs = {1};
+    return s;
+  }
+  s.patterns = op == "put" ? std::vector<std::string>{"write", "randwrite"}
+                           : std::vector<std::string>{"randread", "read"};
+  s.depths = mode == "quick" ? std::vector<uint32_t>{1, 16, 64} : std::vector<uint32_t>{1, 4, 16, 32, 64};
+  s.jobs = mode == "quick" ? std::vector<uint32_t>{1, 4} : std::vector<uint32_t>{1, 2, 4};
+  return s;
+}
+
+namespace {
+
+uint64_t HostMemoryBytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
+}
+
+}  // namespace
+
+kvtier::Status SweepFio(const std::string& fio, const std::string& file, const std::string& op,
+                        uint64_t block_bytes, uint64_t file_bytes, const FioSweep& sweep, Measurement* best,
+                        const std::function<void(const std::string&)>& progress) {
+  if (op == "get") {  // the reads need the file
+    Measurement fill;
+    KVTIER_RETURN_IF_ERROR(RunFio(fio, file, "write", block_bytes, file_bytes, 16, &fill));
+  }
+  std::string winner, first_error;
+  size_t tried = 0;
+  *best = Measurement{};
+  for (const std::string& rw : sweep.patterns)
+    for (uint32_t depth : sweep.depths)
+      for (uint32_t jobs : sweep.jobs) {
+        const std::string config =
+            "--rw=" + rw + " --iodepth=" + std::to_string(depth) + " --numjobs=" + std::to_string(jobs);
+        if (progress) progress(config);
+        if (op == "put") std::filesystem::remove(file);
+        Measurement m;
+        kvtier::Status st = RunFio(fio, file, rw, block_bytes, file_bytes, depth, &m, 0, jobs);
+        if (!st.ok()) {
+          if (first_error.empty()) first_error = st.ToString();
+          continue;
+        }
+        ++tried;
+        if (m.gbps && (!best->gbps || *m.gbps > *best->gbps)) {
+          *best = m;
+          winner = config;
+        }
+      }
+  if (tried == 0) return kvtier::Status::IOError("every fio configuration failed: " + first_error);
+  const uint64_t ram = HostMemoryBytes();
+  std::string note = "best of " + std::to_string(tried) + " fio configurations: " + winner + "; file " +
+                     HumanBytes(file_bytes) + (ram ? " against " + HumanBytes(ram) + " of host memory" : "");
+  if (ram && file_bytes < 2 * ram)
+    note += " (a cache on a VM's host can hide a file this size even from O_DIRECT: a file of " +
+            HumanBytes(2 * ram) + " would rule that out)";
+  best->note = best->note.empty() ? note : note + "; " + best->note;
   return kvtier::Status::OK();
 }
 

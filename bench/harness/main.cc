@@ -108,6 +108,12 @@ int main(int argc, char** argv) {
   app.add_option("--seq-bytes-capped", seq_capped_s,
                  "At most this much for file-per-block(-fsync) and rocksdb-blob in seq (0: no cap)");
   app.add_option("--fio-bytes", fio_bytes_s, "At most this much per fio run (0: as --seq-bytes)");
+  std::string fio_sweep;
+  app.add_option("--fio-sweep", fio_sweep,
+                 "How the device's limit is searched: full (queue depth 1-64, 1-4 jobs, sequential and "
+                 "random) | quick (fewer depths and jobs) | single (the designs' queue depth, one job); "
+                 "default full with --preset full, single with tiny, else quick")
+      ->check(CLI::IsMember({"full", "quick", "single"}));
   app.add_option("--ram-tier", ram_tier_s,
                  "kvtier-ram's RAM tier in seq (default: twice the data set plus 2 blocks per shard, "
                  "at most 1/4 of memory)");
@@ -198,6 +204,7 @@ int main(int argc, char** argv) {
   c.seq_bytes = p.seq_bytes;
   c.seq_bytes_capped = p.seq_capped;
   c.fio_bytes = p.fio_bytes;
+  c.fio_sweep = !fio_sweep.empty() ? fio_sweep : preset == "full" ? "full" : preset == "tiny" ? "single" : "quick";
   if (!seq_bytes_s.empty()) {
     auto v = ParseBytes(seq_bytes_s);
     if (!v || *v == 0) {
@@ -285,6 +292,7 @@ int main(int argc, char** argv) {
   const uint64_t need = PeakDiskBytes(c);
   nlohmann::json machine = DescribeMachine(c.dir, c.fio);
   machine["preset"] = preset;
+  machine["fio_sweep"] = c.fio_sweep;
   if (!c.kvtier_overrides.empty()) machine["kvtier_options"] = c.kvtier_overrides;
   machine["peak_disk_bytes"] = need;
   if (need + reserve > free_bytes) {

@@ -301,6 +301,8 @@ nlohmann::json ToJson(const nlohmann::json& machine, const std::vector<WorkloadR
       put("cpu_s_per_gb", m.cpu_s_per_gb);
       put("bytes_read_ram", m.bytes_read_ram);
       put("bytes_read_disk", m.bytes_read_disk);
+      // Against the best fio configuration of the same run (the device's limit).
+      if (m.design.rfind("fio", 0) != 0) put("x_best", RatioTo(w, m, "fio"));
       if (!m.note.empty()) r["note"] = m.note;  // e.g. which memory fio had
       jw["results"].push_back(std::move(r));
     }

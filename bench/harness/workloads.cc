@@ -189,22 +189,24 @@ void RunSequential(const BenchConfig& c, uint64_t size, const Payloads& payloads
     Status s;
     {
       auto q = Quiet();
-      Progress(Step(step, "seq-put " + HumanBytes(size) + " fio write"));
-      s = RunFio(c.fio, file, "write", size, fio_bytes, c.queue_depth, &w);
+      const std::string what = "seq-put " + HumanBytes(size) + " fio ";
+      s = SweepFio(c.fio, file, "put", size, fio_bytes, SweepFor("put", c.fio_sweep, c.queue_depth), &w,
+                   [&](const std::string& config) { Progress(Step(step, what + config)); });
+      RemoveAll(file);
     }
     if (s.ok()) {
       // The same writes with an fdatasync per queue depth of them: the limit
       // at a kvtier put's durability.
-      RemoveAll(file);
       auto q = Quiet();
       Progress(Step(step, "seq-put " + HumanBytes(size) + " fio write + fdatasync"));
       s = RunFio(c.fio, file, "write", size, fio_bytes, c.queue_depth, &wd, c.queue_depth);
     }
     if (s.ok()) {
-      DropPageCache(c.dir + "/fio.dat");
+      RemoveAll(file);
       auto q = Quiet();
-      Progress(Step(step, "cold-get " + HumanBytes(size) + " fio randread"));
-      s = RunFio(c.fio, file, "randread", size, fio_bytes, c.queue_depth, &r);
+      const std::string what = "cold-get " + HumanBytes(size) + " fio ";
+      s = SweepFio(c.fio, file, "get", size, fio_bytes, SweepFor("get", c.fio_sweep, c.queue_depth), &r,
+                   [&](const std::string& config) { Progress(Step(step, what + config)); });
     }
     RemoveAll(file);
     if (s.ok()) {

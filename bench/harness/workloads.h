@@ -26,6 +26,7 @@ struct BenchConfig {
   // slow to fill (RocksDB) or to delete (a file per block).
   uint64_t seq_bytes_capped = 0;
   uint64_t fio_bytes = 0;              // most fio moves per run (0: as the designs)
+  std::string fio_sweep = "quick";     // the limit's search: full | quick | single (fio.h SweepFor)
   uint32_t queue_depth = 16;
   uint64_t put_inflight_bytes = 64ull << 20;
   // Many small blocks (+ prefix lookups and reopen on the 4 KiB store).

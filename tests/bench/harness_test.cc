@@ -180,15 +180,26 @@ TEST_F(BenchHarnessTest, TinyPresetVerifiesEveryBlockAndPrintsTheSchema) {
 }
 
 TEST_F(BenchHarnessTest, FioIsTheReferenceWhenInstalled) {
-  nlohmann::json j = RunJson("--preset tiny --workloads seq --sizes 64K --seq-bytes 4M --designs kvtier --dir " + dir_);
+  nlohmann::json j = RunJson("--preset tiny --workloads seq --sizes 64K --seq-bytes 4M --designs kvtier "
+                             "--fio-sweep quick --dir " + dir_);
   ASSERT_FALSE(j.is_discarded());
   if (j["machine"]["fio"] == "missing") GTEST_SKIP() << "fio is not installed";
-  int fio_rows = 0, durable_rows = 0;
+  EXPECT_EQ(j["machine"]["fio_sweep"], "quick");
+  int fio_rows = 0, durable_rows = 0, kvtier_rows = 0;
   for (const auto& w : j["workloads"])
     for (const auto& res : w["results"]) {
       if (res["design"] == "fio") {
         ++fio_rows;
         EXPECT_GT(res.value("gbps", 0.0), 0.0);
+        // The limit is the best of the sweep (2 patterns x 3 depths x 2 jobs), and says which won.
+        const std::string note = res.value("note", "");
+        EXPECT_NE(note.find("best of 12 fio configurations: --rw="), std::string::npos) << note;
+        EXPECT_NE(note.find("of host memory"), std::string::npos) << note;
+      }
+      if (res["design"] == "kvtier" && (res["op"] == "put" || res["op"] == "get") && res.contains("gbps")) {
+        ++kvtier_rows;
+        ASSERT_TRUE(res.contains("x_best")) << res.dump();
+        EXPECT_GT(res["x_best"].get<double>(), 0.0);
       }
       if (res["design"] == "fio-durable") {
         ++durable_rows;
@@ -196,8 +207,9 @@ TEST_F(BenchHarnessTest, FioIsTheReferenceWhenInstalled) {
         EXPECT_GT(res.value("gbps", 0.0), 0.0);
       }
     }
-  EXPECT_EQ(fio_rows, 2);      // sequential write and random read
-  EXPECT_EQ(durable_rows, 1);  // the same writes with fdatasync
+  EXPECT_EQ(fio_rows, 2);      // the best write and the best read
+  EXPECT_EQ(durable_rows, 1);  // the writes with fdatasync
+  EXPECT_GE(kvtier_rows, 2);
 }
 
 TEST_F(BenchHarnessTest, BufferPagesChoosesTheMemoryOfEveryDesign) {
