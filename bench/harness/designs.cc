@@ -228,7 +228,10 @@ class KvtierDesign final : public Design {
       for (Done& d : batch) {
         --inflight;
         if (!d.r.ok()) {
-          if (d.r.status().IsNotFound()) ++rs.misses;
+          if (d.r.status().IsNotFound()) {
+            ++rs.misses;
+            rs.missed_ids.push_back(ids[d.i]);
+          }
           ++rs.bad;
           if (rs.first_error.empty()) rs.first_error = "get: " + d.r.status().ToString();
         } else if (*d.r != size || !payloads.Verify(ids[d.i], size, bufs_[d.slot])) {

@@ -52,7 +52,8 @@ std::string CheckKvtierOverride(const std::string& kv);
 struct RunStats {
   std::vector<double> lat_us;  // one per op
   uint64_t bad = 0;            // failed or did not verify
-  uint64_t misses = 0;         // NotFound
+  uint64_t misses = 0;         // NotFound (also counted in bad)
+  std::vector<uint64_t> missed_ids;  // which ids were NotFound (kvtier designs)
   std::string first_error;
 };
 

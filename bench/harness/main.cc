@@ -129,7 +129,12 @@ int main(int argc, char** argv) {
   app.add_option("--designs", designs,
                  "Comma list of designs (default: kvtier,kvtier-ram,file-per-block,"
                  "file-per-block-fsync,rocksdb-blob)");
-  app.add_option("--workloads", workloads, "Comma list of seq,small,revisit")->capture_default_str();
+  app.add_option("--workloads", workloads, "Comma list of seq,small,revisit,steady")->capture_default_str();
+  std::string steady_capacity_s, steady_sizes;
+  app.add_option("--steady-capacity", steady_capacity_s,
+                 "steady: the store's byte budget (3x it is written); default by preset: 32M tiny, 1G quick, "
+                 "8G full");
+  app.add_option("--steady-sizes", steady_sizes, "steady: block sizes, e.g. 64K,2M (default 64K,2M)");
   app.add_option("--queue-depth", c.queue_depth,
                  "I/Os in flight: fio's iodepth, kvtier's gets in flight, threads of the "
                  "thread-based designs")
@@ -256,10 +261,28 @@ int main(int argc, char** argv) {
     }
   c.workloads = SplitList(workloads);
   for (const std::string& w : c.workloads)
-    if (w != "seq" && w != "small" && w != "revisit") {
-      std::fprintf(stderr, "kvtier-bench: unknown workload '%s' (seq, small, revisit)\n", w.c_str());
+    if (w != "seq" && w != "small" && w != "revisit" && w != "steady") {
+      std::fprintf(stderr, "kvtier-bench: unknown workload '%s' (seq, small, revisit, steady)\n", w.c_str());
       return 2;
     }
+  c.steady_capacity_bytes = preset == "tiny" ? 32ull << 20 : preset == "full" ? 8ull << 30 : 1ull << 30;
+  if (!steady_capacity_s.empty()) {
+    auto v = ParseBytes(steady_capacity_s);
+    if (!v || *v < (8ull << 20)) {
+      std::fprintf(stderr, "kvtier-bench: bad --steady-capacity '%s' (at least 8M)\n", steady_capacity_s.c_str());
+      return 2;
+    }
+    c.steady_capacity_bytes = *v;
+  }
+  for (const std::string& t : SplitList(steady_sizes.empty() ? "64K,2M" : steady_sizes)) {
+    auto v = ParseBytes(t);
+    if (!v || *v == 0 || *v % 4096 != 0 || *v * 16 > c.steady_capacity_bytes) {
+      std::fprintf(stderr, "kvtier-bench: bad --steady-sizes entry '%s' (multiples of 4K, 16 of them must fit "
+                           "the capacity)\n", t.c_str());
+      return 2;
+    }
+    c.steady_sizes.push_back(*v);
+  }
   if (c.queue_depth == 0 || c.queue_depth > 1024 || c.lookup_batch == 0 ||
       c.revisit_doc_tokens < c.block_tokens) {
     std::fprintf(stderr, "kvtier-bench: --queue-depth must be 1..1024, --lookup-batch >= 1, "

@@ -313,6 +313,7 @@ nlohmann::json ToJson(const nlohmann::json& machine, const std::vector<WorkloadR
                                 {"hit_ratio", p.hit_ratio},
                                 {"bytes_ram", p.bytes_ram},
                                 {"bytes_disk", p.bytes_disk}});
+    if (!w.details.is_null()) jw["details"] = w.details;
     out["workloads"].push_back(std::move(jw));
   }
   out["targets"] = nlohmann::json::array();

@@ -39,6 +39,7 @@ struct WorkloadResult {
   std::vector<Measurement> results;
   std::vector<std::string> notes;
   std::vector<PolicyResult> policies;
+  nlohmann::json details;  // workload-specific (steady: windows and goals), null when none
 };
 
 // One target of issue 5 against this run's results.

@@ -11,6 +11,7 @@
 
 #include "harness/fio.h"
 #include "harness/policy_replay.h"
+#include "harness/steady.h"
 #include "harness/trash.h"
 
 namespace kvbench {
@@ -708,6 +709,7 @@ uint64_t PeakDiskBytes(const BenchConfig& c) {
   if (Has(c.workloads, "revisit"))
     peak = std::max(peak, uint64_t{c.revisit_docs} * (c.revisit_doc_tokens / c.block_tokens) *
                               (uint64_t{c.block_tokens} * c.bytes_per_token + 4096));
+  if (Has(c.workloads, "steady")) peak = std::max(peak, c.steady_capacity_bytes * 2);
   // RocksDB keeps the WAL and the blob files until the WAL is recycled (2x),
   // and up to Trash::kMaxPending finished data sets wait for deletion.
   return peak * (2 + Trash::kMaxPending);
@@ -729,7 +731,8 @@ void RunAll(const BenchConfig& c, bool quiet, std::vector<WorkloadResult>* out) 
   } reset;
   const uint64_t max_block = std::max<uint64_t>(
       {c.sizes.empty() ? 0 : *std::max_element(c.sizes.begin(), c.sizes.end()), 65536,
-       uint64_t{c.block_tokens} * c.bytes_per_token});
+       uint64_t{c.block_tokens} * c.bytes_per_token,
+       c.steady_sizes.empty() ? 0 : *std::max_element(c.steady_sizes.begin(), c.steady_sizes.end())});
   const Payloads payloads(max_block);
   int step = 0;
   if (Has(c.workloads, "seq"))
@@ -740,6 +743,20 @@ void RunAll(const BenchConfig& c, bool quiet, std::vector<WorkloadResult>* out) 
   }
   if (Has(c.workloads, "revisit") && c.revisit_docs > 0 && c.revisit_rounds > 0)
     RunRevisit(c, payloads, &step, quiet, out);
+  if (Has(c.workloads, "steady") && c.steady_capacity_bytes > 0) {
+    SteadyConfig sc;
+    sc.capacity_bytes = c.steady_capacity_bytes;
+    sc.queue_depth = c.queue_depth;
+    sc.dir = c.dir;
+    sc.designs = c.designs;
+    for (uint64_t size : c.steady_sizes) {
+      sc.block_bytes = size;
+      WorkloadResult w = RunSteadyState(sc, payloads, [&](const std::string& what) { Progress(Step(&step, what)); });
+      ProgressDone();
+      if (!quiet) PrintTable(w);
+      out->push_back(std::move(w));
+    }
+  }
   Progress(Step(&step, "deleting what is left of the designs' data"));
   trash.Drain();
   ProgressDone();

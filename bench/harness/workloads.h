@@ -19,7 +19,7 @@ struct BenchConfig {
   std::string self_exe;        // this binary, for the kill-reopen child
   std::string fio;             // "" when fio is missing or disabled
   std::vector<std::string> designs;
-  std::vector<std::string> workloads;  // "seq", "small", "revisit"
+  std::vector<std::string> workloads;  // "seq", "small", "revisit", "steady"
   std::vector<uint64_t> sizes;         // block sizes of the sequential/cold workloads
   uint64_t seq_bytes = 0;              // payload per design and block size
   // Less for file-per-block(-fsync) and rocksdb-blob (0: no cap): they are
@@ -52,6 +52,9 @@ struct BenchConfig {
   // More tier sizes (fractions of the working set) for the RAM-tier policy
   // replay of the revisit trace; the run's own fraction is always replayed.
   std::vector<double> policy_fractions;
+  // Steady state (harness/steady.h): the store's byte budget and block sizes.
+  uint64_t steady_capacity_bytes = 0;
+  std::vector<uint64_t> steady_sizes;
   bool keep = false;                  // keep design folders after the run
   std::vector<std::string> kvtier_overrides;  // experiments: kvtier Options
 };

@@ -11,6 +11,7 @@
 #include <array>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -210,6 +211,50 @@ TEST_F(BenchHarnessTest, FioIsTheReferenceWhenInstalled) {
   EXPECT_EQ(fio_rows, 2);      // the best write and the best read
   EXPECT_EQ(durable_rows, 1);  // the writes with fdatasync
   EXPECT_GE(kvtier_rows, 2);
+}
+
+// The steady state (issue 21): a store held at its byte budget while 3x it is
+// written and gets run beside the puts. No block ever comes back with wrong
+// bytes while eviction runs (a wrong block fails the run), and the run shows
+// eviction at work: cold gets miss, the RAM tier serves hot ones.
+TEST_F(BenchHarnessTest, SteadyStateUnderEvictionNeverReturnsWrongBytes) {
+  nlohmann::json j = RunJson("--preset tiny --workloads steady --steady-capacity 32M --steady-sizes 64K,2M "
+                             "--designs kvtier,kvtier-ram,file-per-block --dir " + dir_);
+  ASSERT_FALSE(j.is_discarded());
+  int steady = 0;
+  for (const auto& w : j["workloads"]) {
+    if (w["name"] != "steady") continue;
+    ++steady;
+    const auto& d = w["details"];
+    ASSERT_TRUE(d.contains("windows")) << w.dump();
+    std::map<std::string, uint64_t> puts, misses, ram_hits, windows;
+    for (const auto& x : d["windows"]) {
+      const std::string design = x["design"];
+      EXPECT_EQ(x["wrong"], 0) << x.dump();
+      puts[design] += x["puts"].get<uint64_t>();
+      misses[design] += x["misses"].get<uint64_t>();
+      ram_hits[design] += x["ram_hits"].get<uint64_t>();
+      ++windows[design];
+    }
+    const uint64_t block = w["block_bytes"], cap_blocks = (32u << 20) / block;
+    for (const char* design : {"kvtier", "kvtier-ram"}) {
+      // 3x the capacity written: the fill, then at least 2x more (misses put back included).
+      EXPECT_GE(puts[design], 2 * cap_blocks) << design;
+      EXPECT_GT(misses[design], 0u) << design << ": nothing was evicted";
+    }
+    EXPECT_GT(ram_hits["kvtier-ram"], 0u);
+    EXPECT_EQ(ram_hits["kvtier"], 0u);
+    if (block == 65536) {
+      EXPECT_GE(windows["kvtier"], 8u);
+    }
+    EXPECT_EQ(windows.count("file-per-block"), 0u);  // no byte budget: skipped, and said so
+    bool said = false;
+    for (const auto& n : w["notes"]) said |= n.get<std::string>().find("file-per-block: not run") != std::string::npos;
+    EXPECT_TRUE(said);
+    EXPECT_FALSE(d["goals"].empty());
+    for (const auto& r : w["results"]) EXPECT_TRUE(r.contains("gbps")) << r.dump();
+  }
+  EXPECT_EQ(steady, 2);
 }
 
 TEST_F(BenchHarnessTest, BufferPagesChoosesTheMemoryOfEveryDesign) {

@@ -1,0 +1,258 @@
+#include "harness/steady.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <numeric>
+#include <random>
+
+#include "harness/designs.h"
+
+namespace kvbench {
+namespace {
+
+constexpr uint64_t kMiB = 1ull << 20;
+
+// One time window of the mixed phase.
+struct Window {
+  double get_s = 0, put_s = 0;
+  uint64_t get_ops = 0, put_ops = 0, got_bytes = 0, put_bytes = 0;
+  uint64_t misses = 0, wrong = 0, hits_ram = 0, hits_disk = 0;
+  std::vector<double> get_us, put_us;
+
+  double Seconds() const { return get_s + put_s; }
+  double Gbps() const { return Seconds() > 0 ? double(got_bytes + put_bytes) / Seconds() / 1e9 : 0; }
+};
+
+double Pct(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(q * v.size()))];
+}
+
+double Median(std::vector<double> v) { return Pct(std::move(v), 0.5); }
+
+// Segments small enough that eviction has many to choose from, large enough
+// for a few blocks each.
+uint64_t SegmentBytes(uint64_t capacity, uint64_t block) {
+  const uint64_t by_capacity = capacity / 16 / kMiB * kMiB;
+  const uint64_t by_block = (4 * block + kMiB - 1) / kMiB * kMiB;
+  return std::max({kMiB, by_capacity, by_block});
+}
+
+uint64_t RamFootprint(uint64_t block) { return (block + 65535) / 65536 * 65536; }
+
+// The request mix: which ids a batch gets and puts.
+class Traffic {
+ public:
+  Traffic(uint64_t hot, uint64_t first_new) : hot_(hot), next_(first_new) {}
+  // Appends one batch of `n` operations to `gets` / `puts`.
+  void Batch(uint64_t n, std::vector<uint64_t>* gets, std::vector<uint64_t>* puts) {
+    for (uint64_t i = 0; i < n; ++i) {
+      if (rng_() % 10 < 7)
+        gets->push_back(rng_() % 10 < 8 ? rng_() % hot_ : rng_() % next_);
+      else
+        puts->push_back(next_++);
+    }
+  }
+  uint64_t hot() const { return hot_; }
+
+ private:
+  std::mt19937_64 rng_{21};
+  uint64_t hot_, next_;
+};
+
+struct DesignRun {
+  std::vector<Window> windows;
+  Measurement get, put;
+  double device_write_amp = 0, segment_write_amp = 0;
+  std::string error;
+};
+
+DesignRun RunDesign(const SteadyConfig& c, const std::string& name, const Payloads& payloads,
+                    const std::function<void(const std::string&)>& progress) {
+  DesignRun r;
+  const uint64_t S = c.block_bytes, n_cap = std::max<uint64_t>(4, c.capacity_bytes / S);
+  const uint64_t hot = std::max<uint64_t>(1, n_cap / 4);
+  const uint64_t mixed_puts = static_cast<uint64_t>(std::ceil(c.write_multiple * n_cap)) - n_cap;
+  const uint64_t mixed_ops = mixed_puts * 10 / 3, per_window = std::max<uint64_t>(1, mixed_ops / c.windows);
+  DesignConfig dc;
+  dc.queue_depth = c.queue_depth;
+  dc.kvtier_capacity_bytes = c.capacity_bytes;
+  dc.kvtier_overrides = {"segment_size_bytes=" + std::to_string(SegmentBytes(c.capacity_bytes, S))};
+  if (name == "kvtier-ram") dc.kvtier_ram_bytes = 2 * hot * RamFootprint(S) + 64 * kMiB;
+  auto d = MakeDesign(name, dc);
+  const std::string path = c.dir + "/steady-" + name;
+  std::error_code ec;
+  std::filesystem::remove_all(path, ec);
+  if (Status s = d->Open(path); !s.ok()) {
+    r.error = s.ToString();
+    return r;
+  }
+  d->Prepare(S);
+  const std::string what = "steady " + HumanBytes(S) + " " + name;
+  if (progress) progress(what + ": filling " + HumanBytes(n_cap * S));
+  std::vector<uint64_t> fill(n_cap);
+  std::iota(fill.begin(), fill.end(), 0);
+  RunStats filled = d->Put(fill, S, payloads);
+  if (filled.bad) r.error = "fill: " + filled.first_error;
+
+  Traffic traffic(hot, n_cap);
+  std::vector<uint64_t> again;  // hot ids that missed: put back, as an engine stores what it recomputed
+  TierCounts prev{}, now{};
+  d->TierCounters(&prev);
+  const ProcCounters io0 = ProcCounters::Now();
+  uint64_t mixed_put_bytes = 0;
+  Window cur;
+  uint64_t in_window = 0;
+  for (uint64_t done = 0; done < mixed_ops && r.error.empty();) {
+    if (progress && in_window == 0)
+      progress(what + ": window " + std::to_string(r.windows.size() + 1) + " of " + std::to_string(c.windows));
+    std::vector<uint64_t> gets, puts = std::move(again);
+    again.clear();
+    const uint64_t n = std::min<uint64_t>(4ull * c.queue_depth, mixed_ops - done);
+    traffic.Batch(n, &gets, &puts);
+    auto t0 = SteadyClock::now();
+    RunStats g = d->Get(gets, S, payloads);
+    cur.get_s += SecondsSince(t0);
+    t0 = SteadyClock::now();
+    RunStats p = d->Put(puts, S, payloads);
+    cur.put_s += SecondsSince(t0);
+    if (p.bad) r.error = "put: " + p.first_error;
+    cur.get_ops += gets.size();
+    cur.put_ops += puts.size();
+    cur.misses += g.misses;
+    cur.wrong += g.bad - g.misses;
+    cur.got_bytes += (gets.size() - g.misses) * S;
+    cur.put_bytes += puts.size() * S;
+    cur.get_us.insert(cur.get_us.end(), g.lat_us.begin(), g.lat_us.end());
+    cur.put_us.insert(cur.put_us.end(), p.lat_us.begin(), p.lat_us.end());
+    for (uint64_t id : g.missed_ids)
+      if (id < traffic.hot()) again.push_back(id);
+    mixed_put_bytes += puts.size() * S;
+    done += n;
+    in_window += n;
+    if (in_window >= per_window || done >= mixed_ops) {
+      d->TierCounters(&now);
+      cur.hits_ram = now.hits_ram - prev.hits_ram;
+      cur.hits_disk = now.hits_disk - prev.hits_disk;
+      prev = now;
+      r.windows.push_back(std::move(cur));
+      cur = Window{};
+      in_window = 0;
+    }
+  }
+  const ProcCounters io1 = ProcCounters::Now();
+  d->TierCounters(&now);
+  if (Status s = d->Close(); !s.ok() && r.error.empty()) r.error = "close: " + s.ToString();
+  std::filesystem::remove_all(path, ec);
+
+  // The whole mixed phase, per operation.
+  std::vector<double> get_us, put_us;
+  double get_s = 0, put_s = 0;
+  uint64_t got = 0, wrong = 0;
+  for (const Window& w : r.windows) {
+    get_us.insert(get_us.end(), w.get_us.begin(), w.get_us.end());
+    put_us.insert(put_us.end(), w.put_us.begin(), w.put_us.end());
+    get_s += w.get_s;
+    put_s += w.put_s;
+    got += w.got_bytes;
+    wrong += w.wrong;
+  }
+  r.get.design = r.put.design = name;
+  r.get.op = "get";
+  r.put.op = "put";
+  r.get.ops = get_us.size();
+  r.put.ops = put_us.size();
+  if (get_s > 0) r.get.gbps = double(got) / get_s / 1e9;
+  if (put_s > 0) r.put.gbps = double(mixed_put_bytes) / put_s / 1e9;
+  FillPercentiles(&get_us, &r.get);
+  FillPercentiles(&put_us, &r.put);
+  r.get.bad = wrong;  // a miss is a cache's answer; wrong bytes are a failure
+  if (mixed_put_bytes > 0)
+    r.device_write_amp = double(io1.write_bytes - io0.write_bytes) / double(mixed_put_bytes);
+  r.segment_write_amp = now.segment_write_amp;
+  r.put.write_amp = r.device_write_amp;
+  return r;
+}
+
+}  // namespace
+
+WorkloadResult RunSteadyState(const SteadyConfig& c, const Payloads& payloads,
+                              const std::function<void(const std::string&)>& progress) {
+  WorkloadResult w;
+  w.name = "steady";
+  w.block_bytes = c.block_bytes;
+  const uint64_t n_cap = std::max<uint64_t>(4, c.capacity_bytes / c.block_bytes);
+  char params[320];
+  std::snprintf(params, sizeof params,
+                "capacity %s (%llu blocks, segments of %s), hot set %llu blocks; %.1fx the capacity written; "
+                "70%% gets (80%% hot), 30%% puts; %u windows after the fill; queue depth %u",
+                HumanBytes(c.capacity_bytes).c_str(), static_cast<unsigned long long>(n_cap),
+                HumanBytes(SegmentBytes(c.capacity_bytes, c.block_bytes)).c_str(),
+                static_cast<unsigned long long>(std::max<uint64_t>(1, n_cap / 4)), c.write_multiple, c.windows,
+                c.queue_depth);
+  w.params = params;
+  w.details = {{"capacity_bytes", c.capacity_bytes}, {"write_multiple", c.write_multiple},
+               {"windows", nlohmann::json::array()}, {"goals", nlohmann::json::array()}};
+  for (const std::string& name : c.designs) {
+    if (name != "kvtier" && name != "kvtier-ram") {
+      w.notes.push_back(name + ": not run (it has no byte budget to hold)");
+      continue;
+    }
+    DesignRun r = RunDesign(c, name, payloads, progress);
+    if (!r.error.empty()) {
+      Measurement m;
+      m.design = name;
+      m.op = "steady";
+      m.bad = 1;
+      m.note = r.error;
+      w.results.push_back(m);
+      continue;
+    }
+    char wa[160];
+    std::snprintf(wa, sizeof wa, "device bytes written %.3fx the payload put after the fill; segment bytes %.3fx",
+                  r.device_write_amp, r.segment_write_amp);
+    r.put.note = wa;
+    w.results.push_back(r.get);
+    w.results.push_back(r.put);
+    w.notes.push_back(name + " windows: GB/s | get p50/p99/p99.9 us | put p50/p99/p99.9 us | gets from RAM/disk/miss");
+    std::vector<double> rates;
+    for (size_t i = 0; i < r.windows.size(); ++i) {
+      const Window& x = r.windows[i];
+      const double gets = std::max<double>(1, double(x.get_ops));
+      char line[240];
+      std::snprintf(line, sizeof line, "  %2zu  %6.3f | %7.0f %7.0f %7.0f | %7.0f %7.0f %7.0f | %.2f / %.2f / %.2f",
+                    i + 1, x.Gbps(), Pct(x.get_us, .5), Pct(x.get_us, .99), Pct(x.get_us, .999), Pct(x.put_us, .5),
+                    Pct(x.put_us, .99), Pct(x.put_us, .999), x.hits_ram / gets, x.hits_disk / gets,
+                    x.misses / gets);
+      w.notes.push_back(line);
+      rates.push_back(x.Gbps());
+      w.details["windows"].push_back(
+          {{"design", name}, {"window", i + 1}, {"seconds", x.Seconds()}, {"gbps", x.Gbps()},
+           {"get_p50_us", Pct(x.get_us, .5)}, {"get_p99_us", Pct(x.get_us, .99)},
+           {"get_p999_us", Pct(x.get_us, .999)}, {"put_p50_us", Pct(x.put_us, .5)},
+           {"put_p99_us", Pct(x.put_us, .99)}, {"put_p999_us", Pct(x.put_us, .999)}, {"gets", x.get_ops},
+           {"puts", x.put_ops}, {"ram_hits", x.hits_ram}, {"disk_hits", x.hits_disk}, {"misses", x.misses},
+           {"wrong", x.wrong}});
+    }
+    // The goals of issue 21, item 2.
+    const double median = Median(rates), lowest = rates.empty() ? 0 : *std::min_element(rates.begin(), rates.end());
+    const double p50 = r.get.p50_us.value_or(0), p999 = r.get.p999_us.value_or(0);
+    auto goal = [&](const std::string& text, double value, double threshold, bool at_most) {
+      const bool met = at_most ? value <= threshold : value >= threshold;
+      w.details["goals"].push_back({{"design", name}, {"goal", text}, {"value", value}, {"threshold", threshold},
+                                    {"met", met}});
+      char b[200];
+      std::snprintf(b, sizeof b, "%s goal: %s: %.3f (%s)", name.c_str(), text.c_str(), value, met ? "met" : "MISSED");
+      w.notes.push_back(b);
+    };
+    goal("lowest window throughput / median >= 0.8", median > 0 ? lowest / median : 0, 0.8, false);
+    goal("get p99.9 / p50 <= 3", p50 > 0 ? p999 / p50 : 0, 3.0, true);
+    if (c.block_bytes == 2 * kMiB) goal("write amplification at 2 MiB <= 1.10", r.device_write_amp, 1.10, true);
+  }
+  return w;
+}
+
+}  // namespace kvbench

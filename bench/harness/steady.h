@@ -1,0 +1,42 @@
+// The steady-state workload (issue 21, item 2): a store at its byte budget
+// with eviction running, as a cache spends its life. The store is filled to
+// its capacity, then mixed traffic runs until at least 3x the capacity has
+// been written: 70% gets (80% of them revisits of a hot set that fits, 20%
+// of any block ever written, most of them evicted) and 30% puts of new
+// blocks; a hot block that missed is put again, as an engine stores what it
+// had to recompute. Reported per time window: throughput, get and put
+// latency percentiles, and where gets were served (RAM, disk, miss); over
+// the run: write amplification (device bytes and the store's own segment
+// bytes per payload byte) and the goals. Every block read is verified; a
+// block with wrong bytes fails the run. kvtier designs only: the others have
+// no byte budget to hold.
+#ifndef KVTIER_BENCH_HARNESS_STEADY_H_
+#define KVTIER_BENCH_HARNESS_STEADY_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "harness/common.h"
+#include "harness/report.h"
+
+namespace kvbench {
+
+struct SteadyConfig {
+  uint64_t capacity_bytes = 0;   // the store's byte budget
+  uint64_t block_bytes = 0;
+  double write_multiple = 3.0;   // bytes put, fill included, over the capacity
+  uint32_t windows = 10;         // after the fill
+  uint32_t queue_depth = 16;
+  std::vector<std::string> designs;  // kvtier, kvtier-ram (others are skipped with a note)
+  std::string dir;
+};
+
+// Runs the workload for each design; `progress` hears each step.
+WorkloadResult RunSteadyState(const SteadyConfig& c, const Payloads& payloads,
+                              const std::function<void(const std::string&)>& progress);
+
+}  // namespace kvbench
+
+#endif  // KVTIER_BENCH_HARNESS_STEADY_H_
