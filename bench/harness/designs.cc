@@ -10,9 +10,11 @@
 #include <cstring>
 #include <deque>
 #include <filesystem>
+#include <list>
 #include <mutex>
 #include <string_view>
 #include <thread>
+#include <unordered_map>
 
 #include <rocksdb/db.h>
 #include <rocksdb/options.h>
@@ -44,15 +46,23 @@ struct ErrorSink {
   std::mutex mu;
   std::atomic<uint64_t> bad{0}, misses{0};
   std::string first;
+  std::vector<uint64_t> missed;
   void Fail(const std::string& e) {
     bad.fetch_add(1);
     std::lock_guard<std::mutex> l(mu);
     if (first.empty()) first = e;
   }
+  void Miss(uint64_t id) {
+    misses.fetch_add(1);
+    Fail("miss");
+    std::lock_guard<std::mutex> l(mu);
+    missed.push_back(id);
+  }
   void Into(RunStats* s) {
     s->bad = bad.load();
     s->misses = misses.load();
     s->first_error = first;
+    s->missed_ids = std::move(missed);
   }
 };
 
@@ -295,6 +305,7 @@ class FilePerBlockDesign final : public Design {
       payloads.Fill(ids[i], size, bufs_[t]);
       const auto t0 = SteadyClock::now();
       std::string err = WriteOne(ids[i], bufs_[t], size, t);
+      if (err.empty() && cfg_.file_byte_budget > 0) err = Admit(ids[i], size);
       rs.lat_us[i] = MicrosSince(t0);
       if (!err.empty()) errs.Fail(err);
     });
@@ -311,9 +322,11 @@ class FilePerBlockDesign final : public Design {
     RunOnThreads(threads, ids.size(), [&](size_t i, uint32_t t) {
       const auto t0 = SteadyClock::now();
       std::string err = ReadOne(ids[i], bufs_[t], size);
+      if (err.empty() && cfg_.file_byte_budget > 0) err = Touch(ids[i]);
       rs.lat_us[i] = MicrosSince(t0);
-      if (!err.empty()) {
-        if (err == "miss") errs.misses.fetch_add(1);
+      if (err == "miss") {
+        errs.Miss(ids[i]);
+      } else if (!err.empty()) {
         errs.Fail(err);
       } else if (!payloads.Verify(ids[i], size, bufs_[t])) {
         errs.Fail("get: block did not verify");
@@ -413,10 +426,53 @@ class FilePerBlockDesign final : public Design {
     return "";
   }
 
+  // The byte budget (DesignConfig::file_byte_budget): files in order of
+  // last use, newest first; a put over the budget unlinks the oldest.
+  std::string Admit(uint64_t id, size_t size) {
+    std::vector<uint64_t> evict;
+    {
+      std::lock_guard<std::mutex> l(lru_mu_);
+      auto it = where_.find(id);
+      if (it != where_.end()) {
+        lru_.erase(it->second.first);
+        bytes_ -= it->second.second;
+      }
+      lru_.push_front(id);
+      where_[id] = {lru_.begin(), size};
+      bytes_ += size;
+      while (bytes_ > cfg_.file_byte_budget && lru_.size() > 1) {
+        const uint64_t old = lru_.back();
+        lru_.pop_back();
+        bytes_ -= where_[old].second;
+        where_.erase(old);
+        evict.push_back(old);
+      }
+    }
+    for (uint64_t old : evict)
+      if (::unlink(PathOf(old).c_str()) != 0 && errno != ENOENT) return ErrnoText("unlink " + PathOf(old), errno);
+    return "";
+  }
+  // A hit refreshes the file's mtime (what an LRU by mtime orders by) and its place.
+  std::string Touch(uint64_t id) {
+    {
+      std::lock_guard<std::mutex> l(lru_mu_);
+      auto it = where_.find(id);
+      if (it == where_.end()) return "";
+      lru_.splice(lru_.begin(), lru_, it->second.first);
+    }
+    if (::utimensat(AT_FDCWD, PathOf(id).c_str(), nullptr, 0) != 0 && errno != ENOENT)
+      return ErrnoText("utimensat " + PathOf(id), errno);
+    return "";
+  }
+
   DesignConfig cfg_;
   bool fsync_;
   std::string dir_;
   SlotBufs bufs_;
+  std::mutex lru_mu_;
+  std::list<uint64_t> lru_;
+  std::unordered_map<uint64_t, std::pair<std::list<uint64_t>::iterator, size_t>> where_;
+  uint64_t bytes_ = 0;
 };
 
 // ---------------------------------------------------------------------------
@@ -490,8 +546,7 @@ class RocksBlobDesign final : public Design {
       if (s.ok() && v.size() == size) std::memcpy(bufs_[t], v.data(), size);
       rs.lat_us[i] = MicrosSince(t0);
       if (s.IsNotFound()) {
-        errs.misses.fetch_add(1);
-        errs.Fail("rocksdb get: miss");
+        errs.Miss(ids[i]);
       } else if (!s.ok()) {
         errs.Fail("rocksdb get: " + s.ToString());
       } else if (v.size() != size || !payloads.Verify(ids[i], size, bufs_[t])) {

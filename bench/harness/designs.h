@@ -39,6 +39,10 @@ struct DesignConfig {
   // kvtier-ram's Options::ram_tier_bytes (> 0 for that design).
   uint64_t kvtier_ram_bytes = 0;
   uint64_t key_seed = 1;
+  // file-per-block(-fsync): keep at most this many payload bytes, evicting
+  // the least recently used file (by mtime, which a hit refreshes), as the
+  // engines' file tiers with a capacity limit do. 0: no limit.
+  uint64_t file_byte_budget = 0;
   // Experiments only (--kvtier-option): overrides of kvtier Options as
   // "name=value" (read_threads, queue_depth, max_write_chunk_bytes,
   // group_commit_bytes, write_queue_bytes, segment_size_bytes).
@@ -53,7 +57,7 @@ struct RunStats {
   std::vector<double> lat_us;  // one per op
   uint64_t bad = 0;            // failed or did not verify
   uint64_t misses = 0;         // NotFound (also counted in bad)
-  std::vector<uint64_t> missed_ids;  // which ids were NotFound (kvtier designs)
+  std::vector<uint64_t> missed_ids;  // which ids were NotFound (every design)
   std::string first_error;
 };
 

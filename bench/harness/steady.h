@@ -8,8 +8,9 @@
 // latency percentiles, and where gets were served (RAM, disk, miss); over
 // the run: write amplification (device bytes and the store's own segment
 // bytes per payload byte) and the goals. Every block read is verified; a
-// block with wrong bytes fails the run. kvtier designs only: the others have
-// no byte budget to hold.
+// block with wrong bytes fails the run. kvtier, kvtier-ram and
+// file-per-block(-fsync) with a byte budget (LRU by mtime, as the engines'
+// file tiers with a capacity limit); rocksdb-blob has no byte budget to hold.
 #ifndef KVTIER_BENCH_HARNESS_STEADY_H_
 #define KVTIER_BENCH_HARNESS_STEADY_H_
 
@@ -29,7 +30,7 @@ struct SteadyConfig {
   double write_multiple = 3.0;   // bytes put, fill included, over the capacity
   uint32_t windows = 10;         // after the fill
   uint32_t queue_depth = 16;
-  std::vector<std::string> designs;  // kvtier, kvtier-ram (others are skipped with a note)
+  std::vector<std::string> designs;  // rocksdb-blob is skipped with a note
   std::string dir;
 };
 
