@@ -267,6 +267,9 @@ class KvtierDesign final : public Design {
     out->bytes_disk = st.bytes_read_disk;
     out->ram_evictions = st.ram_evictions;
     out->segment_write_amp = st.write_amplification;
+    out->reinserted_bytes = st.reinserted_bytes;
+    out->index_sst_bytes = st.index_sst_bytes;
+    out->index_written_bytes = st.index_written_bytes;
     return true;
   }
 

@@ -69,6 +69,9 @@ struct TierCounts {
   // kvtier: its own segment bytes written / payload bytes put (Stats::
   // write_amplification), without its RocksDB index; 0 when unknown.
   double segment_write_amp = 0;
+  // kvtier: what reclaim rewrote, and the index's tables and the bytes its
+  // flushes and compactions wrote since open.
+  uint64_t reinserted_bytes = 0, index_sst_bytes = 0, index_written_bytes = 0;
 };
 
 class Design {

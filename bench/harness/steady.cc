@@ -67,7 +67,8 @@ struct DesignRun {
   std::vector<Window> windows;
   Measurement get, put;
   double device_write_amp = 0, segment_write_amp = 0;
-  bool has_segments = false;  // a kvtier design: segment_write_amp is known
+  bool has_segments = false;  // a kvtier design: the fields below are known
+  uint64_t mixed_put_bytes = 0, reinserted_bytes = 0, index_sst_bytes = 0, index_written_bytes = 0;
   std::string error;
 };
 
@@ -150,6 +151,10 @@ DesignRun RunDesign(const SteadyConfig& c, const std::string& name, const Payloa
   }
   const ProcCounters io1 = ProcCounters::Now();
   r.has_segments = d->TierCounters(&now);
+  r.mixed_put_bytes = mixed_put_bytes;
+  r.reinserted_bytes = now.reinserted_bytes;
+  r.index_sst_bytes = now.index_sst_bytes;
+  r.index_written_bytes = now.index_written_bytes;
   if (Status s = d->Close(); !s.ok() && r.error.empty()) r.error = "close: " + s.ToString();
   std::filesystem::remove_all(path, ec);
 
@@ -220,8 +225,19 @@ WorkloadResult RunSteadyState(const SteadyConfig& c, const Payloads& payloads,
     std::snprintf(wa, sizeof wa, "device bytes written %.3fx the payload put after the fill", r.device_write_amp);
     r.put.note = wa;
     if (r.has_segments) {
-      std::snprintf(wa, sizeof wa, "; segment bytes %.3fx (reclaim's rewrites included)", r.segment_write_amp);
-      r.put.note += wa;
+      const double payload = std::max<double>(1, double(r.mixed_put_bytes));
+      char more[320];
+      std::snprintf(more, sizeof more,
+                    "; segment bytes %.3fx; reclaim rewrote %s of live blocks (%.3fx the payload); index: %s of "
+                    "tables, %s written by its flushes and compactions (%.3fx)",
+                    r.segment_write_amp, HumanBytes(r.reinserted_bytes).c_str(), r.reinserted_bytes / payload,
+                    HumanBytes(r.index_sst_bytes).c_str(), HumanBytes(r.index_written_bytes).c_str(),
+                    r.index_written_bytes / payload);
+      r.put.note += more;
+      w.details["write_amplification"].push_back(
+          {{"design", name}, {"device", r.device_write_amp}, {"segments", r.segment_write_amp},
+           {"reinserted_bytes", r.reinserted_bytes}, {"index_sst_bytes", r.index_sst_bytes},
+           {"index_written_bytes", r.index_written_bytes}, {"payload_bytes", r.mixed_put_bytes}});
     }
     w.results.push_back(r.get);
     w.results.push_back(r.put);

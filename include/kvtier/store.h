@@ -172,6 +172,9 @@ struct Stats {
   uint64_t reinsertions = 0, reinserted_bytes = 0;
   uint64_t capacity_bytes = 0, used_bytes = 0;
   uint64_t blocks_estimate = 0;                  // RocksDB's estimate of index entries
+  // The index (RocksDB): table files on disk, memtables, and bytes written
+  // to table files since open by flushes and compactions.
+  uint64_t index_sst_bytes = 0, index_memtable_bytes = 0, index_written_bytes = 0;
   uint32_t segments_total = 0, segments_sealed = 0, segments_free = 0;
   // Entries of segments/ with a segment's name that are not regular files
   // (a stray symlink or folder): ignored, never used.

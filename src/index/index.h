@@ -129,6 +129,13 @@ class Index {
   Status DropAllEntries();
   // RocksDB's estimate of the number of keys.
   uint64_t ApproximateEntries();
+  // The index's footprint: its table files on disk, its memtables, and the
+  // bytes RocksDB has written to table files since open (flushes and
+  // compactions: the index's share of write amplification).
+  struct Footprint {
+    uint64_t sst_bytes = 0, memtable_bytes = 0, written_bytes = 0;
+  };
+  Footprint GetFootprint();
   // Flushes memtables so the next open replays little WAL.
   Status FlushMemtables();
 

@@ -1,5 +1,9 @@
 // The index's namespaces, checkpoint and maintenance (index.h); the entries
 // and lookups are in index.cc.
+#include <cstdlib>
+#include <map>
+#include <string>
+
 #include <rocksdb/db.h>
 #include <rocksdb/write_batch.h>
 
@@ -159,6 +163,22 @@ uint64_t Index::ApproximateEntries() {
   uint64_t n = 0;
   if (!rep_->db->GetIntProperty(rep_->entries, "rocksdb.estimate-num-keys", &n)) return 0;
   return n;
+}
+
+Index::Footprint Index::GetFootprint() {
+  Footprint f;
+  for (rocksdb::ColumnFamilyHandle* cf : {rep_->entries, rep_->by_segment}) {
+    uint64_t v = 0;
+    if (rep_->db->GetIntProperty(cf, "rocksdb.total-sst-files-size", &v)) f.sst_bytes += v;
+    if (rep_->db->GetIntProperty(cf, "rocksdb.cur-size-all-mem-tables", &v)) f.memtable_bytes += v;
+    // Per level and summed: flushes land in L0, compactions below it.
+    std::map<std::string, std::string> stats;
+    if (rep_->db->GetMapProperty(cf, "rocksdb.cfstats", &stats)) {
+      auto it = stats.find("compaction.Sum.WriteGB");
+      if (it != stats.end()) f.written_bytes += static_cast<uint64_t>(std::strtod(it->second.c_str(), nullptr) * (1ull << 30));
+    }
+  }
+  return f;
 }
 
 Status Index::FlushMemtables() {

@@ -61,7 +61,13 @@ Stats StoreImpl::GetStats() {
     }
     s.segment_entries_ignored = static_cast<uint32_t>(table_->Ignored().size());
   }
-  if (index_) s.blocks_estimate = index_->ApproximateEntries();
+  if (index_) {
+    s.blocks_estimate = index_->ApproximateEntries();
+    const Index::Footprint f = index_->GetFootprint();
+    s.index_sst_bytes = f.sst_bytes;
+    s.index_memtable_bytes = f.memtable_bytes;
+    s.index_written_bytes = f.written_bytes;
+  }
   if (ram_) {
     RamTierStats r = ram_->GetStats();
     s.ram_capacity_bytes = r.capacity_bytes;

@@ -145,6 +145,25 @@ TEST_F(IndexTest, PutGetDeleteRoundTrip) {
   EXPECT_TRUE(idx->Commit(empty, false).ok());
 }
 
+TEST_F(IndexTest, FootprintCountsTablesMemtablesAndBytesWritten) {
+  auto idx = OpenIndex();
+  ASSERT_TRUE(idx);
+  const Index::Footprint empty = idx->GetFootprint();
+  EXPECT_EQ(empty.sst_bytes, 0u);
+  EXPECT_EQ(empty.written_bytes, 0u);
+  IndexBatch b;
+  for (int i = 0; i < 2000; ++i) b.Put(7, "key-" + std::to_string(i), MakeValue(3, 1, 4096 + i));
+  ASSERT_TRUE(idx->Commit(b, /*sync=*/false).ok());
+  const Index::Footprint before = idx->GetFootprint();
+  EXPECT_GT(before.memtable_bytes, empty.memtable_bytes);
+  EXPECT_EQ(before.sst_bytes, 0u);
+  ASSERT_TRUE(idx->FlushMemtables().ok());
+  const Index::Footprint after = idx->GetFootprint();
+  EXPECT_GT(after.sst_bytes, 0u);
+  // What the flush wrote (the stats keep two decimals of a GiB, so at least one unit of them).
+  EXPECT_GT(after.written_bytes, 0u) << "rocksdb.cfstats has no compaction.Sum.WriteGB";
+}
+
 TEST_F(IndexTest, BatchIsMovable) {
   auto idx = OpenIndex();
   ASSERT_TRUE(idx);
