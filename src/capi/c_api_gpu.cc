@@ -47,7 +47,6 @@ Result<gpu::Transfer*> GpuOf(kvtier_store* s, std::shared_lock<std::shared_mutex
 }
 
 Status Bind(kvtier_store* s, int device) {
-  if (device < 0) return Status::InvalidArgument("device must be a CUDA ordinal >= 0");
   std::unique_lock<std::shared_mutex> alone(s->gpu_mu);
   if (!s->gpu && s->gpu_error.ok()) MakeGpu(s, device);
   if (!s->gpu) return s->gpu_error;
@@ -190,6 +189,8 @@ int kvtier_gpu_status(kvtier_store* s) {
 int kvtier_gpu_bind(kvtier_store* s, int device) {
   return Guard([&]() -> int {
     if (int rc = CheckStore(s)) return rc;
+    // Argument errors first, with or without the GPU path in the build.
+    if (device < 0) return Report(Status::InvalidArgument("device must be a CUDA ordinal >= 0"));
     return Report(kvtier::capi::Bind(s, device));
   });
 }
