@@ -260,6 +260,28 @@ class Store:
                 return
 
 
+def _batch_items(item_type, keys, bufs, sizes, writable):
+    """The items of a batch call (PutItem or GetItem) for keys and their
+    buffers: packed when every buffer is an (address, size) pair, else one
+    ctypes item per block. Returns (items, keepalive)."""
+    packed = _buffers.packed_items(item_type, keys, bufs) if sizes is None and keys else None
+    if packed is not None:
+        return packed
+    keys = [_buffers.key_bytes(k) for k in keys]
+    sizes = list(sizes) if sizes is not None else [None] * len(keys)
+    if len(sizes) != len(keys):
+        raise KvtierError(Code.INVALID_ARGUMENT, "keys and sizes differ in length")
+    items = (item_type * max(1, len(keys)))()
+    keep = [keys]  # the items point into these bytes objects
+    for i, (k, b, s) in enumerate(zip(keys, bufs, sizes)):
+        frags, n, _, kl = _buffers.fragments(b, writable, s)
+        keep.append((frags, kl))
+        items[i].key = Key(_buffers.bytes_address(k), len(k))
+        items[i].frags = frags
+        items[i].num_frags = n
+    return items, keep
+
+
 def _ns_id(ns):
     if isinstance(ns, Namespace):
         return ns.id
@@ -300,22 +322,7 @@ class Namespace:
         values = list(values)
         if len(values) != len(keys):
             raise KvtierError(Code.INVALID_ARGUMENT, "keys and values differ in length")
-        packed = _buffers.packed_items(PutItem, keys, values) if sizes is None and keys else None
-        if packed is not None:
-            items, keep = packed
-        else:
-            keys = [_buffers.key_bytes(k) for k in keys]
-            sizes = list(sizes) if sizes is not None else [None] * len(keys)
-            if len(sizes) != len(keys):
-                raise KvtierError(Code.INVALID_ARGUMENT, "keys and sizes differ in length")
-            items = (PutItem * max(1, len(keys)))()
-            keep = []
-            for i, (k, v, s) in enumerate(zip(keys, values, sizes)):
-                frags, n, _, kl = _buffers.fragments(v, False, s)
-                keep.append((frags, kl))
-                items[i].key = Key(_buffers.bytes_address(k), len(k))
-                items[i].frags = frags
-                items[i].num_frags = n
+        items, keep = _batch_items(PutItem, keys, values, sizes, writable=False)
         st = (ctypes.c_int32 * max(1, len(keys)))()
         rc = lib.kvtier_put_batch(self.store._handle(), self.id, items, len(keys), st)
         if rc == Code.CLOSED or (rc == Code.INVALID_ARGUMENT and not keys):
@@ -368,22 +375,7 @@ class Namespace:
         outs = list(outs)
         if len(outs) != len(keys):
             raise KvtierError(Code.INVALID_ARGUMENT, "keys and outs differ in length")
-        packed = _buffers.packed_items(GetItem, keys, outs) if sizes is None and keys else None
-        if packed is not None:
-            items, keep = packed
-        else:
-            keys = [_buffers.key_bytes(k) for k in keys]
-            sizes = list(sizes) if sizes is not None else [None] * len(keys)
-            if len(sizes) != len(keys):
-                raise KvtierError(Code.INVALID_ARGUMENT, "keys and sizes differ in length")
-            items = (GetItem * max(1, len(keys)))()
-            keep = []
-            for i, (k, o, s) in enumerate(zip(keys, outs, sizes)):
-                frags, n, _, kl = _buffers.fragments(o, True, s)
-                keep.append((frags, kl))
-                items[i].key = Key(_buffers.bytes_address(k), len(k))
-                items[i].frags = frags
-                items[i].num_frags = n
+        items, keep = _batch_items(GetItem, keys, outs, sizes, writable=True)
         st = (ctypes.c_int32 * max(1, len(keys)))()
         got = (ctypes.c_uint64 * max(1, len(keys)))()
         rc = lib.kvtier_get_batch(self.store._handle(), self.id, items, len(keys), st, got)
