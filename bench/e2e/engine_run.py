@@ -54,17 +54,6 @@ ARMS = ("recompute", "gpu", "host")
 PHASES = ("warm", "restart", "disk")
 
 
-def _write_json(path, obj):
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=1, default=str)
-    os.replace(tmp, path)
-
-
-def _log(name, msg):
-    print(f"[{name} {time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
 # ==== the serving process ===============================================================
 class Worker:
     def __init__(self, spec):
@@ -99,7 +88,7 @@ class Worker:
                                "cpus": os.cpu_count(), "kernel": platform.release()}
 
     def flush(self):
-        _write_json(self.spec["result_path"], self.res)
+        wl.write_json(self.spec["result_path"], self.res)
 
     def slot_table(self, slot, n_blocks):
         first = 1 + slot * self.per_slot
@@ -152,7 +141,7 @@ class Worker:
             tokenizer="random-token-ids", dtype="bf16", layout="cross-layer [layers,2,16,kv_heads,head_dim]",
             block_tokens=self.pm.BLOCK_TOKENS, block_bytes=self.bb, hash_scheme="sha256-chain-int32",
             hash_seed=s["seed"])
-        _log(self.name, f"store open in {self.res['store_open_s']} s: {self.res['store_open_stats']}")
+        wl.log(self.name, f"store open in {self.res['store_open_s']} s: {self.res['store_open_stats']}")
 
     # ---- requests --------------------------------------------------------------------------
     def prompt(self, length, doc, visit):
@@ -296,7 +285,7 @@ class Worker:
             out[name + "_gbps"] = round(n * self.bb / best / 1e9, 2)
         out["blocks"] = n
         self.res["host_path_probe"] = out
-        _log(self.name, f"host path probe: {out}")
+        wl.log(self.name, f"host path probe: {out}")
 
     def batches(self, length):
         s = self.spec
@@ -332,7 +321,7 @@ class Worker:
                             if arm != "recompute" and b == 1 and rnd == 1 and g[0] < s["check_docs"]:
                                 self.check(arm, length, g[0], prompts[0], rec["loaded_tokens"][0], logits)
                         arms = arms[1:] + arms[:1]  # rotate the order between requests
-            _log(self.name, f"round {rnd} done ({len(self.res['requests'])} requests)")
+            wl.log(self.name, f"round {rnd} done ({len(self.res['requests'])} requests)")
             self.flush()
         if s["phase"] != "disk":
             self.probe_host_path()
@@ -351,7 +340,7 @@ def worker_main(spec_path):
     except Exception as e:
         res = w.res if w is not None else {"spec": spec, "errors": []}
         res.setdefault("errors", []).append(f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}")
-        _write_json(spec["result_path"], res)
+        wl.write_json(spec["result_path"], res)
         print(traceback.format_exc(), flush=True)
         return 1
     if spec["phase"] == "warm":
@@ -391,7 +380,7 @@ def remove_store(store_dir):
         try:
             kvtier.destroy_store(store_dir)
         except kvtier.KvtierError as e:
-            _log("e2e", f"could not destroy {store_dir}: {e}")
+            wl.log("e2e", f"could not destroy {store_dir}: {e}")
     shutil.rmtree(store_dir, ignore_errors=True)
 
 
@@ -433,7 +422,7 @@ def main(argv):
                             capacity_bytes=int(a.capacity_gib * (1 << 30)),
                             result_path=os.path.join(out, "workers", name + ".json"))
                 spec_path = os.path.join(out, "workers", name + ".spec.json")
-                _write_json(spec_path, spec)
+                wl.write_json(spec_path, spec)
                 t = time.perf_counter()
                 with open(os.path.join(out, "workers", name + ".log"), "w") as logf:
                     try:
@@ -444,9 +433,9 @@ def main(argv):
                 res = json.load(open(spec["result_path"])) if os.path.exists(spec["result_path"]) else {}
                 res["rc"], res["wall_s"] = rc, round(time.perf_counter() - t, 1)
                 results["workers"].append(res)
-                _log("e2e", f"{name}: rc={rc} in {res['wall_s']} s, {len(res.get('requests', []))} requests, "
+                wl.log("e2e", f"{name}: rc={rc} in {res['wall_s']} s, {len(res.get('requests', []))} requests, "
                             f"errors: {[e.splitlines()[0] for e in res.get('errors', [])]}")
-                _write_json(os.path.join(out, "results.json"), results)
+                wl.write_json(os.path.join(out, "results.json"), results)
             remove_store(store_dir)
     import engine_report
     with open(os.path.join(out, "results.md"), "w") as f:

@@ -28,17 +28,6 @@ import workload as wl  # noqa: E402
 BLOCK_TOKENS = 16
 
 
-def _write_json(path, obj):
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=1, default=str)
-    os.replace(tmp, path)
-
-
-def _log(name, msg):
-    print(f"[{name} {time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
 class Worker:
     def __init__(self, spec):
         self.spec = spec
@@ -49,12 +38,12 @@ class Worker:
 
     def flush(self):
         self.res["elapsed_s"] = round(time.perf_counter() - self.t_start, 3)
-        _write_json(self.spec["result_path"], self.res)
+        wl.write_json(self.spec["result_path"], self.res)
 
     def error(self, where, exc):
         msg = f"{where}: {type(exc).__name__}: {exc}"
         self.res["errors"].append({"where": where, "error": msg, "trace": traceback.format_exc(limit=6)})
-        _log(self.name, "ERROR " + msg)
+        wl.log(self.name, "ERROR " + msg)
         self.flush()
 
     # ---- setup ----------------------------------------------------------------
@@ -159,7 +148,7 @@ class Worker:
             "attn_implementation": getattr(c, "_attn_implementation", None),
             "kv_bytes_per_token_bf16": 2 * self.layers * self.kv_heads * self.head_dim * 2,
             "weights_fingerprint": self.fingerprint}
-        _log(self.name, f"model {self.spec['model']}: {nparams / 1e9:.2f}B params, "
+        wl.log(self.name, f"model {self.spec['model']}: {nparams / 1e9:.2f}B params, "
                         f"attn={self.res['model_info']['attn_implementation']}, fp={self.fingerprint[:12]}")
 
     def measure_h2d(self, nbytes=256 << 20, reps=6):
@@ -262,7 +251,7 @@ class Worker:
                 # This libkvtier has no RAM tier option: buffered segment I/O
                 # makes the OS page cache the RAM tier instead.
                 self.res["ram_tier_note"] = f"store refused ram_tier_bytes ({e}); using the OS page cache"
-                _log(self.name, self.res["ram_tier_note"])
+                wl.log(self.name, self.res["ram_tier_note"])
                 store = kvtier.Store(s["store_dir"], use_direct_io=False, **base)
                 mode = "OS page cache (buffered I/O)"
         else:
@@ -274,7 +263,7 @@ class Worker:
             "recovered_from_crash", "recovery_scanned_bytes", "recovery_reindexed", "open_seconds",
             "io_backend", "ram_capacity_bytes", "ram_blocks", "ram_adopted_blocks", "ram_adopt_dropped",
             "ram_shared_memory", "used_bytes", "blocks_estimate") if k in st}
-        _log(self.name, f"store open in {self.res['timings']['store_open_s']} s, mode={mode}, "
+        wl.log(self.name, f"store open in {self.res['timings']['store_open_s']} s, mode={mode}, "
                         f"{self.res['store_open_stats']}")
         return store
 
@@ -419,7 +408,7 @@ class Worker:
                 if store is not None:
                     store.flush()
                 last = res["requests"][-1]
-                _log(self.name, f"{storage or 'recompute'} round {r}: last TTFT {last['ttft_ms']:.1f} ms "
+                wl.log(self.name, f"{storage or 'recompute'} round {r}: last TTFT {last['ttft_ms']:.1f} ms "
                                 f"(computed {last['computed_tokens']}, gpu {last['gpu_tokens']}, "
                                 f"ram {last['ram_tokens']}, disk {last['disk_tokens']})")
                 self.flush()
@@ -429,7 +418,7 @@ class Worker:
                         res["checks"].append(self.check(d, bio, storage))
                     except Exception as e:
                         res["errors"].append(f"check doc {d}: {type(e).__name__}: {e}")
-                        _log(self.name, "ERROR " + res["errors"][-1])
+                        wl.log(self.name, "ERROR " + res["errors"][-1])
             if store is not None:
                 st = store.stats()
                 res["store_stats_end"] = {k: st.get(k) for k in (
@@ -470,7 +459,7 @@ class Worker:
         if s.get("die"):
             # Killed while serving: the store is not closed, its RAM tier
             # stays in shared memory for the next process to adopt.
-            _log(self.name, "results written; killing this serving process (SIGKILL)")
+            wl.log(self.name, "results written; killing this serving process (SIGKILL)")
             os.kill(os.getpid(), signal.SIGKILL)
         if store is not None:
             t = time.perf_counter()

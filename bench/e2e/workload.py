@@ -41,3 +41,20 @@ def median(values):
     if not values:
         return None
     return float(statistics.median(values))
+
+
+# ---- the processes' record files and log lines ---------------------------------------
+def write_json(path, obj):
+    """Writes obj to path whole (a temporary file renamed into place), so a
+    reader never sees half a record."""
+    import json
+    import os
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=1, default=str)
+    os.replace(tmp, path)
+
+
+def log(name, msg):
+    import time
+    print(f"[{name} {time.strftime('%H:%M:%S')}] {msg}", flush=True)

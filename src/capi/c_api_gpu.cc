@@ -89,17 +89,40 @@ Status DeviceBlocks(const Item* items, size_t n, std::vector<std::vector<gpu::De
   return Status::OK();
 }
 
+// What every transfer call does after checking its arguments: the blocks
+// from the caller's items, then the handle's Transfer under `l` (taken
+// here, held by the caller for the call). Returns KVTIER_OK or the error.
+template <typename Item>
+int StartTransfer(kvtier_store* s, const Item* items, size_t n, std::vector<std::vector<gpu::DeviceFragment>>* frags,
+                  std::vector<gpu::DeviceBlock>* blocks, std::shared_lock<std::shared_mutex>* l, gpu::Transfer** out) {
+  if (Status st = DeviceBlocks(items, n, frags, blocks); !st.ok()) return Report(st);
+  l->lock();
+  if (s->closed.load()) return SetError(KVTIER_CLOSED, "store is closed");
+  auto t = GpuOf(s, l);
+  if (!t.ok()) return Report(t.status());
+  *out = *t;
+  return KVTIER_OK;
+}
+
 int GetToDevice(kvtier_store* s, kvtier_ns ns, const kvtier_get_item* items, size_t n, uint64_t stream,
                 uint64_t event, int32_t* statuses, uint64_t* sizes, bool async, uint64_t user_data) {
   if (int rc = CheckStore(s)) return rc;
   if ((statuses == nullptr || sizes == nullptr) && n != 0) return Invalid("null statuses or sizes array");
   std::vector<std::vector<gpu::DeviceFragment>> frags;
   std::vector<gpu::DeviceBlock> blocks;
-  if (Status st = DeviceBlocks(items, n, &frags, &blocks); !st.ok()) return Report(st);
-  std::shared_lock<std::shared_mutex> l(s->gpu_mu);
-  if (s->closed.load()) return SetError(KVTIER_CLOSED, "store is closed");
-  auto t = GpuOf(s, &l);
-  if (!t.ok()) return Report(t.status());
+  std::shared_lock<std::shared_mutex> l(s->gpu_mu, std::defer_lock);
+  gpu::Transfer* t = nullptr;
+  if (int rc = StartTransfer(s, items, n, &frags, &blocks, &l, &t)) return rc;
+  // Per block: its status and the bytes it loaded; returns their sum.
+  auto report = [&](const std::vector<Result<uint64_t>>& results) {
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; ++i) {
+      statuses[i] = static_cast<int32_t>(results[i].status().code());
+      sizes[i] = results[i].ok() ? *results[i] : 0;
+      total += sizes[i];
+    }
+    return total;
+  };
   if (async) {
     // The completion carries the bytes loaded, known when the call returns;
     // the copies may finish before that: whichever comes second completes.
@@ -117,24 +140,13 @@ int GetToDevice(kvtier_store* s, kvtier_ns ns, const kvtier_get_item* items, siz
       if (--p->left == 0) Complete(s, user_data, KVTIER_OP_GET_TO_DEVICE, p->st, p->bytes);
     };
     Begin(s);
-    auto results = (*t)->GetToDevice(ns, blocks, reinterpret_cast<cudaStream_t>(stream),
-                                     reinterpret_cast<cudaEvent_t>(event),
-                                     [arrive](Status st) { arrive(&st, 0); });
-    uint64_t total = 0;
-    for (size_t i = 0; i < n; ++i) {
-      statuses[i] = static_cast<int32_t>(results[i].status().code());
-      sizes[i] = results[i].ok() ? *results[i] : 0;
-      total += sizes[i];
-    }
-    arrive(nullptr, total);
+    arrive(nullptr, report(t->GetToDevice(ns, blocks, reinterpret_cast<cudaStream_t>(stream),
+                                          reinterpret_cast<cudaEvent_t>(event),
+                                          [arrive](Status st) { arrive(&st, 0); })));
     return Report(Status::OK());
   }
-  auto results = (*t)->GetToDevice(ns, blocks, reinterpret_cast<cudaStream_t>(stream),
-                                   reinterpret_cast<cudaEvent_t>(event), nullptr);
-  for (size_t i = 0; i < n; ++i) {
-    statuses[i] = static_cast<int32_t>(results[i].status().code());
-    sizes[i] = results[i].ok() ? *results[i] : 0;
-  }
+  report(t->GetToDevice(ns, blocks, reinterpret_cast<cudaStream_t>(stream), reinterpret_cast<cudaEvent_t>(event),
+                        nullptr));
   return Report(Status::OK());
 }
 
@@ -144,11 +156,9 @@ int PutFromDevice(kvtier_store* s, kvtier_ns ns, const kvtier_put_item* items, s
   if (statuses == nullptr && n != 0) return Invalid("null statuses array");
   std::vector<std::vector<gpu::DeviceFragment>> frags;
   std::vector<gpu::DeviceBlock> blocks;
-  if (Status st = DeviceBlocks(items, n, &frags, &blocks); !st.ok()) return Report(st);
-  std::shared_lock<std::shared_mutex> l(s->gpu_mu);
-  if (s->closed.load()) return SetError(KVTIER_CLOSED, "store is closed");
-  auto t = GpuOf(s, &l);
-  if (!t.ok()) return Report(t.status());
+  std::shared_lock<std::shared_mutex> l(s->gpu_mu, std::defer_lock);
+  gpu::Transfer* t = nullptr;
+  if (int rc = StartTransfer(s, items, n, &frags, &blocks, &l, &t)) return rc;
   gpu::TransferDone done;
   if (async) {
     Begin(s);
@@ -161,7 +171,7 @@ int PutFromDevice(kvtier_store* s, kvtier_ns ns, const kvtier_put_item* items, s
     }
     done = [s, user_data, total](Status st) { Complete(s, user_data, KVTIER_OP_PUT_FROM_DEVICE, st, total); };
   }
-  auto results = (*t)->PutFromDevice(ns, blocks, reinterpret_cast<cudaStream_t>(stream), wait_durable && !async,
+  auto results = t->PutFromDevice(ns, blocks, reinterpret_cast<cudaStream_t>(stream), wait_durable && !async,
                                      std::move(done));
   for (size_t i = 0; i < n; ++i) statuses[i] = static_cast<int32_t>(results[i].code());
   return Report(Status::OK());
