@@ -6,7 +6,8 @@ native_plugin factory builds KvtierL2Connector from the documented
 --l2-adapter JSON and wraps it in its NativeConnectorL2Adapter, whose demux
 thread drains our completions. A child process stores chunks through it and
 is killed; a new process looks them up, loads them byte for byte, deletes
-some, and finds them gone.
+some, and finds them gone. Through a `kvtier serve` service, per-GPU worker
+processes share one store and hit each other's chunks.
 """
 import os
 import select
@@ -44,9 +45,9 @@ def _adapter(path, **params):
     return factory.create_l2_adapter(spec)
 
 
-def _keys(n=N, salt=""):
+def _keys(n=N, salt="", rank=0, world=1):
     _, api, _ = _lmcache()
-    rank = api.ObjectKey.ComputeKVRank(world_size=1, global_rank=0, local_world_size=1, local_rank=0)
+    rank = api.ObjectKey.ComputeKVRank(world_size=world, global_rank=rank, local_world_size=world, local_rank=rank)
     return [api.ObjectKey(chunk_hash=bytes([i]) * 32, model_name="Qwen/Qwen3-0.6B", kv_rank=rank, cache_salt=salt)
             for i in range(n)]
 
@@ -151,5 +152,98 @@ def test_a_wrong_adapter_param_is_named(tmp_path):
         _adapter(str(tmp_path / "store"), capacity=5)
 
 
+def _served(address, **params):
+    # A client of the service: the store's own options (capacity, segment
+    # size) belong to `kvtier serve`, not to its clients.
+    _, _, factory = _lmcache()
+    spec = {"type": "native_plugin", "module_path": "kvtier.adapters.lmcache", "class_name": "KvtierL2Connector",
+            "max_capacity_gb": 0,
+            "adapter_params": dict({"path": address, "model": "Qwen/Qwen3-0.6B", "dtype": "bfloat16",
+                                    "chunk_tokens": 256}, **params)}
+    return factory.create_l2_adapter(spec)
+
+
+def _store(adapter, keys, objs):
+    task = adapter.submit_store_task(keys, objs)
+    done = _wait(adapter.get_store_event_fd(), lambda: adapter.pop_completed_store_tasks().get(task))
+    assert done.is_successful(), "store failed"
+
+
+def _lookup(adapter, keys):
+    task = adapter.submit_lookup_and_lock_task(keys, {})
+    found = _bits(_wait(adapter.get_lookup_and_lock_event_fd(), lambda: adapter.query_lookup_and_lock_result(task)),
+                  len(keys))
+    adapter.submit_unlock([k for k, f in zip(keys, found) if f])
+    return found
+
+
+def _load(adapter, keys, size=CHUNK_BYTES):
+    objs = _objects(n=len(keys), size=size)
+    task = adapter.submit_load_task(keys, objs)
+    return _bits(_wait(adapter.get_load_event_fd(), lambda: adapter.query_load_result(task)), len(keys)), objs
+
+
+def _rank_seed(rank):
+    return 1000 * (rank + 1)
+
+
+def worker_share_then_die(address, rank, world):
+    """Child process: GPU worker `rank` of `world`, each its own process
+    with the same config. It stores its rank's chunks, waits until every
+    other worker's chunks are visible through the service, loads them byte
+    for byte, then dies without closing anything."""
+    import torch
+
+    adapter = _served(address)
+    _store(adapter, _keys(rank=rank, world=world), _objects(seed=_rank_seed(rank)))
+    deadline = time.monotonic() + 60
+    for other in range(world):
+        keys = _keys(rank=other, world=world)
+        while not all(_lookup(adapter, keys)):
+            assert time.monotonic() < deadline, f"worker {rank} never saw worker {other}'s chunks"
+            time.sleep(0.05)
+        loaded, objs = _load(adapter, keys)
+        assert loaded == [True] * N
+        for want, got in zip(_objects(seed=_rank_seed(other)), objs):
+            assert torch.equal(want.tensor, got.tensor), f"worker {rank}: wrong bytes from worker {other}"
+    print(f"worker {rank} loaded every worker's chunks", flush=True)
+    os.kill(os.getpid(), 9)
+
+
+def test_per_gpu_workers_share_one_store_through_the_service(tmp_path, kvtier_service):
+    # LMCache builds one connector per worker process from one config. With
+    # `path` a kvtier service, every worker stores into and hits the same
+    # store, while each process runs LMCache's own wrapper and demux thread.
+    import torch
+
+    world = 2
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(HERE, "..", "..", "src", "python"), HERE]))
+    workers = [subprocess.Popen([sys.executable, __file__, "worker", kvtier_service, str(r), str(world)], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+               for r in range(world)]
+    for r, w in enumerate(workers):
+        out, _ = w.communicate(timeout=300)
+        assert w.returncode == -9 and f"worker {r} loaded every worker's chunks" in out, out
+
+    # A later instance with the same config (the workers died with -9) hits
+    # every rank's chunks; another tenant's salt and another dtype do not.
+    adapter = _served(kvtier_service)
+    for r in range(world):
+        keys = _keys(rank=r, world=world)
+        assert _lookup(adapter, keys) == [True] * N
+        loaded, objs = _load(adapter, keys)
+        assert loaded == [True] * N
+        for want, got in zip(_objects(seed=_rank_seed(r)), objs):
+            assert torch.equal(want.tensor, got.tensor)
+    assert _lookup(adapter, _keys(2, salt="other-tenant", world=world)) == [False, False]
+    adapter.close()
+    other = _served(kvtier_service, dtype="float16")
+    assert _lookup(other, _keys(rank=0, world=world)) == [False] * N
+    other.close()
+
+
 if __name__ == "__main__":
-    store_and_die(sys.argv[1], sys.argv[2])
+    if sys.argv[1] == "worker":
+        worker_share_then_die(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    else:
+        store_and_die(sys.argv[1], sys.argv[2])
