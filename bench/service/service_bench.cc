@@ -184,16 +184,25 @@ int RunClient(const Args& a) {
   const bool registered = a.op.find("staged") == std::string::npos;
   const std::string op = registered ? a.op : a.op.substr(0, a.op.find("_staged"));
   const size_t bytes = std::max<size_t>(a.block, 4096);
-  // An engine's shareable buffer: on huge pages where the host reserved some.
-  int fd = memfd_create("bench-buffer", MFD_CLOEXEC | MFD_HUGETLB);
-  if (fd >= 0 && ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+  // An engine's shareable buffer: on huge pages where the host reserved
+  // some. A hugetlb memfd truncates without any reserved; its mapping then
+  // fails, and the buffer falls back to ordinary pages.
+  void* mapped = MAP_FAILED;
+  int fd = -1;
+  for (const unsigned flags : {MFD_CLOEXEC | MFD_HUGETLB, MFD_CLOEXEC}) {
+    fd = memfd_create("bench-buffer", flags);
+    if (fd < 0) continue;
+    if (ftruncate(fd, static_cast<off_t>(bytes)) == 0)
+      mapped = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+    if (mapped != MAP_FAILED) break;
     close(fd);
     fd = -1;
   }
-  if (fd < 0) fd = memfd_create("bench-buffer", MFD_CLOEXEC);
-  if (fd < 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0) return 3;
-  auto* buf = static_cast<uint8_t*>(mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0));
-  if (buf == MAP_FAILED) return 4;
+  if (mapped == MAP_FAILED) {
+    std::fprintf(stderr, "client: no shareable buffer of %zu bytes: %s\n", bytes, std::strerror(errno));
+    return 4;
+  }
+  auto* buf = static_cast<uint8_t*>(mapped);
   if (registered && !(*s)->RegisterMemory(buf, bytes, fd, 0).ok()) return 5;
   kvbench::Payloads payloads(a.block);
   SleepUntilNs(a.start_ns);
@@ -297,8 +306,14 @@ Summary ServiceRun(const Args& a, const std::string& socket, NamespaceId ns, con
   for (size_t i = 0; i < pids.size(); ++i) {
     int status = 0;
     waitpid(pids[i], &status, 0);
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) rs.push_back(Result::Read(outs[i]));
-    else rs.push_back(Result{0, 0, 1, {}});
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+      rs.push_back(Result::Read(outs[i]));
+      continue;
+    }
+    std::fprintf(stderr, "service bench: client %zu of %s %s %d\n", i, op.c_str(),
+                 WIFEXITED(status) ? "exited with" : "died of signal",
+                 WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+    rs.push_back(Result{0, 0, 1, {}});
   }
   return Summarize(rs, a.seconds);
 }
