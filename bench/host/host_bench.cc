@@ -136,24 +136,28 @@ struct Limit {
   double one_thread = 0;
 };
 
-// The best memcpy: batch-sized destinations per thread (as a load fills an
-// engine's buffer), block pieces from random places of `source`.
+// The best memcpy of the same work as a GetBatch: one batch-sized
+// destination (an engine's buffer) filled with block pieces from random
+// places of `source`, its blocks dealt out over the threads. One shared
+// destination, not one per thread: on a host whose last-level cache holds a
+// batch, per-thread destinations would not fit it where the get's does, and
+// the limit would sit below what the get reaches.
 Limit MemcpyLimit(const Args& a, const AlignedBuf& source, size_t block) {
   const size_t nsrc = source.size() / block, per_batch = a.batch_bytes / block;
-  std::vector<AlignedBuf> dst;
-  for (int i = 0; i < a.max_threads; ++i) {
-    dst.emplace_back(per_batch * block);
-    std::memset(dst.back().data(), 0, dst.back().size());
-  }
+  AlignedBuf dst(per_batch * block);
+  std::memset(dst.data(), 0, dst.size());
   Limit l;
   std::vector<int> counts;
   for (int t = 1; t < a.max_threads; t *= 2) counts.push_back(t);
   counts.push_back(a.max_threads);
   for (int t : counts) {
     double g = Rate(t, a.seconds / 2, [&](int i, std::mt19937_64& rng) {
-      for (size_t b = 0; b < per_batch; ++b)
-        std::memcpy(dst[i].data() + b * block, source.data() + (rng() % nsrc) * block, block);
-      return per_batch * block;
+      size_t bytes = 0;
+      for (size_t b = static_cast<size_t>(i); b < per_batch; b += static_cast<size_t>(t)) {
+        std::memcpy(dst.data() + b * block, source.data() + (rng() % nsrc) * block, block);
+        bytes += block;
+      }
+      return bytes;
     });
     if (t == 1) l.one_thread = g;
     if (g > l.gbps) l.gbps = g, l.threads = t;
