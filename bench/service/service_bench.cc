@@ -59,6 +59,7 @@ struct Args {
   size_t ram_blocks = 64;    // 128 MiB held by the RAM tier
   size_t disk_blocks = 256;  // 512 MiB on disk
   bool json = false;
+  int64_t reply_spin_us = -1;  // the clients' ServiceClientOptions::reply_spin_us (-1: by core count)
   // client and echo roles
   std::string socket, op, out;
   int fd = -1;
@@ -175,6 +176,7 @@ int RunClient(const Args& a) {
   kvtier::Options o;
   o.client.staging_bytes = std::max<uint64_t>(4 * a.block, 16 << 20);
   o.client.client_name = "bench " + a.op;
+  o.client.reply_spin_us = static_cast<int32_t>(a.reply_spin_us);
   auto s = Store::Open("unix:" + a.socket, o);
   if (!s.ok()) {
     std::fprintf(stderr, "client: %s\n", s.status().ToString().c_str());
@@ -294,6 +296,7 @@ Summary ServiceRun(const Args& a, const std::string& socket, NamespaceId ns, con
     std::vector<std::string> args = {self, "--role", "client", "--socket", socket, "--op", op,
                                      "--start-ns", std::to_string(start), "--seconds", std::to_string(a.seconds),
                                      "--seed", std::to_string(i + 1), "--ns", std::to_string(ns), "--out", outs.back(),
+                                     "--reply-spin-us", std::to_string(a.reply_spin_us),
                                      "--block", std::to_string(a.block), "--ram-blocks", std::to_string(a.ram_blocks),
                                      "--disk-blocks", std::to_string(a.disk_blocks)};
     std::vector<char*> argv;
@@ -577,6 +580,7 @@ int main(int argc, char** argv) {
     else if (k == "--ram-blocks") a.ram_blocks = std::strtoull(next().c_str(), nullptr, 10);
     else if (k == "--disk-blocks") a.disk_blocks = std::strtoull(next().c_str(), nullptr, 10);
     else if (k == "--json") a.json = true;
+    else if (k == "--reply-spin-us") a.reply_spin_us = std::strtoll(next().c_str(), nullptr, 10);
     else if (k == "--socket") a.socket = next();
     else if (k == "--op") a.op = next();
     else if (k == "--out") a.out = next();
@@ -586,7 +590,7 @@ int main(int argc, char** argv) {
     else if (k == "--fd") a.fd = std::atoi(next().c_str());
     else if (k == "--help" || k == "-h") {
       std::printf("usage: kvtier bench --service [--dir D] [--seconds S] [--clients 1,2,4,8] [--block 2M]\n"
-                  "       [--ram-blocks N] [--disk-blocks N] [--json]\n");
+                  "       [--ram-blocks N] [--disk-blocks N] [--reply-spin-us N] [--json]\n");
       return 0;
     } else {
       std::fprintf(stderr, "unknown argument %s (see --help)\n", k.c_str());

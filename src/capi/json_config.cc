@@ -39,6 +39,14 @@ Status GetUnsigned(const std::string& key, const json& v, T* out) {
   return Status::OK();
 }
 
+// An integer of at least -1 (-1: the option's automatic choice).
+Status GetAutoInt(const std::string& key, const json& v, int32_t* out) {
+  if (!v.is_number_integer() || v.get<int64_t>() < -1 || v.get<int64_t>() > std::numeric_limits<int32_t>::max())
+    return TypeError(key, "an integer of at least -1 (-1: automatic)");
+  *out = static_cast<int32_t>(v.get<int64_t>());
+  return Status::OK();
+}
+
 Status GetDouble(const std::string& key, const json& v, double* out) {
   if (!v.is_number()) return TypeError(key, "a number");
   *out = v.get<double>();
@@ -89,6 +97,7 @@ static Status SetClientOption(ServiceClientOptions* c, const std::string& k, con
   if (k == "staging_bytes") return GetUnsigned(n, v, &c->staging_bytes);
   if (k == "op_timeout_ms") return GetUnsigned(n, v, &c->op_timeout_ms);
   if (k == "connect_timeout_ms") return GetUnsigned(n, v, &c->connect_timeout_ms);
+  if (k == "reply_spin_us") return GetAutoInt(n, v, &c->reply_spin_us);
   if (k == "client_name") return GetString(n, v, &c->client_name);
   if (k == "serve_program") return GetString(n, v, &c->serve_program);
   if (k == "idle_exit_s") return GetUnsigned(n, v, &c->idle_exit_s);

@@ -3,8 +3,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <future>
-
+#include "client/reply_wait.h"
 #include "wire/messages.h"
 #include "wire/requests.h"
 
@@ -23,6 +22,8 @@ Result<std::unique_ptr<Channel>> Channel::Open(const std::string& socket_path, c
   auto staging = wire::SharedRegion::CreateMemfd("kvtier-staging", o.staging_bytes);
   if (!staging.ok()) return staging.status().WithContext("client staging");
   std::unique_ptr<Channel> ch(new Channel(std::move(sock).value(), std::move(staging).value()));
+  ch->reply_spin_us_ = o.reply_spin_us >= 0 ? static_cast<uint32_t>(o.reply_spin_us)
+                     : std::thread::hardware_concurrency() >= 8 ? 50 : 0;
   KVTIER_RETURN_IF_ERROR(wire::SetTimeouts(ch->sock_.get(), kSocketTimeoutMs, o.connect_timeout_ms));
   KVTIER_RETURN_IF_ERROR(ch->Hello(o, Clock::now() + std::chrono::milliseconds(o.connect_timeout_ms)));
   // From here on replies come whenever they are ready: no receive timeout.
@@ -74,6 +75,7 @@ size_t Channel::waiting() const {
 void Channel::Call(wire::Op op, const wire::WireWriter& body, Clock::time_point deadline, Done done,
                    Staging::Extent hold, const std::vector<int>& fds) {
   uint64_t id;
+  bool wake_timer = false;
   {
     MutexLock l(&mu_);
     if (!dead_.ok()) {
@@ -84,9 +86,14 @@ void Channel::Call(wire::Op op, const wire::WireWriter& body, Clock::time_point 
     }
     id = next_id_++;
     pending_[id] = Pending{std::move(done), deadline, hold, false};
-    if (deadline != kNoDeadline) deadlines_.emplace(deadline, id);
+    // The timer sleeps until the first deadline: wake it only when this one
+    // comes sooner (waking it on every call costs each call a thread wake-up).
+    if (deadline != kNoDeadline) {
+      wake_timer = deadlines_.empty() || deadline < deadlines_.begin()->first;
+      deadlines_.emplace(deadline, id);
+    }
   }
-  timer_cv_.notify_one();
+  if (wake_timer) timer_cv_.notify_one();
   Status st;
   {
     MutexLock l(&send_mu_);
@@ -97,14 +104,13 @@ void Channel::Call(wire::Op op, const wire::WireWriter& body, Clock::time_point 
 
 Result<std::string> Channel::CallSync(wire::Op op, const wire::WireWriter& body, Clock::time_point deadline,
                                       const std::vector<int>& fds) {
-  auto p = std::make_shared<std::promise<Result<std::string>>>();
-  auto f = p->get_future();
-  Call(op, body, deadline, [p](Status st, wire::WireReader* r) {
-    if (!st.ok()) return p->set_value(st);
+  auto w = ReplyWait<Result<std::string>>::Make();
+  Call(op, body, deadline, [w](Status st, wire::WireReader* r) {
+    if (!st.ok()) return w->Set(st);
     // The rest of the body, for the caller to read.
-    p->set_value(std::string(r != nullptr ? r->Rest() : std::string_view()));
+    w->Set(std::string(r != nullptr ? r->Rest() : std::string_view()));
   }, {}, fds);
-  return f.get();  // Call always completes by its deadline
+  return w->Wait(reply_spin_us_);  // Call always completes by its deadline
 }
 
 void Channel::ReadLoop() {

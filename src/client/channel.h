@@ -53,6 +53,7 @@ class Channel {
                                const std::vector<int>& fds = {});
 
   bool alive() const { return alive_.load(); }
+  uint32_t reply_spin_us() const { return reply_spin_us_; }
   size_t waiting() const;
   Staging& staging() { return *staging_; }
   uint32_t staging_region() const { return staging_region_; }
@@ -80,6 +81,7 @@ class Channel {
   };
 
   wire::UniqueFd sock_;
+  uint32_t reply_spin_us_ = 0;  // set once by Open
   std::unique_ptr<Staging> staging_;
   uint32_t staging_region_ = 0;
   StoreDescription description_;

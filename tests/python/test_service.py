@@ -87,6 +87,20 @@ def test_a_served_store_is_the_same_api(served):
         assert s.namespace(SPEC["name"]).get("k1") == a.tobytes()
 
 
+@pytest.mark.parametrize("spin", [0, 1000])
+def test_blocking_requests_answer_whether_the_caller_spins_or_sleeps(served, spin):
+    with kvtier.Store(served.address, client={"reply_spin_us": spin}) as s:
+        ns = s.register_namespace(**SPEC)
+        assert ns.put("spun", b"x" * 4096)
+        for _ in range(200):
+            assert ns.lookup_prefix(["spun", "nope"]) == 1 and "spun" in ns
+
+
+def test_a_bad_reply_spin_is_named(served):
+    with pytest.raises(kvtier.KvtierError, match="reply_spin_us"):
+        kvtier.Store(served.address, client={"reply_spin_us": -2})
+
+
 def test_registered_memory_moves_payloads_without_staging(served):
     fd = os.memfd_create("engine-pool")
     size = 64 << 20
