@@ -59,6 +59,7 @@ struct Args {
   size_t ram_blocks = 64;    // 128 MiB held by the RAM tier
   size_t disk_blocks = 256;  // 512 MiB on disk
   bool json = false;
+  bool zero_copy_small_pages = false;  // Options::zero_copy_small_pages of the served stores
   int64_t reply_spin_us = -1;  // the clients' ServiceClientOptions::reply_spin_us (-1: by core count)
   // client and echo roles
   std::string socket, op, out;
@@ -376,9 +377,10 @@ struct Served {
   std::string socket;
 };
 
-Served Serve(const std::string& dir, uint64_t ram_bytes, uint64_t capacity) {
+Served Serve(const std::string& dir, uint64_t ram_bytes, uint64_t capacity, bool zero_copy_small_pages) {
   Served s;
   kvtier::Options o;
+  o.zero_copy_small_pages = zero_copy_small_pages;
   o.ram_tier_bytes = ram_bytes;
   o.ram_tier_shared_memory = false;
   o.capacity_bytes = capacity;
@@ -429,7 +431,8 @@ int RunParent(const Args& a) {
   std::fprintf(stderr, "service bench: filling (%zu RAM blocks, %zu disk blocks of %zu bytes, %zu small keys)\n",
                a.ram_blocks, a.disk_blocks, a.block, kSmallKeys);
   // RAM store: the RAM tier holds every RAM block and the small keys.
-  Served ram = Serve(a.dir + "/ram", a.ram_blocks * a.block * 2 + (256ull << 20), 8ull << 30);
+  Served ram = Serve(a.dir + "/ram", a.ram_blocks * a.block * 2 + (256ull << 20), 8ull << 30,
+                     a.zero_copy_small_pages);
   const NamespaceId ram_ns = ram.store->RegisterNamespace(Spec("bench/ram")).value();
   const NamespaceId small_ns = ram.store->RegisterNamespace(Spec("bench/small")).value();
   Fill(ram.store.get(), ram_ns, 1, a.ram_blocks, a.block, payloads);
@@ -438,7 +441,7 @@ int RunParent(const Args& a) {
     for (const std::string& k : SmallKeys()) (void)ram.store->Put(small_ns, k, b.data(), b.size());
   }
   // Disk store: no RAM tier, so every get reads the device.
-  Served disk = Serve(a.dir + "/disk", 0, 8ull << 30);
+  Served disk = Serve(a.dir + "/disk", 0, 8ull << 30, a.zero_copy_small_pages);
   const NamespaceId disk_ns = disk.store->RegisterNamespace(Spec("bench/disk")).value();
   Fill(disk.store.get(), disk_ns, 1, a.disk_blocks, a.block, payloads);
 
@@ -504,10 +507,13 @@ int RunParent(const Args& a) {
   utsname u{};
   uname(&u);
   const unsigned cores = std::thread::hardware_concurrency();
+  uint64_t errors = 0;
+  for (const Row& r : rows) errors += r.service.errors + r.embedded.errors;
   if (a.json) {
     std::printf("{\"machine\": {\"cores\": %u, \"kernel\": \"%s\", \"block_bytes\": %zu, \"seconds\": %.2f, "
-                "\"memcpy_gbps\": %.3f}, \"rows\": [\n",
-                cores, u.release, a.block, a.seconds, mem_gbps);
+                "\"memcpy_gbps\": %.3f, \"reply_spin_us\": %lld, \"zero_copy_small_pages\": %s}, \"rows\": [\n",
+                cores, u.release, a.block, a.seconds, mem_gbps, static_cast<long long>(a.reply_spin_us),
+                a.zero_copy_small_pages ? "true" : "false");
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
       const double ratio = r.unit == "us" ? r.service.p50 - r.embedded.p50 : (r.limit > 0 ? r.value() / r.limit : 0);
@@ -521,11 +527,12 @@ int RunParent(const Args& a) {
                   i + 1 < rows.size() ? "," : "");
     }
     std::printf("]}\n");
-    return 0;
+    return errors == 0 ? 0 : 1;
   }
   std::printf("kvtier service bench: %u cores, Linux %s, %zu-byte blocks, %.1f s per run, memcpy best %.2f GB/s "
-              "(%d threads)\n\n",
-              cores, u.release, a.block, a.seconds, mem_gbps, mem_threads);
+              "(%d threads); reply spin %lld us (-1: by cores), zero-copy from 4 KiB pages %s\n\n",
+              cores, u.release, a.block, a.seconds, mem_gbps, mem_threads, static_cast<long long>(a.reply_spin_us),
+              a.zero_copy_small_pages ? "on" : "off");
   std::printf("%-44s %7s %12s %12s %12s  %s\n", "workload", "clients", "service", "embedded", "vs limit", "limit");
   for (const Row& r : rows) {
     char sv[32], em[32], ratio[32];
@@ -541,8 +548,6 @@ int RunParent(const Args& a) {
     std::printf("%-44s %7d %12s %12s %12s  %s%s\n", r.what.c_str(), r.clients, sv, em, ratio, r.limit_name.c_str(),
                 r.service.errors + r.embedded.errors ? "  ERRORS" : "");
   }
-  uint64_t errors = 0;
-  for (const Row& r : rows) errors += r.service.errors + r.embedded.errors;
   return errors == 0 ? 0 : 1;
 }
 
@@ -580,6 +585,7 @@ int main(int argc, char** argv) {
     else if (k == "--ram-blocks") a.ram_blocks = std::strtoull(next().c_str(), nullptr, 10);
     else if (k == "--disk-blocks") a.disk_blocks = std::strtoull(next().c_str(), nullptr, 10);
     else if (k == "--json") a.json = true;
+    else if (k == "--zero-copy-small-pages") a.zero_copy_small_pages = true;
     else if (k == "--reply-spin-us") a.reply_spin_us = std::strtoll(next().c_str(), nullptr, 10);
     else if (k == "--socket") a.socket = next();
     else if (k == "--op") a.op = next();
@@ -590,7 +596,8 @@ int main(int argc, char** argv) {
     else if (k == "--fd") a.fd = std::atoi(next().c_str());
     else if (k == "--help" || k == "-h") {
       std::printf("usage: kvtier bench --service [--dir D] [--seconds S] [--clients 1,2,4,8] [--block 2M]\n"
-                  "       [--ram-blocks N] [--disk-blocks N] [--reply-spin-us N] [--json]\n");
+                  "       [--ram-blocks N] [--disk-blocks N] [--reply-spin-us N]\n"
+                  "       [--zero-copy-small-pages] [--json]\n");
       return 0;
     } else {
       std::fprintf(stderr, "unknown argument %s (see --help)\n", k.c_str());
