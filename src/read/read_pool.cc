@@ -5,6 +5,7 @@
 
 #include "format/record.h"
 #include "read/read_buffers.h"
+#include "util/aligned_buffer.h"
 #include "util/checksum.h"
 #include "util/page_backing.h"
 
@@ -30,6 +31,102 @@ void ScatterAt(std::span<const MutableFragment> out, uint64_t at, const uint8_t*
     n -= k;
     at = 0;
   }
+}
+
+void MissRead(const ReadPool::Deps& d, const std::shared_ptr<ReadOp>& op, Status why) {
+  d.counters->misses.Add();
+  CompleteRead(op, std::move(why));
+}
+
+void AdmitToRam(const ReadPool::Deps& d, const ReadOp& op, std::span<const Fragment> payload,
+                const format::IndexValue& v) {
+  // A Remove (or disk eviction) that ran since the index lookup would not
+  // have seen this copy, so look again and take it back if the entry changed.
+  uint64_t token = d.ram->Insert(op.ns, op.key, payload, v.payload_checksum, /*only_if_absent=*/true);
+  if (token != 0) {
+    auto again = d.index->Get(op.ns, op.key);
+    if (!again.ok() || !again->has_value() || (*again)->sequence != v.sequence) d.ram->EraseIf(op.ns, op.key, token);
+  }
+}
+
+// Verifies a record read for `op` (entry `v`) and completes the op: a hit,
+// or a miss whose entry is handed to `drop`. `rec` is the record's start;
+// when `direct`, only its header page (and after it the tail page), the
+// payload's whole pages already in op->out. The segment is unpinned.
+void CompleteRecord(const ReadPool::Deps& d, const std::shared_ptr<ReadOp>& op, const format::IndexValue& v,
+                    const uint8_t* rec, bool direct, const Status& io_status, uint64_t device_bytes) {
+  Counters& c = *d.counters;
+  if (!io_status.ok()) {
+    if (io_status.code() == Code::kCorruption) {  // short read: truncated segment
+      c.checksum_failures.Add();
+      d.drop(op->ns, op->key, v.sequence);
+      MissRead(d, op, Status::NotFound("record unreadable: " + io_status.message()));
+    } else {
+      MissRead(d, op, io_status);
+    }
+    return;
+  }
+  c.device_bytes_read.Add(device_bytes);
+  // Verify everything the record says against what the index expects.
+  const uint64_t have = direct ? kPage : v.RecordBytes();
+  std::string_view key;
+  auto h = format::DecodeRecordHeader({rec, have}, d.stored_payload_limit, &key);
+  bool good = h.ok() && format::RecordAgainstEntry(*h, key, op->ns, op->key, v) == 0;
+  const uint64_t whole = v.payload_len / kPage * kPage;
+  const uint8_t* payload = rec + v.PayloadOffset();
+  if (good) {
+    if (direct) {
+      // The payload's whole pages are in the caller's fragments, the rest in
+      // the bounce page after the header.
+      Xxh3Stream st;
+      uint64_t left = whole;
+      for (const MutableFragment& f : op->out) {
+        if (left == 0) break;
+        const uint64_t n = std::min<uint64_t>(left, f.size);
+        st.Update(f.data, n);
+        left -= n;
+      }
+      st.Update(rec + kPage, v.payload_len - whole);
+      good = st.Digest() == h->payload_checksum;
+    } else {
+      good = format::Checksum(payload, h->payload_len) == h->payload_checksum;
+    }
+  }
+  if (!good) {
+    c.checksum_failures.Add();
+    d.drop(op->ns, op->key, v.sequence);
+    MissRead(d, op, Status::NotFound("record failed verification (counted, entry dropped)"));
+    return;
+  }
+  if (!op->Claim()) return;  // the deadline won
+  if (direct) {
+    ScatterAt(op->out, whole, rec + kPage, v.payload_len - whole);
+  } else {
+    ScatterAt(op->out, 0, payload, v.payload_len);
+  }
+  c.hits_disk.Add();
+  c.bytes_read_disk.Add(v.payload_len);
+  if (direct) c.direct_read_bytes.Add(whole);
+  d.note_hit(v.segment, v.offset);
+  if (d.ram != nullptr) {
+    // The copy to admit, gathered before `done` lets the caller reuse `out`.
+    std::vector<Fragment> admit;
+    if (direct) {
+      uint64_t left = v.payload_len;
+      for (const MutableFragment& f : op->out) {
+        if (left == 0) break;
+        const uint64_t n = std::min<uint64_t>(left, f.size);
+        admit.push_back(Fragment{f.data, n});
+        left -= n;
+      }
+    } else {
+      admit.push_back(Fragment{payload, v.payload_len});
+    }
+    // Admit before completing: the caller may change its buffer at once,
+    // and a get that has returned must find the block in RAM on the next call.
+    AdmitToRam(d, *op, admit, v);
+  }
+  op->done(static_cast<size_t>(v.payload_len));
 }
 }  // namespace
 
@@ -96,11 +193,7 @@ class ReadPool::Reader {
   // Verifies a record read for an op and completes it (from
   // IoRequest::on_done, when the last of its requests is done).
   void FinishRead(ReadIo& io);
-  void AdmitToRam(const ReadOp& op, std::span<const Fragment> payload, const format::IndexValue& v);
-  void Miss(const std::shared_ptr<ReadOp>& op, Status why) {
-    c_.misses.Add();
-    CompleteRead(op, std::move(why));
-  }
+  void Miss(const std::shared_ptr<ReadOp>& op, Status why) { MissRead(d_, op, std::move(why)); }
 
   const Deps& d_;
   Counters& c_;
@@ -132,6 +225,7 @@ void ReadPool::Stop() {
   {
     MutexLock l(&mu_);
     stop_ = true;
+    while (on_callers_ > 0) l.Wait(callers_cv_);  // reads on callers' threads use the index too
   }
   cv_.notify_all();
   for (std::thread& t : threads_)
@@ -294,91 +388,58 @@ void ReadPool::Reader::Enqueue(const std::shared_ptr<ReadOp>& op, const format::
 }
 
 void ReadPool::Reader::FinishRead(ReadIo& io) {
-  const std::shared_ptr<ReadOp>& op = io.op;
-  const format::IndexValue& v = io.v;
-  d_.table->Unpin(v.segment);
-  if (!io.status.ok()) {
-    if (io.status.code() == Code::kCorruption) {  // short read: truncated segment
-      c_.checksum_failures.Add();
-      d_.drop(op->ns, op->key, v.sequence);
-      Miss(op, Status::NotFound("record unreadable: " + io.status.message()));
-    } else {
-      Miss(op, io.status);
-    }
-    return;
-  }
-  c_.device_bytes_read.Add(io.device_bytes);
-  // Verify everything the record says against what the index expects.
-  const uint8_t* rec = io.bounce + (io.direct ? 0 : v.offset - format::PageStart(v.offset));
-  const uint64_t have = io.direct ? kPage : v.RecordBytes();
-  std::string_view key;
-  auto h = format::DecodeRecordHeader({rec, have}, d_.stored_payload_limit, &key);
-  bool good = h.ok() && format::RecordAgainstEntry(*h, key, op->ns, op->key, v) == 0;
-  const uint64_t whole = v.payload_len / kPage * kPage;
-  const uint8_t* payload = rec + v.PayloadOffset();
-  if (good) {
-    if (io.direct) {
-      // The payload's whole pages are in the caller's fragments, the rest in
-      // the bounce page after the header.
-      Xxh3Stream st;
-      uint64_t left = whole;
-      for (const MutableFragment& f : op->out) {
-        if (left == 0) break;
-        const uint64_t n = std::min<uint64_t>(left, f.size);
-        st.Update(f.data, n);
-        left -= n;
-      }
-      st.Update(rec + kPage, v.payload_len - whole);
-      good = st.Digest() == h->payload_checksum;
-    } else {
-      good = format::Checksum(payload, h->payload_len) == h->payload_checksum;
-    }
-  }
-  if (!good) {
-    c_.checksum_failures.Add();
-    d_.drop(op->ns, op->key, v.sequence);
-    Miss(op, Status::NotFound("record failed verification (counted, entry dropped)"));
-    return;
-  }
-  if (!op->Claim()) return;  // the deadline won
-  if (io.direct) {
-    ScatterAt(op->out, whole, rec + kPage, v.payload_len - whole);
-  } else {
-    ScatterAt(op->out, 0, payload, v.payload_len);
-  }
-  c_.hits_disk.Add();
-  c_.bytes_read_disk.Add(v.payload_len);
-  if (io.direct) c_.direct_read_bytes.Add(whole);
-  d_.note_hit(v.segment, v.offset);
-  if (d_.ram != nullptr) {
-    // The copy to admit, gathered before `done` lets the caller reuse `out`.
-    std::vector<Fragment> admit;
-    if (io.direct) {
-      uint64_t left = v.payload_len;
-      for (const MutableFragment& f : op->out) {
-        if (left == 0) break;
-        const uint64_t n = std::min<uint64_t>(left, f.size);
-        admit.push_back(Fragment{f.data, n});
-        left -= n;
-      }
-    } else {
-      admit.push_back(Fragment{payload, v.payload_len});
-    }
-    // Admit before completing: the caller may change its buffer at once,
-    // and a get that has returned must find the block in RAM on the next call.
-    AdmitToRam(*op, admit, v);
-  }
-  op->done(static_cast<size_t>(v.payload_len));
+  d_.table->Unpin(io.v.segment);
+  const uint8_t* rec = io.bounce + (io.direct ? 0 : io.v.offset - format::PageStart(io.v.offset));
+  CompleteRecord(d_, io.op, io.v, rec, io.direct, io.status, io.device_bytes);
 }
 
-void ReadPool::Reader::AdmitToRam(const ReadOp& op, std::span<const Fragment> payload, const format::IndexValue& v) {
-  // A Remove (or disk eviction) that ran since the index lookup would not
-  // have seen this copy, so look again and take it back if the entry changed.
-  uint64_t token = d_.ram->Insert(op.ns, op.key, payload, v.payload_checksum, /*only_if_absent=*/true);
-  if (token != 0) {
-    auto again = d_.index->Get(op.ns, op.key);
-    if (!again.ok() || !again->has_value() || (*again)->sequence != v.sequence) d_.ram->EraseIf(op.ns, op.key, token);
+bool ReadPool::ReadOnCaller(const std::shared_ptr<ReadOp>& op) {
+  {
+    MutexLock l(&mu_);
+    if (stop_) return false;  // Submit answers Closed
+    ++on_callers_;
   }
+  const bool served = ServeOnCaller(op);
+  {
+    MutexLock l(&mu_);
+    if (--on_callers_ == 0 && stop_) callers_cv_.notify_all();
+  }
+  return served;
+}
+
+bool ReadPool::ServeOnCaller(const std::shared_ptr<ReadOp>& op) {
+  auto e = d_.index->Get(op->ns, op->key);
+  if (!e.ok()) {
+    CompleteRead(op, e.status());
+    return true;
+  }
+  if (!e->has_value()) {
+    if (!d_.remote_get(op)) MissRead(d_, op, Status::NotFound("no such key"));
+    return true;
+  }
+  const format::IndexValue v = **e;
+  if (v.payload_len > op->out_total) {
+    CompleteRead(op, Status::BufferTooSmall("block has " + std::to_string(v.payload_len) + " bytes, buffer " +
+                                            std::to_string(op->out_total)));
+    return true;
+  }
+  // Large records go to the readers, which read them into the caller's pages.
+  if (v.payload_len >= d_.zero_copy_min_bytes) return false;
+  File* file = d_.table->Pin(v.segment, v.generation);
+  if (file == nullptr) {  // segment reused or missing: the entry is stale
+    d_.drop(op->ns, op->key, v.sequence);
+    if (!d_.remote_get(op)) MissRead(d_, op, Status::NotFound("block was evicted"));
+    return true;
+  }
+  // One bounce buffer per calling thread, grown to the largest record read.
+  thread_local AlignedBuffer bounce;
+  const uint64_t first = format::PageStart(v.offset), paged = format::PagedBytes(v.offset, v.RecordBytes());
+  if (bounce.size() < paged) bounce = AlignedBuffer(paged);
+  Status st = bounce.data() == nullptr ? Status::NoSpace("out of memory for a read buffer")
+                                       : file->ReadAt(first, bounce.data(), paged);
+  d_.table->Unpin(v.segment);
+  CompleteRecord(d_, op, v, bounce.data() + (v.offset - first), /*direct=*/false, st, st.ok() ? paged : 0);
+  return true;
 }
 
 }  // namespace kvtier

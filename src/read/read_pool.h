@@ -60,6 +60,14 @@ class ReadPool {
 
   // Queues `op`; on kClosed or kFull it is not taken (the caller completes it).
   Admit Submit(std::shared_ptr<ReadOp> op);
+  // Serves `op` on the calling thread with one blocking read and no thread
+  // hand-over, for a caller that would only wait for a reader (a blocking
+  // Get without a deadline). Returns false, `op` untouched, for a record of
+  // zero_copy_min_bytes or more: Submit it, a reader reads it into the
+  // caller's pages. Thread-safe. When it returns true, `op` has completed
+  // on this thread, or the shared tier has taken it (a local miss), as after
+  // Submit; once Stop has begun it returns false.
+  bool ReadOnCaller(const std::shared_ptr<ReadOp>& op);
   // Serves what is queued, then joins the threads.
   void Stop();
 
@@ -70,9 +78,13 @@ class ReadPool {
   bool Take(size_t room, bool idle, std::vector<std::shared_ptr<ReadOp>>* batch,
             const std::function<void()>& on_idle);
 
+  bool ServeOnCaller(const std::shared_ptr<ReadOp>& op);  // ReadOnCaller's read
+
   const Deps d_;
   Mutex mu_;
   std::condition_variable cv_;
+  std::condition_variable callers_cv_;  // on_callers_ fell to 0 while stopping
+  int on_callers_ GUARDED_BY(mu_) = 0;  // ReadOnCaller calls under way
   std::deque<std::shared_ptr<ReadOp>> queue_ GUARDED_BY(mu_);
   bool stop_ GUARDED_BY(mu_) = false;
   std::vector<std::unique_ptr<Reader>> readers_;

@@ -152,6 +152,10 @@ class StoreImpl final : public Store, public BlockSink {
   // A get the RAM tier did not serve: queued for the read pool.
   void ReadFromDisk(NamespaceId ns, std::string_view key, std::span<const MutableFragment> out,
                     Clock::time_point deadline, GetCallback done);
+  std::shared_ptr<ReadOp> NewReadOp(NamespaceId ns, std::string_view key, std::span<const MutableFragment> out,
+                                    Clock::time_point deadline, GetCallback done);
+  // Hands `op` to the read threads, adding its deadline to the timer.
+  void SubmitRead(const std::shared_ptr<ReadOp>& op);
   void RequestDrop(NamespaceId ns, std::string_view key, uint64_t sequence);
   void NoteHit(uint32_t seg, uint64_t offset);
   BlockInfo ToBlockInfo(NamespaceId ns, std::string_view key, const format::IndexValue& v);

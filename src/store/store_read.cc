@@ -38,8 +38,9 @@ bool StoreImpl::FinishRamRead(Result<size_t>& r, GetCallback& done) {
   return false;  // a miss, or a copy that no longer verified (dropped): disk has it
 }
 
-void StoreImpl::ReadFromDisk(NamespaceId ns, std::string_view key, std::span<const MutableFragment> out,
-                             Clock::time_point deadline, GetCallback done) {
+std::shared_ptr<ReadOp> StoreImpl::NewReadOp(NamespaceId ns, std::string_view key,
+                                             std::span<const MutableFragment> out, Clock::time_point deadline,
+                                             GetCallback done) {
   auto op = std::make_shared<ReadOp>();
   op->ns = ns;
   op->key.assign(key);
@@ -47,6 +48,16 @@ void StoreImpl::ReadFromDisk(NamespaceId ns, std::string_view key, std::span<con
   for (const MutableFragment& f : out) op->out_total += f.size;
   op->deadline = deadline;
   op->done = std::move(done);
+  return op;
+}
+
+void StoreImpl::ReadFromDisk(NamespaceId ns, std::string_view key, std::span<const MutableFragment> out,
+                             Clock::time_point deadline, GetCallback done) {
+  SubmitRead(NewReadOp(ns, key, out, deadline, std::move(done)));
+}
+
+void StoreImpl::SubmitRead(const std::shared_ptr<ReadOp>& op) {
+  const Clock::time_point deadline = op->deadline;
   switch (reads_->Submit(op)) {
     case ReadPool::Admit::kClosed:
       op->done(Status::Closed("store is closed"));
@@ -66,7 +77,19 @@ Result<size_t> StoreImpl::Get(NamespaceId ns, std::string_view key,
                               std::span<const MutableFragment> out) {
   std::promise<Result<size_t>> p;
   auto f = p.get_future();
-  GetAsync(ns, key, out, kNoDeadline, [&p](Result<size_t> r) { p.set_value(std::move(r)); });
+  GetCallback done = [&p](Result<size_t> r) { p.set_value(std::move(r)); };
+  if (!opt_.read_on_caller_thread) {
+    GetAsync(ns, key, out, kNoDeadline, std::move(done));
+    return f.get();
+  }
+  c_.gets.Add();
+  if (key.empty() || key.size() > format::kMaxKeyBytes) return Status::InvalidArgument("key length out of range");
+  if (ram_ != nullptr) {
+    auto r = ram_->Read(ns, key, out);
+    if (FinishRamRead(r, done)) return f.get();
+  }
+  auto op = NewReadOp(ns, key, out, kNoDeadline, std::move(done));
+  if (!reads_->ReadOnCaller(op)) SubmitRead(op);
   return f.get();
 }
 

@@ -65,6 +65,42 @@ TEST_P(StoreTest, PutGetRoundTripSingleBuffer) {
   EXPECT_EQ(s->GetStats().io_backend, GetParam() == IoBackend::kPosix ? "posix" : "io_uring");
 }
 
+TEST_P(StoreTest, BlockingGetsOfSmallBlocksRunOnTheCallersThread) {
+  opt_.read_threads = 1;
+  opt_.ram_tier_bytes = 0;
+  auto s = OpenStore();
+  NamespaceId ns = Ns(s.get());
+  const size_t big = opt_.zero_copy_min_bytes + 4096;
+  for (auto [k, n] : {std::pair{1, size_t{4096}}, {2, size_t{4096}}, {3, big}}) {
+    auto p = Payload(ns, Key(k), n);
+    ASSERT_TRUE(s->Put(ns, Key(k), p.data(), p.size()).ok());
+  }
+  // The one read thread is held inside an async get's callback.
+  std::promise<void> entered, release;
+  std::shared_future<void> released = release.get_future().share();
+  std::vector<uint8_t> buf(4096);
+  MutableFragment f{buf.data(), buf.size()};
+  s->GetAsync(ns, Key(1), {&f, 1}, kNoDeadline, [&](Result<size_t>) {
+    entered.set_value();
+    released.wait();
+  });
+  entered.get_future().wait();
+  // A small block is read on its caller's thread meanwhile.
+  auto small = std::async(std::launch::async, [&] { return s->GetVector(ns, Key(2)); });
+  const bool small_done = small.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+  if (!small_done) release.set_value();  // let it finish, then fail
+  ASSERT_TRUE(small_done) << "a small blocking get waited for the busy read thread";
+  EXPECT_EQ(small.get().value(), Payload(ns, Key(2), 4096));
+  // A large one needs the read thread, so it waits until the thread is free.
+  auto large = std::async(std::launch::async, [&] { return s->GetVector(ns, Key(3)); });
+  EXPECT_EQ(large.wait_for(std::chrono::milliseconds(200)), std::future_status::timeout);
+  release.set_value();
+  auto got = large.get();
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(*got, Payload(ns, Key(3), big));
+  EXPECT_EQ(s->GetStats().hits_disk, 3u);
+}
+
 TEST_P(StoreTest, FragmentsGatherOnPutScatterOnGet) {
   auto s = OpenStore();
   NamespaceId ns = Ns(s.get());
