@@ -143,6 +143,7 @@ Status SetOption(Options* o, const std::string& k, const json& v) {
   if (k == "use_direct_io") return GetBool(k, v, &o->use_direct_io);
   if (k == "queue_depth") return GetUnsigned(k, v, &o->queue_depth);
   if (k == "read_threads") return GetUnsigned(k, v, &o->read_threads);
+  if (k == "read_on_caller_thread") return GetBool(k, v, &o->read_on_caller_thread);
   if (k == "max_write_chunk_bytes") return GetUnsigned(k, v, &o->max_write_chunk_bytes);
   if (k == "zero_copy_min_bytes") return GetUnsigned(k, v, &o->zero_copy_min_bytes);
   if (k == "dense_record_max_bytes") return GetUnsigned(k, v, &o->dense_record_max_bytes);
