@@ -52,13 +52,27 @@ std::vector<Result<size_t>> TransferImpl::GetToDevice(NamespaceId ns, std::span<
   return std::move(call.results);
 }
 
-// RAM hits: one enqueue for all of them; their pins are released after the
-// copies have run. Blocks the tier does not hold go to `misses`.
+// RAM hits, enqueued a few MiB at a time: the device copies the first while
+// this thread checks and pins the next (about 3 µs a block on the H200's
+// host, which a single enqueue at the end left the device idle for). Their
+// pins are released after the copies have run. Blocks the tier does not hold
+// go to `misses`.
 void TransferImpl::CopyRamHits(GetCall& call, NamespaceId ns, std::span<const DeviceBlock> blocks,
                                cudaStream_t stream, std::vector<size_t>* misses) {
+  constexpr uint64_t kFlushBytes = 8u << 20;
   auto pins = std::make_shared<std::vector<RamTier::Pin>>();
   std::vector<CopyPiece> copies;
-  std::vector<size_t> hits;
+  std::vector<size_t> hits;      // of the copies not yet enqueued
+  uint64_t pending_bytes = 0;
+  auto flush = [&] {
+    if (copies.empty()) return;
+    Status st = Enqueue(copies, /*to_device=*/true, stream);
+    if (!st.ok())
+      for (size_t i : hits) call.Fail(i, st);
+    copies.clear();
+    hits.clear();
+    pending_bytes = 0;
+  };
   for (size_t i = 0; i < blocks.size(); ++i) {
     Result<size_t> total = CheckBlock(i, blocks[i], opt_.device);
     if (!total.ok()) {
@@ -79,15 +93,13 @@ void TransferImpl::CopyRamHits(GetCall& call, NamespaceId ns, std::span<const De
     Zip(PieceSpans(pin.pieces()), DeviceSpans(blocks[i]), pin.size(), &copies);
     call.results[i] = static_cast<size_t>(pin.size());
     call.ram_bytes += pin.size();
+    ++call.ram_blocks;
     hits.push_back(i);
+    pending_bytes += pin.size();
     pins->push_back(std::move(pin));
+    if (pending_bytes >= kFlushBytes) flush();
   }
-  call.ram_blocks = hits.size();
-  if (!copies.empty()) {
-    Status st = Enqueue(copies, /*to_device=*/true, stream);
-    if (!st.ok())
-      for (size_t i : hits) call.Fail(i, st);
-  }
+  flush();
   if (!pins->empty()) AfterStream(stream, [pins] { pins->clear(); }).IgnoreError();
 }
 
