@@ -24,6 +24,7 @@ def main():
     ap.add_argument("--blocks", type=int, default=1024)
     ap.add_argument("--counts", default="16,64,171,512,1024")
     ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--ram-tier-gib", type=float, default=0, help="RAM tier size (default: just the blocks)")
     ap.add_argument("--json")
     a = ap.parse_args()
 
@@ -40,8 +41,9 @@ def main():
         bb = kib << 10
         n_max = a.blocks
         d = tempfile.mkdtemp(prefix="kvtier-gpu-probe-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
-        store = kvtier.Store(d, ram_tier_bytes=(n_max + 64) * bb, ram_tier_shared_memory=True,
-                             capacity_bytes=4 * n_max * bb)
+        ram = int(a.ram_tier_gib * (1 << 30)) if a.ram_tier_gib > 0 else (n_max + 64) * bb
+        store = kvtier.Store(d, ram_tier_bytes=ram, ram_tier_shared_memory=True,
+                             capacity_bytes=max(4 * n_max * bb, 2 * ram))
         ns = store.register_namespace(name=f"probe{kib}", model_id="probe", dtype="u8", layout="flat",
                                       block_tokens=16, block_bytes=bb)
         src = torch.randint(0, 255, (n_max * bb,), dtype=torch.uint8, device=dev)
