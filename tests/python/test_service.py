@@ -122,6 +122,36 @@ def test_registered_memory_moves_payloads_without_staging(served):
     os.close(fd)
 
 
+@pytest.mark.parametrize("flag", [False, True])
+def test_zero_copy_small_pages_reads_disk_blocks_straight_into_client_memory(tmp_path, flag):
+    served = Served(tmp_path, *(["--zero-copy-small-pages"] if flag else []))  # no RAM tier: gets read the disk
+    fd = os.memfd_create("engine-pool")  # 4 KiB pages
+    size = 16 << 20
+    os.ftruncate(fd, size)
+    mem = mmap.mmap(fd, size)
+    view = np.frombuffer(mem, dtype=np.uint8)
+    out = None
+    try:
+        with kvtier.Store(served.address, **CLIENT) as s:
+            ns = s.register_namespace(**SPEC)
+            s.register_memory(view, fd)
+            block = np.random.default_rng(2).integers(0, 255, 3 << 20, dtype=np.uint8)
+            view[: block.nbytes] = block
+            assert ns.put("disk", view[: block.nbytes])
+            before = s.stats()["small_page_copies"]
+            out = view[8 << 20: (8 << 20) + block.nbytes]
+            out[:] = 0
+            assert ns.get_into("disk", out) == block.nbytes and np.array_equal(out, block)
+            copies = s.stats()["small_page_copies"] - before
+        # Without the flag the service reads into a bounce buffer and copies.
+        assert copies == (0 if flag else 1)
+    finally:
+        del view, out
+        mem.close()
+        os.close(fd)
+        served.stop()
+
+
 CHILD = r"""
 import sys, numpy as np, kvtier
 addr, who = sys.argv[1], int(sys.argv[2])

@@ -38,6 +38,7 @@ struct ServeCmd {
   std::string log_file;
   uint32_t idle_exit_s = 0;
   std::string ram_tier;
+  bool zero_copy_small_pages = false;
   std::string client_inflight = "1G";
   uint32_t max_clients = 256;
 };
@@ -190,6 +191,7 @@ int Run(const ServeCmd& in) {
     if (!ram.ok()) return Fail("serve", kExitUsage, "--ram-tier: " + ram.status().message());
     o.ram_tier_bytes = *ram;
   }
+  o.zero_copy_small_pages = in.zero_copy_small_pages;
   o.remote = in.a.remote;
   o.warn = [&log](const std::string& line) { log.Line("warning: " + line); };
   auto store = Store::Open(in.a.dir, o);
@@ -270,6 +272,8 @@ Command AddServe(CLI::App& root) {
       ->capture_default_str();
   AddCreateOptions(sub, &in->a);
   sub->add_option("--ram-tier", in->ram_tier, "Host RAM tier in front of the disk (e.g. 64G; default off)");
+  sub->add_flag("--zero-copy-small-pages", in->zero_copy_small_pages,
+                "Read disk blocks straight into clients' shared memory on 4 KiB pages (see docs/service.md)");
   sub->add_option("--client-inflight", in->client_inflight, "Bytes of puts one client may have in flight")
       ->capture_default_str();
   sub->add_option("--max-clients", in->max_clients, "Clients served at once")->capture_default_str();
