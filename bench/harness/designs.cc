@@ -91,9 +91,18 @@ bool ApplyOverride(const std::string& kv, kvtier::Options* o) {
   const size_t eq = kv.find('=');
   if (eq == std::string::npos) return false;
   const std::string k = kv.substr(0, eq);
+  if (k == "reinsert_max_fraction") {
+    char* end = nullptr;
+    const std::string text = kv.substr(eq + 1);
+    const double f = std::strtod(text.c_str(), &end);
+    if (end == text.c_str() || *end != '\0' || !(f >= 0 && f <= 1)) return false;
+    o->reinsert_max_fraction = f;
+    return true;
+  }
   auto v = ParseBytes(kv.substr(eq + 1));
   if (!v) return false;
   if (k == "read_threads") o->read_threads = static_cast<uint32_t>(*v);
+  else if (k == "reinsert_min_hits") o->reinsert_min_hits = static_cast<uint32_t>(*v);
   else if (k == "queue_depth") o->queue_depth = static_cast<uint32_t>(*v);
   else if (k == "max_write_chunk_bytes") o->max_write_chunk_bytes = static_cast<uint32_t>(*v);
   else if (k == "group_commit_bytes") o->group_commit_bytes = *v;

@@ -83,6 +83,8 @@ DesignRun RunDesign(const SteadyConfig& c, const std::string& name, const Payloa
   dc.queue_depth = c.queue_depth;
   dc.kvtier_capacity_bytes = c.capacity_bytes;
   dc.kvtier_overrides = {"segment_size_bytes=" + std::to_string(SegmentBytes(c.capacity_bytes, S))};
+  // The run's --kvtier-option values after it, so that they win.
+  dc.kvtier_overrides.insert(dc.kvtier_overrides.end(), c.kvtier_overrides.begin(), c.kvtier_overrides.end());
   if (name == "kvtier-ram") dc.kvtier_ram_bytes = 2 * hot * RamFootprint(S) + 64 * kMiB;
   dc.file_byte_budget = c.capacity_bytes;
   auto d = MakeDesign(name, dc);

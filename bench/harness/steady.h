@@ -32,6 +32,7 @@ struct SteadyConfig {
   uint32_t queue_depth = 16;
   std::vector<std::string> designs;  // rocksdb-blob is skipped with a note
   std::string dir;
+  std::vector<std::string> kvtier_overrides;  // the run's --kvtier-option values
 };
 
 // Runs the workload for each design; `progress` hears each step.

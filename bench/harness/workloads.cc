@@ -749,6 +749,7 @@ void RunAll(const BenchConfig& c, bool quiet, std::vector<WorkloadResult>* out) 
     sc.queue_depth = c.queue_depth;
     sc.dir = c.dir;
     sc.designs = c.designs;
+    sc.kvtier_overrides = c.kvtier_overrides;
     for (uint64_t size : c.steady_sizes) {
       sc.block_bytes = size;
       WorkloadResult w = RunSteadyState(sc, payloads, [&](const std::string& what) { Progress(Step(&step, what)); });

@@ -121,6 +121,9 @@ struct Options {
   // reclaimed (hot-block reinsertion), at most this fraction of a segment.
   bool reinsert_hot_blocks = true;
   double reinsert_max_fraction = 0.25;
+  // Reads since written that make a block hot (a block the RAM tier holds
+  // is hot whatever its count). 0 counts as 1.
+  uint32_t reinsert_min_hits = 1;
   // Release reclaimed space to the device (fallocate punch hole / TRIM).
   bool punch_holes = true;
 

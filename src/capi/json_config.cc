@@ -136,6 +136,7 @@ Status SetOption(Options* o, const std::string& k, const json& v) {
   if (k == "capacity_bytes") return GetUnsigned(k, v, &o->capacity_bytes);
   if (k == "reinsert_hot_blocks") return GetBool(k, v, &o->reinsert_hot_blocks);
   if (k == "reinsert_max_fraction") return GetDouble(k, v, &o->reinsert_max_fraction);
+  if (k == "reinsert_min_hits") return GetUnsigned(k, v, &o->reinsert_min_hits);
   if (k == "punch_holes") return GetBool(k, v, &o->punch_holes);
   if (k == "write_budget_bytes_per_day") return GetUnsigned(k, v, &o->write_budget_bytes_per_day);
   if (k == "admit_on_second_put") return GetBool(k, v, &o->admit_on_second_put);

@@ -69,19 +69,22 @@ class ReinsertionPolicy {
   virtual void Taken(const ReinsertCandidate& c) = 0;
 };
 
-// Rewrites blocks read since written, or held in the RAM tier, up to
-// `max_fraction` of the segment (Options::reinsert_max_fraction).
+// Rewrites blocks read at least `min_hits` times since written, or held in
+// the RAM tier, up to `max_fraction` of the segment
+// (Options::reinsert_min_hits, reinsert_max_fraction).
 class HitReinsertion final : public ReinsertionPolicy {
  public:
-  explicit HitReinsertion(double max_fraction) : max_fraction_(max_fraction) {}
+  HitReinsertion(double max_fraction, uint32_t min_hits)
+      : max_fraction_(max_fraction), min_hits_(min_hits == 0 ? 1 : min_hits) {}
   void BeginSegment(uint64_t segment_bytes) override {
     budget_ = static_cast<uint64_t>(max_fraction_ * static_cast<double>(segment_bytes));
   }
-  bool Wants(const ReinsertCandidate& c) override { return (c.hits > 0 || c.in_ram) && c.bytes <= budget_; }
+  bool Wants(const ReinsertCandidate& c) override { return (c.hits >= min_hits_ || c.in_ram) && c.bytes <= budget_; }
   void Taken(const ReinsertCandidate& c) override { budget_ -= c.bytes; }
 
  private:
   const double max_fraction_;
+  const uint32_t min_hits_;
   uint64_t budget_ = 0;
 };
 

@@ -22,7 +22,7 @@ void Writer::Start(RamTier* ram) {
   rd.stored_payload_limit = d_.stored_payload_limit;
   rd.reinsert = d_.reinsert;
   rd.punch_holes = d_.punch_holes;
-  rd.policy = std::make_unique<HitReinsertion>(d_.reinsert_max_fraction);
+  rd.policy = std::make_unique<HitReinsertion>(d_.reinsert_max_fraction, d_.reinsert_min_hits);
   reclaimer_ = std::make_unique<Reclaimer>(std::move(rd));
   thread_ = std::thread([this] { Loop(); });
 }

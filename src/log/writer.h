@@ -53,6 +53,7 @@ class Writer {
     bool reinsert = true;                // Options::reinsert_hot_blocks
     bool punch_holes = true;             // Options::punch_holes
     double reinsert_max_fraction = 0;    // Options::reinsert_max_fraction
+    uint32_t reinsert_min_hits = 1;      // Options::reinsert_min_hits
     std::string dir;                     // the store folder, for messages
     std::function<void(const std::string&)> warn;
     // A segment was sealed (seg, gen): the shared tier may upload it. Must

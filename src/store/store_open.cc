@@ -269,6 +269,7 @@ Status StoreImpl::OpenWritePath() {
   wd.reinsert = opt_.reinsert_hot_blocks;
   wd.punch_holes = opt_.punch_holes;
   wd.reinsert_max_fraction = opt_.reinsert_max_fraction;
+  wd.reinsert_min_hits = opt_.reinsert_min_hits;
   wd.dir = dir_;
   wd.warn = [this](const std::string& line) { Warn(line); };
   wd.sealed = [this](uint32_t seg, uint32_t gen) { RemoteNoteSealed(seg, gen); };

@@ -24,7 +24,7 @@ TEST(HitCounts, CountsPerRecordAndHandsASegmentOverOnce) {
 }
 
 TEST(HitReinsertion, TakesHotOrRamHeldBlocksWithinItsBudget) {
-  HitReinsertion p(0.25);
+  HitReinsertion p(0.25, 1);
   p.BeginSegment(64 * 4096);  // budget: 16 pages
   ReinsertCandidate cold{1, "k", 0, false, 4096};
   EXPECT_FALSE(p.Wants(cold));
@@ -38,9 +38,17 @@ TEST(HitReinsertion, TakesHotOrRamHeldBlocksWithinItsBudget) {
   p.BeginSegment(64 * 4096);  // a new segment, a new budget
   EXPECT_TRUE(p.Wants(ReinsertCandidate{1, "k", 5, false, 4096}));
   EXPECT_FALSE(p.Wants(ReinsertCandidate{1, "k", 5, false, 17 * 4096})) << "larger than the budget";
-  HitReinsertion off(0);
+  HitReinsertion off(0, 1);
   off.BeginSegment(64 * 4096);
   EXPECT_FALSE(off.Wants(read));
+}
+
+TEST(HitReinsertion, AMinimumOfReadsLeavesBlocksReadOnce) {
+  HitReinsertion p(1.0, 2);
+  p.BeginSegment(64 * 4096);
+  EXPECT_FALSE(p.Wants(ReinsertCandidate{1, "k", 1, false, 4096})) << "read once";
+  EXPECT_TRUE(p.Wants(ReinsertCandidate{1, "k", 2, false, 4096}));
+  EXPECT_TRUE(p.Wants(ReinsertCandidate{1, "k", 0, true, 4096})) << "held in RAM";
 }
 
 }  // namespace
