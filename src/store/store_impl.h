@@ -149,6 +149,9 @@ class StoreImpl final : public Store, public BlockSink {
   // A RAM tier's answer that ends a get (a hit, or a buffer too small for
   // it): counted and handed to `done`. False: the get goes to disk.
   bool FinishRamRead(Result<size_t>& r, GetCallback& done);
+  // A get's start, counted: a bad key or a RAM-tier answer completes it
+  // (true); false: it goes to disk.
+  bool StartGet(NamespaceId ns, std::string_view key, std::span<const MutableFragment> out, GetCallback& done);
   // A get the RAM tier did not serve: queued for the read pool.
   void ReadFromDisk(NamespaceId ns, std::string_view key, std::span<const MutableFragment> out,
                     Clock::time_point deadline, GetCallback done);

@@ -11,17 +11,21 @@ namespace kvtier {
 
 void StoreImpl::GetAsync(NamespaceId ns, std::string_view key, std::span<const MutableFragment> out,
                          Clock::time_point deadline, GetCallback done) {
+  if (StartGet(ns, key, out, done)) return;
+  ReadFromDisk(ns, key, out, deadline, std::move(done));
+}
+
+bool StoreImpl::StartGet(NamespaceId ns, std::string_view key, std::span<const MutableFragment> out,
+                         GetCallback& done) {
   c_.gets.Add();
   if (key.empty() || key.size() > format::kMaxKeyBytes) {
     done(Status::InvalidArgument("key length out of range"));
-    return;
+    return true;
   }
-  if (ram_ != nullptr) {
-    // Served inline from host memory: no queue, no I/O, no deadline to race.
-    auto r = ram_->Read(ns, key, out);
-    if (FinishRamRead(r, done)) return;
-  }
-  ReadFromDisk(ns, key, out, deadline, std::move(done));
+  if (ram_ == nullptr) return false;
+  // Served inline from host memory: no queue, no I/O, no deadline to race.
+  auto r = ram_->Read(ns, key, out);
+  return FinishRamRead(r, done);
 }
 
 bool StoreImpl::FinishRamRead(Result<size_t>& r, GetCallback& done) {
@@ -82,12 +86,7 @@ Result<size_t> StoreImpl::Get(NamespaceId ns, std::string_view key,
     GetAsync(ns, key, out, kNoDeadline, std::move(done));
     return f.get();
   }
-  c_.gets.Add();
-  if (key.empty() || key.size() > format::kMaxKeyBytes) return Status::InvalidArgument("key length out of range");
-  if (ram_ != nullptr) {
-    auto r = ram_->Read(ns, key, out);
-    if (FinishRamRead(r, done)) return f.get();
-  }
+  if (StartGet(ns, key, out, done)) return f.get();
   auto op = NewReadOp(ns, key, out, kNoDeadline, std::move(done));
   if (!reads_->ReadOnCaller(op)) SubmitRead(op);
   return f.get();
