@@ -53,8 +53,8 @@ std::vector<Result<size_t>> TransferImpl::GetToDevice(NamespaceId ns, std::span<
 }
 
 // RAM hits, enqueued a few MiB at a time: the device copies the first while
-// this thread checks and pins the next (about 3 µs a block on the H200's
-// host, which a single enqueue at the end left the device idle for). Their
+// this thread checks and pins the next (a single enqueue at the end left the
+// device idle for all of that; docs/e2e.md). Their
 // pins are released after the copies have run. Blocks the tier does not hold
 // go to `misses`.
 void TransferImpl::CopyRamHits(GetCall& call, NamespaceId ns, std::span<const DeviceBlock> blocks,

@@ -52,7 +52,8 @@ void AdmitToRam(const ReadPool::Deps& d, const ReadOp& op, std::span<const Fragm
 // Verifies a record read for `op` (entry `v`) and completes the op: a hit,
 // or a miss whose entry is handed to `drop`. `rec` is the record's start;
 // when `direct`, only its header page (and after it the tail page), the
-// payload's whole pages already in op->out. The segment is unpinned.
+// payload's whole pages already in op->out. The caller has unpinned the
+// segment (the bytes are in `rec` and op->out).
 void CompleteRecord(const ReadPool::Deps& d, const std::shared_ptr<ReadOp>& op, const format::IndexValue& v,
                     const uint8_t* rec, bool direct, const Status& io_status, uint64_t device_bytes) {
   Counters& c = *d.counters;
