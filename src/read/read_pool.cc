@@ -1,6 +1,7 @@
 #include "read/read_pool.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "format/record.h"
@@ -128,6 +129,42 @@ void CompleteRecord(const ReadPool::Deps& d, const std::shared_ptr<ReadOp>& op, 
     AdmitToRam(d, *op, admit, v);
   }
   op->done(static_cast<size_t>(v.payload_len));
+}
+// Where a read's lookup left it.
+enum class Found {
+  kRead,    // *v and its pinned *file: the caller reads the record and unpins
+  kDone,    // completed here: an index error, a miss, a stale entry, a buffer too small
+  kPassed,  // as large as `pass_from` or more: untouched, nothing pinned
+};
+
+// The index lookup that every read starts with, shared by the readers and
+// the callers' threads. A stale entry (its segment reused) is dropped and
+// answered as a miss, or handed to the shared tier.
+Found LookUpRecord(const ReadPool::Deps& d, const std::shared_ptr<ReadOp>& op, uint64_t pass_from,
+                   format::IndexValue* v, File** file) {
+  auto e = d.index->Get(op->ns, op->key);
+  if (!e.ok()) {
+    CompleteRead(op, e.status());
+    return Found::kDone;
+  }
+  if (!e->has_value()) {
+    if (!d.remote_get(op)) MissRead(d, op, Status::NotFound("no such key"));
+    return Found::kDone;
+  }
+  *v = **e;
+  if (v->payload_len > op->out_total) {
+    CompleteRead(op, Status::BufferTooSmall("block has " + std::to_string(v->payload_len) + " bytes, buffer " +
+                                            std::to_string(op->out_total)));
+    return Found::kDone;
+  }
+  if (v->payload_len >= pass_from) return Found::kPassed;
+  *file = d.table->Pin(v->segment, v->generation);
+  if (*file == nullptr) {  // segment reused or missing: the entry is stale
+    d.drop(op->ns, op->key, v->sequence);
+    if (!d.remote_get(op)) MissRead(d, op, Status::NotFound("block was evicted"));
+    return Found::kDone;
+  }
+  return Found::kRead;
 }
 }  // namespace
 
@@ -292,27 +329,9 @@ void ReadPool::Reader::StartReads(std::vector<std::shared_ptr<ReadOp>>& ops) {
       }
       continue;
     }
-    auto e = d_.index->Get(op->ns, op->key);
-    if (!e.ok()) {
-      CompleteRead(op, e.status());
-      continue;
-    }
-    if (!e->has_value()) {
-      if (!d_.remote_get(op)) Miss(op, Status::NotFound("no such key"));
-      continue;
-    }
-    const format::IndexValue v = **e;
-    if (v.payload_len > op->out_total) {
-      CompleteRead(op, Status::BufferTooSmall("block has " + std::to_string(v.payload_len) + " bytes, buffer " +
-                                              std::to_string(op->out_total)));
-      continue;
-    }
-    File* file = d_.table->Pin(v.segment, v.generation);
-    if (file == nullptr) {  // segment reused or missing: the entry is stale
-      d_.drop(op->ns, op->key, v.sequence);
-      if (!d_.remote_get(op)) Miss(op, Status::NotFound("block was evicted"));
-      continue;
-    }
+    format::IndexValue v;
+    File* file = nullptr;
+    if (LookUpRecord(d_, op, UINT64_MAX, &v, &file) != Found::kRead) continue;
     Enqueue(op, v, file);
   }
 }
@@ -409,29 +428,11 @@ bool ReadPool::ReadOnCaller(const std::shared_ptr<ReadOp>& op) {
 }
 
 bool ReadPool::ServeOnCaller(const std::shared_ptr<ReadOp>& op) {
-  auto e = d_.index->Get(op->ns, op->key);
-  if (!e.ok()) {
-    CompleteRead(op, e.status());
-    return true;
-  }
-  if (!e->has_value()) {
-    if (!d_.remote_get(op)) MissRead(d_, op, Status::NotFound("no such key"));
-    return true;
-  }
-  const format::IndexValue v = **e;
-  if (v.payload_len > op->out_total) {
-    CompleteRead(op, Status::BufferTooSmall("block has " + std::to_string(v.payload_len) + " bytes, buffer " +
-                                            std::to_string(op->out_total)));
-    return true;
-  }
+  format::IndexValue v;
+  File* file = nullptr;
   // Large records go to the readers, which read them into the caller's pages.
-  if (v.payload_len >= d_.zero_copy_min_bytes) return false;
-  File* file = d_.table->Pin(v.segment, v.generation);
-  if (file == nullptr) {  // segment reused or missing: the entry is stale
-    d_.drop(op->ns, op->key, v.sequence);
-    if (!d_.remote_get(op)) MissRead(d_, op, Status::NotFound("block was evicted"));
-    return true;
-  }
+  const Found found = LookUpRecord(d_, op, d_.zero_copy_min_bytes, &v, &file);
+  if (found != Found::kRead) return found == Found::kDone;
   // One bounce buffer per calling thread, grown to the largest record read.
   thread_local AlignedBuffer bounce;
   const uint64_t first = format::PageStart(v.offset), paged = format::PagedBytes(v.offset, v.RecordBytes());
