@@ -43,7 +43,7 @@
 extern "C" {
 #endif
 
-#define KVTIER_ABI_VERSION ((1u << 16) | 3u) /* 1.3: kvtier_destroy_store; 1.2: the GPU path; 1.1: kvtier_register_memory, unix:/auto: opens */
+#define KVTIER_ABI_VERSION ((1u << 16) | 4u) /* 1.4: kvtier_gpu_set_copy_method, kvtier_gpu_stats_json; 1.3: kvtier_destroy_store; 1.2: the GPU path; 1.1: kvtier_register_memory, unix:/auto: opens */
 #define KVTIER_MAX_KEY_BYTES 255
 
 /* Status codes: equal to kvtier::Code. */
@@ -275,6 +275,16 @@ int kvtier_gpu_status(kvtier_store* s);
 /* Binds the handle's GPU path to `device` (its CUDA ordinal). KVTIER_OK if it already
  * is; KVTIER_INVALID_ARGUMENT if it is bound to another device. */
 int kvtier_gpu_bind(kvtier_store* s, int device);
+/* How the GPU path copies between host and device from the next call on: "auto"
+ * (the default: the copy engines' batch API for pieces of 256 KiB and more, a copy
+ * kernel below), "batch", "loop" (one cudaMemcpyAsync per piece) or "kernel" (SMs
+ * reading mapped pinned host memory; "loop" where the host side is not mapped). Calls
+ * in flight keep theirs. KVTIER_INVALID_ARGUMENT for another name, checked first. */
+int kvtier_gpu_set_copy_method(kvtier_store* s, const char* method);
+/* The GPU path's counters since the handle's first GPU call, as one JSON object
+ * (device, method, blocks and bytes each way, ram_hits, disk_reads, misses, copies,
+ * batch_calls, loop_calls, kernel_calls, ...), copied as kvtier_stats_json does. */
+int kvtier_gpu_stats_json(kvtier_store* s, char* buf, size_t cap, size_t* out_len);
 /* Enqueues every block's copies on `stream` and returns: work queued on the stream
  * afterwards sees the data. With event != 0 (a cudaEvent_t) it is recorded after the
  * last copy. RAM hits are copied at once, disk reads as they complete. */

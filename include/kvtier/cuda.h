@@ -85,6 +85,7 @@ struct TransferStats {
   uint64_t gpu_hashed_blocks = 0;
   bool ram_tier_pinned = false;  // the RAM tier is registered with CUDA
   bool batch_api = false;        // cudaMemcpyBatchAsync is compiled in
+  CopyMethod method = CopyMethod::kAuto;  // as set now (TransferOptions, SetCopyMethod)
   // The last PutFromDevice that went through the RAM tier, in milliseconds:
   // the whole call, the part spent reserving chunks and queuing the copies,
   // and the device's time for the copies (CUDA events), so a slow put can be
@@ -131,8 +132,31 @@ class Transfer {
                                             cudaStream_t stream, bool wait_durable = true,
                                             TransferDone done = nullptr) = 0;
 
+  // Changes TransferOptions::method for the copies of calls that start
+  // after it returns. Thread-safe.
+  virtual void SetCopyMethod(CopyMethod method) = 0;
+
   virtual TransferStats GetStats() = 0;
 };
+
+// "auto", "batch", "loop", "kernel" (inline: the C ABI checks names in
+// builds without the GPU path too).
+inline const char* CopyMethodName(CopyMethod method) {
+  switch (method) {
+    case CopyMethod::kAuto: return "auto";
+    case CopyMethod::kBatch: return "batch";
+    case CopyMethod::kLoop: return "loop";
+    case CopyMethod::kKernel: return "kernel";
+  }
+  return "unknown";
+}
+
+// The method with that name; InvalidArgument naming the choices otherwise.
+[[nodiscard]] inline Result<CopyMethod> ParseCopyMethod(std::string_view name) {
+  for (CopyMethod m : {CopyMethod::kAuto, CopyMethod::kBatch, CopyMethod::kLoop, CopyMethod::kKernel})
+    if (name == CopyMethodName(m)) return m;
+  return Status::InvalidArgument("copy method '" + std::string(name) + "' is not one of auto, batch, loop, kernel");
+}
 
 }  // namespace kvtier::gpu
 

@@ -379,13 +379,7 @@ int kvtier_stats_json(kvtier_store* s, char* buf, size_t cap, size_t* out_len) {
   return Guard([&]() -> int {
     if (int rc = CheckStore(s)) return rc;
     if (out_len == nullptr || (buf == nullptr && cap != 0)) return Invalid("null buffer or output pointer");
-    std::string j = kvtier::capi::StatsToJson(s->store->GetStats());
-    *out_len = j.size();
-    if (cap < j.size() + 1)
-      return SetError(KVTIER_BUFFER_TOO_SMALL,
-                      ("stats need " + std::to_string(j.size() + 1) + " bytes").c_str());
-    std::memcpy(buf, j.c_str(), j.size() + 1);
-    return Report(Status::OK());
+    return CopyOut(kvtier::capi::StatsToJson(s->store->GetStats()), buf, cap, out_len, "stats");
   });
 }
 

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "capi/c_api_internal.h"
+#include "capi/json_config.h"
 
 using namespace kvtier::capi;  // NOLINT: the room's own helpers
 
@@ -56,6 +57,22 @@ Status Bind(kvtier_store* s, int device) {
   }
   return Status::OK();
 }
+
+Status SetMethod(kvtier_store* s, gpu::CopyMethod method) {
+  std::shared_lock<std::shared_mutex> l(s->gpu_mu);
+  auto t = GpuOf(s, &l);
+  if (!t.ok()) return t.status();
+  (*t)->SetCopyMethod(method);
+  return Status::OK();
+}
+
+Result<std::string> GpuStatsJson(kvtier_store* s) {
+  std::shared_lock<std::shared_mutex> l(s->gpu_mu);
+  auto t = GpuOf(s, &l);
+  if (!t.ok()) return t.status();
+  const gpu::TransferStats st = (*t)->GetStats();
+  return GpuStatsToJson(st, s->gpu_device);
+}
 #else
 Status NoCuda() {
   return Status::NotSupported("this libkvtier was built without CUDA: the GPU path is not in it "
@@ -63,6 +80,8 @@ Status NoCuda() {
 }
 Result<gpu::Transfer*> GpuOf(kvtier_store*, std::shared_lock<std::shared_mutex>*) { return NoCuda(); }
 Status Bind(kvtier_store*, int) { return NoCuda(); }
+Status SetMethod(kvtier_store*, gpu::CopyMethod) { return NoCuda(); }
+Result<std::string> GpuStatsJson(kvtier_store*) { return NoCuda(); }
 #endif
 
 // Blocks whose fragments are device memory, with their keys checked.
@@ -202,6 +221,26 @@ int kvtier_gpu_bind(kvtier_store* s, int device) {
     // Argument errors first, with or without the GPU path in the build.
     if (device < 0) return Report(Status::InvalidArgument("device must be a CUDA ordinal >= 0"));
     return Report(kvtier::capi::Bind(s, device));
+  });
+}
+
+int kvtier_gpu_set_copy_method(kvtier_store* s, const char* method) {
+  return Guard([&]() -> int {
+    if (int rc = CheckStore(s)) return rc;
+    if (method == nullptr) return Report(Status::InvalidArgument("null copy method"));
+    auto m = kvtier::gpu::ParseCopyMethod(method);
+    if (!m.ok()) return Report(m.status());
+    return Report(kvtier::capi::SetMethod(s, *m));
+  });
+}
+
+int kvtier_gpu_stats_json(kvtier_store* s, char* buf, size_t cap, size_t* out_len) {
+  return Guard([&]() -> int {
+    if (int rc = CheckStore(s)) return rc;
+    if (out_len == nullptr || (buf == nullptr && cap != 0)) return Invalid("null buffer or output pointer");
+    auto j = kvtier::capi::GpuStatsJson(s);
+    if (!j.ok()) return Report(j.status());
+    return CopyOut(*j, buf, cap, out_len, "GPU stats");
   });
 }
 

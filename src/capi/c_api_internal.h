@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstring>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -112,6 +113,17 @@ inline std::span<const kvtier::Fragment> Frags(const kvtier_fragment* f, size_t 
 }
 inline std::span<const kvtier::MutableFragment> MutFrags(const kvtier_mut_fragment* f, size_t n) {
   return {reinterpret_cast<const kvtier::MutableFragment*>(f), n};
+}
+
+// Copies `text` with its NUL into buf (cap bytes) and its length to *out_len;
+// BUFFER_TOO_SMALL saying how many bytes `what` needs.
+inline int CopyOut(const std::string& text, char* buf, size_t cap, size_t* out_len, const char* what) {
+  *out_len = text.size();
+  if (cap < text.size() + 1)
+    return SetError(KVTIER_BUFFER_TOO_SMALL,
+                    (std::string(what) + " need " + std::to_string(text.size() + 1) + " bytes").c_str());
+  std::memcpy(buf, text.c_str(), text.size() + 1);
+  return Report(Status::OK());
 }
 
 inline const char* Str(const char* p) { return p == nullptr ? "" : p; }

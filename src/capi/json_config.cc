@@ -209,6 +209,29 @@ Status SpecFromJson(const json& obj, NamespaceSpec* spec) {
   return Status::OK();
 }
 
+std::string GpuStatsToJson(const gpu::TransferStats& s, int device) {
+  json j = {{"device", device},
+            {"method", gpu::CopyMethodName(s.method)},
+            {"blocks_to_device", s.blocks_to_device},
+            {"bytes_to_device", s.bytes_to_device},
+            {"blocks_from_device", s.blocks_from_device},
+            {"bytes_from_device", s.bytes_from_device},
+            {"ram_hits", s.ram_hits},
+            {"disk_reads", s.disk_reads},
+            {"misses", s.misses},
+            {"copies", s.copies},
+            {"batch_calls", s.batch_calls},
+            {"loop_calls", s.loop_calls},
+            {"kernel_calls", s.kernel_calls},
+            {"gpu_hashed_blocks", s.gpu_hashed_blocks},
+            {"ram_tier_pinned", s.ram_tier_pinned},
+            {"batch_api", s.batch_api},
+            {"last_put_call_ms", s.last_put_call_ms},
+            {"last_put_enqueue_ms", s.last_put_enqueue_ms},
+            {"last_put_copy_ms", s.last_put_copy_ms}};
+  return j.dump();
+}
+
 std::string StatsToJson(const Stats& s) {
   json j = {
       {"puts", s.puts},

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "kvtier/cuda.h"
 #include "kvtier/namespace.h"
 #include "kvtier/options.h"
 #include "kvtier/status.h"
@@ -30,6 +31,8 @@ Status SetSpecField(NamespaceSpec* spec, const std::string& key, const nlohmann:
 Status SpecFromJson(const nlohmann::json& obj, NamespaceSpec* spec);
 
 std::string StatsToJson(const Stats& s);
+// The GPU path's counters, with the device it serves.
+std::string GpuStatsToJson(const gpu::TransferStats& s, int device);
 
 }  // namespace kvtier::capi
 

@@ -175,10 +175,10 @@ Status TransferImpl::WaitSlot(Slot& s) {
 
 Status TransferImpl::Enqueue(std::vector<CopyPiece>& copies, bool to_device, cudaStream_t stream) {
   if (copies.empty()) return Status::OK();
-  const cudaMemcpyKind kind = to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
   size_t total = 0;
   for (const CopyPiece& c : copies) total += c.size;
-  CopyMethod m = opt_.method;
+  const CopyMethod chosen = method_.load();
+  CopyMethod m = chosen;
   if (m == CopyMethod::kAuto) m = total / copies.size() >= kLargePiece ? CopyMethod::kBatch : CopyMethod::kKernel;
   if (m == CopyMethod::kKernel) {
     // The host side must be mapped: translate it to its device alias.
@@ -205,8 +205,15 @@ Status TransferImpl::Enqueue(std::vector<CopyPiece>& copies, bool to_device, cud
       });
       return Status::OK();
     }
-    m = opt_.method == CopyMethod::kKernel ? CopyMethod::kLoop : CopyMethod::kBatch;
+    m = chosen == CopyMethod::kKernel ? CopyMethod::kLoop : CopyMethod::kBatch;
   }
+  return EnqueueOn(copies, to_device, m, stream);
+}
+
+Status TransferImpl::EnqueueOn(std::span<const CopyPiece> copies, bool to_device, CopyMethod m,
+                               cudaStream_t stream) {
+  if (copies.empty()) return Status::OK();
+  const cudaMemcpyKind kind = to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
 #if CUDART_VERSION >= 12080
   // The batch API rejects the legacy default stream.
   if (m == CopyMethod::kBatch && stream != nullptr && stream != cudaStreamLegacy) {

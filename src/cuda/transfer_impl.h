@@ -9,11 +9,13 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <utility>
@@ -93,7 +95,7 @@ Result<size_t> CheckBlock(size_t i, const DeviceBlock& b, int device);
 class TransferImpl final : public Transfer {
  public:
   TransferImpl(Store* store, BlockSink* sink, const TransferOptions& o)
-      : store_(store), sink_(sink), ram_(sink->ram_tier()), opt_(o) {}
+      : store_(store), sink_(sink), ram_(sink->ram_tier()), opt_(o), method_(o.method) {}
   ~TransferImpl() override;
 
   Status Init();
@@ -101,9 +103,12 @@ class TransferImpl final : public Transfer {
                                           cudaEvent_t done_event, TransferDone done) override;
   std::vector<Status> PutFromDevice(NamespaceId ns, std::span<const DeviceBlock> blocks, cudaStream_t stream,
                                     bool wait_durable, TransferDone done) override;
+  void SetCopyMethod(CopyMethod method) override { method_.store(method); }
   TransferStats GetStats() override {
     std::lock_guard<std::mutex> l(stats_mu_);
-    return stats_;
+    TransferStats s = stats_;
+    s.method = method_.load();
+    return s;
   }
 
  private:
@@ -154,6 +159,8 @@ class TransferImpl final : public Transfer {
   Status WaitSlot(Slot& s);
   // Enqueues the copies on `stream` with the configured method.
   Status Enqueue(std::vector<CopyPiece>& copies, bool to_device, cudaStream_t stream);
+  // The copy engines' part of Enqueue: `copies` by batch or loop.
+  Status EnqueueOn(std::span<const CopyPiece> copies, bool to_device, CopyMethod m, cudaStream_t stream);
   // Runs `fn` on the completion thread after the work queued on `stream` so far.
   Status AfterStream(cudaStream_t stream, std::function<void()> fn);
   static void CUDART_CB HostFunc(void* arg);
@@ -167,6 +174,7 @@ class TransferImpl final : public Transfer {
   BlockSink* sink_;
   RamTier* ram_;
   TransferOptions opt_;
+  std::atomic<CopyMethod> method_;  // opt_.method until SetCopyMethod
   std::mutex call_mu_;  // one call at a time: the staging area is shared
   std::vector<Region> regions_;  // registered with CUDA
   uint8_t* staging_ = nullptr;

@@ -305,7 +305,21 @@ static void test_gpu_entry_points(kvtier_store* s, kvtier_ns ns) {
   item.key.size = 300;
   CHECK_RC(kvtier_get_to_device(s, ns, &item, 1, 0, 0, st, sz), KVTIER_INVALID_ARGUMENT);
   CHECK(strstr(kvtier_last_error(), "key length") != NULL);
-  if (kvtier_gpu_status(s) == KVTIER_OK) return; /* a device is usable here */
+  CHECK_RC(kvtier_gpu_set_copy_method(NULL, "auto"), KVTIER_INVALID_ARGUMENT);
+  CHECK_RC(kvtier_gpu_set_copy_method(s, NULL), KVTIER_INVALID_ARGUMENT);
+  CHECK_RC(kvtier_gpu_set_copy_method(s, "fast"), KVTIER_INVALID_ARGUMENT);
+  CHECK(strstr(kvtier_last_error(), "auto, batch, loop, kernel") != NULL);
+  size_t len = 0;
+  CHECK_RC(kvtier_gpu_stats_json(s, NULL, 0, NULL), KVTIER_INVALID_ARGUMENT);
+  if (kvtier_gpu_status(s) == KVTIER_OK) { /* a device is usable here */
+    char buf[2048];
+    CHECK_RC(kvtier_gpu_set_copy_method(s, "kernel"), KVTIER_OK);
+    CHECK_RC(kvtier_gpu_stats_json(s, NULL, 0, &len), KVTIER_BUFFER_TOO_SMALL);
+    CHECK_RC(kvtier_gpu_stats_json(s, buf, sizeof(buf), &len), KVTIER_OK);
+    CHECK(strstr(buf, "\"method\":\"kernel\"") != NULL && strlen(buf) == len);
+    CHECK_RC(kvtier_gpu_set_copy_method(s, "auto"), KVTIER_OK);
+    return;
+  }
   CHECK(strstr(kvtier_last_error(), "GPU path") != NULL || strstr(kvtier_last_error(), "CUDA") != NULL);
   item.key.size = 1;
   kvtier_mut_fragment frag = {(void*)0x7f0000000000ull, 4096};
@@ -321,6 +335,8 @@ static void test_gpu_entry_points(kvtier_store* s, kvtier_ns ns) {
   CHECK_RC(kvtier_put_from_device(s, ns, &put, 1, 0, 1, st), KVTIER_NOT_SUPPORTED);
   CHECK_RC(kvtier_put_from_device_async(s, ns, &put, 1, 0, st, 7), KVTIER_NOT_SUPPORTED);
   CHECK(kvtier_pending(s) == 0); /* a refused submission leaves no completion owed */
+  CHECK_RC(kvtier_gpu_set_copy_method(s, "kernel"), KVTIER_NOT_SUPPORTED);
+  CHECK_RC(kvtier_gpu_stats_json(s, NULL, 0, &len), KVTIER_NOT_SUPPORTED);
 }
 
 int main(void) {

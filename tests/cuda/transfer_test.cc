@@ -249,6 +249,42 @@ TEST_F(GpuStore, PerLayerBlocksThroughRamKernel) { RoundTrip(256 << 20, CopyMeth
 TEST_F(GpuStore, PerLayerBlocksThroughRamLoop) { RoundTrip(256 << 20, CopyMethod::kLoop, 8, 28, 32 << 10); }
 TEST_F(GpuStore, WithoutRamTierThroughStaging) { RoundTrip(0, CopyMethod::kAuto, 16, 28, 32 << 10); }
 
+// SetCopyMethod changes how the next call copies, and GetStats says so.
+TEST_F(GpuStore, CopyMethodChangesBetweenCalls) {
+  Open(256 << 20, CopyMethod::kAuto);
+  Layout src = MakeLayout(8, 0, 512 << 10, "m");
+  Fill(src, 11);
+  for (const Status& st : transfer_->PutFromDevice(ns_, src.blocks, stream_, true)) ASSERT_TRUE(st.ok());
+  struct Case {
+    CopyMethod method;
+    uint64_t TransferStats::*calls;
+  };
+  for (Case c : {Case{CopyMethod::kKernel, &TransferStats::kernel_calls},
+                 Case{CopyMethod::kLoop, &TransferStats::loop_calls},
+                 Case{CopyMethod::kBatch, &TransferStats::batch_calls}}) {
+    transfer_->SetCopyMethod(c.method);
+    const TransferStats before = transfer_->GetStats();
+    EXPECT_EQ(before.method, c.method);
+    Layout dst = MakeLayout(8, 0, 512 << 10, "m");
+    for (const auto& r : transfer_->GetToDevice(ns_, dst.blocks, stream_)) ASSERT_TRUE(r.ok());
+    ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+    ExpectSame(src, dst);
+    EXPECT_GT(transfer_->GetStats().*c.calls, before.*c.calls) << CopyMethodName(c.method);
+  }
+}
+
+TEST(Gpu, CopyMethodNamesRoundTrip) {
+  for (CopyMethod m : {CopyMethod::kAuto, CopyMethod::kBatch, CopyMethod::kLoop, CopyMethod::kKernel}) {
+    auto parsed = ParseCopyMethod(CopyMethodName(m));
+    ASSERT_TRUE(parsed.ok());
+    EXPECT_EQ(*parsed, m);
+  }
+  auto bad = ParseCopyMethod("fast");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), kvtier::Code::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("auto, batch, loop, kernel"), std::string::npos);
+}
+
 // A RAM tier much smaller than the data: most gets must come from disk.
 TEST_F(GpuStore, EvictionFromRamForcesDiskReads) {
   Open(16 << 20, CopyMethod::kAuto);

@@ -77,9 +77,22 @@ def test_without_a_gpu_every_call_says_why(ns):
         ns.put_from_device_async(["k"], [(0x7F0000000000, 4096)])
     assert e.value.code == Code.NOT_SUPPORTED
     assert ns.store.pending() == 0
+    with pytest.raises(KvtierError) as e:
+        ns.store.gpu_stats()
+    assert e.value.code == Code.NOT_SUPPORTED
+    with pytest.raises(KvtierError) as e:
+        ns.store.gpu_set_copy_method("kernel")
+    assert e.value.code == Code.NOT_SUPPORTED
     # The host API still works on the same handle.
     ns.put("k", b"x" * 4096)
     assert ns.get("k") == b"x" * 4096
+
+
+@pytest.mark.parametrize("bad", ["fast", "", 3, None])
+def test_bad_copy_methods_are_refused_first(ns, bad):
+    with pytest.raises(KvtierError) as e:
+        ns.store.gpu_set_copy_method(bad)
+    assert e.value.code == Code.INVALID_ARGUMENT
 
 
 def test_host_memory_is_refused_before_the_library(ns):
@@ -193,6 +206,29 @@ def test_round_trip_through_the_device(store_dir, ram, layers):
     assert n.get_into("b3", host) == want
     flat = torch.cat([f.reshape(-1) for f in src[3]]) if layers else src[3]
     assert bytes(host) == bytes(flat.cpu().numpy().tobytes())
+    s.close()
+
+
+@pytest.mark.parametrize("method,calls", [("kernel", "kernel_calls"), ("loop", "loop_calls"),
+                                          ("batch", "batch_calls")])
+def test_each_copy_method_loads_the_same_bytes(store_dir, method, calls):
+    import torch
+    s = _gpu_store(store_dir, 64 << 20)
+    n = s.register_namespace(name="gpu", model_id="m")
+    dev = torch.device("cuda", 0)
+    src = torch.randint(0, 256, (8, 512 << 10), dtype=torch.uint8, device=dev)
+    keys = [f"m{i}" for i in range(8)]
+    assert n.put_from_device(keys, list(src)) == [Code.OK] * 8
+    s.gpu_set_copy_method(method)
+    before = s.gpu_stats()
+    assert before["method"] == method and before["device"] == 0
+    dst = torch.zeros_like(src)
+    side = torch.cuda.Stream(dev)  # the batch API refuses the legacy default stream
+    assert n.get_to_device(keys, list(dst), stream=side) == [512 << 10] * 8
+    side.synchronize()
+    assert torch.equal(src, dst)
+    after = s.gpu_stats()
+    assert after[calls] > before[calls] and after["ram_hits"] == before["ram_hits"] + 8
     s.close()
 
 

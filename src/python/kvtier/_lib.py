@@ -11,7 +11,7 @@ import glob
 import os
 
 ABI_MAJOR = 1
-ABI_MINOR = 3  # kvtier_destroy_store; 2: the GPU path (kvtier_get_to_device ...)
+ABI_MINOR = 4  # kvtier_gpu_set_copy_method, kvtier_gpu_stats_json; 3: kvtier_destroy_store; 2: the GPU path (kvtier_get_to_device ...)
 
 c_ns = ctypes.c_uint64
 
@@ -79,6 +79,8 @@ _SIGNATURES = {
     "kvtier_pending": (ctypes.c_uint64, [_P]),
     "kvtier_gpu_status": (_I, [_P]),
     "kvtier_gpu_bind": (_I, [_P, _I]),
+    "kvtier_gpu_set_copy_method": (_I, [_P, ctypes.c_char_p]),
+    "kvtier_gpu_stats_json": (_I, [_P, ctypes.c_char_p, _SZ, ctypes.POINTER(_SZ)]),
     "kvtier_get_to_device": (_I, [_P, c_ns, ctypes.POINTER(GetItem), _SZ, ctypes.c_uint64, ctypes.c_uint64,
                                   ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_uint64)]),
     "kvtier_get_to_device_async": (_I, [_P, c_ns, ctypes.POINTER(GetItem), _SZ, ctypes.c_uint64,

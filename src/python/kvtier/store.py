@@ -175,12 +175,28 @@ class Store:
 
     def stats(self):
         """kvtier::Stats as a dict."""
+        return self._json(lib.kvtier_stats_json)
+
+    def gpu_stats(self):
+        """The GPU path's counters as a dict (device, method, ram_hits,
+        disk_reads, copies, batch_calls, kernel_calls, ...). Raises
+        KvtierError(NOT_SUPPORTED) where the GPU path cannot run."""
+        return self._json(lib.kvtier_gpu_stats_json)
+
+    def gpu_set_copy_method(self, method):
+        """How the GPU path copies from the next call on: "auto" (default),
+        "batch", "loop" or "kernel" (include/kvtier/c_api.h)."""
+        if not isinstance(method, str):
+            raise KvtierError(Code.INVALID_ARGUMENT, f"copy method must be a str, not {type(method).__name__}")
+        _check(lib.kvtier_gpu_set_copy_method(self._handle(), method.encode()))
+
+    def _json(self, fn):
         h = self._handle()
         need = ctypes.c_size_t()
         cap = 4096
         while True:
             buf = ctypes.create_string_buffer(cap)
-            rc = lib.kvtier_stats_json(h, buf, cap, ctypes.byref(need))
+            rc = fn(h, buf, cap, ctypes.byref(need))
             if rc == Code.BUFFER_TOO_SMALL:
                 cap = need.value + 1
                 continue
