@@ -135,6 +135,7 @@ class Worker:
         why = store.gpu_status()
         if why is not None:
             raise RuntimeError("the GPU path cannot run: " + why)
+        store.gpu_set_copy_method(s.get("copy_method", "auto"))
         self.store = store
         self.ns = store.register_namespace(
             name=f"e2e-engine/{s['model']}", model_id=self.cfg["model_id"], weights_fingerprint=f"seed{s['seed']}",
@@ -315,7 +316,12 @@ class Worker:
                     for g in groups:
                         prompts = [self.prompt(length, d % ndocs, rnd) for d in g]
                         for arm in arms:
+                            g0 = self.store.gpu_stats()
                             rec, logits = self.request(arm, prompts)
+                            g1 = self.store.gpu_stats()
+                            # How the load was copied (outside the timed span).
+                            rec["gpu_path"] = {k: g1[k] - g0[k] for k in (
+                                "ram_hits", "disk_reads", "copies", "batch_calls", "loop_calls", "kernel_calls")}
                             rec.update(round=rnd, doc_tokens=length, docs=g)
                             self.res["requests"].append(rec)
                             if arm != "recompute" and b == 1 and rnd == 1 and g[0] < s["check_docs"]:
@@ -367,6 +373,8 @@ def parse_args(argv):
     p.add_argument("--capacity-gib", type=float, default=40.0)
     p.add_argument("--store-root", default=os.path.join(REPO, "build-e2e-engine"))
     p.add_argument("--phases", default=",".join(PHASES))
+    p.add_argument("--copy-method", default="auto", choices=["auto", "batch", "loop", "kernel"],
+                   help="how the GPU path copies (Store.gpu_set_copy_method)")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--worker-timeout-s", type=float, default=420)
     return p.parse_args(argv)
@@ -419,6 +427,7 @@ def main(argv):
                             doc_tokens=lengths, docs=docs, question_tokens=a.question_tokens, rounds=a.rounds,
                             max_batch=a.max_batch, batch_max_doc_tokens=a.batch_max_doc_tokens,
                             check_docs=a.check_docs, ram_tier_bytes=int(a.ram_tier_gib * (1 << 30)),
+                            copy_method=a.copy_method,
                             capacity_bytes=int(a.capacity_gib * (1 << 30)),
                             result_path=os.path.join(out, "workers", name + ".json"))
                 spec_path = os.path.join(out, "workers", name + ".spec.json")
