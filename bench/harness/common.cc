@@ -129,6 +129,9 @@ ProcCounters ProcCounters::Now() {
   getrusage(RUSAGE_SELF, &ru);
   c.cpu_s = ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + ru.ru_stime.tv_sec +
             ru.ru_stime.tv_usec / 1e6;
+  std::ifstream statm("/proc/self/statm");
+  uint64_t size_pages = 0, resident_pages = 0;
+  if (statm >> size_pages >> resident_pages) c.resident_bytes = resident_pages * uint64_t(sysconf(_SC_PAGESIZE));
   return c;
 }
 

@@ -76,6 +76,7 @@ struct ProcCounters {
   uint64_t write_bytes = 0;    // /proc/self/io write_bytes (reached the block layer)
   uint64_t device_sectors_written = 0;  // sum over /sys/block/*/stat (fallback)
   double cpu_s = 0;            // user + system, all threads
+  uint64_t resident_bytes = 0;  // /proc/self/statm: the process's resident memory
   static ProcCounters Now();
 };
 

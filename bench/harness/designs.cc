@@ -11,6 +11,7 @@
 #include <deque>
 #include <filesystem>
 #include <list>
+#include <map>
 #include <mutex>
 #include <string_view>
 #include <thread>
@@ -66,24 +67,76 @@ struct ErrorSink {
   }
 };
 
-// Per-queue-slot I/O buffers of one block size, kept across calls and
-// written once when allocated (see Design::Prepare).
+// A byte budget over blocks by id: most recently admitted or touched
+// first; admitting past the limit gives back the oldest ids to delete.
+// Thread-safe. Used by the designs that have no capacity of their own.
+class ByteBudget {
+ public:
+  explicit ByteBudget(uint64_t limit) : limit_(limit) {}
+  std::vector<uint64_t> Admit(uint64_t id, size_t size) {
+    std::vector<uint64_t> evict;
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = where_.find(id);
+    if (it != where_.end()) {
+      order_.erase(it->second.first);
+      bytes_ -= it->second.second;
+    }
+    order_.push_front(id);
+    where_[id] = {order_.begin(), size};
+    bytes_ += size;
+    while (bytes_ > limit_ && order_.size() > 1) {
+      const uint64_t old = order_.back();
+      order_.pop_back();
+      bytes_ -= where_[old].second;
+      where_.erase(old);
+      evict.push_back(old);
+    }
+    return evict;
+  }
+  // Moves `id` to the front; false when it is not held.
+  bool Touch(uint64_t id) {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = where_.find(id);
+    if (it == where_.end()) return false;
+    order_.splice(order_.begin(), order_, it->second.first);
+    return true;
+  }
+
+ private:
+  const uint64_t limit_;
+  std::mutex mu_;
+  std::list<uint64_t> order_;
+  std::unordered_map<uint64_t, std::pair<std::list<uint64_t>::iterator, size_t>> where_;
+  uint64_t bytes_ = 0;
+};
+
+// Per-queue-slot I/O buffers, one set per block size (a mixed-size run
+// moves a few sizes), kept across calls and written once when allocated
+// (see Design::Prepare). Ensure picks the set that operator[] indexes.
 class SlotBufs {
  public:
   void Ensure(size_t slots, size_t size) {
-    if (bufs_.size() >= slots && size_ == size) return;
-    bufs_.clear();
-    size_ = size;
-    for (size_t i = 0; i < slots; ++i) {
-      bufs_.emplace_back(size);
-      std::memset(bufs_.back().data(), 0, size);
+    std::vector<AlignedBuf>& set = sets_[size];
+    if (set.size() < slots) {
+      if (sets_.size() > kMaxSizes) {  // bound the memory: start over with this size
+        sets_.clear();
+        Ensure(slots, size);
+        return;
+      }
+      set.clear();
+      for (size_t i = 0; i < slots; ++i) {
+        set.emplace_back(size);
+        std::memset(set.back().data(), 0, size);
+      }
     }
+    current_ = &set;
   }
-  uint8_t* operator[](size_t i) const { return bufs_[i].data(); }
+  uint8_t* operator[](size_t i) const { return (*current_)[i].data(); }
 
  private:
-  std::vector<AlignedBuf> bufs_;
-  size_t size_ = 0;
+  static constexpr size_t kMaxSizes = 4;
+  std::map<size_t, std::vector<AlignedBuf>> sets_;
+  std::vector<AlignedBuf>* current_ = nullptr;
 };
 
 // Returns false for an unknown name or a bad value.
@@ -306,6 +359,7 @@ class KvtierDesign final : public Design {
     out->reinserted_bytes = st.reinserted_bytes;
     out->index_sst_bytes = st.index_sst_bytes;
     out->index_written_bytes = st.index_written_bytes;
+    out->index_memtable_bytes = st.index_memtable_bytes;
     return true;
   }
 
@@ -466,40 +520,16 @@ class FilePerBlockDesign final : public Design {
     return "";
   }
 
-  // The byte budget (DesignConfig::file_byte_budget): files in order of
-  // last use, newest first; a put over the budget unlinks the oldest.
+  // The byte budget (DesignConfig::file_byte_budget): a put over it
+  // unlinks the least recently used files.
   std::string Admit(uint64_t id, size_t size) {
-    std::vector<uint64_t> evict;
-    {
-      std::lock_guard<std::mutex> l(lru_mu_);
-      auto it = where_.find(id);
-      if (it != where_.end()) {
-        lru_.erase(it->second.first);
-        bytes_ -= it->second.second;
-      }
-      lru_.push_front(id);
-      where_[id] = {lru_.begin(), size};
-      bytes_ += size;
-      while (bytes_ > cfg_.file_byte_budget && lru_.size() > 1) {
-        const uint64_t old = lru_.back();
-        lru_.pop_back();
-        bytes_ -= where_[old].second;
-        where_.erase(old);
-        evict.push_back(old);
-      }
-    }
-    for (uint64_t old : evict)
+    for (uint64_t old : budget_.Admit(id, size))
       if (::unlink(PathOf(old).c_str()) != 0 && errno != ENOENT) return ErrnoText("unlink " + PathOf(old), errno);
     return "";
   }
   // A hit refreshes the file's mtime (what an LRU by mtime orders by) and its place.
   std::string Touch(uint64_t id) {
-    {
-      std::lock_guard<std::mutex> l(lru_mu_);
-      auto it = where_.find(id);
-      if (it == where_.end()) return "";
-      lru_.splice(lru_.begin(), lru_, it->second.first);
-    }
+    if (!budget_.Touch(id)) return "";
     if (::utimensat(AT_FDCWD, PathOf(id).c_str(), nullptr, 0) != 0 && errno != ENOENT)
       return ErrnoText("utimensat " + PathOf(id), errno);
     return "";
@@ -509,10 +539,7 @@ class FilePerBlockDesign final : public Design {
   bool fsync_;
   std::string dir_;
   SlotBufs bufs_;
-  std::mutex lru_mu_;
-  std::list<uint64_t> lru_;
-  std::unordered_map<uint64_t, std::pair<std::list<uint64_t>::iterator, size_t>> where_;
-  uint64_t bytes_ = 0;
+  ByteBudget budget_{cfg_.file_byte_budget};
 };
 
 // ---------------------------------------------------------------------------
@@ -528,6 +555,15 @@ class RocksBlobDesign final : public Design {
     o.enable_blob_files = true;
     o.min_blob_size = 0;
     o.blob_file_size = 256ull << 20;
+    if (cfg_.file_byte_budget > 0) {
+      // Held to a budget by deleting the oldest writes, which a TTL matched
+      // to the budget would drop: blob files small enough to become garbage
+      // within the budget, and garbage collection of the oldest ones during
+      // compaction, as RocksDB documents for workloads with deletes.
+      o.blob_file_size = std::clamp<uint64_t>(cfg_.file_byte_budget / 8, 8ull << 20, 256ull << 20);
+      o.enable_blob_garbage_collection = true;
+      o.blob_garbage_collection_age_cutoff = 0.5;
+    }
     o.compression = rocksdb::kNoCompression;
     o.blob_compression_type = rocksdb::kNoCompression;
     // Cold reads must come from disk, as for the other designs.
@@ -564,6 +600,11 @@ class RocksBlobDesign final : public Design {
       const auto t0 = SteadyClock::now();
       rocksdb::Status s =
           db_->Put(wo, key, rocksdb::Slice(reinterpret_cast<const char*>(bufs_[t]), size));
+      if (s.ok() && cfg_.file_byte_budget > 0)
+        for (uint64_t old : budget_.Admit(ids[i], size)) {
+          s = db_->Delete(wo, MakeKey(cfg_.key_seed, old));
+          if (!s.ok()) break;
+        }
       rs.lat_us[i] = MicrosSince(t0);
       if (!s.ok()) errs.Fail("rocksdb put: " + s.ToString());
     });
@@ -604,6 +645,7 @@ class RocksBlobDesign final : public Design {
  private:
   DesignConfig cfg_;
   SlotBufs bufs_;
+  ByteBudget budget_{cfg_.file_byte_budget};  // order of writes: a hit does not refresh
   std::unique_ptr<rocksdb::DB> db_;
 };
 

@@ -41,7 +41,9 @@ struct DesignConfig {
   uint64_t key_seed = 1;
   // file-per-block(-fsync): keep at most this many payload bytes, evicting
   // the least recently used file (by mtime, which a hit refreshes), as the
-  // engines' file tiers with a capacity limit do. 0: no limit.
+  // engines' file tiers with a capacity limit do. rocksdb-blob: delete the
+  // oldest writes past it (what a TTL would drop), blob garbage collection
+  // on. 0: no limit.
   uint64_t file_byte_budget = 0;
   // Experiments only (--kvtier-option): overrides of kvtier Options as
   // "name=value" (read_threads, queue_depth, max_write_chunk_bytes,
@@ -71,7 +73,7 @@ struct TierCounts {
   double segment_write_amp = 0;
   // kvtier: what reclaim rewrote, and the index's tables and the bytes its
   // flushes and compactions wrote since open.
-  uint64_t reinserted_bytes = 0, index_sst_bytes = 0, index_written_bytes = 0;
+  uint64_t reinserted_bytes = 0, index_sst_bytes = 0, index_written_bytes = 0, index_memtable_bytes = 0;
 };
 
 class Design {

@@ -17,6 +17,7 @@
 
 #include "harness/fio.h"
 #include "harness/report.h"
+#include "harness/steady.h"
 #include "harness/workloads.h"
 
 namespace kvbench {
@@ -134,7 +135,8 @@ int main(int argc, char** argv) {
   app.add_option("--steady-capacity", steady_capacity_s,
                  "steady: the store's byte budget (3x it is written); default by preset: 32M tiny, 1G quick, "
                  "8G full");
-  app.add_option("--steady-sizes", steady_sizes, "steady: block sizes, e.g. 64K,2M (default 64K,2M)");
+  app.add_option("--steady-sizes", steady_sizes,
+                 "steady: block sizes, e.g. 64K,2M,mix (default 64K,2M; mix: 64K, 512K and 2M blocks together)");
   app.add_option("--queue-depth", c.queue_depth,
                  "I/Os in flight: fio's iodepth, kvtier's gets in flight, threads of the "
                  "thread-based designs")
@@ -275,9 +277,13 @@ int main(int argc, char** argv) {
     c.steady_capacity_bytes = *v;
   }
   for (const std::string& t : SplitList(steady_sizes.empty() ? "64K,2M" : steady_sizes)) {
+    if (t == "mix" && kSteadyMixSizes.back() * 16 <= c.steady_capacity_bytes) {
+      c.steady_sizes.push_back(0);  // 0: the mixed-size run (kSteadyMixSizes)
+      continue;
+    }
     auto v = ParseBytes(t);
     if (!v || *v == 0 || *v % 4096 != 0 || *v * 16 > c.steady_capacity_bytes) {
-      std::fprintf(stderr, "kvtier-bench: bad --steady-sizes entry '%s' (multiples of 4K, 16 of them must fit "
+      std::fprintf(stderr, "kvtier-bench: bad --steady-sizes entry '%s' (mix, or multiples of 4K; 16 of the largest must fit "
                            "the capacity)\n", t.c_str());
       return 2;
     }

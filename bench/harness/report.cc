@@ -95,6 +95,7 @@ std::optional<double> RatioTo(const WorkloadResult& w, const Measurement& m,
 void PrintTable(const WorkloadResult& w) {
   std::printf("== %s", w.name.c_str());
   if (w.block_bytes) std::printf(" (%s blocks)", HumanBytes(w.block_bytes).c_str());
+  if (!w.block_bytes && w.name == "steady") std::printf(" (mixed sizes)");
   std::printf("\n");
   if (!w.params.empty()) std::printf("   %s\n", w.params.c_str());
   std::printf("%-21s %-6s %8s %8s %11s %10s %10s %10s %7s %7s %7s %7s\n", "design", "op", "ops",
@@ -256,7 +257,7 @@ void PrintTargets(const std::vector<Target>& ts) {
   std::printf("== targets (issue 5)\n");
   std::string last;
   for (const Target& t : ts) {
-    const std::string where = t.workload + " " + HumanBytes(t.block_bytes);
+    const std::string where = t.workload + " " + (t.block_bytes ? HumanBytes(t.block_bytes) : "mixed");
     std::printf("   %-17s %-72s %7s  %-13s %s\n", where == last ? "" : where.c_str(), t.target.c_str(),
                 t.value ? (t.target.find("amplification") != std::string::npos
                                ? Fmt(t.value, "%.3f")

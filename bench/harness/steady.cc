@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <numeric>
 #include <random>
 
@@ -41,7 +42,72 @@ uint64_t SegmentBytes(uint64_t capacity, uint64_t block) {
   return std::max({kMiB, by_capacity, by_block});
 }
 
+// "2 MiB", or "mixed 64 KiB/512 KiB/2 MiB".
+std::string SizesLabel(const std::vector<uint64_t>& sizes) {
+  if (sizes.size() == 1) return HumanBytes(sizes[0]);
+  std::string s = "mixed ";
+  for (size_t i = 0; i < sizes.size(); ++i) s += (i ? "/" : "") + HumanBytes(sizes[i]);
+  return s;
+}
+
 uint64_t RamFootprint(uint64_t block) { return (block + 65535) / 65536 * 65536; }
+
+// Which size each block id has: the one size, or one of a mix drawn by a
+// hash of the id (the same in every design).
+class BlockSizes {
+ public:
+  explicit BlockSizes(const std::vector<uint64_t>& sizes) : sizes_(sizes) {}
+  uint64_t Of(uint64_t id) const {
+    if (sizes_.size() == 1) return sizes_[0];
+    uint64_t x = id + 0x9E3779B97F4A7C15ull;  // SplitMix64's finalizer
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return sizes_[(x ^ (x >> 31)) % sizes_.size()];
+  }
+  uint64_t Mean() const {
+    uint64_t sum = 0;
+    for (uint64_t v : sizes_) sum += v;
+    return sum / sizes_.size();
+  }
+  uint64_t Largest() const { return *std::max_element(sizes_.begin(), sizes_.end()); }
+  const std::vector<uint64_t>& all() const { return sizes_; }
+  // `ids` grouped by size, in first-seen order within each group.
+  std::map<uint64_t, std::vector<uint64_t>> Group(const std::vector<uint64_t>& ids) const {
+    std::map<uint64_t, std::vector<uint64_t>> by;
+    for (uint64_t id : ids) by[Of(id)].push_back(id);
+    return by;
+  }
+
+ private:
+  std::vector<uint64_t> sizes_;
+};
+
+// One batch of gets or puts, as one call per block size; what they did.
+struct BatchResult {
+  double seconds = 0;
+  uint64_t ops = 0, bytes = 0, misses = 0, bad = 0;
+  std::vector<double> lat_us;
+  std::vector<uint64_t> missed_ids;
+  std::string first_error;
+};
+
+BatchResult RunBatch(Design* d, bool get, const std::vector<uint64_t>& ids, const BlockSizes& sizes,
+                     const Payloads& payloads) {
+  BatchResult b;
+  for (const auto& [size, group] : sizes.Group(ids)) {
+    const auto t0 = SteadyClock::now();
+    RunStats rs = get ? d->Get(group, size, payloads) : d->Put(group, size, payloads);
+    b.seconds += SecondsSince(t0);
+    b.ops += group.size();
+    b.misses += rs.misses;
+    b.bad += rs.bad;
+    b.bytes += (group.size() - (get ? rs.misses : 0)) * size;
+    b.lat_us.insert(b.lat_us.end(), rs.lat_us.begin(), rs.lat_us.end());
+    b.missed_ids.insert(b.missed_ids.end(), rs.missed_ids.begin(), rs.missed_ids.end());
+    if (b.first_error.empty()) b.first_error = rs.first_error;
+  }
+  return b;
+}
 
 // The request mix: which ids a batch gets and puts.
 class Traffic {
@@ -75,17 +141,22 @@ struct DesignRun {
 DesignRun RunDesign(const SteadyConfig& c, const std::string& name, const Payloads& payloads,
                     const std::function<void(const std::string&)>& progress) {
   DesignRun r;
-  const uint64_t S = c.block_bytes, n_cap = std::max<uint64_t>(4, c.capacity_bytes / S);
+  const BlockSizes sizes(c.sizes);
+  const uint64_t n_cap = std::max<uint64_t>(4, c.capacity_bytes / sizes.Mean());
   const uint64_t hot = std::max<uint64_t>(1, n_cap / 4);
   const uint64_t mixed_puts = static_cast<uint64_t>(std::ceil(c.write_multiple * n_cap)) - n_cap;
   const uint64_t mixed_ops = mixed_puts * 10 / 3, per_window = std::max<uint64_t>(1, mixed_ops / c.windows);
   DesignConfig dc;
   dc.queue_depth = c.queue_depth;
   dc.kvtier_capacity_bytes = c.capacity_bytes;
-  dc.kvtier_overrides = {"segment_size_bytes=" + std::to_string(SegmentBytes(c.capacity_bytes, S))};
+  dc.kvtier_overrides = {"segment_size_bytes=" + std::to_string(SegmentBytes(c.capacity_bytes, sizes.Largest()))};
   // The run's --kvtier-option values after it, so that they win.
   dc.kvtier_overrides.insert(dc.kvtier_overrides.end(), c.kvtier_overrides.begin(), c.kvtier_overrides.end());
-  if (name == "kvtier-ram") dc.kvtier_ram_bytes = 2 * hot * RamFootprint(S) + 64 * kMiB;
+  if (name == "kvtier-ram") {  // room for twice the hot set
+    uint64_t hot_bytes = 0;
+    for (uint64_t id = 0; id < hot; ++id) hot_bytes += RamFootprint(sizes.Of(id));
+    dc.kvtier_ram_bytes = 2 * hot_bytes + 64 * kMiB;
+  }
   dc.file_byte_budget = c.capacity_bytes;
   auto d = MakeDesign(name, dc);
   const std::string path = c.dir + "/steady-" + name;
@@ -95,12 +166,12 @@ DesignRun RunDesign(const SteadyConfig& c, const std::string& name, const Payloa
     r.error = s.ToString();
     return r;
   }
-  d->Prepare(S);
-  const std::string what = "steady " + HumanBytes(S) + " " + name;
-  if (progress) progress(what + ": filling " + HumanBytes(n_cap * S));
+  for (uint64_t size : sizes.all()) d->Prepare(size);
+  const std::string what = "steady " + SizesLabel(c.sizes) + " " + name;
+  if (progress) progress(what + ": filling " + HumanBytes(n_cap * sizes.Mean()));
   std::vector<uint64_t> fill(n_cap);
   std::iota(fill.begin(), fill.end(), 0);
-  RunStats filled = d->Put(fill, S, payloads);
+  BatchResult filled = RunBatch(d.get(), /*get=*/false, fill, sizes, payloads);
   if (filled.bad) r.error = "fill: " + filled.first_error;
 
   Traffic traffic(hot, n_cap);
@@ -118,24 +189,22 @@ DesignRun RunDesign(const SteadyConfig& c, const std::string& name, const Payloa
     again.clear();
     const uint64_t n = std::min<uint64_t>(4ull * c.queue_depth, mixed_ops - done);
     traffic.Batch(n, &gets, &puts);
-    auto t0 = SteadyClock::now();
-    RunStats g = d->Get(gets, S, payloads);
-    cur.get_s += SecondsSince(t0);
-    t0 = SteadyClock::now();
-    RunStats p = d->Put(puts, S, payloads);
-    cur.put_s += SecondsSince(t0);
+    BatchResult g = RunBatch(d.get(), /*get=*/true, gets, sizes, payloads);
+    BatchResult p = RunBatch(d.get(), /*get=*/false, puts, sizes, payloads);
+    cur.get_s += g.seconds;
+    cur.put_s += p.seconds;
     if (p.bad) r.error = "put: " + p.first_error;
-    cur.get_ops += gets.size();
-    cur.put_ops += puts.size();
+    cur.get_ops += g.ops;
+    cur.put_ops += p.ops;
     cur.misses += g.misses;
     cur.wrong += g.bad - g.misses;
-    cur.got_bytes += (gets.size() - g.misses) * S;
-    cur.put_bytes += puts.size() * S;
+    cur.got_bytes += g.bytes;
+    cur.put_bytes += p.bytes;
     cur.get_us.insert(cur.get_us.end(), g.lat_us.begin(), g.lat_us.end());
     cur.put_us.insert(cur.put_us.end(), p.lat_us.begin(), p.lat_us.end());
     for (uint64_t id : g.missed_ids)
       if (id < traffic.hot()) again.push_back(id);
-    mixed_put_bytes += puts.size() * S;
+    mixed_put_bytes += p.bytes;
     done += n;
     in_window += n;
     if (in_window >= per_window || done >= mixed_ops) {
@@ -195,24 +264,22 @@ WorkloadResult RunSteadyState(const SteadyConfig& c, const Payloads& payloads,
                               const std::function<void(const std::string&)>& progress) {
   WorkloadResult w;
   w.name = "steady";
-  w.block_bytes = c.block_bytes;
-  const uint64_t n_cap = std::max<uint64_t>(4, c.capacity_bytes / c.block_bytes);
-  char params[320];
+  const BlockSizes sizes(c.sizes);
+  w.block_bytes = c.sizes.size() == 1 ? c.sizes[0] : 0;  // 0: mixed
+  const uint64_t n_cap = std::max<uint64_t>(4, c.capacity_bytes / sizes.Mean());
+  char params[400];
   std::snprintf(params, sizeof params,
-                "capacity %s (%llu blocks, segments of %s), hot set %llu blocks; %.1fx the capacity written; "
-                "70%% gets (80%% hot), 30%% puts; %u windows after the fill; queue depth %u",
-                HumanBytes(c.capacity_bytes).c_str(), static_cast<unsigned long long>(n_cap),
-                HumanBytes(SegmentBytes(c.capacity_bytes, c.block_bytes)).c_str(),
+                "%s blocks; capacity %s (%llu blocks, segments of %s), hot set %llu blocks; %.1fx the capacity "
+                "written; 70%% gets (80%% hot), 30%% puts; %u windows after the fill; queue depth %u",
+                SizesLabel(c.sizes).c_str(), HumanBytes(c.capacity_bytes).c_str(),
+                static_cast<unsigned long long>(n_cap),
+                HumanBytes(SegmentBytes(c.capacity_bytes, sizes.Largest())).c_str(),
                 static_cast<unsigned long long>(std::max<uint64_t>(1, n_cap / 4)), c.write_multiple, c.windows,
                 c.queue_depth);
   w.params = params;
-  w.details = {{"capacity_bytes", c.capacity_bytes}, {"write_multiple", c.write_multiple},
+  w.details = {{"capacity_bytes", c.capacity_bytes}, {"write_multiple", c.write_multiple}, {"sizes", c.sizes},
                {"windows", nlohmann::json::array()}, {"goals", nlohmann::json::array()}};
   for (const std::string& name : c.designs) {
-    if (name != "kvtier" && name != "kvtier-ram" && name != "file-per-block" && name != "file-per-block-fsync") {
-      w.notes.push_back(name + ": not run (it has no byte budget to hold)");
-      continue;
-    }
     DesignRun r = RunDesign(c, name, payloads, progress);
     if (!r.error.empty()) {
       Measurement m;
@@ -276,7 +343,7 @@ WorkloadResult RunSteadyState(const SteadyConfig& c, const Payloads& payloads,
     };
     goal("lowest window throughput / median >= 0.8", median > 0 ? lowest / median : 0, 0.8, false);
     goal("get p99.9 / p50 <= 3", p50 > 0 ? p999 / p50 : 0, 3.0, true);
-    if (c.block_bytes == 2 * kMiB) goal("write amplification at 2 MiB <= 1.10", r.device_write_amp, 1.10, true);
+    if (c.sizes == std::vector<uint64_t>{2 * kMiB}) goal("write amplification at 2 MiB <= 1.10", r.device_write_amp, 1.10, true);
   }
   return w;
 }

@@ -10,7 +10,9 @@
 // bytes per payload byte) and the goals. Every block read is verified; a
 // block with wrong bytes fails the run. kvtier, kvtier-ram and
 // file-per-block(-fsync) with a byte budget (LRU by mtime, as the engines'
-// file tiers with a capacity limit); rocksdb-blob has no byte budget to hold.
+// file tiers with a capacity limit); rocksdb-blob with the oldest writes
+// deleted past the budget (what a TTL matched to it drops) and blob
+// garbage collection.
 #ifndef KVTIER_BENCH_HARNESS_STEADY_H_
 #define KVTIER_BENCH_HARNESS_STEADY_H_
 
@@ -24,13 +26,18 @@
 
 namespace kvbench {
 
+// The sizes of a mixed-size run (--steady-sizes mix): a small model's
+// blocks, a 70B model's cross-layer blocks, a 2 MiB block; each block id has
+// one of them, drawn by a hash of the id.
+inline const std::vector<uint64_t> kSteadyMixSizes = {64ull << 10, 512ull << 10, 2ull << 20};
+
 struct SteadyConfig {
   uint64_t capacity_bytes = 0;   // the store's byte budget
-  uint64_t block_bytes = 0;
+  std::vector<uint64_t> sizes;   // one block size, or several for a mixed run
   double write_multiple = 3.0;   // bytes put, fill included, over the capacity
   uint32_t windows = 10;         // after the fill
   uint32_t queue_depth = 16;
-  std::vector<std::string> designs;  // rocksdb-blob is skipped with a note
+  std::vector<std::string> designs;
   std::string dir;
   std::vector<std::string> kvtier_overrides;  // the run's --kvtier-option values
 };

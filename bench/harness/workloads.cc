@@ -368,6 +368,8 @@ void RunSmall(const BenchConfig& c, uint64_t size, uint64_t count, const Payload
       m.design = name;
       m.op = "put";
       std::vector<double> lat;
+      lat.resize(n);  // touched now, so that the resident memory below is the store's
+      lat.clear();
       RunStats all;
       d->Prepare(size);
       auto q = Quiet();
@@ -388,6 +390,7 @@ void RunSmall(const BenchConfig& c, uint64_t size, uint64_t count, const Payload
       // is the store's segments alone (the rest is its index).
       TierCounts counts;
       const bool have_counts = d->TierCounters(&counts) && counts.segment_write_amp > 0;
+      const uint64_t resident_full = ProcCounters::Now().resident_bytes;  // before Close frees the index
       const auto tc = SteadyClock::now();
       Status cs = d->Close();
       const double close_s = SecondsSince(tc);
@@ -402,6 +405,16 @@ void RunSmall(const BenchConfig& c, uint64_t size, uint64_t count, const Payload
         std::snprintf(buf, sizeof buf, "; segment bytes / payload %.3f (w-amp also counts the index)",
                       counts.segment_write_amp);
         m.note += buf;
+        // The index's footprint at this scale (issue 21, item 5): its files
+        // and memtables, and what the process's resident memory grew by.
+        const double rss = double(resident_full) - double(c0.resident_bytes);
+        char idx[200];
+        std::snprintf(idx, sizeof idx, "; index: %s of tables + %s of memtables (%.1f B/block); resident memory "
+                      "%s%s over the puts", HumanBytes(counts.index_sst_bytes).c_str(),
+                      HumanBytes(counts.index_memtable_bytes).c_str(),
+                      double(counts.index_sst_bytes + counts.index_memtable_bytes) / double(n), rss < 0 ? "-" : "+",
+                      HumanBytes(static_cast<uint64_t>(std::abs(rss))).c_str());
+        m.note += idx;
       }
       if (!all.first_error.empty()) m.note += "; first error: " + all.first_error;
       if (!cs.ok()) m.note += "; close: " + cs.ToString();
@@ -732,7 +745,8 @@ void RunAll(const BenchConfig& c, bool quiet, std::vector<WorkloadResult>* out) 
   const uint64_t max_block = std::max<uint64_t>(
       {c.sizes.empty() ? 0 : *std::max_element(c.sizes.begin(), c.sizes.end()), 65536,
        uint64_t{c.block_tokens} * c.bytes_per_token,
-       c.steady_sizes.empty() ? 0 : *std::max_element(c.steady_sizes.begin(), c.steady_sizes.end())});
+       c.steady_sizes.empty() ? 0 : *std::max_element(c.steady_sizes.begin(), c.steady_sizes.end()),
+       std::count(c.steady_sizes.begin(), c.steady_sizes.end(), 0) ? *std::max_element(kSteadyMixSizes.begin(), kSteadyMixSizes.end()) : 0});
   const Payloads payloads(max_block);
   int step = 0;
   if (Has(c.workloads, "seq"))
@@ -751,7 +765,7 @@ void RunAll(const BenchConfig& c, bool quiet, std::vector<WorkloadResult>* out) 
     sc.designs = c.designs;
     sc.kvtier_overrides = c.kvtier_overrides;
     for (uint64_t size : c.steady_sizes) {
-      sc.block_bytes = size;
+      sc.sizes = size == 0 ? kSteadyMixSizes : std::vector<uint64_t>{size};
       WorkloadResult w = RunSteadyState(sc, payloads, [&](const std::string& what) { Progress(Step(&step, what)); });
       ProgressDone();
       if (!quiet) PrintTable(w);
