@@ -142,7 +142,8 @@ TEST_P(DenseTest, HotDenseBlocksAreReinsertedWhenTheirSegmentIsReclaimed) {
   auto s = OpenStore();
   NamespaceId ns = Ns(s.get());
   PutBlocks(s.get(), ns, 0, 64, 6000);  // the oldest segment
-  ExpectBlocks(s.get(), ns, 10, 5, 6000);  // read: hot
+  ExpectBlocks(s.get(), ns, 10, 5, 6000);  // read twice: hot (reinsert_min_hits)
+  ExpectBlocks(s.get(), ns, 10, 5, 6000);
   PutBlocks(s.get(), ns, 1000, 1000, 6000);  // ~6 MiB more: the first segment is reclaimed
   const Stats st = s->GetStats();
   EXPECT_GT(st.evictions, 0u);
