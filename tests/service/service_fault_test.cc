@@ -21,17 +21,6 @@
 namespace kvtier::testing {
 namespace {
 
-// Waits (bounded) until `pred` holds.
-template <typename P>
-bool Eventually(P pred, std::chrono::milliseconds limit = std::chrono::seconds(10)) {
-  const auto until = Clock::now() + limit;
-  while (!pred()) {
-    if (Clock::now() > until) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return true;
-}
-
 TEST(ServiceFaults, AClientKilledMidRequestLeavesNothingBehind) {
   TempDir dir;
   ServedStore served(dir.path());

@@ -197,7 +197,7 @@ TEST_F(ServiceTest, RegisteredMemoryMovesPayloadsWithoutStaging) {
   c.reset();
   munmap(mem, kBytes);
   close(fd);
-  EXPECT_EQ(served.service()->GetStats().regions, 0u);
+  EXPECT_TRUE(Eventually([&] { return served.service()->GetStats().regions == 0; }));
 }
 
 TEST_F(ServiceTest, AClientOverItsInFlightCapIsAnsweredNotAdmitted) {

@@ -6,8 +6,10 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "kvtier/service.h"
 #include "kvtier/store.h"
@@ -52,6 +54,18 @@ class ReapOnExit {
  private:
   const pid_t* pid_;
 };
+
+// Waits (bounded) until `pred` holds: what the service does after a client
+// leaves (unmapping its regions, dropping it) happens on its own threads.
+template <typename P>
+bool Eventually(P pred, std::chrono::milliseconds limit = std::chrono::seconds(10)) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
 
 }  // namespace kvtier::testing
 
