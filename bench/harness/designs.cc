@@ -360,6 +360,7 @@ class KvtierDesign final : public Design {
     out->index_sst_bytes = st.index_sst_bytes;
     out->index_written_bytes = st.index_written_bytes;
     out->index_memtable_bytes = st.index_memtable_bytes;
+    out->lookup_map_ready = st.lookup_map_ready;
     return true;
   }
 

@@ -74,6 +74,7 @@ struct TierCounts {
   // kvtier: what reclaim rewrote, and the index's tables and the bytes its
   // flushes and compactions wrote since open.
   uint64_t reinserted_bytes = 0, index_sst_bytes = 0, index_written_bytes = 0, index_memtable_bytes = 0;
+  bool lookup_map_ready = false;  // kvtier: lookups answer from its in-memory map
 };
 
 class Design {

@@ -175,6 +175,11 @@ struct Stats {
   // The index (RocksDB): table files on disk, memtables, and bytes written
   // to table files since open by flushes and compactions.
   uint64_t index_sst_bytes = 0, index_memtable_bytes = 0, index_written_bytes = 0;
+  // LookupPrefix and Contains answer from an in-memory map of the index
+  // (about 32 bytes per block), loaded in the background after open; until
+  // it is ready they read RocksDB, several times slower on a large store.
+  bool lookup_map_ready = false;
+  uint64_t lookup_map_entries = 0;
   uint32_t segments_total = 0, segments_sealed = 0, segments_free = 0;
   // Entries of segments/ with a segment's name that are not regular files
   // (a stray symlink or folder): ignored, never used.

@@ -287,6 +287,8 @@ std::string StatsToJson(const Stats& s) {
       {"index_sst_bytes", s.index_sst_bytes},
       {"index_memtable_bytes", s.index_memtable_bytes},
       {"index_written_bytes", s.index_written_bytes},
+      {"lookup_map_ready", s.lookup_map_ready},
+      {"lookup_map_entries", s.lookup_map_entries},
       {"segments_total", s.segments_total},
       {"segments_sealed", s.segments_sealed},
       {"segments_free", s.segments_free},

@@ -131,9 +131,12 @@ class Index {
   uint64_t ApproximateEntries();
   // The index's footprint: its table files on disk, its memtables, and the
   // bytes RocksDB has written to table files since open (flushes and
-  // compactions: the index's share of write amplification).
+  // compactions: the index's share of write amplification), and the
+  // in-memory map that answers lookups: loaded yet, and its entries.
   struct Footprint {
     uint64_t sst_bytes = 0, memtable_bytes = 0, written_bytes = 0;
+    bool lookup_map_ready = false;
+    uint64_t lookup_map_entries = 0;
   };
   Footprint GetFootprint();
   // Flushes memtables so the next open replays little WAL.

@@ -178,6 +178,8 @@ Index::Footprint Index::GetFootprint() {
       if (it != stats.end()) f.written_bytes += static_cast<uint64_t>(std::strtod(it->second.c_str(), nullptr) * (1ull << 30));
     }
   }
+  f.lookup_map_ready = rep_->presence.Ready();
+  f.lookup_map_entries = rep_->presence.size();
   return f;
 }
 

@@ -67,6 +67,8 @@ Stats StoreImpl::GetStats() {
     s.index_sst_bytes = f.sst_bytes;
     s.index_memtable_bytes = f.memtable_bytes;
     s.index_written_bytes = f.written_bytes;
+    s.lookup_map_ready = f.lookup_map_ready;
+    s.lookup_map_entries = f.lookup_map_entries;
   }
   if (ram_) {
     RamTierStats r = ram_->GetStats();

@@ -38,7 +38,7 @@
 namespace kvtier::wire {
 
 inline constexpr uint32_t kWireMagic = 0x5653564B;
-inline constexpr uint16_t kWireVersion = 1;
+inline constexpr uint16_t kWireVersion = 2;  // 2: Stats carries the lookup map's state
 inline constexpr size_t kHeaderBytes = 24;
 inline constexpr uint32_t kMaxBodyBytes = 4u << 20;
 inline constexpr uint32_t kMaxFragments = 64;     // per put or get

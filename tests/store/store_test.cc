@@ -10,6 +10,7 @@
 #include <future>
 #include <fstream>
 #include <random>
+#include <chrono>
 #include <thread>
 
 #include "format/record.h"
@@ -171,6 +172,31 @@ TEST_P(StoreTest, BatchPutGetLookupPrefixContainsRemove) {
   ASSERT_TRUE(s->Close().ok());
   s = OpenStore();
   EXPECT_EQ(*s->LookupPrefix(ns, views), 10u);
+}
+
+// After a reopen the lookup map loads in the background and then holds
+// every block; Stats says when (operators watch it on large stores).
+TEST_P(StoreTest, LookupMapLoadsAfterReopenAndCountsEveryBlock) {
+  NamespaceId ns;
+  {
+    auto s = OpenStore();
+    ns = Ns(s.get());
+    for (int i = 0; i < 40; ++i) {
+      auto p = Payload(ns, Key(i), 8192);
+      ASSERT_TRUE(s->Put(ns, Key(i), p.data(), p.size()).ok());
+    }
+    ASSERT_TRUE(s->Close().ok());
+  }
+  auto s = OpenStore();
+  Stats st = s->GetStats();
+  for (int i = 0; i < 1000 && !st.lookup_map_ready; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    st = s->GetStats();
+  }
+  ASSERT_TRUE(st.lookup_map_ready);
+  EXPECT_EQ(st.lookup_map_entries, 40u);
+  ASSERT_TRUE(s->Remove(ns, Key(3)).ok());
+  EXPECT_EQ(s->GetStats().lookup_map_entries, 39u);
 }
 
 TEST_P(StoreTest, RestartPersistsAndCleanReopenScansNothing) {

@@ -161,6 +161,10 @@ std::string RenderMetrics(const MetricsInput& in, nlohmann::json* json) {
   e.One("recovered_from_crash", "gauge", "1 when the last open ran crash recovery.", s.recovered_from_crash ? 1 : 0);
   e.One("recovery_scanned_bytes", "gauge", "Bytes scanned by recovery at open.", static_cast<double>(s.recovery_scanned_bytes));
   e.One("open_seconds", "gauge", "Seconds the last open took.", s.open_seconds);
+  e.One("lookup_map_ready", "gauge", "1 once lookups answer from the in-memory map (loaded after open).",
+        s.lookup_map_ready ? 1 : 0);
+  e.One("lookup_map_entries", "gauge", "Entries in the in-memory lookup map.",
+        static_cast<double>(s.lookup_map_entries));
   if (in.service != nullptr) ServiceMetrics(*in.service, e);
   if (json != nullptr) *json = e.json();
   return e.text();
