@@ -39,6 +39,9 @@ def main():
     ap.add_argument("--weights-gib", type=float, default=0,
                     help="before each call and each link copy, read this many GiB of device memory (a "
                          "small-batch forward over a model's weights), as a serving step does")
+    ap.add_argument("--cpu-op", action="store_true",
+                    help="a small multi-threaded CPU matmul just before each call, as a serving step's host "
+                         "work leaves torch's CPU threads spinning")
     ap.add_argument("--stream", choices=["side", "default"], default="side")
     ap.add_argument("--sets", type=int, default=1, help="disjoint block sets the calls rotate over")
     ap.add_argument("--json")
@@ -79,6 +82,7 @@ def main():
             for m in mats:
                 act @ m
             torch.cuda.synchronize()
+    cpu_a = torch.randn(512, 512)
     for kib in [int(x) for x in a.block_kib.split(",")]:
         bb = kib << 10
         n_max = a.blocks
@@ -107,6 +111,8 @@ def main():
                 torch.cuda.synchronize()
                 if gemm:
                     gemm()
+                if a.cpu_op:
+                    cpu_a @ cpu_a
                 e0, e1, e2 = (torch.cuda.Event(enable_timing=True) for _ in range(3))
                 e0.record(stream)
                 t0 = time.perf_counter()
@@ -138,7 +144,8 @@ def main():
                         for c in ("copies", "batch_calls", "loop_calls", "kernel_calls")}
             med = {k: round(statistics.median(v), 3) for k, v in
                    (("python_ms", py), ("c_call_ms", call), ("device_span_ms", gpu), ("link_ms", link))}
-            row = dict(block_kib=kib, method=method, stream=a.stream, gemm_ms=a.gemm_ms, weights_gib=a.weights_gib, sets=a.sets, blocks=n, mb=round(n * bb / 1e6, 1), **med,
+            row = dict(block_kib=kib, method=method, stream=a.stream, gemm_ms=a.gemm_ms, weights_gib=a.weights_gib,
+                       cpu_op=a.cpu_op, sets=a.sets, blocks=n, mb=round(n * bb / 1e6, 1), **med,
                        x_link=round(med["link_ms"] / med["device_span_ms"], 3), **per_call)
             rows.append(row)
             print(json.dumps(row), flush=True)

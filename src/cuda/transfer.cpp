@@ -93,6 +93,7 @@ TransferImpl::~TransferImpl() {
   }
   done_cv_.notify_all();
   if (completion_.joinable()) completion_.join();
+  for (cudaEvent_t ev : spare_events_) cudaEventDestroy(ev);
   FreeStaging();
   if (hash_stream_ != nullptr) cudaStreamSynchronize(hash_stream_);
   if (d_hash_ != nullptr) cudaFree(d_hash_);
@@ -261,37 +262,33 @@ Status TransferImpl::EnqueueOn(std::span<const CopyPiece> copies, bool to_device
   return Status::OK();
 }
 
-void CUDART_CB TransferImpl::HostFunc(void* arg) {
-  // Runs on a CUDA thread, which must not call CUDA: hand over and return.
-  auto* a = static_cast<HostFuncArg*>(arg);
-  TransferImpl* self = a->self;
-  {
-    std::lock_guard<std::mutex> l(self->done_mu_);
-    self->done_q_.push_back(std::move(a->fn));
-    --self->outstanding_;
-  }
-  self->done_cv_.notify_all();
-  delete a;
-}
-
-Status TransferImpl::AfterStream(cudaStream_t stream, std::function<void()> fn) {
-  auto* a = new HostFuncArg{this, std::move(fn)};
+void TransferImpl::AfterStream(cudaStream_t stream, std::function<void()> fn) {
+  cudaEvent_t ev = nullptr;
   {
     std::lock_guard<std::mutex> l(done_mu_);
-    ++outstanding_;
+    if (!spare_events_.empty()) {
+      ev = spare_events_.back();
+      spare_events_.pop_back();
+    }
   }
-  cudaError_t e = cudaLaunchHostFunc(stream, &TransferImpl::HostFunc, a);
-  if (e == cudaSuccess) return Status::OK();
-  // Could not chain it: wait for the stream here instead.
-  cudaError_t w = cudaStreamSynchronize(stream);
-  {
-    std::lock_guard<std::mutex> l(done_mu_);
-    --outstanding_;
+  cudaError_t e = cudaSuccess;
+  // Blocking sync: the completion thread sleeps while it waits.
+  if (ev == nullptr) e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming | cudaEventBlockingSync);
+  if (e == cudaSuccess) e = cudaEventRecord(ev, stream);
+  if (e == cudaSuccess) {
+    {
+      std::lock_guard<std::mutex> l(done_mu_);
+      done_q_.push_back(AfterEvent{ev, std::move(fn)});
+      ++outstanding_;
+    }
+    done_cv_.notify_all();
+    return;
   }
-  a->fn();
-  delete a;
-  if (w != cudaSuccess) return CudaError(w, "cudaStreamSynchronize");
-  return Status::OK();
+  if (ev != nullptr) cudaEventDestroy(ev);
+  cudaGetLastError();
+  // Could not mark the point: wait for the stream here instead.
+  cudaStreamSynchronize(stream);
+  fn();
 }
 
 void TransferImpl::CompletionLoop() {
@@ -299,11 +296,16 @@ void TransferImpl::CompletionLoop() {
   for (;;) {
     done_cv_.wait(l, [this] { return stop_ || !done_q_.empty(); });
     if (done_q_.empty()) return;
-    std::function<void()> fn = std::move(done_q_.front());
+    AfterEvent a = std::move(done_q_.front());
     done_q_.pop_front();
     l.unlock();
-    fn();
+    // An error here (a failed device) still runs fn: it releases what the
+    // copies held, which is all it does.
+    cudaEventSynchronize(a.event);
+    a.fn();
     l.lock();
+    spare_events_.push_back(a.event);
+    --outstanding_;
     done_cv_.notify_all();
   }
 }

@@ -46,8 +46,7 @@ std::vector<Result<size_t>> TransferImpl::GetToDevice(NamespaceId ns, std::span<
   }
   if (done) {
     Status fe = call.first_error;
-    Status st = AfterStream(stream, [done, fe] { done(fe); });
-    if (!st.ok()) done(st);
+    AfterStream(stream, [done, fe] { done(fe); });
   }
   return std::move(call.results);
 }
@@ -100,7 +99,7 @@ void TransferImpl::CopyRamHits(GetCall& call, NamespaceId ns, std::span<const De
     if (pending_bytes >= kFlushBytes) flush();
   }
   flush();
-  if (!pins->empty()) AfterStream(stream, [pins] { pins->clear(); }).IgnoreError();
+  if (!pins->empty()) AfterStream(stream, [pins] { pins->clear(); });
 }
 
 // Reads the misses into staging slots, keeping every slot busy, and lands

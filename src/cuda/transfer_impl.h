@@ -161,9 +161,12 @@ class TransferImpl final : public Transfer {
   Status Enqueue(std::vector<CopyPiece>& copies, bool to_device, cudaStream_t stream);
   // The copy engines' part of Enqueue: `copies` by batch or loop.
   Status EnqueueOn(std::span<const CopyPiece> copies, bool to_device, CopyMethod m, cudaStream_t stream);
-  // Runs `fn` on the completion thread after the work queued on `stream` so far.
-  Status AfterStream(cudaStream_t stream, std::function<void()> fn);
-  static void CUDART_CB HostFunc(void* arg);
+  // Runs `fn` on the completion thread after the work queued on `stream` so
+  // far. The stream does not wait for it: an event marks the point, where a
+  // host function would hold the stream until a CPU thread had run it (on a
+  // busy host, milliseconds later). `fn` runs exactly once: here, after
+  // waiting for the stream, when no event can be recorded.
+  void AfterStream(cudaStream_t stream, std::function<void()> fn);
   void CompletionLoop();
   void AddStats(const std::function<void(TransferStats&)>& f) {
     std::lock_guard<std::mutex> l(stats_mu_);
@@ -191,8 +194,13 @@ class TransferImpl final : public Transfer {
 
   std::mutex done_mu_;
   std::condition_variable done_cv_;
-  std::deque<std::function<void()>> done_q_;
-  uint64_t outstanding_ = 0;  // host functions not yet run
+  struct AfterEvent {
+    cudaEvent_t event;
+    std::function<void()> fn;
+  };
+  std::deque<AfterEvent> done_q_;      // in the order recorded
+  std::vector<cudaEvent_t> spare_events_;
+  uint64_t outstanding_ = 0;  // functions queued or running
   bool stop_ = false;
   std::thread completion_;
 
@@ -200,10 +208,6 @@ class TransferImpl final : public Transfer {
   TransferStats stats_;
 };
 
-struct HostFuncArg {
-  TransferImpl* self;
-  std::function<void()> fn;
-};
 
 }  // namespace kvtier::gpu
 
