@@ -72,6 +72,12 @@ bool Parse(int argc, char** argv, Args* a) {
   return !a->conf.empty();
 }
 
+// One progress line per phase, on stderr (the results go to stdout).
+void Step(const std::string& what) {
+  static int n = 0;
+  std::fprintf(stderr, "[%d] %s\n", ++n, what.c_str());
+}
+
 // Runs a shell command and returns its output.
 std::string Sh(const std::string& cmd) {
   std::string out;
@@ -160,15 +166,26 @@ int main(int argc, char** argv) {
   const std::string rados_ns = "bench-" + std::to_string(::getpid());
   const size_t block = static_cast<size_t>(a.block_kib) << 10;
 
-  // 1. The cluster's own limit, same run.
-  const std::string rb = "rados -c " + a.conf + " -p " + a.pool + " bench " + std::to_string(a.rados_seconds);
+  // 1. The cluster's own limit, same run. `rados bench` waits for as long as
+  // the cluster does not answer (an OSD down): bounded, so the run fails
+  // saying so instead of hanging.
+  const std::string rb = "timeout -k 5 " + std::to_string(a.rados_seconds + 60) + " rados -c " + a.conf + " -p " +
+                         a.pool + " bench " + std::to_string(a.rados_seconds);
+  Step("rados bench write, " + std::to_string(a.rados_seconds) + " s");
   const double rados_write = RadosBandwidth(Sh(rb + " write -b 4194304 -t 16 --no-cleanup --run-name kvrb 2>&1"));
+  if (rados_write <= 0) {
+    std::fprintf(stderr, "kvtier_remote_bench: `rados bench` wrote nothing within %u s: is the cluster healthy "
+                         "(`ceph -c %s -s`)?\n", a.rados_seconds + 60, a.conf.c_str());
+    return 1;
+  }
   // Its reads run twice: right after its writes (fresh, like ours after
   // upload) and after our bulk gets; the ratio uses the better of the two.
+  Step("rados bench seq read");
   const double rados_read_fresh = RadosBandwidth(Sh(rb + " seq -t 16 --run-name kvrb 2>&1"));
   double rados_read = 0;
 
   // 2. Node A writes and uploads.
+  Step("node A: local puts, then uploads after a reopen");
   std::vector<uint64_t> sums(static_cast<size_t>(a.convs) * a.blocks);
   kvtier::NamespaceSpec spec;
   spec.model_id = "bench/llama-8b-like";
@@ -229,6 +246,7 @@ int main(int argc, char** argv) {
   const double upload_mbs = static_cast<double>(sa_stats.remote_upload_bytes) / 1e6 / upload_s;
 
   // 3. Node B.
+  Step("node B: catalog import, bulk remote gets, revisit trace");
   auto sb = kvtier::Store::Open(a.dir + "/b", NodeOptions(a, rados_ns));
   if (!sb.ok()) return 1;
   auto& B = *sb;
@@ -284,7 +302,7 @@ int main(int argc, char** argv) {
                 static_cast<unsigned long long>(missed.load()), static_cast<unsigned long long>(bad.load()));
     const double get_mbs = static_cast<double>(got.load()) * static_cast<double>(block) / 1e6 / s;
     rados_read = std::max(rados_read_fresh, RadosBandwidth(Sh(rb + " seq -t 16 --run-name kvrb 2>&1")));
-    Sh("rados -c " + a.conf + " -p " + a.pool + " cleanup --run-name kvrb >/dev/null 2>&1");
+    Sh("timeout -k 5 120 rados -c " + a.conf + " -p " + a.pool + " cleanup --run-name kvrb >/dev/null 2>&1");
 
     // 3b. Revisit trace.
     std::vector<uint32_t> order(a.convs);
