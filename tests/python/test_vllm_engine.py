@@ -7,6 +7,7 @@ CPU primary tier over a real /dev/shm region and our tier through its
 SecondaryTierFactory, and its TieringOffloadingManager drives stores,
 cascades, lookups and promotions as the scheduler would.
 """
+import glob
 import logging
 import os
 import subprocess
@@ -18,6 +19,21 @@ import pytest
 
 SRC = os.environ.get("KVTIER_VLLM_SRC", "")
 pytestmark = pytest.mark.skipif(not SRC, reason="KVTIER_VLLM_SRC does not name a vLLM checkout")
+
+# vLLM's CPU tier is a file in /dev/shm named by the engine id; the engines
+# these tests kill (and some they shut down) leave theirs behind.
+_REGIONS = "/dev/shm/vllm_offload_test-*.mmap"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _remove_vllm_regions():
+    before = set(glob.glob(_REGIONS))
+    yield
+    for path in set(glob.glob(_REGIONS)) - before:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BLOCK_TOKENS = 16
