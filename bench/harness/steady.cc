@@ -343,7 +343,8 @@ WorkloadResult RunSteadyState(const SteadyConfig& c, const Payloads& payloads,
     };
     goal("lowest window throughput / median >= 0.8", median > 0 ? lowest / median : 0, 0.8, false);
     goal("get p99.9 / p50 <= 3", p50 > 0 ? p999 / p50 : 0, 3.0, true);
-    if (c.sizes == std::vector<uint64_t>{2 * kMiB}) goal("write amplification at 2 MiB <= 1.10", r.device_write_amp, 1.10, true);
+    if (c.sizes == std::vector<uint64_t>{2 * kMiB})
+      goal("write amplification at 2 MiB <= 1.10", r.device_write_amp, 1.10, true);
   }
   return w;
 }

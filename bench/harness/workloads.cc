@@ -763,7 +763,7 @@ void RunAll(const BenchConfig& c, bool quiet, std::vector<WorkloadResult>* out) 
       {c.sizes.empty() ? 0 : *std::max_element(c.sizes.begin(), c.sizes.end()), 65536,
        uint64_t{c.block_tokens} * c.bytes_per_token,
        c.steady_sizes.empty() ? 0 : *std::max_element(c.steady_sizes.begin(), c.steady_sizes.end()),
-       std::count(c.steady_sizes.begin(), c.steady_sizes.end(), 0) ? *std::max_element(kSteadyMixSizes.begin(), kSteadyMixSizes.end()) : 0});
+       std::count(c.steady_sizes.begin(), c.steady_sizes.end(), 0) ? kSteadyMixSizes.back() : 0});  // mix: largest last
   const Payloads payloads(max_block);
   int step = 0;
   if (Has(c.workloads, "seq"))

@@ -231,7 +231,6 @@ class ReadPool::Reader {
   // Verifies a record read for an op and completes it (from
   // IoRequest::on_done, when the last of its requests is done).
   void FinishRead(ReadIo& io);
-  void Miss(const std::shared_ptr<ReadOp>& op, Status why) { MissRead(d_, op, std::move(why)); }
 
   const Deps& d_;
   Counters& c_;
