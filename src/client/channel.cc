@@ -14,7 +14,7 @@ constexpr uint32_t kSocketTimeoutMs = 10000;  // a service that stops reading mi
 }
 
 Channel::Channel(wire::UniqueFd sock, std::shared_ptr<wire::SharedRegion> staging)
-    : sock_(std::move(sock)), staging_(std::make_unique<Staging>(std::move(staging))) {}
+    : sock_(std::move(sock)), frames_(sock_.get(), /*idle_forever=*/false), staging_(std::make_unique<Staging>(std::move(staging))) {}
 
 Result<std::unique_ptr<Channel>> Channel::Open(const std::string& socket_path, const ServiceClientOptions& o) {
   auto sock = wire::ConnectUnix(socket_path);
@@ -42,7 +42,7 @@ Status Channel::Hello(const ServiceClientOptions& o, Clock::time_point) {
   KVTIER_RETURN_IF_ERROR(wire::SendFrames(sock_.get(), w.Frame(static_cast<uint16_t>(wire::Op::kHello), 0),
                                           {staging_->region()->fd()}));
   wire::Frame f;
-  Status st = wire::RecvFrame(sock_.get(), &f);
+  Status st = frames_.Next(&f);
   if (!st.ok()) return st.WithContext("waiting for the service's hello");
   if (f.header.op != (static_cast<uint16_t>(wire::Op::kHello) | wire::kReplyBit))
     return Status::InvalidArgument("the service answered hello with " + std::string(wire::OpName(f.header.op)));
@@ -116,7 +116,7 @@ Result<std::string> Channel::CallSync(wire::Op op, const wire::WireWriter& body,
 void Channel::ReadLoop() {
   for (;;) {
     wire::Frame f;
-    Status st = wire::RecvFrame(sock_.get(), &f);
+    Status st = frames_.Next(&f);
     if (!st.ok()) {
       Fail(st.code() == Code::kClosed ? Status::IOError("the service closed the connection")
                                       : st.WithContext("reading from the service"));

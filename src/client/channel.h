@@ -28,6 +28,7 @@
 #include "kvtier/options.h"
 #include "kvtier/store.h"
 #include "util/thread_annotations.h"
+#include "wire/frame_reader.h"
 #include "wire/socket_io.h"
 #include "wire/wire.h"
 
@@ -81,6 +82,8 @@ class Channel {
   };
 
   wire::UniqueFd sock_;
+  // Hello's reply, then the reader thread's (no receive timeout after hello).
+  wire::FrameReader frames_;
   uint32_t reply_spin_us_ = 0;  // set once by Open
   std::unique_ptr<Staging> staging_;
   uint32_t staging_region_ = 0;

@@ -1,6 +1,5 @@
 #include "service/connection.h"
 
-#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -26,7 +25,7 @@ void ServerCore::Log(const std::string& line) const {
 }
 
 Connection::Connection(ServerCore* core, wire::UniqueFd sock, Peer peer, uint64_t id)
-    : core_(core), sock_(std::move(sock)), peer_(peer), id_(id) {}
+    : core_(core), sock_(std::move(sock)), frames_(sock_.get(), /*idle_forever=*/true), peer_(peer), id_(id) {}
 
 Connection::~Connection() { Join(); }
 
@@ -49,15 +48,8 @@ void Connection::ReadLoop() {
   for (;;) {
     // Idle clients may wait as long as they like between frames; inside a
     // frame the socket's timeout applies.
-    pollfd p{sock_.get(), POLLIN, 0};
-    const int r = ::poll(&p, 1, -1);
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0 || (p.revents & (POLLERR | POLLNVAL))) {
-      why = "socket error";
-      break;
-    }
     wire::Frame f;
-    Status st = wire::RecvFrame(sock_.get(), &f);
+    Status st = frames_.Next(&f);
     if (st.code() == Code::kClosed) break;
     if (!st.ok()) {
       if (st.code() == Code::kInvalidArgument || st.code() == Code::kNotSupported) ++core_->malformed;
@@ -211,13 +203,7 @@ Status Connection::Handle(wire::Frame& f) {
   if (h.op & wire::kReplyBit) return Status::InvalidArgument("a client sent a reply frame");
   if (!hello_ && h.op != static_cast<uint16_t>(wire::Op::kHello))
     return Status::InvalidArgument("the first frame must be hello, not " + std::string(wire::OpName(h.op)));
-  // Descriptors belong to hello and register_region only.
-  if (!f.fds.empty() && h.op != static_cast<uint16_t>(wire::Op::kHello) &&
-      h.op != static_cast<uint16_t>(wire::Op::kRegisterRegion)) {
-    ++core_->malformed;
-    Reply(h, Status::InvalidArgument("file descriptors with a " + std::string(wire::OpName(h.op)) + " frame"));
-    return Status::OK();
-  }
+  // Descriptors reach hello and register_region only (wire::CarriesFds).
   const std::string_view body = f.body;
   switch (static_cast<wire::Op>(h.op)) {
     case wire::Op::kHello: return OnHello(f);

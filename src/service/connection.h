@@ -30,6 +30,7 @@
 #include "service/put_pool.h"
 #include "store/block_sink.h"
 #include "util/thread_annotations.h"
+#include "wire/frame_reader.h"
 #include "wire/region.h"
 #include "wire/socket_io.h"
 #include "wire/wire.h"
@@ -95,6 +96,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   ServerCore* const core_;
   wire::UniqueFd sock_;
+  wire::FrameReader frames_;  // reader thread only; waits between frames without end
   const Peer peer_;
   const uint64_t id_;
   std::string name_;

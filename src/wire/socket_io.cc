@@ -30,46 +30,6 @@ Status SocketError(int err, const char* what) {
   return Status::FromErrno(err, what);
 }
 
-// Reads exactly n bytes (and any descriptors that come with the first
-// part). 0 bytes then EOF: Closed.
-Status RecvExact(int sock, uint8_t* buf, size_t n, std::vector<UniqueFd>* fds) {
-  size_t got = 0;
-  while (got < n) {
-    iovec iov{buf + got, n - got};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFdsPerFrame)];
-    if (fds != nullptr) {
-      msg.msg_control = control;
-      msg.msg_controllen = sizeof control;
-    }
-    const ssize_t r = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      return SocketError(errno, "receiving from the service socket");
-    }
-    if (fds != nullptr) {
-      for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-        const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        for (size_t i = 0; i < count; ++i) {
-          int fd;
-          std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
-          fds->emplace_back(fd);
-        }
-      }
-      if (msg.msg_flags & MSG_CTRUNC) return Status::InvalidArgument("too many file descriptors with one frame");
-    }
-    if (r == 0) {
-      if (got == 0) return Status::Closed("the peer closed the connection");
-      return Status::IOError("the peer closed the connection inside a frame");
-    }
-    got += static_cast<size_t>(r);
-  }
-  return Status::OK();
-}
-
 }  // namespace
 
 Status SendFrames(int sock, std::string_view frames, const std::vector<int>& fds) {
@@ -100,20 +60,6 @@ Status SendFrames(int sock, std::string_view frames, const std::vector<int>& fds
     sent += static_cast<size_t>(r);
   }
   return Status::OK();
-}
-
-Status RecvFrame(int sock, Frame* out) {
-  uint8_t head[kHeaderBytes];
-  out->fds.clear();
-  KVTIER_RETURN_IF_ERROR(RecvExact(sock, head, sizeof head, &out->fds));
-  auto h = DecodeHeader(head);
-  if (!h.ok()) return h.status();
-  out->header = *h;
-  out->body.resize(h->body_bytes);
-  if (h->body_bytes == 0) return Status::OK();
-  Status st = RecvExact(sock, reinterpret_cast<uint8_t*>(out->body.data()), h->body_bytes, &out->fds);
-  if (st.code() == Code::kClosed) return Status::IOError("the peer closed the connection inside a frame");
-  return st;
 }
 
 Status SetTimeouts(int sock, uint32_t send_ms, uint32_t recv_ms) {

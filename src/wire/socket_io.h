@@ -1,7 +1,7 @@
 // Frames over a Unix stream socket: whole frames out (with file descriptors
-// as SCM_RIGHTS), whole frames in (with the descriptors that came along), and
-// the peer's credentials. Every call is bounded: a peer that stops reading or
-// writing mid-frame fails the call at the socket's timeout, never hangs it.
+// as SCM_RIGHTS; FrameReader takes them in), and the peer's credentials.
+// Every call is bounded: a peer that stops reading mid-frame fails the call
+// at the socket's timeout, never hangs it.
 //
 // Thread safety: one sender and one receiver at a time per socket (the
 // callers serialise their own side).
@@ -52,9 +52,7 @@ inline constexpr size_t kMaxFdsPerFrame = 4;
 // `fds` with the first byte. IOError when the peer is gone ("EPIPE"), TimedOut
 // at the socket's send timeout.
 Status SendFrames(int sock, std::string_view frames, const std::vector<int>& fds = {});
-// Receives one frame. Closed when the peer closed between frames (clean
-// end), IOError on a short frame, InvalidArgument on a malformed header.
-Status RecvFrame(int sock, Frame* out);
+// Frames are received by a FrameReader (wire/frame_reader.h).
 
 // Sets send and receive timeouts (0: none).
 Status SetTimeouts(int sock, uint32_t send_ms, uint32_t recv_ms);

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "service/service_util.h"
+#include "wire/frame_reader.h"
 #include "wire/region.h"
 #include "wire/requests.h"
 #include "wire/socket_io.h"
@@ -120,13 +121,14 @@ TEST(ServiceFaults, ServiceKilledGivesErrorsNotHangsThenClientsReconnect) {
 // Raw frames on the socket, as a hostile or broken client sends them.
 class RawClient {
  public:
-  explicit RawClient(const std::string& socket) : fd_(wire::ConnectUnix(socket).value()) {
+  explicit RawClient(const std::string& socket)
+      : fd_(wire::ConnectUnix(socket).value()), frames_(fd_.get(), /*idle_forever=*/false) {
     wire::SetTimeouts(fd_.get(), 2000, 2000).IgnoreError();
   }
   Status Send(std::string_view bytes, const std::vector<int>& fds = {}) {
     return wire::SendFrames(fd_.get(), bytes, fds);
   }
-  Status Recv(wire::Frame* f) { return wire::RecvFrame(fd_.get(), f); }
+  Status Recv(wire::Frame* f) { return frames_.Next(f); }
   Status Hello() {
     wire::WireWriter w;
     wire::Encode(w, wire::HelloRequest{"raw", 0});
@@ -154,6 +156,7 @@ class RawClient {
 
  private:
   wire::UniqueFd fd_;
+  wire::FrameReader frames_;
 };
 
 TEST(ServiceFaults, MalformedAndHostileFramesGetErrorsAndTheServiceCarriesOn) {
