@@ -10,6 +10,11 @@
 # Needs Debian 12's ceph-mon, ceph-osd and ceph-common. The monitor listens on
 # $KVTIER_CEPH_PORT, else 6789 when free, else a random free port, so that
 # clusters can coexist (the OSD picks free ports itself).
+# The OSD's disk is a sparse file of $KVTIER_CEPH_OSD_GIB GiB (default 32):
+# only what is written takes space. Without a manager nothing watches the
+# cluster's fill ratios, so a full image aborts the OSD instead of refusing
+# writes; `rados bench` alone writes 4+ GB in 10 s on this VM, which is why
+# the default is well above that.
 # Starts in about 10 s on a 2-core machine.
 set -eu
 
@@ -58,6 +63,7 @@ if [ -z "$port" ]; then
   while in_use "$port"; do port=$((20000 + RANDOM % 20000)); done
 fi
 fsid=$(uuidgen)
+osd_bytes=$(( ${KVTIER_CEPH_OSD_GIB:-32} << 30 ))
 cat >"$dir/ceph.conf" <<CONF
 [global]
 fsid = $fsid
@@ -87,7 +93,7 @@ public addr = 127.0.0.1
 osd objectstore = bluestore
 bluestore block path = $dir/osd0.img
 bluestore block create = true
-bluestore block size = 4294967296
+bluestore block size = $osd_bytes
 bluestore fsck on mkfs = false
 osd data = $dir/osd0
 mon data = $dir/mon

@@ -2,12 +2,12 @@
 // same cluster, in the same run (ratios, not absolute numbers).
 //
 //   kvtier_remote_bench --conf CEPH.CONF [--pool kvtier] [--dir TMP]
-//       [--convs 64] [--blocks 8] [--block-kib 2048] [--window 16]
-//       [--segment-mib 64] [--rados-seconds 10]
+//       [--convs 128] [--blocks 8] [--block-kib 2048] [--window 16]
+//       [--segment-mib 256] [--object-mib 16] [--rados-seconds 10]
 //
-// 1. `rados bench` 4 MiB writes, 16 in flight, then its sequential reads
-//    (16 in flight); those run again right after step 3a, and the better
-//    figure is the one compared with.
+// 1. `rados bench` 4 MiB writes, 16 in flight, then its sequential and its
+//    random reads (16 in flight); those run again right after step 3a, and
+//    the better figure of each is the one compared with.
 // 2. Node A (a store in DIR/a) writes `convs` conversations of `blocks`
 //    blocks each with the tier off and seals its last segment, then reopens
 //    with the tier on, which uploads every sealed segment. Upload throughput
@@ -45,7 +45,9 @@ double Secs(Clock::duration d) { return std::chrono::duration<double>(d).count()
 
 struct Args {
   std::string conf, pool = "kvtier", dir;
-  uint32_t convs = 64, blocks = 8, block_kib = 2048, window = 16, segment_mib = 64, rados_seconds = 10;
+  // Segments and objects as the store's defaults (Options).
+  uint32_t convs = 128, blocks = 8, block_kib = 2048, window = 16, segment_mib = 256, object_mib = 16,
+           rados_seconds = 10;
   bool help = false;
 };
 
@@ -66,6 +68,7 @@ bool Parse(int argc, char** argv, Args* a) {
     else if (k == "--block-kib") a->block_kib = static_cast<uint32_t>(std::stoul(v));
     else if (k == "--window") a->window = static_cast<uint32_t>(std::stoul(v));
     else if (k == "--segment-mib") a->segment_mib = static_cast<uint32_t>(std::stoul(v));
+    else if (k == "--object-mib") a->object_mib = static_cast<uint32_t>(std::stoul(v));
     else if (k == "--rados-seconds") a->rados_seconds = static_cast<uint32_t>(std::stoul(v));
     else return false;
   }
@@ -124,7 +127,7 @@ kvtier::Options NodeOptions(const Args& a, const std::string& rados_ns) {
   o.remote.rados_namespace = rados_ns;
   o.remote.poll_interval_ms = 200;
   o.remote.read_deadline_ms = 5000;
-  o.remote.object_bytes = std::min<uint64_t>(64ull << 20, o.segment_size_bytes);
+  o.remote.object_bytes = std::min<uint64_t>(static_cast<uint64_t>(a.object_mib) << 20, o.segment_size_bytes);
   return o;
 }
 
@@ -157,7 +160,8 @@ int main(int argc, char** argv) {
   if (!parsed) {
     std::fprintf(a.help ? stdout : stderr,
                  "usage: kvtier_remote_bench --conf CEPH.CONF [--pool P] [--dir TMP] [--convs N] [--blocks N]\n"
-                 "       [--block-kib N] [--window N] [--segment-mib N] [--rados-seconds N]\n");
+                 "       [--block-kib N] [--window N] [--segment-mib N] [--object-mib N]\n"
+                 "       [--rados-seconds N]\n");
     return a.help ? 0 : 2;
   }
   if (a.dir.empty()) a.dir = std::filesystem::temp_directory_path() / ("kvtier-remote-bench-" + std::to_string(::getpid()));
@@ -182,7 +186,9 @@ int main(int argc, char** argv) {
   // upload) and after our bulk gets; the ratio uses the better of the two.
   Step("rados bench seq read");
   const double rados_read_fresh = RadosBandwidth(Sh(rb + " seq -t 16 --run-name kvrb 2>&1"));
-  double rados_read = 0;
+  Step("rados bench rand read");
+  const double rados_rand_fresh = RadosBandwidth(Sh(rb + " rand -t 16 --run-name kvrb 2>&1"));
+  double rados_read = 0, rados_rand = 0;
 
   // 2. Node A writes and uploads.
   Step("node A: local puts, then uploads after a reopen");
@@ -302,6 +308,7 @@ int main(int argc, char** argv) {
                 static_cast<unsigned long long>(missed.load()), static_cast<unsigned long long>(bad.load()));
     const double get_mbs = static_cast<double>(got.load()) * static_cast<double>(block) / 1e6 / s;
     rados_read = std::max(rados_read_fresh, RadosBandwidth(Sh(rb + " seq -t 16 --run-name kvrb 2>&1")));
+    rados_rand = std::max(rados_rand_fresh, RadosBandwidth(Sh(rb + " rand -t 16 --run-name kvrb 2>&1")));
     Sh("timeout -k 5 120 rados -c " + a.conf + " -p " + a.pool + " cleanup --run-name kvrb >/dev/null 2>&1");
 
     // 3b. Revisit trace.
@@ -347,7 +354,9 @@ int main(int argc, char** argv) {
     std::printf("%-40s %12.1f\n", "kvtier upload (MB/s)", upload_mbs);
     std::printf("%-40s %12.2f\n", "  ratio to rados write", rados_write > 0 ? upload_mbs / rados_write : 0);
     std::printf("%-40s %12.1f\n", "kvtier remote get, bulk (MB/s)", get_mbs);
+    std::printf("%-40s %12.1f\n", "rados bench rand read, best (MB/s)", rados_rand);
     std::printf("%-40s %12.2f\n", "  ratio to rados seq read", rados_read > 0 ? get_mbs / rados_read : 0);
+    std::printf("%-40s %12.2f\n", "  ratio to rados rand read", rados_rand > 0 ? get_mbs / rados_rand : 0);
     std::printf("%-40s %12.2f\n", "A: local puts done (s)", put_s);
     std::printf("%-40s %12.2f\n", "A: upload after reopen (s)", upload_s);
     std::printf("%-40s %12.2f\n", "B: catalog imported (s)", import_s);
@@ -356,11 +365,12 @@ int main(int argc, char** argv) {
     std::printf("%-40s %12.1f\n", "trace: revisit p99 (ms)", Percentile(lat_ms, 0.99));
     std::printf("%-40s %12.1f\n", "trace: MB/s", double(served) * double(block) / 1e6 / trace_s);
     std::printf(
-        "{\"rados_write_mbs\":%.1f,\"rados_read_fresh_mbs\":%.1f,\"rados_read_mbs\":%.1f,\"upload_mbs\":%.1f,\"get_mbs\":%.1f,"
-        "\"upload_ratio\":%.3f,\"get_ratio\":%.3f,\"trace_served\":%llu,\"trace_asked\":%llu,"
+        "{\"rados_write_mbs\":%.1f,\"rados_read_fresh_mbs\":%.1f,\"rados_read_mbs\":%.1f,\"rados_rand_mbs\":%.1f,"
+        "\"upload_mbs\":%.1f,\"get_mbs\":%.1f,\"upload_ratio\":%.3f,\"get_ratio\":%.3f,\"get_ratio_rand\":%.3f,\"trace_served\":%llu,\"trace_asked\":%llu,"
         "\"trace_p50_ms\":%.2f,\"trace_p99_ms\":%.2f,\"remote_hits\":%llu,\"checksum_failures\":%llu,\"bad\":%llu}\n",
-        rados_write, rados_read_fresh, rados_read, upload_mbs, get_mbs, rados_write > 0 ? upload_mbs / rados_write : 0,
-        rados_read > 0 ? get_mbs / rados_read : 0, static_cast<unsigned long long>(served),
+        rados_write, rados_read_fresh, rados_read, rados_rand, upload_mbs, get_mbs,
+        rados_write > 0 ? upload_mbs / rados_write : 0, rados_read > 0 ? get_mbs / rados_read : 0,
+        rados_rand > 0 ? get_mbs / rados_rand : 0, static_cast<unsigned long long>(served),
         static_cast<unsigned long long>(asked), Percentile(lat_ms, 0.5), Percentile(lat_ms, 0.99),
         static_cast<unsigned long long>(sb_stats.hits_remote),
         static_cast<unsigned long long>(sb_stats.remote_checksum_failures),

@@ -41,8 +41,10 @@ struct RemoteTierOptions {
   // How often the catalog is read for other nodes' uploads.
   uint32_t poll_interval_ms = 1000;
   // A segment is stored as objects of at most this size (RADOS' default
-  // osd_max_object_size is 128 MiB). A multiple of 4 MiB.
-  uint64_t object_bytes = 64ull << 20;
+  // osd_max_object_size is 128 MiB). A multiple of 4 MiB. RADOS applies the
+  // writes to one object in turn, so an upload keeps 16 writes in flight
+  // only across 16 objects: a default segment (256 MiB) makes 16 of 16 MiB.
+  uint64_t object_bytes = 16ull << 20;
   // Bound on each upload, catalog and delete operation (and on connecting).
   uint32_t op_timeout_ms = 10000;
   // Copy blocks served from the shared tier into the RAM tier (when the

@@ -300,58 +300,71 @@ void RadosClient::ReadAsync(std::vector<Piece> pieces, uint64_t total, Clock::ti
   impl_->cv.notify_one();
 }
 
+struct RadosClient::AsyncWrites::Op {
+  uint64_t ticket;
+  std::string object;
+  std::shared_ptr<Waiter> waiter;
+  rados_completion_t completion;
+  Clock::time_point deadline;
+};
+
+RadosClient::AsyncWrites::AsyncWrites(RadosClient* client) : c_(client) {}
+RadosClient::AsyncWrites::~AsyncWrites() { Drain().IgnoreError(); }
+
+Result<uint64_t> RadosClient::AsyncWrites::Start(const std::string& object, const uint8_t* data, size_t len,
+                                                 uint64_t offset, bool replace) {
+  if (!first_error_.ok()) return first_error_;
+  auto op = std::make_unique<Op>(Op{next_, object, std::make_shared<Waiter>(), nullptr, c_->impl_->OpDeadline()});
+  op->completion = c_->impl_->NewWaitCompletion(op->waiter);
+  if (op->completion == nullptr) return first_error_ = Status::IOError("librados: cannot create a completion");
+  const char* bytes = reinterpret_cast<const char*>(data);
+  const int r = replace ? rados_aio_write_full(c_->impl_->io, object.c_str(), op->completion, bytes, len)
+                        : rados_aio_write(c_->impl_->io, object.c_str(), op->completion, bytes, len, offset);
+  if (r < 0) {
+    rados_aio_release(op->completion);
+    return first_error_ = ErrnoStatus(r, "writing " + object);
+  }
+  ops_.push_back(std::move(op));
+  return next_++;
+}
+
+Status RadosClient::AsyncWrites::Wait(uint64_t ticket) {
+  auto it = std::find_if(ops_.begin(), ops_.end(), [&](const auto& op) { return op->ticket == ticket; });
+  if (it == ops_.end()) return first_error_;
+  Op& op = **it;
+  const int r = c_->impl_->WaitFor(op.completion, op.waiter, op.deadline);
+  if (r < 0 && first_error_.ok()) first_error_ = ErrnoStatus(r, "writing " + op.object);
+  ops_.erase(it);
+  return first_error_;
+}
+
+Status RadosClient::AsyncWrites::Drain() {
+  while (!ops_.empty()) Wait(ops_.front()->ticket).IgnoreError();
+  return first_error_;
+}
+
 Status RadosClient::WriteObject(const std::string& object, const uint8_t* data, size_t len, size_t chunk,
                                 unsigned window) {
-  const auto deadline = impl_->OpDeadline();
   chunk = std::max<size_t>(chunk, 4096);
   window = std::max(1u, window);
-  // The first chunk replaces the object (a retry may find an older copy).
-  size_t first = std::min(len, chunk);
-  {
-    auto w = std::make_shared<Waiter>();
-    rados_completion_t c = impl_->NewWaitCompletion(w);
-    if (c == nullptr) return Status::IOError("librados: cannot create a completion");
-    int r = rados_aio_write_full(impl_->io, object.c_str(), c, reinterpret_cast<const char*>(data), first);
-    if (r < 0) {
-      rados_aio_release(c);
-      return ErrnoStatus(r, "writing " + object);
+  AsyncWrites writes(this);
+  // The first chunk replaces the object (a retry may find an older copy);
+  // the rest may only follow it.
+  const size_t first = std::min(len, chunk);
+  auto t = writes.Start(object, data, first, 0, /*replace=*/true);
+  if (!t.ok()) return t.status();
+  KVTIER_RETURN_IF_ERROR(writes.Wait(*t));
+  std::vector<uint64_t> in_flight;
+  for (size_t off = first; off < len; off += chunk) {
+    if (in_flight.size() == window) {
+      KVTIER_RETURN_IF_ERROR(writes.Wait(in_flight.front()));
+      in_flight.erase(in_flight.begin());
     }
-    r = impl_->WaitFor(c, w, deadline);
-    if (r < 0) return ErrnoStatus(r, "writing " + object);
+    t = writes.Start(object, data + off, std::min(chunk, len - off), off, /*replace=*/false);
+    if (!t.ok()) return t.status();
+    in_flight.push_back(*t);
   }
-  size_t off = first;
-  while (off < len) {
-    struct Op {
-      std::shared_ptr<Waiter> w;
-      rados_completion_t c;
-    };
-    std::vector<Op> ops;
-    Status st;
-    for (unsigned i = 0; i < window && off < len; ++i) {
-      const size_t n = std::min(chunk, len - off);
-      Op op{std::make_shared<Waiter>(), nullptr};
-      op.c = impl_->NewWaitCompletion(op.w);
-      if (op.c == nullptr) {
-        st = Status::IOError("librados: cannot create a completion");
-        break;
-      }
-      int r = rados_aio_write(impl_->io, object.c_str(), op.c, reinterpret_cast<const char*>(data + off), n, off);
-      if (r < 0) {
-        rados_aio_release(op.c);
-        st = ErrnoStatus(r, "writing " + object);
-        break;
-      }
-      ops.push_back(op);
-      off += n;
-    }
-    // Wait for all issued writes even after a failure: they use `data`.
-    for (Op& op : ops) {
-      int r = impl_->WaitFor(op.c, op.w, deadline);
-      if (r < 0 && st.ok()) st = ErrnoStatus(r, "writing " + object);
-    }
-    if (!st.ok()) return st;
-  }
-  return Status::OK();
+  return writes.Drain();
 }
 
 Result<std::string> RadosClient::ReadWhole(const std::string& object, uint64_t size) {

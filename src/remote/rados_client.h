@@ -6,7 +6,9 @@
 //   once, on a librados thread or the client's timer thread. After a
 //   deadline the op is cancelled and the callback has already run with
 //   TimedOut: late bytes go nowhere.
-// - The blocking helpers (WriteParallel, Remove, omap, ReadWhole) are for
+// - AsyncWrites: object writes kept in flight by an uploader, each bounded
+//   by op_timeout from its start.
+// - The blocking helpers (WriteObject, Remove, omap, ReadWhole) are for
 //   background threads; each waits at most op_timeout, then cancels.
 //
 // Errors: NotFound when the object does not exist (ENOENT), TimedOut,
@@ -59,6 +61,8 @@ class RadosClient {
   using ReadDone = std::function<void(Status, const uint8_t* data, size_t len)>;
   void ReadAsync(std::vector<Piece> pieces, uint64_t total, Clock::time_point deadline, ReadDone done);
 
+  class AsyncWrites;
+
   // Writes data[0, len) as the whole object `object` in chunks of
   // `chunk` bytes, up to `window` in flight (the first chunk replaces the
   // object's contents, the rest follow).
@@ -82,6 +86,35 @@ class RadosClient {
   struct Impl;
   explicit RadosClient(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
+};
+
+// Writes in flight at once, for one thread that uploads: Start() issues one
+// and returns its ticket; Wait(ticket) waits for that write, Drain() for all.
+// The caller bounds how many are in flight (by reusing a ring of buffers,
+// each waited for before it is refilled). A write's data must stay valid
+// until it was waited for. The first failure sticks: later Starts issue
+// nothing and every call returns it. The destructor drains.
+class RadosClient::AsyncWrites {
+ public:
+  explicit AsyncWrites(RadosClient* client);
+  ~AsyncWrites();
+  AsyncWrites(const AsyncWrites&) = delete;
+  AsyncWrites& operator=(const AsyncWrites&) = delete;
+
+  // Writes data[0, len) at `offset` of `object`; `replace`: as the object's
+  // whole contents (rados write_full, offset 0).
+  [[nodiscard]] Result<uint64_t> Start(const std::string& object, const uint8_t* data, size_t len, uint64_t offset,
+                                       bool replace);
+  // OK once the write finished well (or was waited for before).
+  [[nodiscard]] Status Wait(uint64_t ticket);
+  [[nodiscard]] Status Drain();
+
+ private:
+  struct Op;
+  RadosClient* const c_;
+  std::vector<std::unique_ptr<Op>> ops_;  // not yet waited for, by ticket
+  uint64_t next_ = 1;
+  Status first_error_;
 };
 
 }  // namespace kvtier::remote

@@ -10,16 +10,9 @@
 namespace kvtier::remote {
 namespace {
 
-constexpr size_t kWriteChunk = 4u << 20;  // one RADOS write; several in flight
-constexpr unsigned kWriteWindow = 16;
+constexpr size_t kUploadBatch = 8;  // segments streamed through one window of writes
 constexpr auto kMinBackoff = std::chrono::milliseconds(100);
 constexpr auto kMaxBackoff = std::chrono::seconds(30);
-
-uint64_t NowUnixMs() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                   std::chrono::system_clock::now().time_since_epoch())
-                                   .count());
-}
 
 }  // namespace
 
@@ -183,15 +176,18 @@ void SharedTier::Run() {
     }
     auto now = Clock::now();
     if (!uploads_.empty() && now >= next_upload) {
-      auto [seg, gen] = uploads_.front();
+      const size_t n = std::min(uploads_.size(), kUploadBatch);
+      std::vector<std::pair<uint32_t, uint32_t>> batch(uploads_.begin(), uploads_.begin() + static_cast<ptrdiff_t>(n));
       l.unlock();
-      Status st = Upload(seg, gen);
+      size_t finished = 0;
+      Status st = UploadBatch(batch, &finished);
       l.lock();
+      // Only NoteSealed adds to the queue, at its back: the front is the batch.
+      uploads_.erase(uploads_.begin(), uploads_.begin() + static_cast<ptrdiff_t>(finished));
+      if (uploads_.empty()) cv_.notify_all();  // WaitUploaded
+      if (finished > 0) next_poll = Clock::now();  // enforce the budget now
       if (st.ok()) {
-        uploads_.pop_front();
-        if (uploads_.empty()) cv_.notify_all();  // WaitUploaded
         upload_backoff = kMinBackoff;
-        next_poll = Clock::now();  // enforce the budget now
       } else {
         counters_.upload_retries.fetch_add(1);
         next_upload = Clock::now() + upload_backoff;
@@ -210,53 +206,6 @@ void SharedTier::Run() {
     if (!uploads_.empty()) wake = std::min(wake, next_upload);
     cv_.wait_until(l, wake);
   }
-}
-
-Status SharedTier::Upload(uint32_t seg, uint32_t gen) {
-  if (index_->IsUploaded(seg, gen)) return Status::OK();
-  auto c = client();
-  if (!c) return Status::Closed("shared tier is not connected");
-  SegmentSummary s;
-  Status st = source_.summarize(seg, gen, &s);
-  if (st.code() == Code::kNotFound) {
-    counters_.uploads_skipped.fetch_add(1);
-    return Status::OK();
-  }
-  KVTIER_RETURN_IF_ERROR(st);
-  if (s.entries.empty()) {  // every record was replaced or removed: nothing to share
-    index_->MarkUploaded(seg, gen, "").IgnoreError();
-    counters_.uploads_skipped.fetch_add(1);
-    return Status::OK();
-  }
-  s.store_id = store_id_;
-  s.part_bytes = opt_.object_bytes;
-  s.uploaded_unix_ms = NowUnixMs();
-  const std::string base = s.ObjectBase();
-  AlignedBuffer buf(std::min<uint64_t>(s.part_bytes, s.bytes));
-  for (uint32_t p = 0; p < s.Parts(); ++p) {
-    const uint64_t off = static_cast<uint64_t>(p) * s.part_bytes;
-    const size_t n = static_cast<size_t>(std::min(s.part_bytes, s.bytes - off));
-    st = source_.read(seg, gen, off, buf.data(), n);
-    if (st.code() == Code::kNotFound) {  // reclaimed meanwhile: drop what went up
-      for (uint32_t q = 0; q < p; ++q) c->Remove(PartObject(base, q)).IgnoreError();
-      counters_.uploads_skipped.fetch_add(1);
-      return Status::OK();
-    }
-    KVTIER_RETURN_IF_ERROR(st);
-    KVTIER_RETURN_IF_ERROR(c->WriteObject(PartObject(base, p), buf.data(), n, kWriteChunk, kWriteWindow));
-  }
-  const std::string summary = EncodeSummary(s);
-  KVTIER_RETURN_IF_ERROR(c->WriteObject(SummaryObject(base), reinterpret_cast<const uint8_t*>(summary.data()),
-                                        summary.size(), kWriteChunk, kWriteWindow));
-  // The catalog entry goes last: others see the upload only once it is whole.
-  CatalogEntry e{CatalogKey(s.uploaded_unix_ms, base), base, s.bytes, s.part_bytes, summary.size()};
-  KVTIER_RETURN_IF_ERROR(c->OmapSet(kCatalogObject, e.key, EncodeCatalogValue(e)));
-  auto added = index_->Import(s, e.key);
-  if (added.ok()) counters_.imported.fetch_add(1);
-  index_->MarkUploaded(seg, gen, base).IgnoreError();  // at worst uploaded again after a restart
-  counters_.uploads.fetch_add(1);
-  counters_.upload_bytes.fetch_add(s.bytes);
-  return Status::OK();
 }
 
 Status SharedTier::Poll() {

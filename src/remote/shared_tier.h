@@ -101,8 +101,18 @@ class SharedTier {
  private:
   SharedTier(const RemoteTierOptions& o, std::string store_id, Source source, std::unique_ptr<RemoteIndex> index);
   void Run();
-  // Uploads one segment; OK also when it turned out to be gone.
-  Status Upload(uint32_t seg, uint32_t gen);
+  // Uploads the segments of `batch` in order, the writes of all their parts
+  // streamed through one window (shared_tier_upload.cc). `finished` counts
+  // the segments from the front that are done: shared, or found gone. An
+  // error stops the batch at its segment (retried later from there).
+  struct PendingUpload;
+  Status UploadBatch(const std::vector<std::pair<uint32_t, uint32_t>>& batch, size_t* finished);
+  // The segment's summary; false when it has nothing to share (gone, or
+  // every record replaced).
+  Result<bool> PrepareUpload(PendingUpload* u);
+  // Its summary object and catalog entry, once every part is written: others
+  // see an upload only once it is whole.
+  Status PublishUpload(PendingUpload& u);
   // Imports new catalog entries, drops vanished ones, enforces the budget,
   // and now and then sweeps orphans.
   Status Poll();

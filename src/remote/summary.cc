@@ -1,5 +1,6 @@
 #include "remote/summary.h"
 
+#include <chrono>
 #include <cinttypes>
 #include <cstdio>
 
@@ -191,6 +192,12 @@ Result<CatalogEntry> DecodeCatalogValue(std::string_view key, std::string_view v
   if (e.part_bytes == 0 || e.base.empty() || key.size() <= 17 || key.substr(17) != e.base)
     return Status::Corruption("catalog entry " + std::string(key) + ": inconsistent fields");
   return e;
+}
+
+uint64_t NowUnixMs() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
 }
 
 }  // namespace kvtier::remote

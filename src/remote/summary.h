@@ -74,6 +74,8 @@ struct CatalogEntry {
   uint64_t bytes = 0, part_bytes = 0, summary_bytes = 0;
 };
 std::string CatalogKey(uint64_t uploaded_unix_ms, std::string_view base);
+// Wall-clock milliseconds since the epoch (upload times, object ages).
+uint64_t NowUnixMs();
 std::string EncodeCatalogValue(const CatalogEntry& e);
 Result<CatalogEntry> DecodeCatalogValue(std::string_view key, std::string_view value);
 

@@ -340,6 +340,39 @@ TEST_F(RemoteTierTest, LocalEvictionStillServesFromCeph) {
   EXPECT_EQ(r.status().code(), Code::kNotFound);
 }
 
+TEST_F(RemoteTierTest, ABacklogOfSegmentsGoesUpInBatchesAndReadsBackWhole) {
+  // Written with the tier off, then reopened with it on: every sealed
+  // segment is queued at once, so the uploader streams them in batches, each
+  // segment's two parts written in stripes.
+  Options on = Opts();
+  on.capacity_bytes = 128 << 20;  // room for 11 sealed segments of 8 MiB
+  Options off = on;
+  off.remote.enabled = false;
+  const std::string dir = tmp_.Sub("backlog");
+  std::vector<std::string> keys;
+  NamespaceId ns = 0;
+  {
+    auto node = OpenStore(dir, off);
+    ASSERT_NE(node, nullptr);
+    ns = node->RegisterNamespace(spec_).value();
+    keys = PutUntilSealed(node.get(), ns, "b", 11);
+    ASSERT_TRUE(node->Close().ok());
+  }
+  auto node = OpenStore(dir, on);
+  ASSERT_NE(node, nullptr);
+  uint32_t sealed = 0;
+  for (const SegmentInfo& seg : node->Segments()) sealed += seg.state == SegmentState::kSealed;
+  ASSERT_GE(sealed, 11u);
+  ASSERT_TRUE(WaitUntil([&] { return node->GetStats().remote_uploads >= sealed; }, seconds(60)));
+  EXPECT_EQ(node->GetStats().remote_uploads, sealed) << "each segment once";
+  ASSERT_TRUE(node->EvictTo(0).ok());
+  for (const std::string& k : keys) {
+    std::string why;
+    ASSERT_TRUE(SameBlock(node.get(), ns, k, &why)) << why;
+  }
+  EXPECT_EQ(node->GetStats().hits_remote, keys.size());
+}
+
 TEST_F(RemoteTierTest, OtherNamespaceSpecNeverSeesTheBlocks) {
   Uploaded a;
   ASSERT_NO_FATAL_FAILURE(OpenAndUpload("a", Opts(), "n", 1, &a));
