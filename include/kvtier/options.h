@@ -76,9 +76,10 @@ struct ServiceClientOptions {
   uint64_t staging_bytes = 256ull << 20;
   // Bound on the wait for any reply (a get's own deadline, when sooner).
   uint32_t op_timeout_ms = 60000;
-  // A blocking request busy-waits this long for its reply before it sleeps:
-  // a reply takes one socket round trip, and a sleeping caller pays a
-  // wake-up on top of it. 0: sleep at once. -1: 50 on hosts of 8 cores or
+  // A blocking request busy-waits this long for its reply before it sleeps,
+  // reading the socket itself meanwhile: a reply takes one socket round
+  // trip, and a sleeping caller pays a wake-up (and the reader thread's
+  // hand-over) on top of it. 0: sleep at once. -1: 50 on hosts of 8 cores or
   // more, else 0 (where spinning callers take the cores the service and
   // the other clients need).
   int32_t reply_spin_us = -1;

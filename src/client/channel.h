@@ -70,6 +70,12 @@ class Channel {
   Channel(wire::UniqueFd sock, std::shared_ptr<wire::SharedRegion> staging);
   Status Hello(const ServiceClientOptions& o, Clock::time_point deadline);
   void ReadLoop();
+  // Reads the replies the socket holds now and completes their requests.
+  // `wait`: for the socket, when another thread reads it; else returns at
+  // once then. False when the connection failed (Fail has run).
+  bool Pump(bool wait);
+  // Completes the request a reply answers; false for a frame no service sends.
+  bool Dispatch(wire::Frame& f);
   void TimerLoop();
   // Ends the connection once: fails what waits.
   void Fail(const Status& why);
@@ -82,8 +88,11 @@ class Channel {
   };
 
   wire::UniqueFd sock_;
-  // Hello's reply, then the reader thread's (no receive timeout after hello).
-  wire::FrameReader frames_;
+  // Hello's reply, then replies, read by whichever thread holds read_mu_:
+  // the reader thread when the socket is readable, or a caller spinning for
+  // its reply (no receive timeout after hello).
+  Mutex read_mu_;
+  wire::FrameReader frames_ GUARDED_BY(read_mu_);
   uint32_t reply_spin_us_ = 0;  // set once by Open
   std::unique_ptr<Staging> staging_;
   uint32_t staging_region_ = 0;

@@ -3,8 +3,10 @@
 //
 // The waiter spins for a bounded time before it sleeps: a service reply
 // takes one socket round trip, and sleeping on a futex then being woken
-// costs the caller a scheduler wake-up on top of it. Past the spin it waits
-// on a condition variable like any other.
+// costs the caller a scheduler wake-up on top of it. While it spins it may
+// run `poll` (the channel reads its socket there, so the reply needs no
+// other thread). Past the spin it waits on a condition variable like any
+// other.
 //
 // Thread safety: Set from any thread, once; Wait from one thread. Shared by
 // pointer, so the setter may still hold it after the waiter has returned.
@@ -14,6 +16,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <optional>
 
@@ -35,12 +38,17 @@ class ReplyWait {
     cv_.notify_one();
   }
 
-  // Spins up to `spin_us` microseconds, then sleeps until Set.
-  T Wait(uint32_t spin_us) {
+  // Spins up to `spin_us` microseconds, running `poll` (when given) on
+  // each turn, then sleeps until Set.
+  T Wait(uint32_t spin_us, const std::function<void()>& poll = nullptr) {
     if (spin_us > 0) {
       const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
       while (!done_.load(std::memory_order_acquire)) {
         if (std::chrono::steady_clock::now() >= until) break;
+        if (poll) {
+          poll();
+          continue;
+        }
 #if defined(__x86_64__) || defined(__i386__)
         __builtin_ia32_pause();
 #endif

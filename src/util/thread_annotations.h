@@ -28,6 +28,7 @@
 #define EXCLUDES(...) KVTIER_TSA(locks_excluded(__VA_ARGS__))
 #define ACQUIRE(...) KVTIER_TSA(acquire_capability(__VA_ARGS__))
 #define RELEASE(...) KVTIER_TSA(release_capability(__VA_ARGS__))
+#define TRY_ACQUIRE(...) KVTIER_TSA(try_acquire_capability(__VA_ARGS__))
 #define ACQUIRE_SHARED(...) KVTIER_TSA(acquire_shared_capability(__VA_ARGS__))
 #define RELEASE_SHARED(...) KVTIER_TSA(release_shared_capability(__VA_ARGS__))
 #define RELEASE_GENERIC(...) KVTIER_TSA(release_generic_capability(__VA_ARGS__))
@@ -40,6 +41,7 @@ class CAPABILITY("mutex") Mutex {
  public:
   void Lock() ACQUIRE() { mu_.lock(); }
   void Unlock() RELEASE() { mu_.unlock(); }
+  bool TryLock() TRY_ACQUIRE(true) { return mu_.try_lock(); }
 
  private:
   friend class MutexLock;

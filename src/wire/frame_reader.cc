@@ -35,7 +35,33 @@ Status FrameReader::Next(Frame* out) {
   return ClaimFds(at, h->op, &out->fds);
 }
 
-Status FrameReader::Fill(bool inside_frame) {
+Result<bool> FrameReader::TryNext(Frame* out) {
+  if (!NextIsReady()) {
+    Compact();
+    auto r = Receive(&buf_[end_], buf_.size() - end_, MSG_DONTWAIT);
+    if (!r.ok()) {
+      if (r.status().code() == Code::kTimedOut) return false;
+      return r.status();
+    }
+    if (*r == 0) {
+      if (buffered() == 0) return Status::Closed("the peer closed the connection");
+      return Status::IOError("the peer closed the connection inside a frame");
+    }
+    end_ += *r;
+    if (!NextIsReady()) return false;
+  }
+  KVTIER_RETURN_IF_ERROR(Next(out));
+  return true;
+}
+
+bool FrameReader::NextIsReady() const {
+  if (buffered() < kHeaderBytes) return false;
+  auto h = DecodeHeader(&buf_[begin_]);
+  if (!h.ok()) return true;
+  return h->body_bytes > buf_.size() - kHeaderBytes || buffered() >= kHeaderBytes + h->body_bytes;
+}
+
+void FrameReader::Compact() {
   if (begin_ == end_) {
     begin_ = end_ = 0;
   } else if (buf_.size() - end_ < 4096 && begin_ > 0) {
@@ -43,6 +69,10 @@ Status FrameReader::Fill(bool inside_frame) {
     end_ -= begin_;
     begin_ = 0;
   }
+}
+
+Status FrameReader::Fill(bool inside_frame) {
+  Compact();
   for (;;) {
     auto r = Receive(&buf_[end_], buf_.size() - end_);
     if (r.ok()) {
@@ -70,7 +100,7 @@ Status FrameReader::ReadExact(uint8_t* dst, size_t n) {
   return Status::OK();
 }
 
-Result<size_t> FrameReader::Receive(uint8_t* dst, size_t cap) {
+Result<size_t> FrameReader::Receive(uint8_t* dst, size_t cap, int flags) {
   for (;;) {
     iovec iov{dst, cap};
     msghdr msg{};
@@ -79,7 +109,7 @@ Result<size_t> FrameReader::Receive(uint8_t* dst, size_t cap) {
     alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFdsPerFrame)];
     msg.msg_control = control;
     msg.msg_controllen = sizeof control;
-    const ssize_t r = ::recvmsg(sock_, &msg, MSG_CMSG_CLOEXEC);
+    const ssize_t r = ::recvmsg(sock_, &msg, MSG_CMSG_CLOEXEC | flags);
     if (r < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK)

@@ -46,6 +46,10 @@ class FrameReader {
   // TimedOut when the peer stalled (inside a frame, or between frames
   // unless idle_forever).
   [[nodiscard]] Status Next(Frame* out);
+  // Like Next, but false at once when no whole frame is buffered and the
+  // socket has no more bytes now (a caller that polls the socket itself).
+  // A frame larger than the buffer, once begun, is finished as Next would.
+  [[nodiscard]] Result<bool> TryNext(Frame* out);
 
  private:
   struct FdRead {
@@ -54,10 +58,17 @@ class FrameReader {
   };
   // Appends what the socket has (at least one byte) to the buffer.
   Status Fill(bool inside_frame);
+  // Makes room at the buffer's end by moving what is unparsed to its start.
+  void Compact();
+  // Whether Next would return without waiting for more bytes (a malformed
+  // header counts: Next reports it), or the frame is one Next reads straight
+  // into its body.
+  bool NextIsReady() const;
   // Reads straight into `dst` (a large body's tail), exactly n bytes.
   Status ReadExact(uint8_t* dst, size_t n);
   // One recvmsg into [dst, dst+cap); its descriptors, if any, queued.
-  Result<size_t> Receive(uint8_t* dst, size_t cap);
+  // TimedOut when nothing came in time (or at once, with MSG_DONTWAIT).
+  Result<size_t> Receive(uint8_t* dst, size_t cap, int flags = 0);
   // The descriptors for the frame starting at stream offset `at`.
   Status ClaimFds(uint64_t at, uint16_t op, std::vector<UniqueFd>* out);
   size_t buffered() const { return end_ - begin_; }

@@ -79,7 +79,10 @@ pid_t ServeInChild(const std::string& store_dir, const std::string& socket) {
   _exit(127);
 }
 
-TEST(ServiceFaults, ServiceKilledGivesErrorsNotHangsThenClientsReconnect) {
+// `spin_us`: the caller sleeps for its reply (0), or spins reading the
+// socket itself (then the service's death reaches it there, not through
+// the reader thread).
+void ServiceKilledGivesErrorsNotHangsThenClientsReconnect(int32_t spin_us) {
   TempDir dir;
   const std::string socket = dir.Sub("s.sock"), store = dir.Sub("store");
   pid_t server = ServeInChild(store, socket);
@@ -87,6 +90,7 @@ TEST(ServiceFaults, ServiceKilledGivesErrorsNotHangsThenClientsReconnect) {
   Options o;
   o.client.staging_bytes = 4 << 20;
   o.client.op_timeout_ms = 5000;
+  o.client.reply_spin_us = spin_us;
   std::unique_ptr<Store> c;
   ASSERT_TRUE(Eventually([&] {
     auto s = Store::Open("unix:" + socket, o);
@@ -116,6 +120,14 @@ TEST(ServiceFaults, ServiceKilledGivesErrorsNotHangsThenClientsReconnect) {
   c.reset();
   kill(server, SIGKILL);
   waitpid(server, nullptr, 0);
+}
+
+TEST(ServiceFaults, ServiceKilledGivesErrorsNotHangsThenClientsReconnect) {
+  ServiceKilledGivesErrorsNotHangsThenClientsReconnect(0);
+}
+
+TEST(ServiceFaults, ServiceKilledGivesErrorsNotHangsToSpinningCallersToo) {
+  ServiceKilledGivesErrorsNotHangsThenClientsReconnect(2000);
 }
 
 // Raw frames on the socket, as a hostile or broken client sends them.

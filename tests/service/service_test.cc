@@ -256,5 +256,42 @@ TEST_F(ServiceTest, ManyClientsShareOneStoreAndSeeEachOthersBlocks) {
   EXPECT_EQ(s.namespaces[0].hits, 100u);
 }
 
+TEST_F(ServiceTest, SpinningCallersReadTheirOwnRepliesAndEveryRequestCompletes) {
+  // Callers that spin read the socket themselves, racing the reader thread
+  // and each other for every reply: each must still reach its own request,
+  // including the async ones that nobody waits on.
+  ServedStore served(dir_.path());
+  ServiceClientOptions spin;
+  spin.reply_spin_us = 2000;
+  auto c = served.Client(spin);
+  ASSERT_NE(c, nullptr);
+  const NamespaceId ns = c->RegisterNamespace(TestSpec()).value();
+  constexpr int kThreads = 4, kPerThread = 40;
+  std::atomic<int> async_ok{0}, async_done{0};
+  std::vector<std::thread> ts;
+  for (int t = 0; t < kThreads; ++t)
+    ts.emplace_back([&, t] {
+      for (int i = 0; i < kPerThread; ++i) {
+        const std::string key = Key(t * 1000 + i);
+        auto p = Payload(ns, key, 3000 + i);
+        EXPECT_TRUE(c->Put(ns, key, p.data(), p.size()).ok());
+        auto bytes = std::make_shared<std::vector<uint8_t>>(p.size());
+        MutableFragment m{bytes->data(), bytes->size()};
+        c->GetAsync(ns, key, {&m, 1}, Clock::now() + std::chrono::seconds(10),
+                    [&, bytes, want = p](Result<size_t> r) {
+                      if (r.ok() && *bytes == want) ++async_ok;
+                      ++async_done;
+                    });
+        EXPECT_EQ(c->GetVector(ns, key).value(), p);
+        std::vector<std::string> keys = {Key(t * 1000), key, "never-written"};
+        std::vector<std::string_view> views(keys.begin(), keys.end());
+        EXPECT_EQ(c->LookupPrefix(ns, views).value(), 2u);
+      }
+    });
+  for (auto& th : ts) th.join();
+  EXPECT_TRUE(Eventually([&] { return async_done.load() == kThreads * kPerThread; }));
+  EXPECT_EQ(async_ok.load(), kThreads * kPerThread);
+}
+
 }  // namespace
 }  // namespace kvtier::testing
