@@ -366,7 +366,8 @@ int main(int argc, char** argv) {
     std::printf("%-40s %12.1f\n", "trace: MB/s", double(served) * double(block) / 1e6 / trace_s);
     std::printf(
         "{\"rados_write_mbs\":%.1f,\"rados_read_fresh_mbs\":%.1f,\"rados_read_mbs\":%.1f,\"rados_rand_mbs\":%.1f,"
-        "\"upload_mbs\":%.1f,\"get_mbs\":%.1f,\"upload_ratio\":%.3f,\"get_ratio\":%.3f,\"get_ratio_rand\":%.3f,\"trace_served\":%llu,\"trace_asked\":%llu,"
+        "\"upload_mbs\":%.1f,\"get_mbs\":%.1f,\"upload_ratio\":%.3f,\"get_ratio\":%.3f,\"get_ratio_rand\":%.3f,"
+        "\"trace_served\":%llu,\"trace_asked\":%llu,"
         "\"trace_p50_ms\":%.2f,\"trace_p99_ms\":%.2f,\"remote_hits\":%llu,\"checksum_failures\":%llu,\"bad\":%llu}\n",
         rados_write, rados_read_fresh, rados_read, rados_rand, upload_mbs, get_mbs,
         rados_write > 0 ? upload_mbs / rados_write : 0, rados_read > 0 ? get_mbs / rados_read : 0,

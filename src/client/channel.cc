@@ -15,7 +15,9 @@ constexpr uint32_t kSocketTimeoutMs = 10000;  // a service that stops reading mi
 }
 
 Channel::Channel(wire::UniqueFd sock, std::shared_ptr<wire::SharedRegion> staging)
-    : sock_(std::move(sock)), frames_(sock_.get(), /*idle_forever=*/false), staging_(std::make_unique<Staging>(std::move(staging))) {}
+    : sock_(std::move(sock)),
+      frames_(sock_.get(), /*idle_forever=*/false),
+      staging_(std::make_unique<Staging>(std::move(staging))) {}
 
 Result<std::unique_ptr<Channel>> Channel::Open(const std::string& socket_path, const ServiceClientOptions& o) {
   auto sock = wire::ConnectUnix(socket_path);

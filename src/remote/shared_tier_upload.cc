@@ -87,10 +87,10 @@ Status SharedTier::UploadBatch(const std::vector<std::pair<uint32_t, uint32_t>>&
   RadosClient::AsyncWrites writes(c.get());  // drains before the ring goes
   size_t next_slot = 0;
   size_t issued = 0;  // segments whose writes are all issued (or that need none)
-  // Publishes the segments from *finished on whose writes are all issued,
-  // up to `issued` (exclusive), in order.
-  auto publish_through = [&](size_t issued) -> Status {
-    for (; *finished < issued; ++*finished) {
+  // Publishes the segments from *finished up to `end` (exclusive), whose
+  // writes are all issued, in order.
+  auto publish_through = [&](size_t end) -> Status {
+    for (; *finished < end; ++*finished) {
       PendingUpload& u = ups[*finished];
       if (!u.share) continue;
       for (uint64_t t : u.tickets) KVTIER_RETURN_IF_ERROR(writes.Wait(t));
