@@ -15,7 +15,14 @@
 // client), started together at one instant and stopped at another. Each row
 // runs four times, embedded, service, service, embedded, and keeps each
 // arm's better run: whichever went second on a store wrote into a fuller
-// one, and on a 2-core VM its durable puts came out up to 1.7x slower. Prints a
+// one, and on a 2-core VM its durable puts came out up to 1.7x slower.
+// The embedded arm's buffers sit on the pages the clients' shareable memory
+// gets (huge pages only where the host reserved hugetlb pages): the store
+// copies I/O from 4 KiB pages through its own buffers and goes zero-copy from
+// huge ones, which is a property of the memory, not of the service.
+// --embedded-huge-pages gives the embedded arm huge pages regardless: what an
+// engine whose own buffers are on THP pays for sharing them through the
+// service. Prints a
 // table, or JSON with --json; each figure carries its ratio to its limit.
 #include <spawn.h>
 #include <sys/mman.h>
@@ -63,6 +70,7 @@ struct Args {
   size_t disk_blocks = 256;  // 512 MiB on disk
   bool json = false;
   bool zero_copy_small_pages = false;  // Options::zero_copy_small_pages of the served stores
+  bool embedded_huge_pages = false;    // embedded arm on huge pages even where clients are not
   int64_t reply_spin_us = -1;  // the clients' ServiceClientOptions::reply_spin_us (-1: by core count)
   // client and echo roles
   std::string socket, op, out;
@@ -326,7 +334,31 @@ Summary ServiceRun(const Args& a, const std::string& socket, NamespaceId ns, con
 }
 
 // The same work on threads of this process against the embedded store.
+// Whether a client's shareable buffer gets huge pages here: RunClient's
+// memfd, tried the same way.
+bool ClientMemoryIsHuge(size_t bytes) {
+  const int fd = memfd_create("bench-probe", MFD_CLOEXEC | MFD_HUGETLB);
+  if (fd < 0) return false;
+  bool huge = false;
+  if (ftruncate(fd, static_cast<off_t>(bytes)) == 0) {
+    void* m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+    if (m != MAP_FAILED) {
+      huge = true;
+      munmap(m, bytes);
+    }
+  }
+  close(fd);
+  return huge;
+}
+
 Summary EmbeddedRun(const Args& a, Store* store, NamespaceId ns, const std::string& op, int n) {
+  // Buffers on the clients' kind of pages (see the top of this file).
+  const bool was_huge = kvbench::HugePageBuffers();
+  kvbench::SetHugePageBuffers(a.embedded_huge_pages || ClientMemoryIsHuge(std::max<size_t>(a.block, 4096)));
+  struct Restore {
+    bool on;
+    ~Restore() { kvbench::SetHugePageBuffers(on); }
+  } restore{was_huge};
   const int64_t start = NowNs() + 50000000;
   std::vector<Result> rs(n);
   std::vector<std::thread> ts;
@@ -517,13 +549,16 @@ int RunParent(const Args& a) {
   utsname u{};
   uname(&u);
   const unsigned cores = std::thread::hardware_concurrency();
+  const bool client_huge = ClientMemoryIsHuge(std::max<size_t>(a.block, 4096));
   uint64_t errors = 0;
   for (const Row& r : rows) errors += r.service.errors + r.embedded.errors;
   if (a.json) {
     std::printf("{\"machine\": {\"cores\": %u, \"kernel\": \"%s\", \"block_bytes\": %zu, \"seconds\": %.2f, "
-                "\"memcpy_gbps\": %.3f, \"reply_spin_us\": %lld, \"zero_copy_small_pages\": %s}, \"rows\": [\n",
+                "\"memcpy_gbps\": %.3f, \"reply_spin_us\": %lld, \"zero_copy_small_pages\": %s, "
+                "\"client_huge_pages\": %s, \"embedded_huge_pages\": %s}, \"rows\": [\n",
                 cores, u.release, a.block, a.seconds, mem_gbps, static_cast<long long>(a.reply_spin_us),
-                a.zero_copy_small_pages ? "true" : "false");
+                a.zero_copy_small_pages ? "true" : "false", client_huge ? "true" : "false",
+                a.embedded_huge_pages || client_huge ? "true" : "false");
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
       const double ratio = r.unit == "us" ? r.service.p50 - r.embedded.p50 : (r.limit > 0 ? r.value() / r.limit : 0);
@@ -540,9 +575,11 @@ int RunParent(const Args& a) {
     return errors == 0 ? 0 : 1;
   }
   std::printf("kvtier service bench: %u cores, Linux %s, %zu-byte blocks, %.1f s per run, memcpy best %.2f GB/s "
-              "(%d threads); reply spin %lld us (-1: by cores), zero-copy from 4 KiB pages %s\n\n",
+              "(%d threads); reply spin %lld us (-1: by cores), zero-copy from 4 KiB pages %s; client memory on %s, "
+              "embedded arm on %s\n\n",
               cores, u.release, a.block, a.seconds, mem_gbps, mem_threads, static_cast<long long>(a.reply_spin_us),
-              a.zero_copy_small_pages ? "on" : "off");
+              a.zero_copy_small_pages ? "on" : "off", client_huge ? "huge pages" : "4 KiB pages",
+              a.embedded_huge_pages || client_huge ? "huge pages" : "4 KiB pages");
   std::printf("%-44s %7s %12s %12s %12s  %s\n", "workload", "clients", "service", "embedded", "vs limit", "limit");
   for (const Row& r : rows) {
     char sv[32], em[32], ratio[32];
@@ -596,6 +633,7 @@ int main(int argc, char** argv) {
     else if (k == "--disk-blocks") a.disk_blocks = std::strtoull(next().c_str(), nullptr, 10);
     else if (k == "--json") a.json = true;
     else if (k == "--zero-copy-small-pages") a.zero_copy_small_pages = true;
+    else if (k == "--embedded-huge-pages") a.embedded_huge_pages = true;
     else if (k == "--reply-spin-us") a.reply_spin_us = std::strtoll(next().c_str(), nullptr, 10);
     else if (k == "--socket") a.socket = next();
     else if (k == "--op") a.op = next();
@@ -607,7 +645,7 @@ int main(int argc, char** argv) {
     else if (k == "--help" || k == "-h") {
       std::printf("usage: kvtier bench --service [--dir D] [--seconds S] [--clients 1,2,4,8] [--block 2M]\n"
                   "       [--ram-blocks N] [--disk-blocks N] [--reply-spin-us N]\n"
-                  "       [--zero-copy-small-pages] [--json]\n");
+                  "       [--zero-copy-small-pages] [--embedded-huge-pages] [--json]\n");
       return 0;
     } else {
       std::fprintf(stderr, "unknown argument %s (see --help)\n", k.c_str());
