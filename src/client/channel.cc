@@ -1,6 +1,7 @@
 #include "client/channel.h"
 
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -17,6 +18,7 @@ constexpr uint32_t kSocketTimeoutMs = 10000;  // a service that stops reading mi
 Channel::Channel(wire::UniqueFd sock, std::shared_ptr<wire::SharedRegion> staging)
     : sock_(std::move(sock)),
       frames_(sock_.get(), /*idle_forever=*/false),
+      wake_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
       staging_(std::make_unique<Staging>(std::move(staging))) {}
 
 Result<std::unique_ptr<Channel>> Channel::Open(const std::string& socket_path, const ServiceClientOptions& o) {
@@ -25,6 +27,7 @@ Result<std::unique_ptr<Channel>> Channel::Open(const std::string& socket_path, c
   auto staging = wire::SharedRegion::CreateMemfd("kvtier-staging", o.staging_bytes);
   if (!staging.ok()) return staging.status().WithContext("client staging");
   std::unique_ptr<Channel> ch(new Channel(std::move(sock).value(), std::move(staging).value()));
+  if (!ch->wake_fd_) return Status::FromErrno(errno, "creating the client's eventfd");
   ch->reply_spin_us_ = o.reply_spin_us >= 0 ? static_cast<uint32_t>(o.reply_spin_us)
                      : std::thread::hardware_concurrency() >= 8 ? 50 : 0;
   KVTIER_RETURN_IF_ERROR(wire::SetTimeouts(ch->sock_.get(), kSocketTimeoutMs, o.connect_timeout_ms));
@@ -81,6 +84,11 @@ size_t Channel::waiting() const {
 
 void Channel::Call(wire::Op op, const wire::WireWriter& body, Clock::time_point deadline, Done done,
                    Staging::Extent hold, const std::vector<int>& fds) {
+  Send(op, body, deadline, std::move(done), hold, fds, /*sync=*/false);
+}
+
+void Channel::Send(wire::Op op, const wire::WireWriter& body, Clock::time_point deadline, Done done,
+                   Staging::Extent hold, const std::vector<int>& fds, bool sync) {
   uint64_t id;
   bool wake_timer = false;
   {
@@ -92,7 +100,7 @@ void Channel::Call(wire::Op op, const wire::WireWriter& body, Clock::time_point 
       return done(why, nullptr);
     }
     id = next_id_++;
-    pending_[id] = Pending{std::move(done), deadline, hold, false};
+    pending_[id] = Pending{std::move(done), deadline, hold, false, sync};
     // The timer sleeps until the first deadline: wake it only when this one
     // comes sooner (waking it on every call costs each call a thread wake-up).
     if (deadline != kNoDeadline) {
@@ -112,32 +120,33 @@ void Channel::Call(wire::Op op, const wire::WireWriter& body, Clock::time_point 
 Result<std::string> Channel::CallSync(wire::Op op, const wire::WireWriter& body, Clock::time_point deadline,
                                       const std::vector<int>& fds) {
   auto w = ReplyWait<Result<std::string>>::Make();
-  Call(op, body, deadline, [w](Status st, wire::WireReader* r) {
+  Send(op, body, deadline, [w](Status st, wire::WireReader* r) {
     if (!st.ok()) return w->Set(st);
     // The rest of the body, for the caller to read.
     w->Set(std::string(r != nullptr ? r->Rest() : std::string_view()));
-  }, {}, fds);
+  }, {}, fds, /*sync=*/true);
   // While it spins the caller reads the socket itself, so that its reply
   // needs no wake-up of the reader thread and no hand-over from it.
-  return w->Wait(reply_spin_us_, [this] { Pump(/*wait=*/false); });  // Call always completes by its deadline
+  return w->Wait(reply_spin_us_, [this] { Pump(/*on_caller=*/true); });  // Call always completes by its deadline
 }
 
 void Channel::ReadLoop() {
   for (;;) {
-    pollfd p{sock_.get(), POLLIN, 0};
-    if (::poll(&p, 1, -1) < 0) {
+    pollfd p[2] = {{sock_.get(), POLLIN, 0}, {wake_fd_.get(), POLLIN, 0}};
+    if (::poll(p, 2, -1) < 0) {
       if (errno == EINTR) continue;
       Fail(Status::FromErrno(errno, "waiting for the service's replies"));
       return;
     }
-    if (!Pump(/*wait=*/true)) return;
+    if (p[1].revents & POLLIN) DispatchDeferred();
+    if (p[0].revents != 0 && !Pump(/*on_caller=*/false)) return;
   }
 }
 
-bool Channel::Pump(bool wait) {
+bool Channel::Pump(bool on_caller) {
   std::vector<wire::Frame> frames;
   Status st;
-  if (wait) {
+  if (!on_caller) {
     read_mu_.Lock();
   } else if (!read_mu_.TryLock()) {
     return true;
@@ -155,7 +164,7 @@ bool Channel::Pump(bool wait) {
   read_mu_.Unlock();
   // Completions run outside the lock: one may issue a request of its own.
   for (wire::Frame& f : frames)
-    if (!Dispatch(f)) return false;
+    if (!Dispatch(f, on_caller)) return false;
   if (!st.ok()) {
     Fail(st.code() == Code::kClosed ? Status::IOError("the service closed the connection")
                                     : st.WithContext("reading from the service"));
@@ -164,7 +173,7 @@ bool Channel::Pump(bool wait) {
   return true;
 }
 
-bool Channel::Dispatch(wire::Frame& f) {
+bool Channel::Dispatch(wire::Frame& f, bool on_caller) {
   if (!(f.header.op & wire::kReplyBit)) {
     Fail(Status::IOError("the service sent a request frame"));
     return false;
@@ -174,16 +183,37 @@ bool Channel::Dispatch(wire::Frame& f) {
     MutexLock l(&mu_);
     auto it = pending_.find(f.header.id);
     if (it == pending_.end()) return true;  // not ours any more
+    if (on_caller && !it->second.sync && !it->second.answered) {
+      deferred_.push_back(std::move(f));
+      l.Unlock();
+      const uint64_t one = 1;
+      if (::write(wake_fd_.get(), &one, sizeof one) < 0) {}  // EAGAIN: the reader is woken already
+      return true;
+    }
     p = std::move(it->second);
     pending_.erase(it);
   }
+  if (!p.answered) {  // else it timed out on this side earlier
+    wire::WireReader r(f.body);
+    Status reply = r.Status();
+    if (!r.ok()) reply = Status::IOError("malformed reply from the service");
+    p.done(reply, &r);
+  }
+  // Only now: a get's completion copies its bytes out of this staging, and
+  // once freed the extent may take another get's bytes.
   staging_->Free(p.hold);
-  if (p.answered) return true;  // timed out on this side earlier
-  wire::WireReader r(f.body);
-  Status reply = r.Status();
-  if (!r.ok()) reply = Status::IOError("malformed reply from the service");
-  p.done(reply, &r);
   return true;
+}
+
+void Channel::DispatchDeferred() {
+  uint64_t n;
+  if (::read(wake_fd_.get(), &n, sizeof n) < 0) {}  // EAGAIN: a previous turn took it
+  std::vector<wire::Frame> frames;
+  {
+    MutexLock l(&mu_);
+    frames.swap(deferred_);
+  }
+  for (wire::Frame& f : frames) Dispatch(f, /*on_caller=*/false);
 }
 
 void Channel::TimerLoop() {

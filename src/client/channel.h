@@ -10,7 +10,10 @@
 //
 // Thread safety: every method is thread-safe. Completions run on the
 // channel's reader or timer thread (or inline when a request cannot be sent)
-// and must not block.
+// and must not block. A caller spinning in CallSync reads the socket itself
+// and completes only blocking calls' replies there (they only wake their
+// waiter); every other reply it hands to the reader thread, so a completion
+// never runs on a thread that may hold the caller's locks.
 #ifndef KVTIER_SRC_CLIENT_CHANNEL_H_
 #define KVTIER_SRC_CLIENT_CHANNEL_H_
 
@@ -69,13 +72,21 @@ class Channel {
  private:
   Channel(wire::UniqueFd sock, std::shared_ptr<wire::SharedRegion> staging);
   Status Hello(const ServiceClientOptions& o, Clock::time_point deadline);
+  // Call, `sync`: the completion only wakes a CallSync waiter.
+  void Send(wire::Op op, const wire::WireWriter& body, Clock::time_point deadline, Done done,
+            Staging::Extent hold, const std::vector<int>& fds, bool sync);
   void ReadLoop();
   // Reads the replies the socket holds now and completes their requests.
-  // `wait`: for the socket, when another thread reads it; else returns at
-  // once then. False when the connection failed (Fail has run).
-  bool Pump(bool wait);
-  // Completes the request a reply answers; false for a frame no service sends.
-  bool Dispatch(wire::Frame& f);
+  // `on_caller`: a spinning caller's turn, which returns at once when
+  // another thread reads and defers all but blocking calls' replies to the
+  // reader thread; else waits for the socket. False when the connection
+  // failed (Fail has run).
+  bool Pump(bool on_caller);
+  // Completes the request a reply answers (or, `on_caller` and not a
+  // blocking call's, defers it); false for a frame no service sends.
+  bool Dispatch(wire::Frame& f, bool on_caller);
+  // The replies a caller deferred, completed on the reader thread.
+  void DispatchDeferred();
   void TimerLoop();
   // Ends the connection once: fails what waits.
   void Fail(const Status& why);
@@ -85,6 +96,7 @@ class Channel {
     Clock::time_point deadline;
     Staging::Extent hold;
     bool answered = false;  // done already ran (timed out); waiting only to free `hold`
+    bool sync = false;      // CallSync's: its completion may run on any thread
   };
 
   wire::UniqueFd sock_;
@@ -93,6 +105,7 @@ class Channel {
   // its reply (no receive timeout after hello).
   Mutex read_mu_;
   wire::FrameReader frames_ GUARDED_BY(read_mu_);
+  wire::UniqueFd wake_fd_;  // an eventfd: deferred replies wait in deferred_
   uint32_t reply_spin_us_ = 0;  // set once by Open
   std::unique_ptr<Staging> staging_;
   uint32_t staging_region_ = 0;
@@ -103,6 +116,7 @@ class Channel {
   mutable Mutex mu_;
   std::condition_variable timer_cv_;
   std::unordered_map<uint64_t, Pending> pending_ GUARDED_BY(mu_);
+  std::vector<wire::Frame> deferred_ GUARDED_BY(mu_);
   std::multimap<Clock::time_point, uint64_t> deadlines_ GUARDED_BY(mu_);
   uint64_t next_id_ GUARDED_BY(mu_) = 1;
   bool stop_ GUARDED_BY(mu_) = false;

@@ -280,6 +280,7 @@ TEST_F(ServiceTest, SpinningCallersReadTheirOwnRepliesAndEveryRequestCompletes) 
         c->GetAsync(ns, key, {&m, 1}, Clock::now() + std::chrono::seconds(10),
                     [&, bytes, want = p](Result<size_t> r) {
                       if (r.ok() && *bytes == want) ++async_ok;
+                      else ADD_FAILURE() << (r.ok() ? "wrong bytes" : r.status().ToString());
                       ++async_done;
                     });
         EXPECT_EQ(c->GetVector(ns, key).value(), p);
@@ -291,6 +292,41 @@ TEST_F(ServiceTest, SpinningCallersReadTheirOwnRepliesAndEveryRequestCompletes) 
   for (auto& th : ts) th.join();
   EXPECT_TRUE(Eventually([&] { return async_done.load() == kThreads * kPerThread; }));
   EXPECT_EQ(async_ok.load(), kThreads * kPerThread);
+}
+
+TEST_F(ServiceTest, ACallerThatSpinsNeverRunsOtherRequestsCompletions) {
+  // An engine thread may hold a lock that its own async callbacks take, then
+  // make a blocking call: if that call's spin completed the async replies
+  // it read, the callback would run under the caller's lock.
+  ServedStore served(dir_.path());
+  ServiceClientOptions spin;
+  spin.reply_spin_us = 5000;
+  auto c = served.Client(spin);
+  ASSERT_NE(c, nullptr);
+  const NamespaceId ns = c->RegisterNamespace(TestSpec()).value();
+  for (int i = 0; i < 8; ++i) {
+    auto p = Payload(ns, Key(i), 50000);
+    ASSERT_TRUE(c->Put(ns, Key(i), p.data(), p.size()).ok());
+  }
+  const std::thread::id caller = std::this_thread::get_id();
+  std::atomic<int> on_caller{0}, done{0};
+  std::vector<std::vector<uint8_t>> bufs(8, std::vector<uint8_t>(50000));
+  for (int round = 0; round < 50; ++round) {
+    for (int i = 0; i < 8; ++i) {
+      MutableFragment m{bufs[i].data(), bufs[i].size()};
+      c->GetAsync(ns, Key(i), {&m, 1}, Clock::now() + std::chrono::seconds(10), [&](Result<size_t> r) {
+        EXPECT_TRUE(r.ok());
+        if (std::this_thread::get_id() == caller) ++on_caller;
+        ++done;
+      });
+    }
+    // Blocking calls while those replies arrive: the caller reads them.
+    std::vector<std::string> keys = {Key(0), Key(1)};
+    std::vector<std::string_view> views(keys.begin(), keys.end());
+    for (int k = 0; k < 4; ++k) EXPECT_EQ(c->LookupPrefix(ns, views).value(), 2u);
+    ASSERT_TRUE(Eventually([&] { return done.load() == (round + 1) * 8; }));
+  }
+  EXPECT_EQ(on_caller.load(), 0);
 }
 
 }  // namespace
