@@ -8,7 +8,9 @@
 // from the others. The service leaves once it has had no client for
 // idle_exit_s; the next client starts another. Two clients starting one at
 // once is harmless: the store's lock admits one service, the other exits,
-// and both clients connect to the one that listens.
+// and both clients connect to the one that listens. A service started while
+// the last one is still leaving finds the lock held and exits: the client
+// starts another until one listens or its connect timeout passes.
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <spawn.h>
@@ -16,6 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <sstream>
@@ -57,7 +60,9 @@ std::string ServeProgram(const ServiceClientOptions& o) {
   return "";
 }
 
-Status StartService(const std::string& dir, const std::string& socket, const ServiceClientOptions& o) {
+// Starts `kvtier serve DIR`; the flag turns true when that process has left.
+Result<std::shared_ptr<std::atomic<bool>>> StartService(const std::string& dir, const std::string& socket,
+                                                        const ServiceClientOptions& o) {
   const std::string program = ServeProgram(o);
   if (program.empty())
     return Status::NotFound("auto: no kvtier program to start a service with (set KVTIER_BIN or "
@@ -85,12 +90,14 @@ Status StartService(const std::string& dir, const std::string& socket, const Ser
   posix_spawnattr_destroy(&attr);
   if (err != 0) return Status::FromErrno(err, "auto: starting " + program + " serve " + dir);
   // Reap it whenever it leaves, so it never lingers as a zombie.
-  std::thread([pid] {
+  auto exited = std::make_shared<std::atomic<bool>>(false);
+  std::thread([pid, exited] {
     int status = 0;
     while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
+    exited->store(true);
   }).detach();
-  return Status::OK();
+  return exited;
 }
 
 }  // namespace
@@ -108,8 +115,10 @@ Result<std::unique_ptr<Store>> OpenServiceStore(const std::string& target, const
     if (!st.ok()) return st;
     return std::unique_ptr<Store>(std::move(store));
   }
-  KVTIER_RETURN_IF_ERROR(StartService(path, socket, options.client));
+  auto exited = StartService(path, socket, options.client);
+  if (!exited.ok()) return exited.status();
   const Clock::time_point until = Clock::now() + std::chrono::milliseconds(options.client.connect_timeout_ms);
+  Clock::time_point started = Clock::now();
   for (;;) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     store = std::make_unique<ServiceStore>(target, socket, options);
@@ -119,6 +128,14 @@ Result<std::unique_ptr<Store>> OpenServiceStore(const std::string& target, const
       return st.WithContext("auto: the service started for " + path + " did not answer within " +
                             std::to_string(options.client.connect_timeout_ms) + " ms (see " + path +
                             "/" + kServiceLogName + ")");
+    // The service started here left without listening: most often one that
+    // was leaving (idle) still held the store's lock, and refused it. Start
+    // another, at most every 200 ms (its log says why each one left).
+    if ((*exited)->load() && Clock::now() - started >= std::chrono::milliseconds(200)) {
+      exited = StartService(path, socket, options.client);
+      if (!exited.ok()) return exited.status();
+      started = Clock::now();
+    }
   }
 }
 

@@ -329,5 +329,33 @@ TEST_F(ServiceTest, ACallerThatSpinsNeverRunsOtherRequestsCompletions) {
   EXPECT_EQ(on_caller.load(), 0);
 }
 
+TEST_F(ServiceTest, AutoStartsAnotherServiceWhenTheFirstFindsTheStoreStillHeld) {
+  // As when the last service is still leaving: the store's lock is held, so
+  // the service the client starts exits at once. The client must start
+  // another once the lock is free, not wait out its timeout.
+  const std::string folder = dir_.Sub("auto");
+  auto held = Store::Open(folder, SmallOptions());
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  std::thread release([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(700));
+    EXPECT_TRUE((*held)->Close().ok());
+    held->reset();
+  });
+  Options o;
+  o.client.serve_program = KVTIER_CLI;
+  o.client.serve_args = "--metrics-listen off";
+  o.client.idle_exit_s = 1;
+  o.client.connect_timeout_ms = 8000;
+  o.client.staging_bytes = 4 << 20;
+  const auto t0 = Clock::now();
+  auto s = Store::Open("auto:" + folder, o);
+  release.join();
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_LT(Clock::now() - t0, std::chrono::seconds(5));
+  const NamespaceId ns = (*s)->RegisterNamespace(TestSpec()).value();
+  auto p = Payload(ns, Key(1), 5000);
+  EXPECT_TRUE((*s)->Put(ns, Key(1), p.data(), p.size()).ok());
+}
+
 }  // namespace
 }  // namespace kvtier::testing
