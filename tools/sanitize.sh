@@ -6,7 +6,7 @@
 #
 # The whole library and the test binaries are instrumented (KVTIER_SANITIZE);
 # RocksDB, liburing and libstdc++ are not. Left out: the Python tests
-# (kvtier_python_test, kvtier_e2e_*: an uninstrumented interpreter cannot load
+# (kvtier_python_*, kvtier_e2e_*: an uninstrumented interpreter cannot load
 # an ASan/TSan libkvtier), the install checks (C++ consumers built without
 # sanitizers, an uninstrumented Python; only the tested targets are built), the
 # benchmark harness test (benchmarks are off) and the GPU tests.
@@ -33,7 +33,7 @@ case "$mode" in
     targets=(kvtier_format_test kvtier_io_test kvtier_log_test kvtier_index_test kvtier_store_test
              kvtier_tier_test kvtier_crash_test kvtier_tools_test kvtier_c_api_test
              kvtier_lmcache_connector_test)
-    exclude='^(kvtier_python_test|kvtier_e2e_.*|kvtier_bench_test.*|install_consumer|install_python|.*_NOT_BUILT)$'
+    exclude='^(kvtier_python_.*|kvtier_e2e_.*|kvtier_bench_test.*|install_consumer|install_python|.*_NOT_BUILT)$'
     # detect_leaks: the store owns every buffer it hands out, leaks are bugs.
     # Debian's RocksDB is uninstrumented: container-overflow checks would
     # misfire on std::vector/string crossing into it, so they stay off.
@@ -48,7 +48,7 @@ case "$mode" in
     # a child that opens a store from a test process that already has threads: TSan cannot start threads after
     # such a fork ("dup thread with used id"). The crash harness forks from a
     # single-threaded driver and stays in.
-    exclude='^(kvtier_python_test|kvtier_e2e_.*|kvtier_bench_test.*|install_consumer|install_python|kvtier_c_api_test|kvtier_lmcache_connector_test|.*_NOT_BUILT)$|KillTorture|TornTailIsCutAndNeverReturned|KilledStoreRecoversDenseRecords'
+    exclude='^(kvtier_python_.*|kvtier_e2e_.*|kvtier_bench_test.*|install_consumer|install_python|kvtier_c_api_test|kvtier_lmcache_connector_test|.*_NOT_BUILT)$|KillTorture|TornTailIsCutAndNeverReturned|KilledStoreRecoversDenseRecords'
     # RocksDB is not instrumented: its memtable skiplist and version set
     # publish data with atomics TSan cannot see, so its memcpy/memcmp/new/
     # delete calls and the std::string/vector code it shares with our
