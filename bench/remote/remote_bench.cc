@@ -6,8 +6,9 @@
 //       [--segment-mib 256] [--object-mib 16] [--rados-seconds 10]
 //
 // 1. `rados bench` 4 MiB writes, 16 in flight, then its sequential and its
-//    random reads (16 in flight); those run again right after step 3a, and
-//    the better figure of each is the one compared with.
+//    random reads (16 in flight). The writes run again right after step 2
+//    and the reads right after step 3a; the better figure of each is the one
+//    compared with.
 // 2. Node A (a store in DIR/a) writes `convs` conversations of `blocks`
 //    blocks each with the tier off and seals its last segment, then reopens
 //    with the tier on, which uploads every sealed segment. Upload throughput
@@ -176,7 +177,10 @@ int main(int argc, char** argv) {
   const std::string rb = "timeout -k 5 " + std::to_string(a.rados_seconds + 60) + " rados -c " + a.conf + " -p " +
                          a.pool + " bench " + std::to_string(a.rados_seconds);
   Step("rados bench write, " + std::to_string(a.rados_seconds) + " s");
-  const double rados_write = RadosBandwidth(Sh(rb + " write -b 4194304 -t 16 --no-cleanup --run-name kvrb 2>&1"));
+  // Its writes run twice too, here and after our uploads (a fresh cluster
+  // wrote at 343-546 MB/s in runs minutes apart); the better one is the limit.
+  const std::string rados_write_cmd = rb + " write -b 4194304 -t 16 --no-cleanup --run-name kvrb 2>&1";
+  double rados_write = RadosBandwidth(Sh(rados_write_cmd));
   if (rados_write <= 0) {
     std::fprintf(stderr, "kvtier_remote_bench: `rados bench` wrote nothing within %u s: is the cluster healthy "
                          "(`ceph -c %s -s`)?\n", a.rados_seconds + 60, a.conf.c_str());
@@ -250,6 +254,13 @@ int main(int argc, char** argv) {
   const double upload_s = Secs(Clock::now() - tu);
   const kvtier::Stats sa_stats = A->GetStats();
   const double upload_mbs = static_cast<double>(sa_stats.remote_upload_bytes) / 1e6 / upload_s;
+  Step("rados bench write, again");
+  // Its first write's objects go first: `rados bench` cleans up only the
+  // run it recorded last, and two runs' objects filled the test cluster.
+  const std::string rados_cleanup =
+      "timeout -k 5 120 rados -c " + a.conf + " -p " + a.pool + " cleanup --run-name kvrb >/dev/null 2>&1";
+  Sh(rados_cleanup);
+  rados_write = std::max(rados_write, RadosBandwidth(Sh(rados_write_cmd)));
 
   // 3. Node B.
   Step("node B: catalog import, bulk remote gets, revisit trace");
@@ -309,7 +320,7 @@ int main(int argc, char** argv) {
     const double get_mbs = static_cast<double>(got.load()) * static_cast<double>(block) / 1e6 / s;
     rados_read = std::max(rados_read_fresh, RadosBandwidth(Sh(rb + " seq -t 16 --run-name kvrb 2>&1")));
     rados_rand = std::max(rados_rand_fresh, RadosBandwidth(Sh(rb + " rand -t 16 --run-name kvrb 2>&1")));
-    Sh("timeout -k 5 120 rados -c " + a.conf + " -p " + a.pool + " cleanup --run-name kvrb >/dev/null 2>&1");
+    Sh(rados_cleanup);
 
     // 3b. Revisit trace.
     std::vector<uint32_t> order(a.convs);
@@ -348,7 +359,7 @@ int main(int argc, char** argv) {
     const double trace_s = Secs(Clock::now() - tr);
     const kvtier::Stats sb_stats = B->GetStats();
     std::printf("\n%-40s %12s\n", "measure", "value");
-    std::printf("%-40s %12.1f\n", "rados bench write 4 MiB t16 (MB/s)", rados_write);
+    std::printf("%-40s %12.1f\n", "rados bench write 4 MiB t16, best (MB/s)", rados_write);
     std::printf("%-40s %12.1f\n", "rados bench seq read, fresh (MB/s)", rados_read_fresh);
     std::printf("%-40s %12.1f\n", "rados bench seq read, best (MB/s)", rados_read);
     std::printf("%-40s %12.1f\n", "kvtier upload (MB/s)", upload_mbs);
