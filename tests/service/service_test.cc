@@ -16,6 +16,12 @@ namespace {
 
 class ServiceTest : public ::testing::Test {
  protected:
+  // A client whose blocking calls spin up to `spin_us` reading the socket.
+  static std::unique_ptr<Store> SpinningClient(const ServedStore& served, int32_t spin_us) {
+    ServiceClientOptions o;
+    o.reply_spin_us = spin_us;
+    return served.Client(o);
+  }
   TempDir dir_;
 };
 
@@ -261,9 +267,7 @@ TEST_F(ServiceTest, SpinningCallersReadTheirOwnRepliesAndEveryRequestCompletes) 
   // and each other for every reply: each must still reach its own request,
   // including the async ones that nobody waits on.
   ServedStore served(dir_.path());
-  ServiceClientOptions spin;
-  spin.reply_spin_us = 2000;
-  auto c = served.Client(spin);
+  auto c = SpinningClient(served, 2000);
   ASSERT_NE(c, nullptr);
   const NamespaceId ns = c->RegisterNamespace(TestSpec()).value();
   constexpr int kThreads = 4, kPerThread = 40;
@@ -299,9 +303,7 @@ TEST_F(ServiceTest, ACallerThatSpinsNeverRunsOtherRequestsCompletions) {
   // make a blocking call: if that call's spin completed the async replies
   // it read, the callback would run under the caller's lock.
   ServedStore served(dir_.path());
-  ServiceClientOptions spin;
-  spin.reply_spin_us = 5000;
-  auto c = served.Client(spin);
+  auto c = SpinningClient(served, 5000);
   ASSERT_NE(c, nullptr);
   const NamespaceId ns = c->RegisterNamespace(TestSpec()).value();
   for (int i = 0; i < 8; ++i) {
