@@ -1,0 +1,97 @@
+// Xxh3Copy must copy every byte and give XXH3_64bits' value on every vector
+// unit, for every length, alignment and way of cutting the payload into pieces
+// (RAM-tier chunks on one side, caller fragments on the other).
+#include "util/copy_checksum.h"
+
+#include <gtest/gtest.h>
+#include <xxhash.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+namespace kvtier {
+namespace {
+
+std::vector<uint8_t> RandomBytes(size_t n, uint64_t seed) {
+  std::mt19937_64 r(seed);
+  std::vector<uint8_t> v(n);
+  for (auto& b : v) b = static_cast<uint8_t>(r());
+  return v;
+}
+
+TEST(CopyChecksum, TheScalarFormIsAlwaysThere) {
+  const std::vector<std::string> isas = Xxh3CopyIsas();
+  ASSERT_FALSE(isas.empty());
+  EXPECT_EQ(isas.back(), "scalar");
+  std::printf("fused copy implementations here: %zu, preferred: %s\n", isas.size(), isas.front().c_str());
+}
+
+TEST(CopyChecksum, OnePieceMatchesTheLibraryAtEveryLengthAndAlignment) {
+  const std::vector<uint8_t> data = RandomBytes((2u << 20) + 4096, 1);
+  std::vector<size_t> lengths;
+  for (size_t n = 0; n <= 2200; ++n) lengths.push_back(n);  // short forms, and two 1 KiB blocks' edges
+  for (size_t n : {4095u, 4096u, 4097u, 65535u, 65536u, 65537u, (2u << 20) - 1, 2u << 20, (2u << 20) + 17u})
+    lengths.push_back(n);
+  std::vector<uint8_t> out(data.size() + 64);
+  for (const std::string& isa : Xxh3CopyIsas()) {
+    for (size_t src_off : {0u, 1u, 63u}) {
+      for (size_t dst_off : {0u, 5u}) {
+        for (size_t n : lengths) {
+          const uint8_t* p = data.data() + src_off;
+          std::fill(out.begin(), out.begin() + static_cast<ptrdiff_t>(n + dst_off + 1), 0xEE);
+          Xxh3Copy c(n, isa);
+          c.Copy(out.data() + dst_off, p, n);
+          ASSERT_EQ(c.Digest(), XXH3_64bits(p, n)) << isa << " length " << n << " offsets " << src_off << "/" << dst_off;
+          ASSERT_EQ(0, std::memcmp(out.data() + dst_off, p, n)) << isa << " length " << n;
+          ASSERT_EQ(out[dst_off + n], 0xEE) << "wrote past the end: " << isa << " length " << n;
+        }
+      }
+    }
+  }
+}
+
+TEST(CopyChecksum, PiecesOfAnySizeGiveTheSameBytesAndDigest) {
+  const std::vector<uint8_t> data = RandomBytes(3u << 20, 2);
+  std::mt19937_64 r(3);
+  std::vector<uint8_t> out(data.size());
+  for (const std::string& isa : Xxh3CopyIsas()) {
+    for (int round = 0; round < 300; ++round) {
+      const size_t n = round < 200 ? r() % 5000 : r() % data.size();
+      std::fill(out.begin(), out.end(), 0);
+      Xxh3Copy c(n, isa);
+      size_t at = 0;
+      while (at < n) {
+        // 0 bytes, odd sizes around a stripe, and whole 64 KiB chunks.
+        size_t piece = 0;
+        switch (r() % 4) {
+          case 0: piece = 65536; break;
+          case 1: piece = r() % 130; break;
+          default: piece = r() % 3000;
+        }
+        piece = std::min(piece, n - at);
+        c.Copy(out.data() + at, data.data() + at, piece);
+        at += piece;
+      }
+      ASSERT_EQ(c.Digest(), XXH3_64bits(data.data(), n)) << isa << " length " << n << " round " << round;
+      ASSERT_EQ(0, std::memcmp(out.data(), data.data(), n)) << isa << " length " << n;
+    }
+  }
+}
+
+TEST(CopyChecksum, AChangedByteChangesTheDigest) {
+  std::vector<uint8_t> data = RandomBytes(1u << 20, 4);
+  std::vector<uint8_t> out(data.size());
+  Xxh3Copy a(data.size());
+  a.Copy(out.data(), data.data(), data.size());
+  for (size_t at : {0ul, 12345ul, data.size() - 70, data.size() - 1}) {
+    data[at] ^= 1;
+    Xxh3Copy b(data.size());
+    b.Copy(out.data(), data.data(), data.size());
+    EXPECT_NE(a.Digest(), b.Digest()) << "byte " << at;
+    data[at] ^= 1;
+  }
+}
+
+}  // namespace
+}  // namespace kvtier
