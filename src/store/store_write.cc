@@ -9,6 +9,7 @@
 #include "store/store_impl.h"
 #include "util/checksum.h"
 #include "util/clock.h"
+#include "util/copy_checksum.h"
 
 namespace kvtier {
 
@@ -39,8 +40,11 @@ void Gather(std::span<const Fragment> payload, uint8_t* dst) {
   }
 }
 
-// Copies `payload` into the pieces of a RAM-tier reservation of its size.
-void Scatter(std::span<const Fragment> payload, const std::vector<RamTier::Piece>& pieces) {
+// Copies `payload` into the pieces of a RAM-tier reservation of its size
+// and returns its checksum, hashed on the way through (util/copy_checksum.h).
+uint64_t ScatterHashed(std::span<const Fragment> payload, uint64_t payload_len,
+                       const std::vector<RamTier::Piece>& pieces) {
+  Xxh3Copy sum(payload_len);
   size_t pi = 0, po = 0;
   for (const Fragment& f : payload) {
     const uint8_t* src = static_cast<const uint8_t*>(f.data);
@@ -48,13 +52,14 @@ void Scatter(std::span<const Fragment> payload, const std::vector<RamTier::Piece
     while (left > 0) {
       const RamTier::Piece& p = pieces[pi];
       const size_t n = std::min(left, p.size - po);
-      std::memcpy(p.data + po, src, n);
+      sum.Copy(p.data + po, src, n);
       src += n;
       left -= n;
       po += n;
       if (po == p.size) ++pi, po = 0;
     }
   }
+  return sum.Digest();
 }
 
 uint64_t ChecksumOf(std::span<const Fragment> payload) {
@@ -122,7 +127,11 @@ void StoreImpl::SubmitPut(NamespaceId ns, std::string_view key, std::span<const 
   }
   // Fill and checksum outside the lock: on the caller's thread, in parallel
   // with other callers and the writer. Padding never leaks old memory.
-  if (ram_copy) Scatter(payload, pin.pieces());
+  uint64_t scattered_sum = 0;
+  if (ram_copy) {
+    scattered_sum = ScatterHashed(payload, payload_len, pin.pieces());
+    if (checksum == nullptr) checksum = &scattered_sum;  // the caller's, if given, is the one to store
+  }
   FillRecord(&op, key.size(), source, plan, w, checksum);
   op.kind = WriteOp::Kind::kRecord;
   op.ns = ns;

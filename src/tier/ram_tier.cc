@@ -12,8 +12,9 @@
 #include <unordered_map>
 
 #include "format/record.h"
-#include "util/checksum.h"
 #include "tier/ram_tier_layout.h"
+#include "util/checksum.h"
+#include "util/copy_checksum.h"
 
 namespace kvtier {
 
@@ -296,7 +297,8 @@ RamTier::Pin RamTier::Acquire(NamespaceId ns, std::string_view key) {
   return Pin(this, it->second);
 }
 
-Result<size_t> RamTier::Read(NamespaceId ns, std::string_view key, std::span<const MutableFragment> out) {
+Result<size_t> RamTier::ReadAs(NamespaceId ns, std::string_view key, std::span<const MutableFragment> out,
+                               uint64_t copy_bytes) {
   Pin p = Acquire(ns, key);
   if (!p) return Status::NotFound("not in the RAM tier");
   uint64_t cap = 0;
@@ -304,20 +306,20 @@ Result<size_t> RamTier::Read(NamespaceId ns, std::string_view key, std::span<con
   if (cap < p.size())
     return Status::BufferTooSmall("block has " + std::to_string(p.size()) + " bytes, buffer " +
                                   std::to_string(cap));
-  // Copied in steps small enough that the hash reads each step back from
-  // the core's cache, not from memory: one pass over memory, not two.
-  constexpr size_t kStep = 64u << 10;
+  // Verified as it is copied: each stripe is hashed on its way through the
+  // core, one pass over memory (util/copy_checksum.h).
   size_t oi = 0, oo = 0;
-  Xxh3Stream sum;  // of the bytes handed out
+  const bool stream = std::max<uint64_t>(copy_bytes, p.size()) >= opt_.streaming_copy_min_bytes;
+  Xxh3Copy sum(p.size(), stream ? CopyStores::kStreaming : CopyStores::kCached);
   for (const Piece& piece : p.pieces()) {
     const uint8_t* src = piece.data;
     size_t left = piece.size;
     while (left > 0) {
       const MutableFragment& f = out[oi];
-      size_t n = std::min({left, f.size - oo, kStep});
+      size_t n = std::min(left, f.size - oo);
       uint8_t* dst = static_cast<uint8_t*>(f.data) + oo;
-      std::memcpy(dst, src, n);
-      if (opt_.verify_reads) sum.Update(dst, n);
+      if (opt_.verify_reads) sum.Copy(dst, src, n);
+      else std::memcpy(dst, src, n);
       src += n;
       left -= n;
       oo += n;
@@ -340,7 +342,7 @@ void RamTier::ReadBatch(NamespaceId ns, std::span<const GetItem> items, std::spa
   uint64_t asked = 0;
   for (const GetItem& it : items)
     for (const MutableFragment& f : it.out) asked += f.size;
-  auto one = [&](size_t i) { results[i] = Read(ns, items[i].key, items[i].out); };
+  auto one = [&](size_t i) { results[i] = ReadAs(ns, items[i].key, items[i].out, asked); };
   if (copiers_ != nullptr && items.size() > 1 && asked >= kSplitBytes) {
     copiers_->ForEach(items.size(), one);
     return;

@@ -68,6 +68,9 @@ struct RamTierOptions {
   bool verify_reads = true;
   // Threads that copy one ReadBatch's blocks, the caller included.
   uint32_t copy_threads = 1;
+  // Read() copies blocks (ReadBatch: batches) of at least this size with
+  // non-temporal stores (Options::ram_streaming_copy_min_bytes).
+  uint64_t streaming_copy_min_bytes = UINT64_MAX;
 };
 
 struct RamTierStats {
@@ -148,7 +151,9 @@ class RamTier {
   // Copies a block into `out`: its size, NotFound, BufferTooSmall, or
   // Corruption (verify_reads: the copy no longer matches its checksum; the
   // block is dropped and `out` holds garbage).
-  Result<size_t> Read(NamespaceId ns, std::string_view key, std::span<const MutableFragment> out);
+  Result<size_t> Read(NamespaceId ns, std::string_view key, std::span<const MutableFragment> out) {
+    return ReadAs(ns, key, out, 0);
+  }
   // Read() of every item into results[i] (results.size() == items.size()),
   // the blocks spread over the copy threads when the batch is worth it.
   void ReadBatch(NamespaceId ns, std::span<const GetItem> items, std::span<Result<size_t>> results);
@@ -199,6 +204,11 @@ class RamTier {
   std::atomic<bool> stop_prefault_{false};
   std::atomic<uint64_t> prefaulted_{0};
   std::atomic<uint64_t> checksum_failures_{0};
+  // Read() as part of a copy of `copy_bytes` in all (a batch), which decides
+  // the kind of stores (RamTierOptions::streaming_copy_min_bytes).
+  Result<size_t> ReadAs(NamespaceId ns, std::string_view key, std::span<const MutableFragment> out,
+                        uint64_t copy_bytes);
+
   std::unique_ptr<WorkerPool> copiers_;  // copy_threads - 1 helpers; null for one thread
 };
 

@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <random>
@@ -143,6 +144,46 @@ TEST(RamTier, ReadsVerifyTheChecksumAndDropAChangedBlock) {
       EXPECT_EQ((*t)->GetStats().checksum_failures, 0u);
     }
   }
+}
+
+// Streaming (non-temporal) stores change how the copy reaches memory, not
+// what it holds: the same bytes land, in aligned and unaligned fragments,
+// and a changed block is still caught.
+TEST(RamTier, StreamingCopiesGiveTheSameBytesAndStillVerify) {
+  RamTierOptions o = Small(4 << 20);
+  o.streaming_copy_min_bytes = 1;  // every read streams
+  auto t = RamTier::Open(o);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  const auto v = Bytes((300u << 10) + 77, 9);
+  ASSERT_NE(Put(**t, 1, "k", v), 0u);
+  auto* dst = static_cast<uint8_t*>(std::aligned_alloc(4096, 1 << 20));
+  ASSERT_NE(dst, nullptr);
+  for (size_t misalign : {0u, 32u, 1u}) {
+    SCOPED_TRACE("destination offset " + std::to_string(misalign));
+    std::memset(dst, 0, 1 << 20);
+    // An aligned run, then one that starts off any alignment.
+    MutableFragment out[2] = {{dst + misalign, 100000}, {dst + (512u << 10) + 3, v.size() - 100000}};
+    auto n = (*t)->Read(1, "k", out);
+    ASSERT_TRUE(n.ok()) << n.status().ToString();
+    EXPECT_EQ(0, std::memcmp(dst + misalign, v.data(), 100000));
+    EXPECT_EQ(0, std::memcmp(dst + (512u << 10) + 3, v.data() + 100000, v.size() - 100000));
+  }
+  {
+    RamTier::Pin p = (*t)->Acquire(1, "k");
+    ASSERT_TRUE(p);
+    size_t at = 150000;  // one bit of a byte in the middle, whichever piece holds it
+    for (const RamTier::Piece& piece : p.pieces()) {
+      if (at < piece.size) {
+        piece.data[at] ^= 0x01;
+        break;
+      }
+      at -= piece.size;
+    }
+  }
+  MutableFragment whole{dst, 1 << 20};
+  EXPECT_EQ((*t)->Read(1, "k", {&whole, 1}).status().code(), Code::kCorruption);
+  EXPECT_FALSE((*t)->Contains(1, "k"));
+  std::free(dst);
 }
 
 TEST(RamTier, ByteBudgetEvictsAndReplaceFreesOldCopy) {
