@@ -235,6 +235,14 @@ struct Options {
   // what its memory can. 0: one per core, at most 32; 1: the caller alone.
   // The helpers work only while a GetBatch waits on them.
   uint32_t ram_copy_threads = 0;
+  // Copies out of the RAM tier of at least this many bytes (one Get's block,
+  // or one GetBatch's blocks together) use non-temporal stores where the
+  // destination is aligned for them: the bytes go to memory without the
+  // destination first being read into the cache. That wins once the
+  // destination cannot stay in the cache anyway (an engine's load of a long
+  // prefix), and loses while it can. 0 (the default): half the last-level
+  // cache the kernel reports; UINT64_MAX: never.
+  uint64_t ram_streaming_copy_min_bytes = 0;
 
   // --- Recovery ---------------------------------------------------------------
   // Write an index checkpoint (so recovery needs no scan before it) every time

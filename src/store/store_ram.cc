@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "store/store_impl.h"
+#include "util/cpu_caches.h"
 
 namespace kvtier {
 
@@ -27,6 +28,8 @@ Status StoreImpl::OpenRamTier() {
   RamTierOptions o;
   o.capacity_bytes = opt_.ram_tier_bytes;
   o.verify_reads = opt_.verify_ram_hits;
+  o.streaming_copy_min_bytes =
+      opt_.ram_streaming_copy_min_bytes != 0 ? opt_.ram_streaming_copy_min_bytes : LastLevelCacheBytes() / 2;
   o.copy_threads = opt_.ram_copy_threads != 0
                        ? opt_.ram_copy_threads
                        : std::clamp(std::thread::hardware_concurrency(), 1u, 32u);
