@@ -31,6 +31,7 @@
 #include <xxhash.h>
 
 #include "harness/common.h"
+#include "harness/copy_limit.h"
 #include "kvtier/store.h"
 
 namespace {
@@ -49,6 +50,7 @@ struct Args {
   double seconds = 2.0;
   int max_threads = 0;  // 0: the cores
   int copy_threads = -1;  // Options::ram_copy_threads; -1: the default
+  int64_t stream_min_kib = -1;  // Options::ram_streaming_copy_min_bytes in KiB; -1: the default
   bool shared_memory = false;  // the tier in /dev/shm, as a store that survives restarts keeps it
   bool json = false;
 };
@@ -56,7 +58,8 @@ struct Args {
 [[noreturn]] void Usage() {
   std::fprintf(stderr,
                "usage: kvtier-host-bench [--dir D] [--block-kib K,K,...] [--batch-mib M] [--working-set-mib W]\n"
-               "                         [--seconds S] [--max-threads N] [--copy-threads N] [--shared-memory]\n"
+               "                         [--seconds S] [--max-threads N] [--copy-threads N] [--stream-min-kib K]\n"
+               "                         [--shared-memory]\n"
                "                         [--json]\n");
   std::exit(2);
 }
@@ -85,6 +88,7 @@ Args Parse(int argc, char** argv) {
       else if (k == "--seconds") a.seconds = std::stod(next());
       else if (k == "--max-threads") a.max_threads = std::stoi(next());
       else if (k == "--copy-threads") a.copy_threads = std::stoi(next());
+      else if (k == "--stream-min-kib") a.stream_min_kib = std::stoll(next());
       else if (k == "--shared-memory") a.shared_memory = true;
       else if (k == "--json") a.json = true;
       else Usage();
@@ -133,10 +137,12 @@ double Rate(int threads, double seconds, Work work) {
 struct Limit {
   double gbps = 0;
   int threads = 0;
+  std::string kernel;  // the copy kernel that won (harness/copy_limit.h)
   double one_thread = 0;
 };
 
-// The best memcpy of the same work as a GetBatch: one batch-sized
+// The best copy of the same work as a GetBatch, over the copy kernels
+// (harness/copy_limit.h) and 1..N threads: one batch-sized
 // destination (an engine's buffer) filled with block pieces from random
 // places of `source`, its blocks dealt out over the threads. One shared
 // destination, not one per thread: on a host whose last-level cache holds a
@@ -150,17 +156,19 @@ Limit MemcpyLimit(const Args& a, const AlignedBuf& source, size_t block) {
   std::vector<int> counts;
   for (int t = 1; t < a.max_threads; t *= 2) counts.push_back(t);
   counts.push_back(a.max_threads);
-  for (int t : counts) {
-    double g = Rate(t, a.seconds / 2, [&](int i, std::mt19937_64& rng) {
-      size_t bytes = 0;
-      for (size_t b = static_cast<size_t>(i); b < per_batch; b += static_cast<size_t>(t)) {
-        std::memcpy(dst.data() + b * block, source.data() + (rng() % nsrc) * block, block);
-        bytes += block;
-      }
-      return bytes;
-    });
-    if (t == 1) l.one_thread = g;
-    if (g > l.gbps) l.gbps = g, l.threads = t;
+  for (const kvbench::CopyKernel& k : kvbench::CopyKernels()) {
+    for (int t : counts) {
+      double g = Rate(t, a.seconds / 2, [&](int i, std::mt19937_64& rng) {
+        size_t bytes = 0;
+        for (size_t b = static_cast<size_t>(i); b < per_batch; b += static_cast<size_t>(t)) {
+          k.copy(dst.data() + b * block, source.data() + (rng() % nsrc) * block, block);
+          bytes += block;
+        }
+        return bytes;
+      });
+      if (t == 1 && k.copy == kvbench::CopyKernels().front().copy) l.one_thread = g;
+      if (g > l.gbps) l.gbps = g, l.threads = t, l.kernel = k.name;
+    }
   }
   return l;
 }
@@ -184,6 +192,7 @@ std::unique_ptr<Store> OpenStore(const Args& a, const std::string& dir, bool ver
   o.capacity_bytes = 2 * a.working_set + (1ull << 30);
   o.verify_ram_hits = verify;
   if (a.copy_threads >= 0) o.ram_copy_threads = static_cast<uint32_t>(a.copy_threads);
+  if (a.stream_min_kib >= 0) o.ram_streaming_copy_min_bytes = static_cast<uint64_t>(a.stream_min_kib) << 10;
   auto s = Store::Open(dir, o);
   if (!s.ok()) {
     std::fprintf(stderr, "kvtier-host-bench: open %s: %s\n", dir.c_str(), s.status().ToString().c_str());
@@ -271,7 +280,9 @@ int main(int argc, char** argv) {
       if (verify) {
         Row r;
         r.block = block;
-        if (!a.json) std::fprintf(stderr, "host bench: memcpy limit (1..%d threads)\n", a.max_threads);
+        if (!a.json)
+          std::fprintf(stderr, "host bench: copy limit (%zu kernels, 1..%d threads)\n", kvbench::CopyKernels().size(),
+                       a.max_threads);
         r.limit = MemcpyLimit(a, source, block);
         r.xxh3 = Xxh3Rate(a, source, block);
         r.get_batch = GetBatchRate(a, store.get(), ns, block, n);
@@ -295,9 +306,10 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
       std::printf("  {\"block_bytes\": %zu, \"memcpy_best_gbps\": %.3f, \"memcpy_best_threads\": %d, "
+                  "\"memcpy_best_kernel\": \"%s\", "
                   "\"memcpy_1thread_gbps\": %.3f, \"xxh3_1thread_gbps\": %.3f, \"get_batch_gbps\": %.3f, "
                   "\"get_batch_ratio\": %.3f, \"get_batch_unverified_gbps\": %.3f}%s\n",
-                  r.block, r.limit.gbps, r.limit.threads, r.limit.one_thread, r.xxh3, r.get_batch,
+                  r.block, r.limit.gbps, r.limit.threads, r.limit.kernel.c_str(), r.limit.one_thread, r.xxh3, r.get_batch,
                   r.get_batch / r.limit.gbps, r.get_batch_noverify, i + 1 < rows.size() ? "," : "");
     }
     std::printf("]}\n");
@@ -305,12 +317,13 @@ int main(int argc, char** argv) {
   }
   std::printf("kvtier host load path: GetBatch of RAM-tier hits (%zu MiB per call, one caller thread) "
               "against the best memcpy\n%s\n\n", a.batch_bytes >> 20, machine.c_str());
-  std::printf("%-8s %14s %11s %13s %13s %9s %15s\n", "block", "memcpy best", "(threads)", "memcpy 1 thr",
-              "xxh3 1 thr", "GetBatch", "vs best memcpy");
+  std::printf("%-8s %14s %20s %13s %13s %9s %15s\n", "block", "copy best", "(kernel, threads)", "memcpy 1 thr",
+              "xxh3 1 thr", "GetBatch", "vs best copy");
   for (const Row& r : rows)
-    std::printf("%-8s %9.2f GB/s %11d %8.2f GB/s %8.2f GB/s %6.2f GB/s %14.2fx\n",
-                (std::to_string(r.block >> 10) + "K").c_str(), r.limit.gbps, r.limit.threads, r.limit.one_thread,
-                r.xxh3, r.get_batch, r.get_batch / r.limit.gbps);
+    std::printf("%-8s %9.2f GB/s %20s %8.2f GB/s %8.2f GB/s %6.2f GB/s %14.2fx\n",
+                (std::to_string(r.block >> 10) + "K").c_str(), r.limit.gbps,
+                (r.limit.kernel + ", " + std::to_string(r.limit.threads)).c_str(), r.limit.one_thread, r.xxh3,
+                r.get_batch, r.get_batch / r.limit.gbps);
   std::printf("\nWithout checksum verification (diagnostic; never the configuration): ");
   for (const Row& r : rows) std::printf("%zuK %.2f GB/s  ", r.block >> 10, r.get_batch_noverify);
   std::printf("\n");
