@@ -4,6 +4,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <cstring>
 
@@ -37,12 +38,12 @@ uint64_t Load64(const uint8_t* p) {
 
 // XXH3's default secret: the one derived from seed 0 is the default itself.
 const uint8_t* DefaultSecret() {
-  static const auto* secret = [] {
-    auto* s = new uint8_t[kSecretBytes];
-    XXH3_generateSecret_fromSeed(s, 0);
+  static const std::array<uint8_t, kSecretBytes> secret = [] {
+    std::array<uint8_t, kSecretBytes> s{};
+    XXH3_generateSecret_fromSeed(s.data(), 0);
     return s;
   }();
-  return secret;
+  return secret.data();
 }
 
 void FoldStripe(uint64_t* acc, const uint8_t* in, const uint8_t* key) {
