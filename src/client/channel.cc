@@ -125,9 +125,14 @@ Result<std::string> Channel::CallSync(wire::Op op, const wire::WireWriter& body,
     // The rest of the body, for the caller to read.
     w->Set(std::string(r != nullptr ? r->Rest() : std::string_view()));
   }, {}, fds, /*sync=*/true);
-  // While it spins the caller reads the socket itself, so that its reply
+  // The caller reads the socket itself while it waits, so that its reply
   // needs no wake-up of the reader thread and no hand-over from it.
-  return w->Wait(reply_spin_us_, [this] { Pump(/*on_caller=*/true); });  // Call always completes by its deadline
+  return Await(*w);  // Call always completes by its deadline
+}
+
+void Channel::CallForWaiter(wire::Op op, const wire::WireWriter& body, Clock::time_point deadline, Done done,
+                            Staging::Extent hold) {
+  Send(op, body, deadline, std::move(done), hold, {}, /*sync=*/true);
 }
 
 void Channel::ReadLoop() {

@@ -10,10 +10,10 @@
 //
 // Thread safety: every method is thread-safe. Completions run on the
 // channel's reader or timer thread (or inline when a request cannot be sent)
-// and must not block. A caller spinning in CallSync reads the socket itself
-// and completes only blocking calls' replies there (they only wake their
-// waiter); every other reply it hands to the reader thread, so a completion
-// never runs on a thread that may hold the caller's locks.
+// and must not block. A caller waiting in CallSync or Await reads the socket
+// itself and completes only blocking calls' replies there (they only wake
+// their waiter); every other reply it hands to the reader thread, so a
+// completion never runs on a thread that may hold the caller's locks.
 #ifndef KVTIER_SRC_CLIENT_CHANNEL_H_
 #define KVTIER_SRC_CLIENT_CHANNEL_H_
 
@@ -27,6 +27,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "client/reply_wait.h"
 #include "client/staging.h"
 #include "kvtier/options.h"
 #include "kvtier/store.h"
@@ -55,6 +56,18 @@ class Channel {
   // Waits for the reply; its body (after the status) when OK.
   Result<std::string> CallSync(wire::Op op, const wire::WireWriter& body, Clock::time_point deadline,
                                const std::vector<int>& fds = {});
+  // Call for a caller that waits on `done`'s result right after, in Await (a
+  // blocking Get or Put): `done` may run on that caller's thread while it
+  // waits, so it must do no more than hand the result over.
+  void CallForWaiter(wire::Op op, const wire::WireWriter& body, Clock::time_point deadline, Done done,
+                     Staging::Extent hold = {});
+  // Blocks until `w` is set, reading the socket itself meanwhile
+  // (ReplyWait::Wait). `w` must be set by a CallForWaiter's or CallSync's
+  // completion, which completes by the call's deadline.
+  template <typename T>
+  T Await(ReplyWait<T>& w) {
+    return w.Wait(reply_spin_us_, [this] { Pump(/*on_caller=*/true); }, sock_.get());
+  }
 
   bool alive() const { return alive_.load(); }
   uint32_t reply_spin_us() const { return reply_spin_us_; }

@@ -166,7 +166,7 @@ Status ServiceStore::PlacePut(Channel& ch, std::span<const Fragment> payload, Cl
 }
 
 void ServiceStore::SubmitPut(NamespaceId ns, std::string_view key, std::span<const Fragment> payload, bool blocking,
-                             PutCallback done) {
+                             PutCallback done, std::shared_ptr<Channel>* waiter) {
   if (opt_.read_only) return FinishPut(done, Status::NotSupported("store opened read-only"));
   for (const Fragment& f : payload)
     if (f.data == nullptr && f.size != 0) return FinishPut(done, Status::InvalidArgument("fragment with null data"));
@@ -184,15 +184,17 @@ void ServiceStore::SubmitPut(NamespaceId ns, std::string_view key, std::span<con
   req.payload = std::move(frags);
   wire::WireWriter w;
   wire::Encode(w, req);
-  (*ch)->Call(wire::Op::kPut, w, deadline, [done = std::move(done)](Status s, wire::WireReader*) { FinishPut(done, s); },
-              hold);
+  Channel::Done finish = [done = std::move(done)](Status s, wire::WireReader*) { FinishPut(done, s); };
+  if (waiter == nullptr) return (*ch)->Call(wire::Op::kPut, w, deadline, std::move(finish), hold);
+  *waiter = *ch;
+  (*ch)->CallForWaiter(wire::Op::kPut, w, deadline, std::move(finish), hold);
 }
 
 Status ServiceStore::Put(NamespaceId ns, std::string_view key, std::span<const Fragment> payload) {
-  std::promise<Status> p;
-  auto f = p.get_future();
-  SubmitPut(ns, key, payload, /*blocking=*/true, [&p](Status st) { p.set_value(std::move(st)); });
-  return f.get();
+  auto w = ReplyWait<Status>::Make();
+  std::shared_ptr<Channel> ch;
+  SubmitPut(ns, key, payload, /*blocking=*/true, [w](Status st) { w->Set(std::move(st)); }, &ch);
+  return ch != nullptr ? ch->Await(*w) : w->Wait(0);  // no channel: it completed without being sent
 }
 
 std::vector<Status> ServiceStore::PutBatch(NamespaceId ns, std::span<const PutItem> items) {
@@ -219,6 +221,11 @@ void ServiceStore::PutAsyncBorrowed(NamespaceId ns, std::string_view key, std::s
 
 void ServiceStore::GetAsync(NamespaceId ns, std::string_view key, std::span<const MutableFragment> out,
                             Clock::time_point deadline, GetCallback done) {
+  SubmitGet(ns, key, out, deadline, std::move(done));
+}
+
+void ServiceStore::SubmitGet(NamespaceId ns, std::string_view key, std::span<const MutableFragment> out,
+                             Clock::time_point deadline, GetCallback done, std::shared_ptr<Channel>* waiter) {
   auto finish = [&done](Result<size_t> r) {
     if (done) done(std::move(r));
   };
@@ -260,8 +267,7 @@ void ServiceStore::GetAsync(NamespaceId ns, std::string_view key, std::span<cons
   // The staging stays mapped while the callback runs: the channel joins the
   // thread that runs it before it goes (so the callback must not own it).
   const uint8_t* src = shared ? nullptr : (*ch)->staging().data(hold);
-  (*ch)->Call(wire::Op::kGet, w, op_deadline,
-              [done = std::move(done), dst = std::move(dst), src](Status st, wire::WireReader* r) {
+  Channel::Done complete = [done = std::move(done), dst = std::move(dst), src](Status st, wire::WireReader* r) {
                 if (!st.ok()) {
                   if (done) done(st);
                   return;
@@ -280,15 +286,17 @@ void ServiceStore::GetAsync(NamespaceId ns, std::string_view key, std::span<cons
                   }
                 }
                 if (done) done(st.ok() ? Result<size_t>(static_cast<size_t>(n)) : Result<size_t>(st));
-              },
-              hold);
+  };
+  if (waiter == nullptr) return (*ch)->Call(wire::Op::kGet, w, op_deadline, std::move(complete), hold);
+  *waiter = *ch;
+  (*ch)->CallForWaiter(wire::Op::kGet, w, op_deadline, std::move(complete), hold);
 }
 
 Result<size_t> ServiceStore::Get(NamespaceId ns, std::string_view key, std::span<const MutableFragment> out) {
-  std::promise<Result<size_t>> p;
-  auto f = p.get_future();
-  GetAsync(ns, key, out, kNoDeadline, [&p](Result<size_t> r) { p.set_value(std::move(r)); });
-  return f.get();
+  auto w = ReplyWait<Result<size_t>>::Make();
+  std::shared_ptr<Channel> ch;
+  SubmitGet(ns, key, out, kNoDeadline, [w](Result<size_t> r) { w->Set(std::move(r)); }, &ch);
+  return ch != nullptr ? ch->Await(*w) : w->Wait(0);  // no channel: it completed without being sent
 }
 
 std::vector<Result<size_t>> ServiceStore::GetBatch(NamespaceId ns, std::span<const GetItem> items) {

@@ -86,8 +86,13 @@ class ServiceStore final : public Store {
   // (waiting for room until `room_deadline`).
   Status PlacePut(Channel& ch, std::span<const Fragment> payload, Clock::time_point room_deadline,
                   std::vector<wire::WireFragment>* frags, Staging::Extent* hold);
+  // `waiter`: a blocking caller's; when the request went out, the channel
+  // it waits on with Channel::Await (its completion may then run on the
+  // caller's thread). Null: an asynchronous call.
   void SubmitPut(NamespaceId ns, std::string_view key, std::span<const Fragment> payload, bool blocking,
-                 PutCallback done);
+                 PutCallback done, std::shared_ptr<Channel>* waiter = nullptr);
+  void SubmitGet(NamespaceId ns, std::string_view key, std::span<const MutableFragment> out,
+                 Clock::time_point deadline, GetCallback done, std::shared_ptr<Channel>* waiter = nullptr);
 
   const std::string target_, socket_path_;
   const Options opt_;

@@ -130,6 +130,12 @@ TEST(ServiceFaults, ServiceKilledGivesErrorsNotHangsToSpinningCallersToo) {
   ServiceKilledGivesErrorsNotHangsThenClientsReconnect(2000);
 }
 
+// A spin of 1 us: the calls go on to sleep on the socket and their eventfd,
+// where the service's death must reach them too.
+TEST(ServiceFaults, ServiceKilledGivesErrorsNotHangsToCallersSleepingOnTheSocket) {
+  ServiceKilledGivesErrorsNotHangsThenClientsReconnect(1);
+}
+
 // Raw frames on the socket, as a hostile or broken client sends them.
 class RawClient {
  public:
