@@ -10,15 +10,10 @@
 #include <random>
 #include <vector>
 
+#include "util/random_bytes.h"
+
 namespace kvtier {
 namespace {
-
-std::vector<uint8_t> RandomBytes(size_t n, uint64_t seed) {
-  std::mt19937_64 r(seed);
-  std::vector<uint8_t> v(n);
-  for (auto& b : v) b = static_cast<uint8_t>(r());
-  return v;
-}
 
 TEST(CopyChecksum, TheScalarFormIsAlwaysThere) {
   const std::vector<std::string> isas = Xxh3CopyIsas();
