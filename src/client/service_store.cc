@@ -268,24 +268,24 @@ void ServiceStore::SubmitGet(NamespaceId ns, std::string_view key, std::span<con
   // thread that runs it before it goes (so the callback must not own it).
   const uint8_t* src = shared ? nullptr : (*ch)->staging().data(hold);
   Channel::Done complete = [done = std::move(done), dst = std::move(dst), src](Status st, wire::WireReader* r) {
-                if (!st.ok()) {
-                  if (done) done(st);
-                  return;
-                }
-                const uint64_t n = r->U64();
-                st = r->Finish("get reply");
-                if (st.ok() && src != nullptr) {
-                  // Out of staging into the caller's buffers, in order.
-                  uint64_t left = n;
-                  const uint8_t* p = src;
-                  for (const MutableFragment& f : dst) {
-                    const uint64_t c = std::min<uint64_t>(left, f.size);
-                    if (c != 0) std::memcpy(f.data, p, c);
-                    p += c;
-                    left -= c;
-                  }
-                }
-                if (done) done(st.ok() ? Result<size_t>(static_cast<size_t>(n)) : Result<size_t>(st));
+    if (!st.ok()) {
+      if (done) done(st);
+      return;
+    }
+    const uint64_t n = r->U64();
+    st = r->Finish("get reply");
+    if (st.ok() && src != nullptr) {
+      // Out of staging into the caller's buffers, in order.
+      uint64_t left = n;
+      const uint8_t* p = src;
+      for (const MutableFragment& f : dst) {
+        const uint64_t c = std::min<uint64_t>(left, f.size);
+        if (c != 0) std::memcpy(f.data, p, c);
+        p += c;
+        left -= c;
+      }
+    }
+    if (done) done(st.ok() ? Result<size_t>(static_cast<size_t>(n)) : Result<size_t>(st));
   };
   if (waiter == nullptr) return (*ch)->Call(wire::Op::kGet, w, op_deadline, std::move(complete), hold);
   *waiter = *ch;
