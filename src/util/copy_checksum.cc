@@ -65,7 +65,7 @@ void Scramble(uint64_t* acc, const uint8_t* key) {
 }
 
 void CopyStripesScalar(uint64_t* acc, uint64_t first, uint8_t* dst, const uint8_t* src, size_t stripes,
-                       const uint8_t* secret, bool /*stream*/) {
+                       const uint8_t* secret) {
   for (size_t s = 0; s < stripes; ++s, ++first, src += 64, dst += 64) {
     FoldStripe(acc, src, secret + (first & 15) * 8);
     if (dst != src) std::memcpy(dst, src, 64);
@@ -87,7 +87,7 @@ uint64_t MergeAccs(const uint64_t* acc, const uint8_t* key, uint64_t start) {
   return h ^ (h >> 32);
 }
 
-const CopyStripesImpl kCopyStripesScalar = {"scalar", CopyStripesScalar};
+const CopyStripesImpl kCopyStripesScalar = {"scalar", CopyStripesScalar, CopyStripesScalar, 1};
 
 std::vector<const CopyStripesImpl*> Supported() {
   std::vector<const CopyStripesImpl*> out;
@@ -160,13 +160,14 @@ void Xxh3Copy::CopyLong(uint8_t* dst, const uint8_t* src, size_t n) {
       if (n > 0) std::memcpy(dst, src, n);  // past the stated total: copied, never matches
       return;
     }
-    impl_->copy_stripes(acc_, stripes_, pend_, pend_, 1, secret, false);
+    impl_->copy_stripes(acc_, stripes_, pend_, pend_, 1, secret);
     ++stripes_;
     pend_n_ = 0;
   }
   const size_t whole = static_cast<size_t>(std::min<uint64_t>(n / 64, loop_stripes_ - stripes_));
   if (whole > 0) {
-    impl_->copy_stripes(acc_, stripes_, dst, src, whole, secret, stream_);
+    const bool stream = stream_ && reinterpret_cast<uintptr_t>(dst) % impl_->stream_align == 0;
+    (stream ? impl_->copy_stripes_streaming : impl_->copy_stripes)(acc_, stripes_, dst, src, whole, secret);
     stripes_ += whole;
     dst += whole * 64, src += whole * 64, n -= whole * 64;
   }

@@ -25,13 +25,14 @@ namespace kvtier {
 namespace internal {
 // Folds `stripes` 64-byte stripes of src into acc (numbered from `first`, so
 // that the 16-stripe block boundaries fall where XXH3 puts them) and stores
-// them to dst. dst may equal src. `stream`: with non-temporal stores where
-// dst is aligned for them.
+// them to dst. dst may equal src.
 using CopyStripesFn = void (*)(uint64_t* acc, uint64_t first, uint8_t* dst, const uint8_t* src, size_t stripes,
-                               const uint8_t* secret, bool stream);
+                               const uint8_t* secret);
 struct CopyStripesImpl {
   const char* isa;
   CopyStripesFn copy_stripes;
+  CopyStripesFn copy_stripes_streaming;  // non-temporal stores: dst aligned to stream_align
+  size_t stream_align;
 };
 }  // namespace internal
 

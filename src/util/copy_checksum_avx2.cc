@@ -60,16 +60,10 @@ void CopyStripesAs(uint64_t* acc, uint64_t first, uint8_t* dst, const uint8_t* s
   if constexpr (kStream) _mm_sfence();  // ordered before whatever publishes the copy
 }
 
-void CopyStripes(uint64_t* acc, uint64_t first, uint8_t* dst, const uint8_t* src, size_t stripes,
-                 const uint8_t* secret, bool stream) {
-  if (stream && reinterpret_cast<uintptr_t>(dst) % 32 == 0) return CopyStripesAs<true>(acc, first, dst, src, stripes, secret);
-  CopyStripesAs<false>(acc, first, dst, src, stripes, secret);
-}
-
 }  // namespace
 
 extern const CopyStripesImpl kCopyStripesAvx2;
-const CopyStripesImpl kCopyStripesAvx2 = {"avx2", CopyStripes};
+const CopyStripesImpl kCopyStripesAvx2 = {"avx2", CopyStripesAs<false>, CopyStripesAs<true>, 32};
 
 }  // namespace kvtier::internal
 #endif

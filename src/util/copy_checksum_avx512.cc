@@ -53,16 +53,10 @@ void CopyStripesAs(uint64_t* acc, uint64_t first, uint8_t* dst, const uint8_t* s
   if constexpr (kStream) _mm_sfence();  // ordered before whatever publishes the copy
 }
 
-void CopyStripes(uint64_t* acc, uint64_t first, uint8_t* dst, const uint8_t* src, size_t stripes,
-                 const uint8_t* secret, bool stream) {
-  if (stream && reinterpret_cast<uintptr_t>(dst) % 64 == 0) return CopyStripesAs<true>(acc, first, dst, src, stripes, secret);
-  CopyStripesAs<false>(acc, first, dst, src, stripes, secret);
-}
-
 }  // namespace
 
 extern const CopyStripesImpl kCopyStripesAvx512;
-const CopyStripesImpl kCopyStripesAvx512 = {"avx512", CopyStripes};
+const CopyStripesImpl kCopyStripesAvx512 = {"avx512", CopyStripesAs<false>, CopyStripesAs<true>, 64};
 
 }  // namespace kvtier::internal
 #endif

@@ -28,18 +28,22 @@ TEST(CopyChecksum, OnePieceMatchesTheLibraryAtEveryLengthAndAlignment) {
   for (size_t n = 0; n <= 2200; ++n) lengths.push_back(n);  // short forms, and two 1 KiB blocks' edges
   for (size_t n : {4095u, 4096u, 4097u, 65535u, 65536u, 65537u, (2u << 20) - 1, 2u << 20, (2u << 20) + 17u})
     lengths.push_back(n);
-  std::vector<uint8_t> out(data.size() + 64);
+  std::vector<uint8_t> out_storage(data.size() + 192);
+  // 64-byte aligned, so that dst_off 0 takes the streaming stores.
+  uint8_t* const out_base = out_storage.data() + (64 - reinterpret_cast<uintptr_t>(out_storage.data()) % 64) % 64;
   for (const std::string& isa : Xxh3CopyIsas()) {
     for (size_t src_off : {0u, 1u, 63u}) {
       for (size_t dst_off : {0u, 5u}) {
         for (size_t n : lengths) {
           const uint8_t* p = data.data() + src_off;
-          std::fill(out.begin(), out.begin() + static_cast<ptrdiff_t>(n + dst_off + 1), 0xEE);
-          Xxh3Copy c(n, isa);
-          c.Copy(out.data() + dst_off, p, n);
+          std::fill(out_base, out_base + n + dst_off + 1, 0xEE);
+          // Streaming stores where the destination is aligned (dst_off 0; 5 never is).
+          const CopyStores stores = (n % 2 == 0) ? CopyStores::kStreaming : CopyStores::kCached;
+          Xxh3Copy c(n, isa, stores);
+          c.Copy(out_base + dst_off, p, n);
           ASSERT_EQ(c.Digest(), XXH3_64bits(p, n)) << isa << " length " << n << " offsets " << src_off << "/" << dst_off;
-          ASSERT_EQ(0, std::memcmp(out.data() + dst_off, p, n)) << isa << " length " << n;
-          ASSERT_EQ(out[dst_off + n], 0xEE) << "wrote past the end: " << isa << " length " << n;
+          ASSERT_EQ(0, std::memcmp(out_base + dst_off, p, n)) << isa << " length " << n;
+          ASSERT_EQ(out_base[dst_off + n], 0xEE) << "wrote past the end: " << isa << " length " << n;
         }
       }
     }
