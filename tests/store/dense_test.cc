@@ -78,8 +78,11 @@ TEST_P(DenseTest, SmallBlocksSharePagesAndReadBackAfterReopen) {
     PutBlocks(s.get(), ns, 0, 512, 4096);
     const Stats st = s->GetStats();
     EXPECT_EQ(st.put_bytes, 512u * 4096);
-    // Each record is 4096 + 72 + 32 bytes; with its own pages it took 8192.
-    EXPECT_LT(st.write_amplification, 1.2) << st.device_bytes_written;
+    // Each record is 4096 + 72 + 32 bytes; with its own pages it took 8192
+    // (2.0). Packed, 1.03, plus the padding of each write's last page: how
+    // many writes a batch takes depends on when the writer wakes, and under
+    // a sanitizer on two busy cores it reached 1.26 (CI, 2026-12-02).
+    EXPECT_LT(st.write_amplification, 1.5) << st.device_bytes_written;
     auto info = s->Stat(ns, Key(7));
     ASSERT_TRUE(info.ok());
     EXPECT_TRUE(info->dense);
