@@ -221,11 +221,12 @@ void ServiceStore::PutAsyncBorrowed(NamespaceId ns, std::string_view key, std::s
 
 void ServiceStore::GetAsync(NamespaceId ns, std::string_view key, std::span<const MutableFragment> out,
                             Clock::time_point deadline, GetCallback done) {
-  SubmitGet(ns, key, out, deadline, std::move(done));
+  SubmitGet(ns, key, out, deadline, /*blocking=*/false, std::move(done));
 }
 
 void ServiceStore::SubmitGet(NamespaceId ns, std::string_view key, std::span<const MutableFragment> out,
-                             Clock::time_point deadline, GetCallback done, std::shared_ptr<Channel>* waiter) {
+                             Clock::time_point deadline, bool blocking, GetCallback done,
+                             std::shared_ptr<Channel>* waiter) {
   auto finish = [&done](Result<size_t> r) {
     if (done) done(std::move(r));
   };
@@ -248,7 +249,13 @@ void ServiceStore::SubmitGet(NamespaceId ns, std::string_view key, std::span<con
   Staging::Extent hold;
   if (!shared) {
     frags.clear();
-    hold = (*ch)->staging().Allocate(cap, now);  // never waits: a busy staging is a miss
+    if (cap > opt_.client.staging_bytes) {
+      return finish(Status::NotAdmitted("a get into " + std::to_string(cap) + " bytes of memory not registered with "
+                                        "the store needs staging, and the client's staging holds " +
+                                        std::to_string(opt_.client.staging_bytes) +
+                                        " (register the memory, or raise client.staging_bytes)"));
+    }
+    hold = (*ch)->staging().Allocate(cap, blocking ? op_deadline : now);
     if (!hold) return finish(Status::TimedOut("the client's staging has no room for this get"));
     frags.push_back(wire::WireFragment{(*ch)->staging_region(), hold.offset, cap});
   }
@@ -295,16 +302,35 @@ void ServiceStore::SubmitGet(NamespaceId ns, std::string_view key, std::span<con
 Result<size_t> ServiceStore::Get(NamespaceId ns, std::string_view key, std::span<const MutableFragment> out) {
   auto w = ReplyWait<Result<size_t>>::Make();
   std::shared_ptr<Channel> ch;
-  SubmitGet(ns, key, out, kNoDeadline, [w](Result<size_t> r) { w->Set(std::move(r)); }, &ch);
+  SubmitGet(ns, key, out, kNoDeadline, /*blocking=*/true, [w](Result<size_t> r) { w->Set(std::move(r)); }, &ch);
   return ch != nullptr ? ch->Await(*w) : w->Wait(0);  // no channel: it completed without being sent
 }
 
 std::vector<Result<size_t>> ServiceStore::GetBatch(NamespaceId ns, std::span<const GetItem> items) {
-  std::vector<std::promise<Result<size_t>>> ps(items.size());
-  for (size_t i = 0; i < items.size(); ++i)
-    GetAsync(ns, items[i].key, items[i].out, kNoDeadline, [&ps, i](Result<size_t> r) { ps[i].set_value(std::move(r)); });
-  std::vector<Result<size_t>> out;
-  for (auto& p : ps) out.push_back(p.get_future().get());
+  // All in flight at once (the service copies large ones on several
+  // threads), but at most kBatchWindow: the service caps each client's
+  // requests. An item that needs staging waits for room as earlier ones
+  // complete.
+  constexpr size_t kBatchWindow = 1024;
+  std::vector<Result<size_t>> out(items.size(), Result<size_t>(Status::Aborted("not run")));
+  Mutex mu;
+  std::condition_variable cv;
+  size_t inflight = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    {
+      MutexLock l(&mu);
+      while (inflight >= kBatchWindow) l.Wait(cv);
+      ++inflight;
+    }
+    SubmitGet(ns, items[i].key, items[i].out, kNoDeadline, /*blocking=*/true, [&, i](Result<size_t> r) {
+      MutexLock l(&mu);
+      out[i] = std::move(r);
+      --inflight;
+      cv.notify_all();
+    });
+  }
+  MutexLock l(&mu);
+  while (inflight != 0) l.Wait(cv);
   return out;
 }
 

@@ -91,8 +91,12 @@ class ServiceStore final : public Store {
   // caller's thread). Null: an asynchronous call.
   void SubmitPut(NamespaceId ns, std::string_view key, std::span<const Fragment> payload, bool blocking,
                  PutCallback done, std::shared_ptr<Channel>* waiter = nullptr);
+  // `blocking`: a payload that needs staging waits for room in it (until
+  // the request's deadline); an asynchronous get never waits: no room is a
+  // miss.
   void SubmitGet(NamespaceId ns, std::string_view key, std::span<const MutableFragment> out,
-                 Clock::time_point deadline, GetCallback done, std::shared_ptr<Channel>* waiter = nullptr);
+                 Clock::time_point deadline, bool blocking, GetCallback done,
+                 std::shared_ptr<Channel>* waiter = nullptr);
 
   const std::string target_, socket_path_;
   const Options opt_;

@@ -27,7 +27,7 @@
 #include "kvtier/service.h"
 #include "kvtier/store.h"
 #include "service/namespace_access.h"
-#include "service/put_pool.h"
+#include "service/work_pool.h"
 #include "store/block_sink.h"
 #include "util/thread_annotations.h"
 #include "wire/frame_reader.h"
@@ -43,12 +43,15 @@ struct ServerCore {
   BlockSink* sink = nullptr;  // null: blocking puts fall back to PutAsyncBorrowed
   ServiceOptions opt;
   NamespaceAccess access;
-  PutPool pool{4};
-  std::atomic<uint64_t> requests{0}, malformed{0}, over_cap{0}, regions{0};
+  WorkPool puts{4};  // blocking puts waiting for the write queue
+  WorkPool gets;     // gets of large blocks (their copies out of the RAM tier)
+  std::atomic<uint64_t> requests{0}, malformed{0}, over_cap{0}, regions{0}, pooled_gets{0};
   void Log(const std::string& line) const;
 
   ServerCore(Store* s, const ServiceOptions& o, uid_t self)
-      : store(s), sink(BlockSinkOf(s)), opt(o), access(o.tenancy, self) {}
+      : store(s), sink(BlockSinkOf(s)), opt(o), access(o.tenancy, self), gets(GetThreads()) {}
+  // One per core, at most 16: a copy out of memory takes one core.
+  static unsigned GetThreads();
 };
 
 class Connection : public std::enable_shared_from_this<Connection> {

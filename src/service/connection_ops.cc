@@ -1,6 +1,8 @@
 // The requests a Connection answers: puts and gets handed to the store, and
 // the calls answered at once. Bodies are read by wire/requests.h; one that
 // does not parse is answered InvalidArgument and counted as malformed.
+#include <algorithm>
+
 #include "format/record.h"
 #include "service/connection.h"
 #include "wire/messages.h"
@@ -8,7 +10,15 @@
 
 namespace kvtier::service {
 
+unsigned ServerCore::GetThreads() {
+  return std::clamp(std::thread::hardware_concurrency(), 2u, 16u);
+}
+
 namespace {
+// Gets of at least this many bytes run on the pool (WorkPool): a copy of
+// 64 KiB takes a few microseconds, about what handing it over costs.
+constexpr uint64_t kPooledGetMinBytes = 64 << 10;
+
 // At most an hour ahead: a hostile deadline must not overflow the clock.
 Clock::time_point DeadlineOf(int64_t deadline_ns) {
   if (deadline_ns < 0) return kNoDeadline;
@@ -49,7 +59,7 @@ void Connection::OnPut(const wire::FrameHeader& h, std::string_view body) {
   if (req.blocking && core_->sink != nullptr) {
     // Waits for room in the write queue on a pool thread, never here.
     BlockSink* sink = core_->sink;
-    core_->pool.Submit([sink, ns, key = std::move(req.key), resolved, done = std::move(done)]() mutable {
+    core_->puts.Submit(id_, [sink, ns, key = std::move(req.key), resolved, done = std::move(done)]() mutable {
       sink->PutInternal(ns, key, resolved->in, RamTier::Pin(), /*blocking=*/true, std::move(done), nullptr,
                         /*borrow=*/true);
     });
@@ -72,14 +82,25 @@ void Connection::OnGet(const wire::FrameHeader& h, std::string_view body) {
   auto self = shared_from_this();
   auto resolved = std::make_shared<Resolved>(std::move(res).value());
   const NamespaceId ns = req.ns;
-  core_->store->GetAsync(ns, req.key, resolved->out, DeadlineOf(req.deadline_ns),
-                         [self, h, ns, resolved](Result<size_t> got) {
-                           self->core_->access.CountGet(ns, got.ok(), got.ok() ? *got : 0);
-                           wire::WireWriter w;
-                           w.U64(got.ok() ? *got : 0);
-                           self->Reply(h, got.status(), &w);
-                           self->Finish(0);
-                         });
+  const Clock::time_point deadline = DeadlineOf(req.deadline_ns);
+  auto get = [self, h, ns, key = std::move(req.key), resolved, deadline] {
+    GetCallback done = [self, h, ns, resolved](Result<size_t> got) {
+      self->core_->access.CountGet(ns, got.ok(), got.ok() ? *got : 0);
+      wire::WireWriter w;
+      w.U64(got.ok() ? *got : 0);
+      self->Reply(h, got.status(), &w);
+      self->Finish(0);
+    };
+    // Past its deadline the client may have reused `out`: never touch it.
+    if (deadline != kNoDeadline && Clock::now() >= deadline)
+      return done(Status::TimedOut("get deadline passed before the service reached it"));
+    self->core_->store->GetAsync(ns, key, resolved->out, deadline, std::move(done));
+  };
+  // A small get costs less than the hand-over; a large one is a copy that
+  // would hold up every later request of this client.
+  if (resolved->bytes < kPooledGetMinBytes) return get();
+  ++core_->pooled_gets;
+  core_->gets.Submit(id_, std::move(get));
 }
 
 void Connection::OnNamespaceCall(const wire::FrameHeader& h, std::string_view body) {

@@ -207,6 +207,47 @@ TEST_F(ServiceTest, RegisteredMemoryMovesPayloadsWithoutStaging) {
   EXPECT_TRUE(Eventually([&] { return served.service()->GetStats().regions == 0; }));
 }
 
+TEST_F(ServiceTest, ABatchOfGetsLargerThanTheStagingWaitsForRoomInsteadOfMissing) {
+  Options big = SmallOptions();
+  big.ram_tier_bytes = 8 << 20;
+  ServedStore served(dir_.path(), ServiceOptions{}, big);
+  ServiceClientOptions co;
+  co.staging_bytes = 1 << 20;
+  auto c = served.Client(co);
+  ASSERT_NE(c, nullptr);
+  const NamespaceId ns = c->RegisterNamespace(TestSpec()).value();
+  constexpr int kBlocks = 16;
+  constexpr size_t kBlock = 256 << 10;  // 4 MiB in all, through 1 MiB of staging
+  for (int i = 0; i < kBlocks; ++i) {
+    auto p = Payload(ns, Key(i), kBlock);
+    ASSERT_TRUE(c->Put(ns, Key(i), p.data(), p.size()).ok()) << i;
+  }
+  std::vector<std::vector<uint8_t>> bufs(kBlocks, std::vector<uint8_t>(kBlock));
+  std::vector<MutableFragment> frags(kBlocks);
+  std::vector<GetItem> items(kBlocks);
+  std::vector<std::string> keys(kBlocks);
+  for (int i = 0; i < kBlocks; ++i) {
+    keys[i] = Key(i);
+    frags[i] = MutableFragment{bufs[i].data(), kBlock};
+    items[i] = GetItem{keys[i], {&frags[i], 1}};
+  }
+  const uint64_t pooled = served.service()->GetStats().pooled_gets;
+  auto got = c->GetBatch(ns, items);
+  ASSERT_EQ(got.size(), size_t{kBlocks});
+  for (int i = 0; i < kBlocks; ++i) {
+    ASSERT_TRUE(got[i].ok()) << i << ": " << got[i].status().ToString();
+    EXPECT_EQ(*got[i], kBlock);
+    EXPECT_EQ(bufs[i], Payload(ns, Key(i), kBlock)) << i;
+  }
+  // Gets of 64 KiB and more are copied on the service's get threads.
+  EXPECT_EQ(served.service()->GetStats().pooled_gets, pooled + kBlocks);
+  // One get larger than the whole staging can never fit: refused at once, saying why.
+  std::vector<uint8_t> huge(2 << 20);
+  auto n = c->Get(ns, Key(0), huge.data(), huge.size());
+  EXPECT_EQ(n.status().code(), Code::kNotAdmitted);
+  EXPECT_NE(n.status().message().find("staging"), std::string::npos) << n.status().ToString();
+}
+
 TEST_F(ServiceTest, AClientOverItsInFlightCapIsAnsweredNotAdmitted) {
   ServiceOptions so;
   so.max_client_inflight_bytes = 256 << 10;
