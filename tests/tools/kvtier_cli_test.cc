@@ -231,6 +231,9 @@ TEST(KvtierCliUsage, BadArgumentsExit2) {
   Out s = Kv({"evict", "/tmp", "--to", "12Q"});
   EXPECT_EQ(s.rc, 2);
   EXPECT_NE(s.err.find("unknown unit"), std::string::npos) << s.err;
+  Out sv = Kv({"serve", "/tmp/kvtier-no-such-store", "--ram-streaming-min", "12Q"});
+  EXPECT_EQ(sv.rc, 2);
+  EXPECT_NE(sv.err.find("--ram-streaming-min"), std::string::npos) << sv.err;
 }
 
 TEST(KvtierCliUsage, MissingStoreOrNotAStoreExit3) {

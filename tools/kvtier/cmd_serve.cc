@@ -39,6 +39,7 @@ struct ServeCmd {
   uint32_t idle_exit_s = 0;
   std::string ram_tier;
   bool zero_copy_small_pages = false;
+  std::string ram_streaming_min;
   std::string client_inflight = "1G";
   uint32_t max_clients = 256;
 };
@@ -192,6 +193,11 @@ int Run(const ServeCmd& in) {
     o.ram_tier_bytes = *ram;
   }
   o.zero_copy_small_pages = in.zero_copy_small_pages;
+  if (!in.ram_streaming_min.empty()) {
+    auto n = ParseSize(in.ram_streaming_min);
+    if (!n.ok()) return Fail("serve", kExitUsage, "--ram-streaming-min: " + n.status().message());
+    o.ram_streaming_copy_min_bytes = *n;
+  }
   o.remote = in.a.remote;
   o.warn = [&log](const std::string& line) { log.Line("warning: " + line); };
   auto store = Store::Open(in.a.dir, o);
@@ -274,6 +280,9 @@ Command AddServe(CLI::App& root) {
   sub->add_option("--ram-tier", in->ram_tier, "Host RAM tier in front of the disk (e.g. 64G; default off)");
   sub->add_flag("--zero-copy-small-pages", in->zero_copy_small_pages,
                 "Read disk blocks straight into clients' shared memory on 4 KiB pages (see docs/service.md)");
+  sub->add_option("--ram-streaming-min", in->ram_streaming_min,
+                  "Copies out of the RAM tier of at least this size use streaming stores "
+                  "(e.g. 1M; default half the last-level cache; see docs/ram_tier.md)");
   sub->add_option("--client-inflight", in->client_inflight, "Bytes of puts one client may have in flight")
       ->capture_default_str();
   sub->add_option("--max-clients", in->max_clients, "Clients served at once")->capture_default_str();
