@@ -57,7 +57,13 @@ Result<size_t> CheckBlock(size_t i, const DeviceBlock& b, int device) {
 Result<std::unique_ptr<Transfer>> Transfer::Create(Store* store, const TransferOptions& options) {
   KVTIER_RETURN_IF_ERROR(DeviceStatus());
   BlockSink* sink = BlockSinkOf(store);
-  if (sink == nullptr) return Status::NotSupported("the GPU path needs a Store made by Store::Open");
+  if (sink == nullptr) {
+    // A served store's RAM tier lives in the service: its hits reach the GPU
+    // through the client's registered pinned memory instead.
+    return Status::NotSupported(
+        "the GPU path needs an embedded store (a folder opened by this process); through `kvtier serve`, "
+        "get_batch into pinned memory registered with the store (docs/service.md) and copy it to the device");
+  }
   if (options.pipeline_depth == 0) return Status::InvalidArgument("pipeline_depth must be > 0");
   auto t = std::make_unique<TransferImpl>(store, sink, options);
   KVTIER_RETURN_IF_ERROR(t->Init());
