@@ -1,7 +1,13 @@
 """Tables of an engine_run.py run (results.json -> results.md): per model,
 document length and batch, the median TTFT of each arm and phase, its ratio
 to recompute in the same process, and beside it the parts (lookup, load,
-forward) and the links measured in the same run."""
+forward) and the links measured in the same run.
+
+The host arm's get_batch rate is its bytes over the time spent inside
+get_batch (the copies to the GPU queued between chunks are not in it),
+against the best host copy of the run: the larger of the worker's own
+memmove sweep and kvtier-host-bench's sweep of copy kernels at the model's
+block size."""
 import statistics
 
 
@@ -44,11 +50,11 @@ def markdown(results):
         gt = _med([r["ttft_ms"] for r in g])
         ht = _med([r["ttft_ms"] for r in h])
         link = _med([l.get("h2d_pinned_gbps") for l in v["links"] if l.get("h2d_pinned_gbps")])
-        mem = _med([l.get("host_memcpy_best_gbps") for l in v["links"] if l.get("host_memcpy_best_gbps")])
+        mem = _best_copy(results, model, v["links"])
         gl = _med([r["load_ms"] for r in g])
         gbytes = _med([r["loaded_bytes"] for r in g]) or 0
         grate = gbytes / gl / 1e6 if gl else None
-        hrate = _med([r["loaded_bytes"] / r["load_call_ms"] / 1e6 for r in h if r["load_call_ms"]])
+        hrate = _med([r["loaded_bytes"] / _get_ms(r) / 1e6 for r in h if _get_ms(r)])
         sfwd = _med([r["forward_ms"] for r in g])
         rfwd = _med([r["forward_ms"] for r in arms.get("recompute", [])])
         pred = even = None
@@ -67,6 +73,14 @@ def markdown(results):
             f"| {_even(even, odirect) if phase == 'disk' else '-'} |")
     reads = ", ".join(f"{k}: {d.get('gbps')} GB/s ({d.get('threads')} threads)" for k, d in disk.items())
     lines += ["", f"O_DIRECT reads of the stores' segment files (best over 4/16/32 threads): {reads or '-'}."]
+    for model, hb in sorted(results.get("host_bench", {}).items()):
+        if hb.get("memcpy_best_gbps"):
+            lines.append(f"Best host copy for {model}'s blocks ({hb['block_bytes'] >> 10} KiB; kvtier-host-bench): "
+                         f"{hb['memcpy_best_gbps']:.1f} GB/s ({hb.get('memcpy_best_kernel')}, "
+                         f"{hb.get('memcpy_best_threads')} threads); its get_batch alone "
+                         f"{hb.get('get_batch_gbps', 0):.1f} GB/s ({hb.get('get_batch_ratio', 0):.2f}x).")
+        else:
+            lines.append(f"Best host copy for {model}: not measured ({hb.get('skipped') or hb.get('error')}).")
     probes = [w["host_path_probe"] for w in results["workers"] if w.get("host_path_probe")]
     if probes:
         lines.append(f"Host path probe (get_batch of one document's blocks with the GPU idle, median of "
@@ -98,13 +112,28 @@ def markdown(results):
             rc = _med([r["ttft_ms"] for r in arms.get("recompute", [])])
             gt = _med([r["ttft_ms"] for r in arms.get("gpu", [])])
             ht = _med([r["ttft_ms"] for r in arms.get("host", [])])
-            cells.append(f"{gt / rc:.2f}x / {ht / rc:.2f}x" if rc and gt and ht else "-")
+            cells.append(f"{_ratio(gt, rc)} / {_ratio(ht, rc)}" if rc and (gt or ht) else "-")
         lines.append(f"| {model} | {phase} | {n} | {b} | " + " | ".join(cells) + " |")
     errors = [(w.get("spec", {}).get("model"), w.get("spec", {}).get("phase"), e.splitlines()[0])
               for w in results["workers"] for e in w.get("errors", [])]
     for m, p, e in errors:
         lines.append(f"Error in {m}/{p}: {e}")
     return "\n".join(lines) + "\n"
+
+
+def _ratio(a, base):
+    return f"{a / base:.2f}x" if a is not None and base else "-"
+
+
+def _get_ms(r):
+    """Time inside get_batch; older records have only the whole load call."""
+    return r.get("get_batch_ms") or r.get("load_call_ms")
+
+
+def _best_copy(results, model, links):
+    mem = _med([l.get("host_memcpy_best_gbps") for l in links if l.get("host_memcpy_best_gbps")])
+    bench = results.get("host_bench", {}).get(model, {}).get("memcpy_best_gbps")
+    return max(x for x in (mem, bench, 0.0) if x is not None) or None
 
 
 def _reps(results):

@@ -6,7 +6,7 @@
 
 The KV cache lives in preallocated GPU memory as cross-layer paged blocks
 (bench/e2e/paged_model.py); the forward is captured as CUDA graphs per shape
-bucket. Per model and repetition, three fresh processes:
+bucket. Per model and repetition, one fresh process per phase:
 
   warm      a new store with the RAM tier in /dev/shm: first visits compute
             and store every document (put_from_device), then revisits
@@ -16,19 +16,29 @@ bucket. Per model and repetition, three fresh processes:
             the same arms
   disk      a new process with the RAM tier off: every load reads the
             segment files with O_DIRECT
+  service   a store served by `kvtier serve` (started here, RAM tier in the
+            service): the engine connects with "unix:", first visits store
+            every document, revisits, then the engine is killed with SIGKILL
+  service-restart
+            a new engine process connects to the same service, whose RAM
+            tier outlived the engine; the service stops after it
 
   recompute  prefill of the whole prompt (flash attention, as an engine's)
   gpu        lookup_prefix, get_to_device straight into the cache blocks, the
              suffix forward over them
   host       lookup_prefix, get_batch into a pinned host buffer (as vLLM's
-             CPU tier holds blocks), one copy to the GPU and a scatter into
-             the cache blocks, the suffix forward
+             CPU tier holds blocks) in chunks, each copied to the GPU and
+             scattered into the cache blocks while the next chunk is read,
+             the suffix forward. Through the service the buffer is a memfd
+             registered with it, so a RAM hit is one host copy.
 
 TTFT runs from the prompt's tokens to the first token's id on the host.
 Beside it: the load and the forward, each timed on the device (CUDA events),
 and the links measured in the same process: pinned host-to-device copies,
 host memcpy (best over thread counts) and O_DIRECT reads (best over thread
-counts) of the store's own segment files. Correctness: for two documents per
+counts) of the store's own segment files; and, in a process of its own,
+kvtier-host-bench's best host copy at the model's block size (streaming
+AVX-512 stores, which Python's memmove cannot use). Correctness: for two documents per
 arm and process, the logits after a load equal, bit for bit, those of the
 same forward over KV computed afresh (same kernels), and the tokens by
 source add up to the prompt.
@@ -51,7 +61,10 @@ sys.path.insert(0, HERE)
 import workload as wl  # noqa: E402
 
 ARMS = ("recompute", "gpu", "host")
-PHASES = ("warm", "restart", "disk")
+# Through the service: get_to_device needs an embedded store.
+SERVED_ARMS = ("recompute", "host")
+PHASES = ("warm", "restart", "disk", "service", "service-restart")
+SERVED = ("service", "service-restart")
 
 
 # ==== the serving process ===============================================================
@@ -82,7 +95,9 @@ class Worker:
         self.res["build_s"] = round(time.perf_counter() - t, 2)
         self.bb = self.model.block_bytes
         host_blocks = max(max(self.batches(n)) * ((n + self.q_tokens + 15) // 16) for n in spec["doc_tokens"])
-        self.pinned = torch.empty(host_blocks * self.bb, dtype=torch.uint8, pin_memory=True)
+        self.served = spec["phase"] in SERVED
+        self.host_chunk_bytes = int(spec.get("host_chunk_mib", 256)) << 20
+        self.pinned, self.pinned_fd = self.host_buffer(host_blocks * self.bb)
         self.res["machine"] = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
                                "cuda": torch.version.cuda, "python": platform.python_version(),
                                "cpus": os.cpu_count(), "kernel": platform.release()}
@@ -93,6 +108,25 @@ class Worker:
     def slot_table(self, slot, n_blocks):
         first = 1 + slot * self.per_slot
         return list(range(first, first + n_blocks))
+
+    def host_buffer(self, nbytes):
+        """The host arm's pinned buffer. Through the service: a memfd mapping,
+        pinned with cudaHostRegister, that the service can map too
+        (Store.register_memory), as an engine's CPU tier in /dev/shm would
+        be; else torch's pinned memory."""
+        torch = self.torch
+        if not self.served:
+            return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True), None
+        import mmap
+        fd = os.memfd_create("kvtier-e2e-host", os.MFD_CLOEXEC)
+        os.ftruncate(fd, nbytes)
+        self._host_map = mmap.mmap(fd, nbytes, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        buf = torch.frombuffer(self._host_map, dtype=torch.uint8)
+        buf.fill_(0)  # fault the pages in before pinning them
+        rc = torch.cuda.cudart().cudaHostRegister(buf.data_ptr(), nbytes, 0)
+        if int(rc) != 0:
+            raise RuntimeError(f"cudaHostRegister of the host buffer failed: {rc}")
+        return buf, fd
 
     # ---- links -------------------------------------------------------------------------
     def measure_links(self):
@@ -125,17 +159,26 @@ class Worker:
         s = self.spec
         ram = s["ram_tier_bytes"] if s["phase"] in ("warm", "restart") else 0
         t = time.perf_counter()
-        store = self.kvtier.Store(s["store_dir"], ram_tier_bytes=ram, ram_tier_shared_memory=True,
-                                  capacity_bytes=s["capacity_bytes"], read_threads=8, queue_depth=32)
+        if self.served:
+            store = self.kvtier.Store("unix:" + s["socket"], client={"client_name": self.name})
+        else:
+            extra = {}
+            if s.get("ram_streaming_min_kib") is not None:
+                extra["ram_streaming_copy_min_bytes"] = s["ram_streaming_min_kib"] << 10
+            store = self.kvtier.Store(s["store_dir"], ram_tier_bytes=ram, ram_tier_shared_memory=True,
+                                      capacity_bytes=s["capacity_bytes"], read_threads=8, queue_depth=32, **extra)
         self.res["store_open_s"] = round(time.perf_counter() - t, 3)
         st = store.stats()
         self.res["store_open_stats"] = {k: st.get(k) for k in (
             "recovered_from_crash", "ram_capacity_bytes", "ram_blocks", "ram_adopted_blocks", "ram_shared_memory",
             "used_bytes") if k in st}
-        why = store.gpu_status()
-        if why is not None:
-            raise RuntimeError("the GPU path cannot run: " + why)
-        store.gpu_set_copy_method(s.get("copy_method", "auto"))
+        if self.served:
+            store.register_memory((self.pinned.data_ptr(), self.pinned.numel()), self.pinned_fd)
+        else:
+            why = store.gpu_status()
+            if why is not None:
+                raise RuntimeError("the GPU path cannot run: " + why)
+            store.gpu_set_copy_method(s.get("copy_method", "auto"))
         self.store = store
         self.ns = store.register_namespace(
             name=f"e2e-engine/{s['model']}", model_id=self.cfg["model_id"], weights_fingerprint=f"seed{s['seed']}",
@@ -160,11 +203,50 @@ class Worker:
         table = self.slot_table(0, nblk)
         self.model.run([(p, 0, table)])
         keys = self.keys(p)
-        codes = self.ns.put_from_device(keys, [self.model.block_fragment(b) for b in table[:len(keys)]],
-                                        stream=self.stream)
+        if self.served:
+            codes = self.put_through_host(keys, table[:len(keys)])
+        else:
+            codes = self.ns.put_from_device(keys, [self.model.block_fragment(b) for b in table[:len(keys)]],
+                                            stream=self.stream)
         bad = [c for c in codes if c != self.kvtier.Code.OK]
         if bad:
-            raise RuntimeError(f"put_from_device: {len(bad)} blocks not stored ({bad[0]})")
+            raise RuntimeError(f"first visit: {len(bad)} blocks not stored ({bad[0]})")
+
+    def put_through_host(self, keys, blocks):
+        """Stores blocks from the cache through the registered host buffer,
+        in chunks (a service caps each client's bytes in flight)."""
+        torch = self.torch
+        cache, base, codes = self.model.cache, self.pinned.data_ptr(), []
+        per = max(1, (256 << 20) // self.bb)
+        for lo in range(0, len(keys), per):
+            hi = min(len(keys), lo + per)
+            ids = torch.as_tensor(blocks[lo:hi], device=self.dev)
+            self.pinned[:(hi - lo) * self.bb].copy_(cache.index_select(0, ids).view(torch.uint8).view(-1))
+            torch.cuda.synchronize()
+            codes += self.ns.put_batch(keys[lo:hi], [(base + j * self.bb, self.bb) for j in range(hi - lo)])
+        return codes
+
+    def host_load(self, keys, block_ids):
+        """The host arm's load: get_batch into the pinned buffer in chunks of
+        host_chunk_bytes; each chunk's copy to the GPU and scatter into its
+        cache blocks is queued on the stream as soon as it has landed, so it
+        runs while the next chunk is read. Returns (sizes, seconds in
+        get_batch, chunks)."""
+        torch = self.torch
+        cache, base, n = self.model.cache, self.pinned.data_ptr(), len(keys)
+        per = max(1, self.host_chunk_bytes // self.bb) if self.host_chunk_bytes else max(1, n)
+        # Pinned, so that its copy does not wait for the stream.
+        ids = torch.tensor(block_ids, dtype=torch.long).pin_memory().to(self.dev, non_blocking=True)
+        got, t_get, chunks = [], 0.0, 0
+        for lo in range(0, n, per):
+            hi = min(n, lo + per)
+            t = time.perf_counter()
+            got += self.ns.get_batch(keys[lo:hi], [(base + j * self.bb, self.bb) for j in range(lo, hi)])
+            t_get += time.perf_counter() - t
+            staged = self.pinned[lo * self.bb:hi * self.bb].to(self.dev, non_blocking=True)
+            cache.index_copy_(0, ids[lo:hi], staged.view(cache.dtype).view(-1, *cache.shape[1:]))
+            chunks += 1
+        return got, t_get, chunks
 
     def request(self, arm, prompts):
         """Serves `prompts` together (one step); returns the record."""
@@ -176,7 +258,8 @@ class Worker:
         tables, hits, seqs = [], [], []
         for i, p in enumerate(prompts):
             tables.append(self.slot_table(i, (len(p) + 15) // 16))
-        load_call = 0.0
+        load_call = get_s = 0.0
+        chunks = 0
         if arm == "recompute":
             hits = [0] * len(prompts)
         else:
@@ -192,14 +275,8 @@ class Worker:
             if arm == "gpu":
                 got = self.ns.get_to_device(all_keys, frags, stream=self.stream)
             else:
-                base = self.pinned.data_ptr()
-                got = self.ns.get_batch(all_keys, [(base + j * self.bb, self.bb) for j in range(len(all_keys))])
-                nbytes = len(all_keys) * self.bb
-                staged = self.pinned[:nbytes].to(self.dev, non_blocking=True)
-                ids = torch.as_tensor([b for i in range(len(prompts)) for b in tables[i][:hits[i]]],
-                                      device=self.dev)
-                cache = self.model.cache
-                cache.index_copy_(0, ids, staged.view(cache.dtype).view(-1, *cache.shape[1:]))
+                got, get_s, chunks = self.host_load(
+                    all_keys, [b for i in range(len(prompts)) for b in tables[i][:hits[i]]])
             load_call = time.perf_counter() - tl
             if any(g != self.bb for g in got):
                 raise RuntimeError(f"{arm}: a load returned {sorted(set(map(str, got)))[:3]} (want {self.bb} each)")
@@ -221,6 +298,7 @@ class Worker:
                "computed_tokens": [len(p) - h * pm.BLOCK_TOKENS for h in hits],
                "ttft_ms": round((t1 - t0) * 1e3, 3), "lookup_ms": round((tl - t0) * 1e3, 3),
                "load_ms": round(e[1].elapsed_time(e[2]), 3), "load_call_ms": round(load_call * 1e3, 3),
+               "get_batch_ms": round(get_s * 1e3, 3), "host_chunks": chunks,
                "forward_ms": round(e[2].elapsed_time(e[3]), 3),
                "loaded_bytes": sum(hits) * self.bb, "first_token": first}
         return rec, logits
@@ -300,14 +378,15 @@ class Worker:
         self.warm_up()
         self.res["warmup_s"] = round(time.perf_counter() - t, 2)
         self.res["graphs"] = len(self.model.graphs)
-        if s["phase"] == "warm":
+        if s["phase"] in ("warm", "service"):
             t = time.perf_counter()
             for length in s["doc_tokens"]:
                 for d in range(s["docs"][str(length)]):
                     self.first_visit(length, d)
             self.store.flush()
             self.res["first_visits_s"] = round(time.perf_counter() - t, 2)
-        arms = list(ARMS) if s["rep"] % 2 == 0 else list(reversed(ARMS))
+        arms = list(SERVED_ARMS if self.served else ARMS)
+        arms = arms if s["rep"] % 2 == 0 else list(reversed(arms))
         for rnd in range(1, s["rounds"] + 1):
             for length in s["doc_tokens"]:
                 ndocs = s["docs"][str(length)]
@@ -316,12 +395,14 @@ class Worker:
                     for g in groups:
                         prompts = [self.prompt(length, d % ndocs, rnd) for d in g]
                         for arm in arms:
-                            g0 = self.store.gpu_stats()
+                            g0 = None if self.served else self.store.gpu_stats()
                             rec, logits = self.request(arm, prompts)
-                            g1 = self.store.gpu_stats()
-                            # How the load was copied (outside the timed span).
-                            rec["gpu_path"] = {k: g1[k] - g0[k] for k in (
-                                "ram_hits", "disk_reads", "copies", "batch_calls", "loop_calls", "kernel_calls")}
+                            if g0 is not None:
+                                g1 = self.store.gpu_stats()
+                                # How the load was copied (outside the timed span).
+                                rec["gpu_path"] = {k: g1[k] - g0[k] for k in (
+                                    "ram_hits", "disk_reads", "copies", "batch_calls", "loop_calls",
+                                    "kernel_calls")}
                             rec.update(round=rnd, doc_tokens=length, docs=g)
                             self.res["requests"].append(rec)
                             if arm != "recompute" and b == 1 and rnd == 1 and g[0] < s["check_docs"]:
@@ -349,7 +430,7 @@ def worker_main(spec_path):
         wl.write_json(spec["result_path"], res)
         print(traceback.format_exc(), flush=True)
         return 1
-    if spec["phase"] == "warm":
+    if spec["phase"] in ("warm", "service"):
         os.kill(os.getpid(), signal.SIGKILL)  # the crash: no close, no flush
     w.store.close()
     return 0
@@ -375,6 +456,16 @@ def parse_args(argv):
     p.add_argument("--phases", default=",".join(PHASES))
     p.add_argument("--copy-method", default="auto", choices=["auto", "batch", "loop", "kernel"],
                    help="how the GPU path copies (Store.gpu_set_copy_method)")
+    p.add_argument("--host-chunk-mib", type=int, default=256,
+                   help="the host arm's get_batch chunk, each copied to the GPU while the next is read "
+                        "(0: one get_batch, then one copy)")
+    p.add_argument("--ram-streaming-min-kib", type=int, default=None,
+                   help="RAM-tier copies of at least this many KiB use streaming stores, in the store and the "
+                        "service (default: the library's, half the last-level cache)")
+    p.add_argument("--kvtier-bin", default=os.environ.get("KVTIER_BIN", os.path.join(REPO, ".gpu", "bin", "kvtier")),
+                   help="the kvtier command, for the service phases")
+    p.add_argument("--host-bench", default=os.path.join(REPO, ".gpu", "bin", "kvtier-host-bench"),
+                   help="kvtier-host-bench, for the best host copy at each model's block size (skipped when absent)")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--worker-timeout-s", type=float, default=420)
     return p.parse_args(argv)
@@ -405,6 +496,54 @@ def odirect_rate(store_dir):
     return {"gbps": round(best[0], 2), "threads": best[1], "files": len(paths)}
 
 
+def host_copy_limit(bench, block_bytes, batch_bytes, out):
+    """The best host copy for this block size (kvtier-host-bench's sweep of
+    copy kernels and threads), and its own get_batch, in a process of its
+    own: Python's memmove cannot use the streaming AVX-512 stores that win
+    past the cache, so the in-process limit alone sits too low."""
+    if not os.path.exists(bench):
+        return {"skipped": f"{bench} is missing (tools/gpu_pack.sh packs it)"}
+    cmd = [bench, "--dir", "/dev/shm/kvtier-e2e-host-bench", "--block-kib", str(block_bytes >> 10),
+           "--batch-mib", str(max(64, batch_bytes >> 20)), "--working-set-mib", "4096", "--seconds", "1",
+           "--shared-memory", "--json"]
+    with open(out, "w") as log:
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=log, text=True, timeout=600)
+    try:
+        row = json.loads(p.stdout)["rows"][0]
+    except (ValueError, KeyError, IndexError):
+        return {"error": f"rc={p.returncode}; see {out}", "cmd": " ".join(cmd)}
+    return {"cmd": " ".join(cmd), **row}
+
+
+class Service:
+    """`kvtier serve` over one store for the service phases; stopped with
+    SIGTERM (a clean close) after the last of them."""
+
+    def __init__(self, program, store_dir, a, log_path):
+        self.socket = f"/tmp/kvtier-e2e-{os.getpid()}.sock"
+        cmd = [program, "serve", store_dir, "--socket", self.socket, "--ram-tier", f"{int(a.ram_tier_gib)}G",
+               "--capacity", f"{int(a.capacity_gib)}G", "--metrics-listen", "off", "--client-inflight", "1G"]
+        if a.ram_streaming_min_kib is not None:
+            cmd += ["--ram-streaming-min", f"{a.ram_streaming_min_kib}K"]
+        self.log = open(log_path, "w")
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.time() + 60
+        while not os.path.exists(self.socket):
+            if self.proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError(f"kvtier serve did not listen (rc {self.proc.poll()}; see {log_path})")
+            time.sleep(0.05)
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            rc = "killed after 120 s"
+        self.log.close()
+        return rc
+
+
 def main(argv):
     a = parse_args(argv)
     out = os.path.abspath(a.out)
@@ -415,19 +554,38 @@ def main(argv):
     results = {"args": vars(a), "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "workers": [],
                "disk": {}}
     os.makedirs(a.store_root, exist_ok=True)
+    phases = a.phases.split(",")
+    if any(p in SERVED for p in phases) and not os.path.exists(a.kvtier_bin):
+        wl.log("e2e", f"no kvtier command at {a.kvtier_bin}: skipping the service phases")
+        phases = [p for p in phases if p not in SERVED]
+    results["host_bench"] = {}
+    import paged_model
     for model in a.models.split(","):
+        cfg = paged_model.MODELS[model]
+        bb = paged_model.kv_bytes_per_token(cfg) * paged_model.BLOCK_TOKENS
+        batch = (lengths[0] + paged_model.BLOCK_TOKENS - 1) // paged_model.BLOCK_TOKENS * bb
+        results["host_bench"][model] = host_copy_limit(a.host_bench, bb, batch,
+                                                       os.path.join(out, "workers", f"{model}-host-bench.log"))
+        wl.log("e2e", f"{model}: host copy limit {results['host_bench'][model]}")
         for rep in range(a.reps):
             store_dir = os.path.join(a.store_root, f"{model}-rep{rep}")
             remove_store(store_dir)
-            for phase in a.phases.split(","):
+            service = None
+            for phase in phases:
                 if phase == "disk":
                     results["disk"][f"{model}/rep{rep}"] = odirect_rate(store_dir)
+                if phase in SERVED and service is None:
+                    remove_store(store_dir)
+                    service = Service(a.kvtier_bin, store_dir, a,
+                                      os.path.join(out, "workers", f"{model}-rep{rep}-serve.log"))
                 name = f"{model}-rep{rep}-{phase}"
                 spec = dict(model=model, rep=rep, phase=phase, store_dir=store_dir, seed=a.seed,
                             doc_tokens=lengths, docs=docs, question_tokens=a.question_tokens, rounds=a.rounds,
                             max_batch=a.max_batch, batch_max_doc_tokens=a.batch_max_doc_tokens,
                             check_docs=a.check_docs, ram_tier_bytes=int(a.ram_tier_gib * (1 << 30)),
-                            copy_method=a.copy_method,
+                            copy_method=a.copy_method, host_chunk_mib=a.host_chunk_mib,
+                            ram_streaming_min_kib=a.ram_streaming_min_kib,
+                            socket=service.socket if service else None,
                             capacity_bytes=int(a.capacity_gib * (1 << 30)),
                             result_path=os.path.join(out, "workers", name + ".json"))
                 spec_path = os.path.join(out, "workers", name + ".spec.json")
@@ -445,6 +603,8 @@ def main(argv):
                 wl.log("e2e", f"{name}: rc={rc} in {res['wall_s']} s, {len(res.get('requests', []))} requests, "
                             f"errors: {[e.splitlines()[0] for e in res.get('errors', [])]}")
                 wl.write_json(os.path.join(out, "results.json"), results)
+            if service is not None:
+                results.setdefault("service_rc", {})[f"{model}/rep{rep}"] = service.stop()
             remove_store(store_dir)
     import engine_report
     with open(os.path.join(out, "results.md"), "w") as f:

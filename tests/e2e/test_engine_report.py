@@ -64,3 +64,27 @@ def test_a_token_that_differs_is_shown_against_its_top_two_gap():
     md = engine_report.markdown(results())
     assert "0/3 give the full prefill's first token" in md
     assert "Of the 3 that differ, 3 have the full prefill's top two logits closer" in md
+
+
+def test_host_rate_counts_get_batch_alone_against_the_best_copy_of_the_run():
+    r = results()
+    for w in r["workers"]:
+        for q in w["requests"]:
+            if q["arm"] == "host":
+                q["get_batch_ms"] = 8.0  # of a 20 ms load: the copies to the GPU are not get_batch's
+    r["host_bench"] = {"m": {"block_bytes": 1 << 20, "memcpy_best_gbps": 80.0, "memcpy_best_kernel": "k",
+                             "memcpy_best_threads": 16, "get_batch_gbps": 60.0, "get_batch_ratio": 0.75}}
+    md = engine_report.markdown(r)
+    # 400 MB in 8 ms = 50 GB/s, against the bench's 80 GB/s (above the worker's 40).
+    assert "| 50.0 (0.62) |" in table_row(md, "warm")
+    assert "Best host copy for m's blocks (1024 KiB; kvtier-host-bench): 80.0 GB/s (k, 16 threads)" in md
+
+
+def test_a_phase_without_the_gpu_arm_shows_the_host_arm_alone():
+    r = results()
+    w = worker("service-restart", 0, 20.0, 40.0)
+    w["requests"] = [q for q in w["requests"] if q["arm"] != "gpu"]
+    r["workers"].append(w)
+    md = engine_report.markdown(r)
+    assert "| - | 40.0 (0.40x) |" in table_row(md, "service-restart")
+    assert "| m | service-restart | 2750 | 1 | - / 0.40x | - |" in md
