@@ -97,8 +97,10 @@ void Connection::OnGet(const wire::FrameHeader& h, std::string_view body) {
     self->core_->store->GetAsync(ns, key, resolved->out, deadline, std::move(done));
   };
   // A small get costs less than the hand-over; a large one is a copy that
-  // would hold up every later request of this client.
-  if (resolved->bytes < kPooledGetMinBytes) return get();
+  // would hold up this client's later requests, if it has sent any (a
+  // batch). A lone blocking get is copied here: a pool thread would add
+  // two wake-ups and a cold core to its latency.
+  if (resolved->bytes < kPooledGetMinBytes || !frames_.MoreWaiting()) return get();
   ++core_->pooled_gets;
   core_->gets.Submit(id_, std::move(get));
 }

@@ -1,5 +1,6 @@
 #include "wire/frame_reader.h"
 
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -147,6 +148,12 @@ Status FrameReader::ClaimFds(uint64_t at, uint16_t op, std::vector<UniqueFd>* ou
   *out = std::move(fd_reads_.front().fds);
   fd_reads_.pop_front();
   return Status::OK();
+}
+
+bool FrameReader::MoreWaiting() const {
+  if (buffered() != 0) return true;
+  int n = 0;
+  return ::ioctl(sock_, FIONREAD, &n) == 0 && n > 0;
 }
 
 }  // namespace kvtier::wire

@@ -50,6 +50,9 @@ class FrameReader {
   // socket has no more bytes now (a caller that polls the socket itself).
   // A frame larger than the buffer, once begun, is finished as Next would.
   [[nodiscard]] Result<bool> TryNext(Frame* out);
+  // True when bytes of another frame are buffered or waiting on the socket:
+  // the peer has sent more requests behind the last one returned.
+  bool MoreWaiting() const;
 
  private:
   struct FdRead {

@@ -57,6 +57,24 @@ TEST(FrameReader, SplitsABurstIntoItsFramesInOrder) {
   }
 }
 
+TEST(FrameReader, SaysWhenMoreFramesWaitBehindTheOneReturned) {
+  Pair p;
+  wire::FrameReader r(p.b.get(), false);
+  EXPECT_FALSE(r.MoreWaiting());
+  ASSERT_TRUE(wire::SendFrames(p.a.get(), FrameOf(wire::Op::kGet, 1, 0) + FrameOf(wire::Op::kGet, 2, 0)).ok());
+  wire::Frame f;
+  ASSERT_TRUE(r.Next(&f).ok());
+  EXPECT_TRUE(r.MoreWaiting());  // frame 2, buffered or still on the socket
+  ASSERT_TRUE(r.Next(&f).ok());
+  EXPECT_FALSE(r.MoreWaiting());
+  // Bytes on the socket that the reader has not taken yet count too.
+  ASSERT_TRUE(wire::SendFrames(p.a.get(), FrameOf(wire::Op::kGet, 3, 0)).ok());
+  EXPECT_TRUE(r.MoreWaiting());
+  ASSERT_TRUE(r.Next(&f).ok());
+  EXPECT_EQ(f.header.id, 3u);
+  EXPECT_FALSE(r.MoreWaiting());
+}
+
 TEST(FrameReader, FramesLargerThanItsBufferArriveWhole) {
   Pair p;
   const size_t big = 3 * wire::FrameReader::kBufferBytes + 123;
