@@ -5,8 +5,10 @@
 //                   clients: service processes against embedded threads
 //   bulk RAM reads  2 MiB gets of blocks the RAM tier holds, N client
 //                   processes reading into registered memory (and, for
-//                   comparison, through their staging), against the host's
-//                   best multi-threaded memcpy of the same run
+//                   comparison, through their staging), and one client's
+//                   get_batch of 64 blocks (an engine's prefix load),
+//                   against the host's best multi-threaded memcpy of the
+//                   same run
 //   bulk disk       O_DIRECT-bound gets and durable puts (a store without a
 //                   RAM tier), service processes against embedded threads
 //   scaling         aggregate rates at 1, 2, 4 and 8 clients
@@ -60,6 +62,15 @@ using kvtier::Store;
 
 constexpr size_t kSmallKeys = 4096;
 constexpr size_t kLookupBatch = 32;
+// Blocks of one get_batch: a 2,750-token prefix of Qwen3-0.6B is 171 blocks
+// of 1.75 MiB; 64 of 2 MiB keeps the bench's buffers at 128 MiB.
+constexpr size_t kGetBatchBlocks = 64;
+
+bool IsBatch(const std::string& op) { return op == "ram_get_batch"; }
+// A worker's buffer: one block, or a batch of them.
+size_t BufferBytes(const std::string& op, size_t block) {
+  return std::max<size_t>(block, 4096) * (IsBatch(op) ? kGetBatchBlocks : 1);
+}
 
 struct Args {
   std::string role = "parent";
@@ -173,6 +184,25 @@ Result Work(Store* store, NamespaceId ns, const std::string& op, uint64_t seed, 
         r.bytes += block;
         if (r.ops % 64 == 0 && !payloads.Verify(id, block, buf)) ++r.errors;  // a sample, verified
       }
+    } else if (op == "ram_get_batch") {
+      // An engine's load: many RAM hits in one call, into its own memory.
+      std::vector<std::string> keys(kGetBatchBlocks);
+      std::vector<kvtier::MutableFragment> frags(kGetBatchBlocks);
+      std::vector<kvtier::GetItem> items(kGetBatchBlocks);
+      std::vector<uint64_t> ids(kGetBatchBlocks);
+      for (size_t i = 0; i < kGetBatchBlocks; ++i) {
+        ids[i] = rng() % blocks;
+        keys[i] = kvbench::MakeKey(1, ids[i]);
+        frags[i] = kvtier::MutableFragment{buf + i * block, block};
+        items[i] = kvtier::GetItem{keys[i], {&frags[i], 1}};
+      }
+      auto got = store->GetBatch(ns, items);
+      for (size_t i = 0; i < got.size(); ++i) {
+        if (!got[i].ok() || *got[i] != block) ++r.errors;
+        else r.bytes += block;
+      }
+      const size_t at = r.ops % kGetBatchBlocks;  // a sample, verified
+      if (!payloads.Verify(ids[at], block, buf + at * block)) ++r.errors;
     } else if (op == "put") {
       const uint64_t id = put_id++;
       payloads.Fill(id, block, buf);
@@ -200,7 +230,7 @@ int RunClient(const Args& a) {
   (void)(*s)->RegisterNamespace(Spec(a.op == "lookup" ? "bench/small" : a.op == "disk_get" || a.op == "put" ? "bench/disk" : "bench/ram"));
   const bool registered = a.op.find("staged") == std::string::npos;
   const std::string op = registered ? a.op : a.op.substr(0, a.op.find("_staged"));
-  const size_t bytes = std::max<size_t>(a.block, 4096);
+  const size_t bytes = BufferBytes(op, a.block);
   // An engine's shareable buffer: on huge pages where the host reserved
   // some. A hugetlb memfd truncates without any reserved; its mapping then
   // fails, and the buffer falls back to ordinary pages.
@@ -224,7 +254,7 @@ int RunClient(const Args& a) {
   kvbench::Payloads payloads(a.block);
   SleepUntilNs(a.start_ns);
   Result r = Work(s->get(), a.ns, op, a.seed, a.start_ns + static_cast<int64_t>(a.seconds * 1e9), buf, a.block,
-                  op == "ram_get" ? a.ram_blocks : a.disk_blocks, payloads);
+                  op.rfind("ram_get", 0) == 0 ? a.ram_blocks : a.disk_blocks, payloads);
   r.Write(a.out);
   return 0;
 }
@@ -357,7 +387,7 @@ bool ClientMemoryIsHuge(size_t bytes) {
 Summary EmbeddedRun(const Args& a, Store* store, NamespaceId ns, const std::string& op, int n) {
   // Buffers on the clients' kind of pages (see the top of this file).
   const bool was_huge = kvbench::HugePageBuffers();
-  kvbench::SetHugePageBuffers(a.embedded_huge_pages || ClientMemoryIsHuge(std::max<size_t>(a.block, 4096)));
+  kvbench::SetHugePageBuffers(a.embedded_huge_pages || ClientMemoryIsHuge(BufferBytes(op, a.block)));
   struct Restore {
     bool on;
     ~Restore() { kvbench::SetHugePageBuffers(on); }
@@ -368,10 +398,10 @@ Summary EmbeddedRun(const Args& a, Store* store, NamespaceId ns, const std::stri
   kvbench::Payloads payloads(a.block);
   for (int i = 0; i < n; ++i)
     ts.emplace_back([&, i] {
-      kvbench::AlignedBuf buf(std::max<size_t>(a.block, 4096));
+      kvbench::AlignedBuf buf(BufferBytes(op, a.block));
       SleepUntilNs(start);
       rs[i] = Work(store, ns, op, i + 1, start + static_cast<int64_t>(a.seconds * 1e9), buf.data(), a.block,
-                   op == "ram_get" ? a.ram_blocks : a.disk_blocks, payloads);
+                   op.rfind("ram_get", 0) == 0 ? a.ram_blocks : a.disk_blocks, payloads);
     });
   for (auto& t : ts) t.join();
   return Summarize(rs, a.seconds);
@@ -535,6 +565,14 @@ int RunParent(const Args& a) {
     r.unit = "GB/s";
     r.limit = mem_gbps;
     r.limit_name = "copy best (" + mem.kernel + ", " + std::to_string(mem.threads) + " threads)";
+    rows.push_back(r);
+  }
+  {
+    Row r = both(ram, ram_ns, "ram_get_batch", 1,
+                 "RAM-tier get_batch (" + std::to_string(kGetBatchBlocks) + " blocks), registered");
+    r.unit = "GB/s";
+    r.limit = mem_gbps;
+    r.limit_name = "copy best";
     rows.push_back(r);
   }
   {
