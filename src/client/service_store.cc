@@ -3,6 +3,7 @@
 #include <cstring>
 #include <future>
 
+#include "format/record.h"
 #include "wire/messages.h"
 #include "wire/requests.h"
 
@@ -307,27 +308,75 @@ Result<size_t> ServiceStore::Get(NamespaceId ns, std::string_view key, std::span
 }
 
 std::vector<Result<size_t>> ServiceStore::GetBatch(NamespaceId ns, std::span<const GetItem> items) {
-  // All in flight at once (the service copies large ones on several
-  // threads), but at most kBatchWindow: the service caps each client's
-  // requests. An item that needs staging waits for room as earlier ones
-  // complete.
-  constexpr size_t kBatchWindow = 1024;
   std::vector<Result<size_t>> out(items.size(), Result<size_t>(Status::Aborted("not run")));
   Mutex mu;
   std::condition_variable cv;
   size_t inflight = 0;
-  for (size_t i = 0; i < items.size(); ++i) {
+  auto arrive = [&](size_t i, Result<size_t> r) {
+    MutexLock l(&mu);
+    out[i] = std::move(r);
+    --inflight;
+    cv.notify_all();
+  };
+  // Items whose memory is all registered go to the service in get_batch
+  // requests: one request for many blocks, which the service copies on
+  // several threads. The rest cross the staging one get at a time.
+  std::vector<size_t> single;
+  auto ch = Live();
+  wire::GetBatchRequest req;
+  std::vector<size_t> req_items;
+  req.ns = ns;
+  auto send = [&] {
+    if (req.items.empty()) return;
+    wire::WireWriter w;
+    wire::Encode(w, req);
     {
       MutexLock l(&mu);
-      while (inflight >= kBatchWindow) l.Wait(cv);
+      inflight += req_items.size();
+    }
+    (*ch)->Call(wire::Op::kGetBatch, w, OpDeadline(),
+                [&arrive, idx = std::move(req_items)](Status st, wire::WireReader* r) {
+                  std::vector<Result<size_t>> got;
+                  if (st.ok()) {
+                    wire::DecodeGetBatchReply(*r, idx.size(), &got);
+                    st = r->Finish("get_batch reply");
+                  }
+                  for (size_t k = 0; k < idx.size(); ++k) arrive(idx[k], st.ok() ? std::move(got[k]) : Result<size_t>(st));
+                });
+    req.items.clear();
+    req_items.clear();
+  };
+  for (size_t i = 0; i < items.size(); ++i) {
+    wire::GetBatchRequest::Item it;
+    bool shared = ch.ok() && !items[i].out.empty() && items[i].out.size() <= wire::kMaxFragments &&
+                  !items[i].key.empty() && items[i].key.size() <= format::kMaxKeyBytes;
+    for (size_t f = 0; shared && f < items[i].out.size(); ++f) {
+      wire::WireFragment wf;
+      shared = (*ch)->Locate(items[i].out[f].data, items[i].out[f].size, &wf);
+      it.out.push_back(wf);
+    }
+    if (!shared) {
+      single.push_back(i);
+      continue;
+    }
+    it.key.assign(items[i].key);
+    req.items.push_back(std::move(it));
+    req_items.push_back(i);
+    if (req.items.size() == wire::kMaxBatchGets) send();
+  }
+  send();
+  // One at a time, at most kSingleWindow in flight (the service caps each
+  // client's requests); each waits for room in the staging as earlier ones
+  // complete.
+  constexpr size_t kSingleWindow = 1024;
+  for (size_t i : single) {
+    {
+      MutexLock l(&mu);
+      while (inflight >= kSingleWindow) l.Wait(cv);
       ++inflight;
     }
-    SubmitGet(ns, items[i].key, items[i].out, kNoDeadline, /*blocking=*/true, [&, i](Result<size_t> r) {
-      MutexLock l(&mu);
-      out[i] = std::move(r);
-      --inflight;
-      cv.notify_all();
-    });
+    SubmitGet(ns, items[i].key, items[i].out, kNoDeadline, /*blocking=*/true,
+              [&arrive, i](Result<size_t> r) { arrive(i, std::move(r)); });
   }
   MutexLock l(&mu);
   while (inflight != 0) l.Wait(cv);

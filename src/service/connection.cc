@@ -210,6 +210,7 @@ Status Connection::Handle(wire::Frame& f) {
     case wire::Op::kRegisterRegion: return OnRegisterRegion(f);
     case wire::Op::kPut: OnPut(h, body); return Status::OK();
     case wire::Op::kGet: OnGet(h, body); return Status::OK();
+    case wire::Op::kGetBatch: OnGetBatch(h, body); return Status::OK();
     case wire::Op::kUnregisterRegion:
     case wire::Op::kRegisterNamespace:
     case wire::Op::kFindNamespace:

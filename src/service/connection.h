@@ -84,6 +84,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Status OnRegisterRegion(wire::Frame& f);
   void OnPut(const wire::FrameHeader& h, std::string_view body);
   void OnGet(const wire::FrameHeader& h, std::string_view body);
+  void OnGetBatch(const wire::FrameHeader& h, std::string_view body);
   void OnNamespaceCall(const wire::FrameHeader& h, std::string_view body);
   void OnLookup(const wire::FrameHeader& h, std::string_view body);
   void OnAdmin(const wire::FrameHeader& h, std::string_view body);

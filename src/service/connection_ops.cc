@@ -105,6 +105,47 @@ void Connection::OnGet(const wire::FrameHeader& h, std::string_view body) {
   core_->gets.Submit(id_, std::move(get));
 }
 
+void Connection::OnGetBatch(const wire::FrameHeader& h, std::string_view body) {
+  auto req = std::make_shared<wire::GetBatchRequest>();
+  if (!Parsed(h, wire::Parse(body, req.get()))) return;
+  if (Status st = CheckNamespace(req->ns); !st.ok()) return Reply(h, st);
+  // Every item's memory resolved up front: one that names memory the client
+  // has not registered is a broken client, answered as a whole.
+  auto resolved = std::make_shared<std::vector<Resolved>>();
+  resolved->reserve(req->items.size());
+  for (size_t i = 0; i < req->items.size(); ++i) {
+    auto res = Resolve(req->items[i].out, /*for_output=*/true);
+    if (!res.ok()) return Reply(h, Status::InvalidArgument("item " + std::to_string(i) + ": " + res.status().message()));
+    resolved->push_back(std::move(res).value());
+  }
+  if (!Admit(0, /*is_put=*/false)) {
+    ++core_->over_cap;
+    return Reply(h, Status::InvalidArgument("client has " + std::to_string(core_->opt.max_client_requests) +
+                                            " requests in flight"));
+  }
+  auto self = shared_from_this();
+  const Clock::time_point deadline = DeadlineOf(req->deadline_ns);
+  ++core_->pooled_gets;
+  // On the pool as a whole: the store copies its RAM hits on several threads
+  // and sends its misses to disk together (Store::GetBatch).
+  core_->gets.Submit(id_, [self, h, req, resolved, deadline] {
+    const NamespaceId ns = req->ns;
+    std::vector<Result<size_t>> got;
+    if (deadline != kNoDeadline && Clock::now() >= deadline) {
+      got.assign(req->items.size(), Status::TimedOut("get deadline passed before the service reached it"));
+    } else {
+      std::vector<GetItem> items(req->items.size());
+      for (size_t i = 0; i < items.size(); ++i) items[i] = GetItem{req->items[i].key, (*resolved)[i].out};
+      got = self->core_->store->GetBatch(ns, items);
+    }
+    for (const Result<size_t>& g : got) self->core_->access.CountGet(ns, g.ok(), g.ok() ? *g : 0);
+    wire::WireWriter w;
+    wire::EncodeGetBatchReply(w, got);
+    self->Reply(h, Status::OK(), &w);
+    self->Finish(0);
+  });
+}
+
 void Connection::OnNamespaceCall(const wire::FrameHeader& h, std::string_view body) {
   wire::WireWriter w;
   Status st;

@@ -189,4 +189,22 @@ void Decode(WireReader& r, NamespaceInfo* n) {
   n->payload_bytes = r.U64();
 }
 
+void EncodeGetBatchReply(WireWriter& w, const std::vector<Result<size_t>>& got) {
+  w.U32(static_cast<uint32_t>(got.size()));
+  for (const Result<size_t>& g : got) {
+    w.Status(g.ok() ? Status::OK() : g.status());
+    w.U64(g.ok() ? *g : 0);
+  }
+}
+void DecodeGetBatchReply(WireReader& r, size_t n, std::vector<Result<size_t>>* got) {
+  const uint32_t count = r.Count(kMaxBatchGets, 1 + 4 + 8);
+  if (count != n) r.Fail();
+  got->clear();
+  for (uint32_t i = 0; i < count && r.ok(); ++i) {
+    Status st = r.Status();
+    const uint64_t size = r.U64();
+    got->push_back(st.ok() ? Result<size_t>(static_cast<size_t>(size)) : Result<size_t>(std::move(st)));
+  }
+}
+
 }  // namespace kvtier::wire

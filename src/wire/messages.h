@@ -29,6 +29,11 @@ void Decode(WireReader& r, RecordInspection* i);
 void Decode(WireReader& r, StoreDescription* d);
 void Decode(WireReader& r, NamespaceInfo* n);
 
+// get_batch's reply after its status: a count, then per item a status and a
+// size. Decode fails `r` unless it holds exactly `n` items.
+void EncodeGetBatchReply(WireWriter& w, const std::vector<Result<size_t>>& got);
+void DecodeGetBatchReply(WireReader& r, size_t n, std::vector<Result<size_t>>* got);
+
 // Bounds on what one reply may carry.
 inline constexpr uint32_t kMaxListItems = 65536;
 inline constexpr size_t kMaxTextBytes = 64 << 10;

@@ -25,6 +25,15 @@ void Encode(WireWriter& w, const GetRequest& r) {
   w.I64(r.deadline_ns);
   w.Fragments(r.out);
 }
+void Encode(WireWriter& w, const GetBatchRequest& r) {
+  w.U64(r.ns);
+  w.I64(r.deadline_ns);
+  w.U32(static_cast<uint32_t>(r.items.size()));
+  for (const GetBatchRequest::Item& it : r.items) {
+    w.Bytes(it.key);
+    w.Fragments(it.out);
+  }
+}
 void Encode(WireWriter& w, const KeyRequest& r) {
   w.U64(r.ns);
   w.Bytes(r.key);
@@ -109,6 +118,25 @@ Status Parse(std::string_view body, GetRequest* out) {
   out->out = r.Fragments();
   if (out->out.empty()) r.Fail();
   return r.Finish("get");
+}
+Status Parse(std::string_view body, GetBatchRequest* out) {
+  WireReader r(body);
+  out->ns = r.U64();
+  out->deadline_ns = r.I64();
+  if (out->deadline_ns < -1) r.Fail();
+  // An item is at least a 1-byte key and one fragment.
+  const uint32_t n = r.Count(kMaxBatchGets, 4 + 1 + 4 + 4 + 8 + 8);
+  if (n == 0) r.Fail();
+  out->items.clear();
+  out->items.reserve(n);
+  for (uint32_t i = 0; i < n && r.ok(); ++i) {
+    GetBatchRequest::Item it;
+    it.key = Key(r);
+    it.out = r.Fragments();
+    if (it.out.empty()) r.Fail();
+    out->items.push_back(std::move(it));
+  }
+  return r.Finish("get_batch");
 }
 Status Parse(std::string_view body, KeyRequest* out) {
   WireReader r(body);

@@ -53,6 +53,15 @@ struct GetRequest {
   int64_t deadline_ns = -1;  // CLOCK_MONOTONIC instant; -1: none
   std::vector<WireFragment> out;
 };
+struct GetBatchRequest {
+  struct Item {
+    std::string key;
+    std::vector<WireFragment> out;
+  };
+  NamespaceId ns = 0;
+  int64_t deadline_ns = -1;  // as GetRequest's, for every item
+  std::vector<Item> items;   // 1..kMaxBatchGets
+};
 struct KeyRequest {  // contains, stat, remove, inspect_record
   NamespaceId ns = 0;
   std::string key;
@@ -83,6 +92,7 @@ void Encode(WireWriter& w, const NameRequest& r);
 void Encode(WireWriter& w, const NamespaceRequest& r);
 void Encode(WireWriter& w, const PutRequest& r);
 void Encode(WireWriter& w, const GetRequest& r);
+void Encode(WireWriter& w, const GetBatchRequest& r);
 void Encode(WireWriter& w, const KeyRequest& r);
 void Encode(WireWriter& w, const LookupRequest& r);
 void Encode(WireWriter& w, const ListBlocksRequest& r);
@@ -98,6 +108,7 @@ Status Parse(std::string_view body, NameRequest* r);
 Status Parse(std::string_view body, NamespaceRequest* r);
 Status Parse(std::string_view body, PutRequest* r);
 Status Parse(std::string_view body, GetRequest* r);
+Status Parse(std::string_view body, GetBatchRequest* r);
 Status Parse(std::string_view body, KeyRequest* r);
 Status Parse(std::string_view body, LookupRequest* r);
 Status Parse(std::string_view body, ListBlocksRequest* r);

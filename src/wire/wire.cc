@@ -22,6 +22,7 @@ const char* OpName(uint16_t op) {
     case Op::kStat: return "stat";
     case Op::kListBlocks: return "list_blocks";
     case Op::kRemove: return "remove";
+    case Op::kGetBatch: return "get_batch";
     case Op::kFlush: return "flush";
     case Op::kEvictTo: return "evict_to";
     case Op::kShareNow: return "share_now";

@@ -38,11 +38,13 @@
 namespace kvtier::wire {
 
 inline constexpr uint32_t kWireMagic = 0x5653564B;
-inline constexpr uint16_t kWireVersion = 2;  // 2: Stats carries the lookup map's state
+// 2: Stats carries the lookup map's state; 3: get_batch.
+inline constexpr uint16_t kWireVersion = 3;
 inline constexpr size_t kHeaderBytes = 24;
 inline constexpr uint32_t kMaxBodyBytes = 4u << 20;
 inline constexpr uint32_t kMaxFragments = 64;     // per put or get
 inline constexpr uint32_t kMaxBatchKeys = 4096;   // per lookup
+inline constexpr uint32_t kMaxBatchGets = 1024;   // per get_batch
 inline constexpr uint32_t kMaxMessageBytes = 4096;  // a status message
 inline constexpr uint16_t kReplyBit = 0x8000;
 
@@ -61,6 +63,7 @@ enum class Op : uint16_t {
   kStat = 24,
   kListBlocks = 25,       // a page of entries after a key
   kRemove = 26,
+  kGetBatch = 27,         // ns, deadline, [key, fragments] -> [status, size]
   kFlush = 30,
   kEvictTo = 31,
   kShareNow = 32,

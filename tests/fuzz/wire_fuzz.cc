@@ -46,7 +46,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 2) return 0;
   const unsigned selector = data[0] | (data[1] << 8);
   const std::string_view body(reinterpret_cast<const char*>(data + 2), size - 2);
-  switch (selector % 20) {
+  switch (selector % 21) {
     case 0: RoundTrip<HelloRequest>(body); break;
     case 1: RoundTrip<RegisterRegionRequest>(body); break;
     case 2: RoundTrip<RegionRequest>(body); break;
@@ -66,6 +66,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case 16: DecodeReply<RecordInspection>(body); break;
     case 17: DecodeReply<NamespaceInfo>(body); break;
     case 18: DecodeReply<SegmentInfo>(body); break;
+    case 20: {
+      RoundTrip<GetBatchRequest>(body);
+      WireReader r(body);
+      std::vector<Result<size_t>> got;
+      DecodeGetBatchReply(r, body.empty() ? 0 : static_cast<uint8_t>(body[0]), &got);
+      (void)r.Finish("get_batch reply");
+      break;
+    }
     default: {
       WireReader r(body);
       (void)r.Status();

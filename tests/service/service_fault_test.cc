@@ -211,7 +211,7 @@ TEST(ServiceFaults, MalformedAndHostileFramesGetErrorsAndTheServiceCarriesOn) {
     RawClient r(served.socket());
     ASSERT_TRUE(r.Hello().ok());
     std::mt19937_64 rng(7);
-    const uint16_t ops[] = {10, 11, 12, 13, 20, 21, 22, 23, 24, 25, 26, 30, 31, 32, 40, 41, 42, 43, 3, 999};
+    const uint16_t ops[] = {10, 11, 12, 13, 20, 21, 22, 23, 24, 25, 26, 27, 30, 31, 32, 40, 41, 42, 43, 3, 999};
     for (int i = 0; i < 400; ++i) {
       std::string body(rng() % 64, '\0');
       for (char& ch : body) ch = static_cast<char>(rng());
@@ -227,6 +227,22 @@ TEST(ServiceFaults, MalformedAndHostileFramesGetErrorsAndTheServiceCarriesOn) {
     wire::WireWriter w;
     wire::Encode(w, put);
     EXPECT_EQ(r.Ask(static_cast<uint16_t>(wire::Op::kPut), w.body()).code(), Code::kInvalidArgument);
+    // A get_batch whose second item names memory in no region: refused as a
+    // whole, nothing written anywhere.
+    wire::GetBatchRequest gb;
+    gb.ns = ns;
+    gb.items = {{Key(1), {wire::WireFragment{0, 0, 8192}}}, {Key(1), {wire::WireFragment{7, 0, 8192}}}};
+    wire::WireWriter gw;
+    wire::Encode(gw, gb);
+    EXPECT_EQ(r.Ask(static_cast<uint16_t>(wire::Op::kGetBatch), gw.body()).code(), Code::kInvalidArgument);
+    // A get_batch claiming more items than its body holds, or more than any may.
+    for (uint32_t n : {3u, wire::kMaxBatchGets + 1}) {
+      wire::WireWriter glie;
+      glie.U64(ns);
+      glie.I64(-1);
+      glie.U32(n);
+      EXPECT_EQ(r.Ask(static_cast<uint16_t>(wire::Op::kGetBatch), glie.body()).code(), Code::kInvalidArgument);
+    }
     // A lookup claiming more keys than its body holds.
     wire::WireWriter lie;
     lie.U64(ns);

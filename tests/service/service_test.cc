@@ -245,6 +245,63 @@ TEST_F(ServiceTest, ABatchOfGetsLargerThanTheStagingWaitsForRoomInsteadOfMissing
   EXPECT_NE(n.status().message().find("staging"), std::string::npos) << n.status().ToString();
 }
 
+TEST_F(ServiceTest, AGetBatchIntoRegisteredMemoryIsOneRequestPerThousandBlocksWithEachItemsOwnResult) {
+  Options o = SmallOptions();
+  o.ram_tier_bytes = 16 << 20;
+  ServedStore served(dir_.path(), ServiceOptions{}, o);
+  ServiceClientOptions co;
+  co.staging_bytes = 1 << 20;
+  auto c = served.Client(co);
+  ASSERT_NE(c, nullptr);
+  const NamespaceId ns = c->RegisterNamespace(TestSpec()).value();
+  constexpr size_t kBlock = 4096;
+  constexpr size_t kItems = 1100;  // two requests: 1024 + 76
+  constexpr size_t kStored = 1000;
+  for (size_t i = 0; i < kStored; ++i) {
+    auto p = Payload(ns, Key(i), kBlock);
+    ASSERT_TRUE(c->Put(ns, Key(i), p.data(), p.size()).ok()) << i;
+  }
+  const size_t bytes = (kItems + 1) * kBlock;
+  const int fd = memfd_create("engine-buffers", MFD_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, static_cast<off_t>(bytes)), 0);
+  auto* mem = static_cast<uint8_t*>(mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+  ASSERT_NE(mem, MAP_FAILED);
+  ASSERT_TRUE(c->RegisterMemory(mem, bytes, fd, 0).ok());
+  std::vector<uint8_t> unregistered(kBlock);
+  std::vector<std::string> keys(kItems);
+  std::vector<MutableFragment> frags(kItems);
+  std::vector<GetItem> items(kItems);
+  for (size_t i = 0; i < kItems; ++i) {
+    keys[i] = Key(i);  // items from kStored on are misses
+    frags[i] = MutableFragment{mem + i * kBlock, kBlock};
+  }
+  frags[7].size = kBlock / 2;                                       // too small
+  frags[9] = MutableFragment{unregistered.data(), kBlock};          // through the staging
+  for (size_t i = 0; i < kItems; ++i) items[i] = GetItem{keys[i], {&frags[i], 1}};
+  const uint64_t pooled = served.service()->GetStats().pooled_gets;
+  auto got = c->GetBatch(ns, items);
+  ASSERT_EQ(got.size(), kItems);
+  for (size_t i = 0; i < kItems; ++i) {
+    if (i == 7) {
+      EXPECT_EQ(got[i].status().code(), Code::kBufferTooSmall);
+    } else if (i >= kStored) {
+      EXPECT_TRUE(got[i].status().IsNotFound()) << i << ": " << got[i].status().ToString();
+    } else {
+      ASSERT_TRUE(got[i].ok()) << i << ": " << got[i].status().ToString();
+      EXPECT_EQ(*got[i], kBlock);
+      const uint8_t* at = i == 9 ? unregistered.data() : mem + i * kBlock;
+      EXPECT_EQ(std::vector<uint8_t>(at, at + kBlock), Payload(ns, Key(i), kBlock)) << i;
+    }
+  }
+  // 1,099 registered items in two get_batch requests; item 9 went alone and,
+  // at 4 KiB, was copied on the reading thread.
+  EXPECT_EQ(served.service()->GetStats().pooled_gets, pooled + 2);
+  ASSERT_TRUE(c->UnregisterMemory(mem).ok());
+  munmap(mem, bytes);
+  close(fd);
+}
+
 TEST_F(ServiceTest, AClientOverItsInFlightCapIsAnsweredNotAdmitted) {
   ServiceOptions so;
   so.max_client_inflight_bytes = 256 << 10;
