@@ -84,7 +84,7 @@ struct ServiceStats {
   uint64_t malformed = 0;       // frames refused as malformed
   uint64_t over_cap = 0;        // puts answered NotAdmitted for a client's cap
   uint64_t regions = 0;         // mapped now
-  uint64_t pooled_gets = 0;     // large gets copied on the service's get threads
+  uint64_t pooled_gets = 0;     // gets and get_batch requests run on the service's get threads
   std::vector<ServiceNamespaceStats> namespaces;
 };
 

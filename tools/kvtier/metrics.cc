@@ -55,7 +55,7 @@ void ServiceMetrics(const ServiceStats& sv, Exposition& e) {
   e.One("service_over_cap_total", "counter", "Puts refused for a client's in-flight cap.",
         static_cast<double>(sv.over_cap));
   e.One("service_regions", "gauge", "Shared-memory regions mapped for clients.", static_cast<double>(sv.regions));
-  e.One("service_pooled_gets_total", "counter", "Large gets copied out on the service's get threads.",
+  e.One("service_pooled_gets_total", "counter", "Gets and get_batch requests run on the service's get threads.",
         static_cast<double>(sv.pooled_gets));
   auto per_ns = [&](const char* name, const char* type, const char* help, auto value) {
     e.Metric(name, type, help);
