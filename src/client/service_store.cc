@@ -318,56 +318,109 @@ std::vector<Result<size_t>> ServiceStore::GetBatch(NamespaceId ns, std::span<con
     --inflight;
     cv.notify_all();
   };
-  // Items whose memory is all registered go to the service in get_batch
-  // requests: one request for many blocks, which the service copies on
-  // several threads. The rest cross the staging one get at a time.
-  std::vector<size_t> single;
   auto ch = Live();
-  wire::GetBatchRequest req;
-  std::vector<size_t> req_items;
-  req.ns = ns;
-  auto send = [&] {
-    if (req.items.empty()) return;
+  // Items go to the service in get_batch requests, which it runs as the
+  // store's GetBatch (RAM hits copied on several threads): those in
+  // registered memory land there directly; the others land in a group's
+  // extent of the staging and are copied out when the group is answered,
+  // while the next group is served. What a request cannot carry goes alone.
+  std::vector<size_t> direct, staged, single;
+  std::vector<std::vector<wire::WireFragment>> located(items.size());
+  const uint64_t staging_bytes = opt_.client.staging_bytes;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const GetItem& it = items[i];
+    const bool sendable = ch.ok() && !it.out.empty() && it.out.size() <= wire::kMaxFragments && !it.key.empty() &&
+                          it.key.size() <= format::kMaxKeyBytes;
+    bool shared = sendable;
+    for (size_t f = 0; shared && f < it.out.size(); ++f) {
+      wire::WireFragment wf;
+      shared = (*ch)->Locate(it.out[f].data, it.out[f].size, &wf);
+      located[i].push_back(wf);
+    }
+    const uint64_t cap = TotalOf(it.out);
+    if (shared) direct.push_back(i);
+    else if (sendable && cap != 0 && cap <= staging_bytes) staged.push_back(i);
+    else single.push_back(i);
+  }
+  // Sends one request for items [first, last) of `idx`; `hold` is the
+  // group's staging extent (empty for registered memory).
+  auto send = [&](const std::vector<size_t>& idx, size_t first, size_t last, Staging::Extent hold) {
+    wire::GetBatchRequest req;
+    req.ns = ns;
+    std::vector<size_t> which(idx.begin() + first, idx.begin() + last);
+    std::vector<uint64_t> at;  // each staged item's offset in the extent
+    uint64_t off = 0;
+    for (size_t i : which) {
+      wire::GetBatchRequest::Item it;
+      it.key.assign(items[i].key);
+      if (hold) {
+        const uint64_t cap = TotalOf(items[i].out);
+        it.out.push_back(wire::WireFragment{(*ch)->staging_region(), hold.offset + off, cap});
+        at.push_back(off);
+        off += cap;
+      } else {
+        it.out = located[i];
+      }
+      req.items.push_back(std::move(it));
+    }
     wire::WireWriter w;
     wire::Encode(w, req);
     {
       MutexLock l(&mu);
-      inflight += req_items.size();
+      inflight += which.size();
     }
-    (*ch)->Call(wire::Op::kGetBatch, w, OpDeadline(),
-                [&arrive, idx = std::move(req_items)](Status st, wire::WireReader* r) {
-                  std::vector<Result<size_t>> got;
-                  if (st.ok()) {
-                    wire::DecodeGetBatchReply(*r, idx.size(), &got);
-                    st = r->Finish("get_batch reply");
-                  }
-                  for (size_t k = 0; k < idx.size(); ++k) arrive(idx[k], st.ok() ? std::move(got[k]) : Result<size_t>(st));
-                });
-    req.items.clear();
-    req_items.clear();
+    // The staging stays mapped while the callback runs (see SubmitGet).
+    const uint8_t* base = hold ? (*ch)->staging().data(hold) : nullptr;
+    (*ch)->Call(
+        wire::Op::kGetBatch, w, OpDeadline(),
+        [&arrive, &items, which = std::move(which), at = std::move(at), base](Status st, wire::WireReader* r) {
+          std::vector<Result<size_t>> got;
+          if (st.ok()) {
+            wire::DecodeGetBatchReply(*r, which.size(), &got);
+            st = r->Finish("get_batch reply");
+          }
+          for (size_t k = 0; k < which.size(); ++k) {
+            if (!st.ok()) {
+              arrive(which[k], st);
+              continue;
+            }
+            if (base != nullptr && got[k].ok()) {
+              // Out of the group's extent into the caller's buffers, in order.
+              uint64_t left = *got[k];
+              const uint8_t* p = base + at[k];
+              for (const MutableFragment& f : items[which[k]].out) {
+                const uint64_t c = std::min<uint64_t>(left, f.size);
+                if (c != 0) std::memcpy(f.data, p, c);
+                p += c;
+                left -= c;
+              }
+            }
+            arrive(which[k], std::move(got[k]));
+          }
+        },
+        hold);
   };
-  for (size_t i = 0; i < items.size(); ++i) {
-    wire::GetBatchRequest::Item it;
-    bool shared = ch.ok() && !items[i].out.empty() && items[i].out.size() <= wire::kMaxFragments &&
-                  !items[i].key.empty() && items[i].key.size() <= format::kMaxKeyBytes;
-    for (size_t f = 0; shared && f < items[i].out.size(); ++f) {
-      wire::WireFragment wf;
-      shared = (*ch)->Locate(items[i].out[f].data, items[i].out[f].size, &wf);
-      it.out.push_back(wf);
+  for (size_t first = 0; first < direct.size(); first += wire::kMaxBatchGets)
+    send(direct, first, std::min(direct.size(), first + wire::kMaxBatchGets), {});
+  // Groups of at most half the staging, so that one is served while the
+  // previous one is copied out.
+  for (size_t first = 0; first < staged.size();) {
+    size_t last = first;
+    uint64_t bytes = 0;
+    while (last < staged.size() && last - first < wire::kMaxBatchGets &&
+           (last == first || bytes + TotalOf(items[staged[last]].out) <= staging_bytes / 2))
+      bytes += TotalOf(items[staged[last++]].out);
+    Staging::Extent hold = (*ch)->staging().Allocate(bytes, OpDeadline());
+    if (!hold) {
+      for (size_t k = first; k < last; ++k) out[staged[k]] = Status::TimedOut("the client's staging had no room");
+    } else {
+      send(staged, first, last, hold);
     }
-    if (!shared) {
-      single.push_back(i);
-      continue;
-    }
-    it.key.assign(items[i].key);
-    req.items.push_back(std::move(it));
-    req_items.push_back(i);
-    if (req.items.size() == wire::kMaxBatchGets) send();
+    first = last;
   }
-  send();
-  // One at a time, at most kSingleWindow in flight (the service caps each
-  // client's requests); each waits for room in the staging as earlier ones
-  // complete.
+  // One at a time: keys or fragment lists a request cannot carry, memory
+  // larger than the staging, a lost connection; SubmitGet reports each. At
+  // most kSingleWindow in flight: the service caps a client's requests.
   constexpr size_t kSingleWindow = 1024;
   for (size_t i : single) {
     {
