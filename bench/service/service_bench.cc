@@ -94,6 +94,12 @@ struct Args {
   NamespaceId ns = 0;
 };
 
+// How many blocks an op's keys range over: the RAM tier's working set for
+// the RAM rows, the disk store's for the rest.
+size_t BlocksOf(const std::string& op, const Args& a) {
+  return op.rfind("ram_get", 0) == 0 ? a.ram_blocks : a.disk_blocks;
+}
+
 kvtier::NamespaceSpec Spec(const std::string& model) {
   kvtier::NamespaceSpec s;
   s.model_id = model;
@@ -254,7 +260,7 @@ int RunClient(const Args& a) {
   kvbench::Payloads payloads(a.block);
   SleepUntilNs(a.start_ns);
   Result r = Work(s->get(), a.ns, op, a.seed, a.start_ns + static_cast<int64_t>(a.seconds * 1e9), buf, a.block,
-                  op.rfind("ram_get", 0) == 0 ? a.ram_blocks : a.disk_blocks, payloads);
+                  BlocksOf(op, a), payloads);
   r.Write(a.out);
   return 0;
 }
@@ -401,7 +407,7 @@ Summary EmbeddedRun(const Args& a, Store* store, NamespaceId ns, const std::stri
       kvbench::AlignedBuf buf(BufferBytes(op, a.block));
       SleepUntilNs(start);
       rs[i] = Work(store, ns, op, i + 1, start + static_cast<int64_t>(a.seconds * 1e9), buf.data(), a.block,
-                   op.rfind("ram_get", 0) == 0 ? a.ram_blocks : a.disk_blocks, payloads);
+                   BlocksOf(op, a), payloads);
     });
   for (auto& t : ts) t.join();
   return Summarize(rs, a.seconds);

@@ -326,6 +326,7 @@ std::vector<Result<size_t>> ServiceStore::GetBatch(NamespaceId ns, std::span<con
   // while the next group is served. What a request cannot carry goes alone.
   std::vector<size_t> direct, staged, single;
   std::vector<std::vector<wire::WireFragment>> located(items.size());
+  std::vector<uint64_t> caps(items.size());  // each item's destination bytes
   const uint64_t staging_bytes = opt_.client.staging_bytes;
   for (size_t i = 0; i < items.size(); ++i) {
     const GetItem& it = items[i];
@@ -337,9 +338,9 @@ std::vector<Result<size_t>> ServiceStore::GetBatch(NamespaceId ns, std::span<con
       shared = (*ch)->Locate(it.out[f].data, it.out[f].size, &wf);
       located[i].push_back(wf);
     }
-    const uint64_t cap = TotalOf(it.out);
+    caps[i] = TotalOf(it.out);
     if (shared) direct.push_back(i);
-    else if (sendable && cap != 0 && cap <= staging_bytes) staged.push_back(i);
+    else if (sendable && caps[i] != 0 && caps[i] <= staging_bytes) staged.push_back(i);
     else single.push_back(i);
   }
   // Sends one request for items [first, last) of `idx`; `hold` is the
@@ -354,10 +355,9 @@ std::vector<Result<size_t>> ServiceStore::GetBatch(NamespaceId ns, std::span<con
       wire::GetBatchRequest::Item it;
       it.key.assign(items[i].key);
       if (hold) {
-        const uint64_t cap = TotalOf(items[i].out);
-        it.out.push_back(wire::WireFragment{(*ch)->staging_region(), hold.offset + off, cap});
+        it.out.push_back(wire::WireFragment{(*ch)->staging_region(), hold.offset + off, caps[i]});
         at.push_back(off);
-        off += cap;
+        off += caps[i];
       } else {
         it.out = located[i];
       }
@@ -408,8 +408,8 @@ std::vector<Result<size_t>> ServiceStore::GetBatch(NamespaceId ns, std::span<con
     size_t last = first;
     uint64_t bytes = 0;
     while (last < staged.size() && last - first < wire::kMaxBatchGets &&
-           (last == first || bytes + TotalOf(items[staged[last]].out) <= staging_bytes / 2))
-      bytes += TotalOf(items[staged[last++]].out);
+           (last == first || bytes + caps[staged[last]] <= staging_bytes / 2))
+      bytes += caps[staged[last++]];
     Staging::Extent hold = (*ch)->staging().Allocate(bytes, OpDeadline());
     if (!hold) {
       for (size_t k = first; k < last; ++k) out[staged[k]] = Status::TimedOut("the client's staging had no room");

@@ -21,6 +21,29 @@ std::unique_ptr<Store> SpinningClient(const ServedStore& served, int32_t spin_us
   return served.Client(o);
 }
 
+// Blocks 0..n-1 of `bytes` each, stored through `c`.
+void PutBlocks(Store* c, NamespaceId ns, size_t n, size_t bytes) {
+  for (size_t i = 0; i < n; ++i) {
+    auto p = Payload(ns, Key(i), bytes);
+    ASSERT_TRUE(c->Put(ns, Key(i), p.data(), p.size()).ok()) << i;
+  }
+}
+
+// A get_batch of blocks 0..n-1, block i into out[i] (which a test may
+// change before items() is taken).
+struct BatchOfGets {
+  explicit BatchOfGets(std::vector<MutableFragment> out) : frags(std::move(out)) {
+    for (size_t i = 0; i < frags.size(); ++i) keys.push_back(Key(i));
+  }
+  std::vector<GetItem> items() const {
+    std::vector<GetItem> v;
+    for (size_t i = 0; i < frags.size(); ++i) v.push_back(GetItem{keys[i], {&frags[i], 1}});
+    return v;
+  }
+  std::vector<std::string> keys;
+  std::vector<MutableFragment> frags;
+};
+
 class ServiceTest : public ::testing::Test {
  protected:
   TempDir dir_;
@@ -218,21 +241,13 @@ TEST_F(ServiceTest, ABatchOfGetsLargerThanTheStagingGoesThroughItInTurnsInsteadO
   const NamespaceId ns = c->RegisterNamespace(TestSpec()).value();
   constexpr int kBlocks = 16;
   constexpr size_t kBlock = 256 << 10;  // 4 MiB in all, through 1 MiB of staging
-  for (int i = 0; i < kBlocks; ++i) {
-    auto p = Payload(ns, Key(i), kBlock);
-    ASSERT_TRUE(c->Put(ns, Key(i), p.data(), p.size()).ok()) << i;
-  }
+  PutBlocks(c.get(), ns, kBlocks, kBlock);
   std::vector<std::vector<uint8_t>> bufs(kBlocks, std::vector<uint8_t>(kBlock));
-  std::vector<MutableFragment> frags(kBlocks);
-  std::vector<GetItem> items(kBlocks);
-  std::vector<std::string> keys(kBlocks);
-  for (int i = 0; i < kBlocks; ++i) {
-    keys[i] = Key(i);
-    frags[i] = MutableFragment{bufs[i].data(), kBlock};
-    items[i] = GetItem{keys[i], {&frags[i], 1}};
-  }
+  std::vector<MutableFragment> out;
+  for (auto& b : bufs) out.push_back(MutableFragment{b.data(), kBlock});
+  const BatchOfGets batch(std::move(out));
   const uint64_t pooled = served.service()->GetStats().pooled_gets;
-  auto got = c->GetBatch(ns, items);
+  auto got = c->GetBatch(ns, batch.items());
   ASSERT_EQ(got.size(), size_t{kBlocks});
   for (int i = 0; i < kBlocks; ++i) {
     ASSERT_TRUE(got[i].ok()) << i << ": " << got[i].status().ToString();
@@ -260,10 +275,7 @@ TEST_F(ServiceTest, AGetBatchIntoRegisteredMemoryIsOneRequestPerThousandBlocksWi
   constexpr size_t kBlock = 4096;
   constexpr size_t kItems = 1100;  // two requests: 1024 + 76
   constexpr size_t kStored = 1000;
-  for (size_t i = 0; i < kStored; ++i) {
-    auto p = Payload(ns, Key(i), kBlock);
-    ASSERT_TRUE(c->Put(ns, Key(i), p.data(), p.size()).ok()) << i;
-  }
+  PutBlocks(c.get(), ns, kStored, kBlock);
   const size_t bytes = (kItems + 1) * kBlock;
   const int fd = memfd_create("engine-buffers", MFD_CLOEXEC);
   ASSERT_GE(fd, 0);
@@ -272,18 +284,13 @@ TEST_F(ServiceTest, AGetBatchIntoRegisteredMemoryIsOneRequestPerThousandBlocksWi
   ASSERT_NE(mem, MAP_FAILED);
   ASSERT_TRUE(c->RegisterMemory(mem, bytes, fd, 0).ok());
   std::vector<uint8_t> unregistered(kBlock);
-  std::vector<std::string> keys(kItems);
-  std::vector<MutableFragment> frags(kItems);
-  std::vector<GetItem> items(kItems);
-  for (size_t i = 0; i < kItems; ++i) {
-    keys[i] = Key(i);  // items from kStored on are misses
-    frags[i] = MutableFragment{mem + i * kBlock, kBlock};
-  }
-  frags[7].size = kBlock / 2;                                       // too small
-  frags[9] = MutableFragment{unregistered.data(), kBlock};          // through the staging
-  for (size_t i = 0; i < kItems; ++i) items[i] = GetItem{keys[i], {&frags[i], 1}};
+  std::vector<MutableFragment> out;  // items from kStored on are misses
+  for (size_t i = 0; i < kItems; ++i) out.push_back(MutableFragment{mem + i * kBlock, kBlock});
+  out[7].size = kBlock / 2;                               // too small
+  out[9] = MutableFragment{unregistered.data(), kBlock};  // through the staging
+  const BatchOfGets batch(std::move(out));
   const uint64_t pooled = served.service()->GetStats().pooled_gets;
-  auto got = c->GetBatch(ns, items);
+  auto got = c->GetBatch(ns, batch.items());
   ASSERT_EQ(got.size(), kItems);
   for (size_t i = 0; i < kItems; ++i) {
     if (i == 7) {
