@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <string>
+
+#include "util/copy_checksum.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -75,10 +78,42 @@ std::vector<CopyKernel> Supported() {
   return out;
 }
 
+// The digest must be used, or the compiler could drop the hash.
+thread_local volatile uint64_t digest_sink = 0;
+
+template <int kIsa, bool kStream>
+void VerifiedCopy(void* dst, const void* src, size_t n) {
+  static const char* const kIsas[] = {"scalar", "avx2", "avx512"};
+  static const std::string isa = kIsas[kIsa];
+  kvtier::Xxh3Copy c(n, isa, kStream ? kvtier::CopyStores::kStreaming : kvtier::CopyStores::kCached);
+  c.Copy(dst, src, n);
+  digest_sink = c.Digest();
+}
+
+std::vector<CopyKernel> SupportedVerified() {
+  std::vector<CopyKernel> out;
+  for (const std::string& isa : kvtier::Xxh3CopyIsas()) {
+    if (isa == "avx512") {
+      out.push_back({"xxh3-avx512", VerifiedCopy<2, false>});
+      out.push_back({"xxh3-avx512-stream", VerifiedCopy<2, true>});
+    } else if (isa == "avx2") {
+      out.push_back({"xxh3-avx2", VerifiedCopy<1, false>});
+      out.push_back({"xxh3-avx2-stream", VerifiedCopy<1, true>});
+    }
+  }
+  if (out.empty()) out.push_back({"xxh3-scalar", VerifiedCopy<0, false>});
+  return out;
+}
+
 }  // namespace
 
 const std::vector<CopyKernel>& CopyKernels() {
   static const std::vector<CopyKernel> all = Supported();
+  return all;
+}
+
+const std::vector<CopyKernel>& VerifiedCopyKernels() {
+  static const std::vector<CopyKernel> all = SupportedVerified();
   return all;
 }
 

@@ -19,6 +19,13 @@ struct CopyKernel {
 // The kernels this CPU runs, the C library's memcpy first.
 const std::vector<CopyKernel>& CopyKernels();
 
+// Copies that also compute the payload's XXH3-64 in the same pass, as a
+// verified RAM-tier read must (src/util/copy_checksum.h), on each vector unit
+// with ordinary and with streaming stores: "xxh3-avx512-stream" and so on.
+// Their best is what verification leaves of the copy on this host, the
+// ceiling for any verified get; the plain kernels above stay the limit.
+const std::vector<CopyKernel>& VerifiedCopyKernels();
+
 }  // namespace kvbench
 
 #endif  // KVTIER_BENCH_HARNESS_COPY_LIMIT_H_

@@ -141,14 +141,14 @@ struct Limit {
   double one_thread = 0;
 };
 
-// The best copy of the same work as a GetBatch, over the copy kernels
+// The best copy of the same work as a GetBatch, over `kernels`
 // (harness/copy_limit.h) and 1..N threads: one batch-sized
 // destination (an engine's buffer) filled with block pieces from random
 // places of `source`, its blocks dealt out over the threads. One shared
 // destination, not one per thread: on a host whose last-level cache holds a
 // batch, per-thread destinations would not fit it where the get's does, and
 // the limit would sit below what the get reaches.
-Limit MemcpyLimit(const Args& a, const AlignedBuf& source, size_t block) {
+Limit BestCopy(const Args& a, const AlignedBuf& source, size_t block, const std::vector<kvbench::CopyKernel>& kernels) {
   const size_t nsrc = source.size() / block, per_batch = a.batch_bytes / block;
   AlignedBuf dst(per_batch * block);
   std::memset(dst.data(), 0, dst.size());
@@ -156,7 +156,7 @@ Limit MemcpyLimit(const Args& a, const AlignedBuf& source, size_t block) {
   std::vector<int> counts;
   for (int t = 1; t < a.max_threads; t *= 2) counts.push_back(t);
   counts.push_back(a.max_threads);
-  for (const kvbench::CopyKernel& k : kvbench::CopyKernels()) {
+  for (const kvbench::CopyKernel& k : kernels) {
     for (int t : counts) {
       double g = Rate(t, a.seconds / 2, [&](int i, std::mt19937_64& rng) {
         size_t bytes = 0;
@@ -166,7 +166,7 @@ Limit MemcpyLimit(const Args& a, const AlignedBuf& source, size_t block) {
         }
         return bytes;
       });
-      if (t == 1 && k.copy == kvbench::CopyKernels().front().copy) l.one_thread = g;
+      if (t == 1 && k.copy == kernels.front().copy) l.one_thread = g;
       if (g > l.gbps) l.gbps = g, l.threads = t, l.kernel = k.name;
     }
   }
@@ -234,6 +234,7 @@ double GetBatchRate(const Args& a, Store* store, NamespaceId ns, size_t block, s
 struct Row {
   size_t block;
   Limit limit;
+  Limit verified;  // the same copies, each also hashed in one pass: what verification leaves
   double get_batch = 0, get_batch_noverify = 0, xxh3 = 0;
 };
 
@@ -281,9 +282,10 @@ int main(int argc, char** argv) {
         Row r;
         r.block = block;
         if (!a.json)
-          std::fprintf(stderr, "host bench: copy limit (%zu kernels, 1..%d threads)\n", kvbench::CopyKernels().size(),
-                       a.max_threads);
-        r.limit = MemcpyLimit(a, source, block);
+          std::fprintf(stderr, "host bench: copy limit (%zu kernels and %zu verifying ones, 1..%d threads)\n",
+                       kvbench::CopyKernels().size(), kvbench::VerifiedCopyKernels().size(), a.max_threads);
+        r.limit = BestCopy(a, source, block, kvbench::CopyKernels());
+        r.verified = BestCopy(a, source, block, kvbench::VerifiedCopyKernels());
         r.xxh3 = Xxh3Rate(a, source, block);
         r.get_batch = GetBatchRate(a, store.get(), ns, block, n);
         rows.push_back(r);
@@ -308,22 +310,26 @@ int main(int argc, char** argv) {
       std::printf("  {\"block_bytes\": %zu, \"memcpy_best_gbps\": %.3f, \"memcpy_best_threads\": %d, "
                   "\"memcpy_best_kernel\": \"%s\", "
                   "\"memcpy_1thread_gbps\": %.3f, \"xxh3_1thread_gbps\": %.3f, \"get_batch_gbps\": %.3f, "
-                  "\"get_batch_ratio\": %.3f, \"get_batch_unverified_gbps\": %.3f}%s\n",
+                  "\"get_batch_ratio\": %.3f, \"get_batch_unverified_gbps\": %.3f, "
+                  "\"verified_copy_best_gbps\": %.3f, \"verified_copy_best_kernel\": \"%s\", "
+                  "\"verified_copy_best_threads\": %d, \"get_batch_x_verified_best\": %.3f}%s\n",
                   r.block, r.limit.gbps, r.limit.threads, r.limit.kernel.c_str(), r.limit.one_thread, r.xxh3, r.get_batch,
-                  r.get_batch / r.limit.gbps, r.get_batch_noverify, i + 1 < rows.size() ? "," : "");
+                  r.get_batch / r.limit.gbps, r.get_batch_noverify, r.verified.gbps, r.verified.kernel.c_str(),
+                  r.verified.threads, r.get_batch / r.verified.gbps, i + 1 < rows.size() ? "," : "");
     }
     std::printf("]}\n");
     return 0;
   }
   std::printf("kvtier host load path: GetBatch of RAM-tier hits (%zu MiB per call, one caller thread) "
               "against the best memcpy\n%s\n\n", a.batch_bytes >> 20, machine.c_str());
-  std::printf("%-8s %14s %20s %13s %13s %9s %15s\n", "block", "copy best", "(kernel, threads)", "memcpy 1 thr",
-              "xxh3 1 thr", "GetBatch", "vs best copy");
+  std::printf("%-8s %14s %20s %13s %13s %9s %13s %25s %13s\n", "block", "copy best", "(kernel, threads)",
+              "memcpy 1 thr", "xxh3 1 thr", "GetBatch", "vs copy best", "verified copy best", "vs verified");
   for (const Row& r : rows)
-    std::printf("%-8s %9.2f GB/s %20s %8.2f GB/s %8.2f GB/s %6.2f GB/s %14.2fx\n",
+    std::printf("%-8s %9.2f GB/s %20s %8.2f GB/s %8.2f GB/s %6.2f GB/s %12.2fx %9.2f GB/s (%s, %d) %12.2fx\n",
                 (std::to_string(r.block >> 10) + "K").c_str(), r.limit.gbps,
                 (r.limit.kernel + ", " + std::to_string(r.limit.threads)).c_str(), r.limit.one_thread, r.xxh3,
-                r.get_batch, r.get_batch / r.limit.gbps);
+                r.get_batch, r.get_batch / r.limit.gbps, r.verified.gbps, r.verified.kernel.c_str(), r.verified.threads,
+                r.get_batch / r.verified.gbps);
   std::printf("\nWithout checksum verification (diagnostic; never the configuration): ");
   for (const Row& r : rows) std::printf("%zuK %.2f GB/s  ", r.block >> 10, r.get_batch_noverify);
   std::printf("\n");
