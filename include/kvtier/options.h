@@ -74,6 +74,11 @@ struct ServiceClientOptions {
   // not in registered memory (Store::RegisterMemory) cross. Also bounds the
   // bytes of such puts and gets in flight.
   uint64_t staging_bytes = 256ull << 20;
+  // Threads, the caller's included, that copy a GetBatch's blocks out of
+  // staging into memory that is not registered: one thread's copy bounds that
+  // path well below what the service fills staging at. 0: the cores, at most
+  // 8. The helpers start with the first such batch.
+  uint32_t copy_threads = 0;
   // Bound on the wait for any reply (a get's own deadline, when sooner).
   uint32_t op_timeout_ms = 60000;
   // A blocking request busy-waits this long for its reply before it sleeps,

@@ -1,7 +1,9 @@
 #include "client/service_store.h"
 
+#include <algorithm>
 #include <cstring>
 #include <future>
+#include <thread>
 
 #include "format/record.h"
 #include "wire/messages.h"
@@ -307,6 +309,40 @@ Result<size_t> ServiceStore::Get(NamespaceId ns, std::string_view key, std::span
   return ch != nullptr ? ch->Await(*w) : w->Wait(0);  // no channel: it completed without being sent
 }
 
+namespace {
+
+// One piece of a get_batch group's copy out of staging.
+struct CopyOut {
+  uint8_t* dst;
+  const uint8_t* src;
+  size_t n;
+  void Run() const { std::memcpy(dst, src, n); }
+};
+
+// Cuts the copy of an `n`-byte block at `src` into the caller's fragments,
+// in order, into pieces small enough to share out among the copy threads.
+void CutCopyOut(const uint8_t* src, uint64_t n, std::span<const MutableFragment> out, std::vector<CopyOut>* pieces) {
+  constexpr uint64_t kPiece = 1u << 20;
+  for (const MutableFragment& f : out) {
+    const uint64_t c = std::min<uint64_t>(n, f.size);
+    for (uint64_t off = 0; off < c; off += kPiece)
+      pieces->push_back({static_cast<uint8_t*>(f.data) + off, src + off, std::min(kPiece, c - off)});
+    src += c;
+    n -= c;
+  }
+}
+
+}  // namespace
+
+WorkerPool& ServiceStore::Copiers() {
+  std::call_once(copiers_once_, [this] {
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    const unsigned threads = opt_.client.copy_threads != 0 ? opt_.client.copy_threads : std::min(cores, 8u);
+    copiers_ = std::make_unique<WorkerPool>(threads - 1, "kvtier-copyout");
+  });
+  return *copiers_;
+}
+
 std::vector<Result<size_t>> ServiceStore::GetBatch(NamespaceId ns, std::span<const GetItem> items) {
   std::vector<Result<size_t>> out(items.size(), Result<size_t>(Status::Aborted("not run")));
   Mutex mu;
@@ -373,30 +409,27 @@ std::vector<Result<size_t>> ServiceStore::GetBatch(NamespaceId ns, std::span<con
     const uint8_t* base = hold ? (*ch)->staging().data(hold) : nullptr;
     (*ch)->Call(
         wire::Op::kGetBatch, w, OpDeadline(),
-        [&arrive, &items, which = std::move(which), at = std::move(at), base](Status st, wire::WireReader* r) {
+        [this, &arrive, &items, which = std::move(which), at = std::move(at), base](Status st,
+                                                                                   wire::WireReader* r) {
           std::vector<Result<size_t>> got;
           if (st.ok()) {
             wire::DecodeGetBatchReply(*r, which.size(), &got);
             st = r->Finish("get_batch reply");
           }
-          for (size_t k = 0; k < which.size(); ++k) {
-            if (!st.ok()) {
-              arrive(which[k], st);
-              continue;
-            }
-            if (base != nullptr && got[k].ok()) {
-              // Out of the group's extent into the caller's buffers, in order.
-              uint64_t left = *got[k];
-              const uint8_t* p = base + at[k];
-              for (const MutableFragment& f : items[which[k]].out) {
-                const uint64_t c = std::min<uint64_t>(left, f.size);
-                if (c != 0) std::memcpy(f.data, p, c);
-                p += c;
-                left -= c;
-              }
-            }
-            arrive(which[k], std::move(got[k]));
+          if (!st.ok()) {
+            for (size_t i : which) arrive(i, st);
+            return;
           }
+          if (base != nullptr) {
+            // Out of the group's extent into the caller's buffers, shared
+            // out among the copy threads.
+            std::vector<CopyOut> pieces;
+            for (size_t k = 0; k < which.size(); ++k)
+              if (got[k].ok()) CutCopyOut(base + at[k], *got[k], items[which[k]].out, &pieces);
+            if (pieces.size() > 1) Copiers().ForEach(pieces.size(), [&pieces](size_t i) { pieces[i].Run(); });
+            else if (pieces.size() == 1) pieces[0].Run();
+          }
+          for (size_t k = 0; k < which.size(); ++k) arrive(which[k], std::move(got[k]));
         },
         hold);
   };

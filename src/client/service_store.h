@@ -14,12 +14,14 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "client/channel.h"
 #include "kvtier/store.h"
 #include "util/thread_annotations.h"
+#include "util/worker_pool.h"
 
 namespace kvtier::client {
 
@@ -97,9 +99,13 @@ class ServiceStore final : public Store {
   void SubmitGet(NamespaceId ns, std::string_view key, std::span<const MutableFragment> out,
                  Clock::time_point deadline, bool blocking, GetCallback done,
                  std::shared_ptr<Channel>* waiter = nullptr);
+  // The helpers that copy get_batch groups out of staging, started on first use.
+  WorkerPool& Copiers();
 
   const std::string target_, socket_path_;
   const Options opt_;
+  std::once_flag copiers_once_;
+  std::unique_ptr<WorkerPool> copiers_;  // set once under copiers_once_, then only read
   std::atomic<bool> closed_{false};
   mutable Mutex mu_;
   std::shared_ptr<Channel> ch_ GUARDED_BY(mu_);

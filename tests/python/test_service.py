@@ -101,6 +101,20 @@ def test_a_bad_reply_spin_is_named(served):
         kvtier.Store(served.address, client={"reply_spin_us": -2})
 
 
+def test_a_batch_into_private_memory_is_copied_out_by_the_client_copy_threads(served):
+    rng = np.random.default_rng(7)
+    blocks = [rng.integers(0, 255, (3 << 19) + 7, dtype=np.uint8) for _ in range(5)]
+    with kvtier.Store(served.address, client={"copy_threads": 3, "staging_bytes": 8 << 20}) as s:
+        ns = s.register_namespace(**SPEC)
+        for i, b in enumerate(blocks):
+            assert ns.put(f"cp{i}", b)
+        outs = [np.zeros(b.nbytes, dtype=np.uint8) for b in blocks]
+        assert ns.get_batch([f"cp{i}" for i in range(5)], outs) == [b.nbytes for b in blocks]
+        assert all(np.array_equal(o, b) for o, b in zip(outs, blocks))
+    with pytest.raises(kvtier.KvtierError, match="copy_threads"):
+        kvtier.Store(served.address, client={"copy_threads": -1})
+
+
 def test_registered_memory_moves_payloads_without_staging(served):
     fd = os.memfd_create("engine-pool")
     size = 64 << 20

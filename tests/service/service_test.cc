@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <future>
@@ -261,6 +262,55 @@ TEST_F(ServiceTest, ABatchOfGetsLargerThanTheStagingGoesThroughItInTurnsInsteadO
   auto n = c->Get(ns, Key(0), huge.data(), huge.size());
   EXPECT_EQ(n.status().code(), Code::kNotAdmitted);
   EXPECT_NE(n.status().message().find("staging"), std::string::npos) << n.status().ToString();
+}
+
+// Blocks copied out of staging by several threads, cut into pieces across
+// fragments of uneven sizes, land byte for byte; bytes past a block's end
+// and the buffers of a missing block stay untouched.
+TEST_F(ServiceTest, ABatchIntoScatteredPrivateMemoryIsCopiedOutByManyThreadsByteForByte) {
+  Options big = SmallOptions();
+  big.segment_size_bytes = 8 << 20;
+  big.capacity_bytes = 64 << 20;
+  big.write_queue_bytes = 16 << 20;
+  big.ram_tier_bytes = 64 << 20;
+  ServedStore served(dir_.path(), ServiceOptions{}, big);
+  ServiceClientOptions co;
+  co.staging_bytes = 16 << 20;
+  co.copy_threads = 4;
+  auto c = served.Client(co);
+  ASSERT_NE(c, nullptr);
+  const NamespaceId ns = c->RegisterNamespace(TestSpec()).value();
+  constexpr size_t kStored = 6, kAsked = 7;  // the last one asked for is missing
+  constexpr size_t kBlock = (3 << 20) + 1;   // pieces of 1 MiB and an odd tail
+  PutBlocks(c.get(), ns, kStored, kBlock);
+  const std::vector<size_t> cuts = {(1 << 20) + 5, (2 << 20) - 100, 200};  // 96 bytes of slack
+  constexpr uint8_t kUntouched = 0xA5;
+  std::vector<std::vector<std::vector<uint8_t>>> bufs(kAsked);
+  std::vector<std::vector<MutableFragment>> frags(kAsked);
+  std::vector<std::string> keys;
+  std::vector<GetItem> items;
+  for (size_t i = 0; i < kAsked; ++i) {
+    keys.push_back(Key(i));
+    for (size_t cut : cuts) bufs[i].emplace_back(cut, kUntouched);
+  }
+  for (size_t i = 0; i < kAsked; ++i) {
+    for (auto& b : bufs[i]) frags[i].push_back(MutableFragment{b.data(), b.size()});
+    items.push_back(GetItem{keys[i], frags[i]});
+  }
+  auto got = c->GetBatch(ns, items);
+  ASSERT_EQ(got.size(), kAsked);
+  for (size_t i = 0; i < kStored; ++i) {
+    ASSERT_TRUE(got[i].ok()) << i << ": " << got[i].status().ToString();
+    EXPECT_EQ(*got[i], kBlock);
+    std::vector<uint8_t> joined;
+    for (const auto& b : bufs[i]) joined.insert(joined.end(), b.begin(), b.end());
+    const auto want = Payload(ns, Key(i), kBlock);
+    EXPECT_TRUE(std::equal(want.begin(), want.end(), joined.begin())) << i;
+    EXPECT_TRUE(std::all_of(joined.begin() + kBlock, joined.end(), [](uint8_t b) { return b == kUntouched; })) << i;
+  }
+  EXPECT_TRUE(got[kStored].status().IsNotFound()) << got[kStored].status().ToString();
+  for (const auto& b : bufs[kStored])
+    EXPECT_TRUE(std::all_of(b.begin(), b.end(), [](uint8_t x) { return x == kUntouched; }));
 }
 
 TEST_F(ServiceTest, AGetBatchIntoRegisteredMemoryIsOneRequestPerThousandBlocksWithEachItemsOwnResult) {
