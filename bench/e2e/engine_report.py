@@ -78,7 +78,11 @@ def markdown(results):
             lines.append(f"Best host copy for {model}'s blocks ({hb['block_bytes'] >> 10} KiB; kvtier-host-bench): "
                          f"{hb['memcpy_best_gbps']:.1f} GB/s ({hb.get('memcpy_best_kernel')}, "
                          f"{hb.get('memcpy_best_threads')} threads); its get_batch alone "
-                         f"{hb.get('get_batch_gbps', 0):.1f} GB/s ({hb.get('get_batch_ratio', 0):.2f}x).")
+                         f"{hb.get('get_batch_gbps', 0):.1f} GB/s ({hb.get('get_batch_ratio', 0):.2f}x)"
+                         + (f"; the best verified copy (copy and XXH3 in one pass) "
+                            f"{hb['verified_copy_best_gbps']:.1f} GB/s ({hb.get('verified_copy_best_kernel')}, "
+                            f"{hb.get('verified_copy_best_threads')} threads)"
+                            if hb.get("verified_copy_best_gbps") else "") + ".")
         else:
             lines.append(f"Best host copy for {model}: not measured ({hb.get('skipped') or hb.get('error')}).")
     probes = [w["host_path_probe"] for w in results["workers"] if w.get("host_path_probe")]

@@ -1,7 +1,9 @@
 // The copy kernel of the GPU path: copies a list of pieces where one side is
 // device memory and the other pinned host memory mapped into the device's
-// address space. It reaches the PCIe link with pieces of a few KiB, where
-// the copy engines need one descriptor each (see docs/ram_tier.md).
+// address space. It is for pieces of a few KiB, where the copy engines pay
+// one descriptor each; from 256 KiB up the copy engines win (docs/e2e.md).
+// $KVTIER_GPU_COPY_BLOCKS sets the thread blocks a launch uses (default 32),
+// for measurements.
 #ifndef KVTIER_SRC_CUDA_COPY_KERNEL_H_
 #define KVTIER_SRC_CUDA_COPY_KERNEL_H_
 
