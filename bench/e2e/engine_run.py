@@ -96,7 +96,7 @@ class Worker:
         self.bb = self.model.block_bytes
         host_blocks = max(max(self.batches(n)) * ((n + self.q_tokens + 15) // 16) for n in spec["doc_tokens"])
         self.served = spec["phase"] in SERVED
-        self.host_chunk_bytes = int(spec.get("host_chunk_mib", 256)) << 20
+        self.host_chunk_bytes = int(spec.get("host_chunk_mib", 112)) << 20
         self.pinned, self.pinned_fd = self.host_buffer(host_blocks * self.bb)
         self.res["machine"] = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
                                "cuda": torch.version.cuda, "python": platform.python_version(),
@@ -163,7 +163,7 @@ class Worker:
             store = self.kvtier.Store("unix:" + s["socket"], client={"client_name": self.name})
         else:
             extra = {}
-            if s.get("ram_streaming_min_kib") is not None:
+            if s.get("ram_streaming_min_kib") is not None and s["ram_streaming_min_kib"] >= 0:
                 extra["ram_streaming_copy_min_bytes"] = s["ram_streaming_min_kib"] << 10
             store = self.kvtier.Store(s["store_dir"], ram_tier_bytes=ram, ram_tier_shared_memory=True,
                                       capacity_bytes=s["capacity_bytes"], read_threads=8, queue_depth=32, **extra)
@@ -234,7 +234,11 @@ class Worker:
         get_batch, chunks)."""
         torch = self.torch
         cache, base, n = self.model.cache, self.pinned.data_ptr(), len(keys)
-        per = max(1, self.host_chunk_bytes // self.bb) if self.host_chunk_bytes else max(1, n)
+        # Chunks of nearly equal size, at most host_chunk_bytes each: the copy
+        # to the GPU of the last chunk is what the load does not overlap, so a
+        # short tail after one large chunk would leave most of it exposed.
+        most = max(1, self.host_chunk_bytes // self.bb) if self.host_chunk_bytes else max(1, n)
+        per = -(-n // -(-n // most)) if n else 1
         # Pinned, so that its copy does not wait for the stream.
         ids = torch.tensor(block_ids, dtype=torch.long).pin_memory().to(self.dev, non_blocking=True)
         got, t_get, chunks = [], 0.0, 0
@@ -456,12 +460,14 @@ def parse_args(argv):
     p.add_argument("--phases", default=",".join(PHASES))
     p.add_argument("--copy-method", default="auto", choices=["auto", "batch", "loop", "kernel"],
                    help="how the GPU path copies (Store.gpu_set_copy_method)")
-    p.add_argument("--host-chunk-mib", type=int, default=256,
-                   help="the host arm's get_batch chunk, each copied to the GPU while the next is read "
+    p.add_argument("--host-chunk-mib", type=int, default=112,
+                   help="the host arm's largest get_batch chunk (a load is split into equal chunks no larger), "
+                        "each copied to the GPU while the next is read "
                         "(0: one get_batch, then one copy)")
-    p.add_argument("--ram-streaming-min-kib", type=int, default=None,
+    p.add_argument("--ram-streaming-min-kib", type=int, default=1024,
                    help="RAM-tier copies of at least this many KiB use streaming stores, in the store and the "
-                        "service (default: the library's, half the last-level cache)")
+                        "service; the host arm's buffer is read next by the GPU, not the CPU, so its chunks "
+                        "stream (-1: the library's default, half the last-level cache)")
     p.add_argument("--kvtier-bin", default=os.environ.get("KVTIER_BIN", os.path.join(REPO, ".gpu", "bin", "kvtier")),
                    help="the kvtier command, for the service phases")
     p.add_argument("--host-bench", default=os.path.join(REPO, ".gpu", "bin", "kvtier-host-bench"),
@@ -523,7 +529,7 @@ class Service:
         self.socket = f"/tmp/kvtier-e2e-{os.getpid()}.sock"
         cmd = [program, "serve", store_dir, "--socket", self.socket, "--ram-tier", f"{int(a.ram_tier_gib)}G",
                "--capacity", f"{int(a.capacity_gib)}G", "--metrics-listen", "off", "--client-inflight", "1G"]
-        if a.ram_streaming_min_kib is not None:
+        if a.ram_streaming_min_kib is not None and a.ram_streaming_min_kib >= 0:
             cmd += ["--ram-streaming-min", f"{a.ram_streaming_min_kib}K"]
         self.log = open(log_path, "w")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
