@@ -12,8 +12,7 @@ namespace {
 // block copies one tile at a time. Reading host memory over PCIe takes a few
 // microseconds per load, so the link is only full with many loads in flight:
 // each thread issues kUnroll independent 16-byte loads before its stores
-// (with one load per thread in flight, 16 x 512 threads stayed at 0.5-0.6x
-// of the link for 512 KiB pieces, docs/e2e.md).
+// (one load in flight per thread left most of the link idle; docs/e2e.md).
 constexpr size_t kTileBytes = 64u << 10;
 constexpr int kThreads = 256;
 constexpr int kUnroll = 4;
