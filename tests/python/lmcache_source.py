@@ -32,7 +32,8 @@ _NO_INIT = ("lmcache", "lmcache.v1", "lmcache.v1.distributed", "lmcache.v1.distr
 
 
 class Bitmap:
-    """lmcache.lmcache_native.Bitmap is a C++ extension: a fixed-size bit set."""
+    """Bitmap is a C++ extension's fixed-size bit set: lmcache.lmcache_native in the
+    checkout tested (docs/engines.md), lmcache.native_storage_ops in later ones."""
 
     def __init__(self, n):
         self._bits = [False] * int(n)
@@ -124,6 +125,7 @@ class L2AdapterListener(abc.ABC):
 
 def _stand_ins():
     stand_in_module("lmcache.lmcache_native", Bitmap=Bitmap)  # C++ extension
+    stand_in_module("lmcache.native_storage_ops", Bitmap=Bitmap)  # its later name
     stand_in_module("lmcache.logging", init_logger=logging.getLogger)  # LMCache's colour formatter
     # IPC message types (msgspec); api.py imports one for an annotation.
     stand_in_module("lmcache.v1.multiprocess.custom_types", IPCCacheEngineKey=type("IPCCacheEngineKey", (), {}))
