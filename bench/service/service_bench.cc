@@ -42,6 +42,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -580,8 +581,10 @@ int RunParent(const Args& a) {
     r.limit_name = "copy best (" + mem.kernel + ", " + std::to_string(mem.threads) + " threads)";
     rows.push_back(r);
   }
-  {
-    Row r = both(ram, ram_ns, "ram_get_batch", 1,
+  // Engines load with get_batch: one client, and as many as the most clients
+  // asked for, each loading its own batches at once.
+  for (int n : std::set<int>{1, maxc}) {
+    Row r = both(ram, ram_ns, "ram_get_batch", n,
                  "RAM-tier get_batch (" + std::to_string(kGetBatchBlocks) + " blocks), registered");
     r.unit = "GB/s";
     r.limit = mem_gbps;
@@ -591,7 +594,7 @@ int RunParent(const Args& a) {
   }
   {
     Row r = both(ram, ram_ns, "ram_get_batch_staged", 1,
-                 "  the same through staging (2 copies)");
+                 "RAM-tier get_batch (" + std::to_string(kGetBatchBlocks) + " blocks), staging (2 copies)");
     r.unit = "GB/s";
     r.limit = mem_gbps;
     r.verified = verified.gbps;
