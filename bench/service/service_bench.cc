@@ -86,6 +86,7 @@ struct Args {
   bool embedded_huge_pages = false;    // embedded arm on huge pages even where clients are not
   int64_t reply_spin_us = -1;  // the clients' ServiceClientOptions::reply_spin_us (-1: by core count)
   int64_t stream_min_kib = -1;  // Options::ram_streaming_copy_min_bytes in KiB (-1: the default)
+  int64_t split_min_kib = 0;   // Options::ram_split_copy_min_bytes in KiB (0: never, the default)
   bool disk = true;             // the disk rows (--no-disk: the RAM and lookup rows alone)
   // client and echo roles
   std::string socket, op, out;
@@ -468,6 +469,7 @@ Served Serve(const Args& a, const std::string& dir, uint64_t ram_bytes, uint64_t
   kvtier::Options o;
   o.zero_copy_small_pages = a.zero_copy_small_pages;
   if (a.stream_min_kib >= 0) o.ram_streaming_copy_min_bytes = static_cast<uint64_t>(a.stream_min_kib) << 10;
+  if (a.split_min_kib > 0) o.ram_split_copy_min_bytes = static_cast<uint64_t>(a.split_min_kib) << 10;
   o.ram_tier_bytes = ram_bytes;
   o.ram_tier_shared_memory = false;
   o.capacity_bytes = capacity;
@@ -726,6 +728,7 @@ int main(int argc, char** argv) {
     else if (k == "--embedded-huge-pages") a.embedded_huge_pages = true;
     else if (k == "--no-disk") a.disk = false;
     else if (k == "--stream-min-kib") a.stream_min_kib = std::strtoll(next().c_str(), nullptr, 10);
+    else if (k == "--split-copy-min-kib") a.split_min_kib = std::strtoll(next().c_str(), nullptr, 10);
     else if (k == "--reply-spin-us") a.reply_spin_us = std::strtoll(next().c_str(), nullptr, 10);
     else if (k == "--socket") a.socket = next();
     else if (k == "--op") a.op = next();
@@ -737,7 +740,8 @@ int main(int argc, char** argv) {
     else if (k == "--help" || k == "-h") {
       std::printf("usage: kvtier bench --service [--dir D] [--seconds S] [--clients 1,2,4,8] [--block 2M]\n"
                   "       [--ram-blocks N] [--disk-blocks N] [--reply-spin-us N]\n"
-                  "       [--zero-copy-small-pages] [--embedded-huge-pages] [--stream-min-kib K] [--no-disk]\n"
+                  "       [--zero-copy-small-pages] [--embedded-huge-pages] [--stream-min-kib K]\n"
+                  "       [--split-copy-min-kib K] [--no-disk]\n"
                   "       [--json]\n");
       return 0;
     } else {

@@ -248,6 +248,15 @@ struct Options {
   // prefix), and loses while it can. 0 (the default): half the last-level
   // cache the kernel reports; UINT64_MAX: never.
   uint64_t ram_streaming_copy_min_bytes = 0;
+  // A single Get of a RAM-tier block of at least this many bytes is copied by
+  // the copy threads together and then verified by hashing the copy in the
+  // caller's buffer, instead of copied and hashed in one pass by the caller
+  // alone: a block's hash cannot be split, its copy can. On a host whose
+  // cores each move a small share of its memory's bandwidth, that is several
+  // times one core's rate for a lone get; on a host of few cores, the one
+  // pass is faster. 0 (the default): never. Not in GetBatch, whose blocks
+  // already spread over the copy threads.
+  uint64_t ram_split_copy_min_bytes = 0;
 
   // --- Recovery ---------------------------------------------------------------
   // Write an index checkpoint (so recovery needs no scan before it) every time

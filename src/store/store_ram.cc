@@ -30,6 +30,7 @@ Status StoreImpl::OpenRamTier() {
   o.verify_reads = opt_.verify_ram_hits;
   o.streaming_copy_min_bytes =
       opt_.ram_streaming_copy_min_bytes != 0 ? opt_.ram_streaming_copy_min_bytes : LastLevelCacheBytes() / 2;
+  o.split_copy_min_bytes = opt_.ram_split_copy_min_bytes;
   o.copy_threads = opt_.ram_copy_threads != 0
                        ? opt_.ram_copy_threads
                        : std::clamp(std::thread::hardware_concurrency(), 1u, 32u);

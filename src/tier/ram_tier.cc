@@ -297,8 +297,39 @@ RamTier::Pin RamTier::Acquire(NamespaceId ns, std::string_view key) {
   return Pin(this, it->second);
 }
 
+bool RamTier::CopySharedThenVerify(const Pin& p, std::span<const MutableFragment> out) {
+  struct Unit {
+    uint8_t* dst;
+    const uint8_t* src;
+    size_t n;
+  };
+  constexpr size_t kUnitBytes = 256u << 10;  // enough units for every thread, each long enough to stream
+  std::vector<Unit> units;
+  size_t oi = 0, oo = 0;
+  for (const Piece& piece : p.pieces()) {
+    const uint8_t* src = piece.data;
+    size_t left = piece.size;
+    while (left > 0) {
+      const MutableFragment& f = out[oi];
+      const size_t n = std::min({left, f.size - oo, kUnitBytes});
+      if (n != 0) units.push_back({static_cast<uint8_t*>(f.data) + oo, src, n});
+      src += n;
+      left -= n;
+      oo += n;
+      if (oo == f.size) ++oi, oo = 0;
+    }
+  }
+  copiers_->ForEach(units.size(), [&units](size_t i) { std::memcpy(units[i].dst, units[i].src, units[i].n); });
+  // The copy is in this core's reach (the caller's buffer, just written):
+  // hashing it checks what the caller gets, not only what the tier holds.
+  Xxh3Stream sum;
+  for (const Unit& u : units) sum.Update(u.dst, u.n);
+  split_copies_.fetch_add(1, std::memory_order_relaxed);
+  return sum.Digest() == p.checksum();
+}
+
 Result<size_t> RamTier::ReadAs(NamespaceId ns, std::string_view key, std::span<const MutableFragment> out,
-                               uint64_t copy_bytes) {
+                               uint64_t copy_bytes, bool may_split) {
   Pin p = Acquire(ns, key);
   if (!p) return Status::NotFound("not in the RAM tier");
   uint64_t cap = 0;
@@ -306,6 +337,14 @@ Result<size_t> RamTier::ReadAs(NamespaceId ns, std::string_view key, std::span<c
   if (cap < p.size())
     return Status::BufferTooSmall("block has " + std::to_string(p.size()) + " bytes, buffer " +
                                   std::to_string(cap));
+  // One block, large enough to share out: several threads copy it, then
+  // this one verifies the copy. A mismatch is the tier's copy gone bad, or
+  // the caller's buffer written meanwhile (another thread of the caller,
+  // another process sharing it): the one-pass copy below then decides,
+  // verifying what it loads from the tier.
+  if (may_split && copiers_ != nullptr && opt_.verify_reads && opt_.split_copy_min_bytes != 0 &&
+      p.size() >= opt_.split_copy_min_bytes && CopySharedThenVerify(p, out))
+    return static_cast<size_t>(p.size());
   // Verified as it is copied: each stripe is hashed on its way through the
   // core, one pass over memory (util/copy_checksum.h).
   size_t oi = 0, oo = 0;
@@ -342,12 +381,13 @@ void RamTier::ReadBatch(NamespaceId ns, std::span<const GetItem> items, std::spa
   uint64_t asked = 0;
   for (const GetItem& it : items)
     for (const MutableFragment& f : it.out) asked += f.size;
-  auto one = [&](size_t i) { results[i] = ReadAs(ns, items[i].key, items[i].out, asked); };
+  auto one = [&](size_t i) { results[i] = ReadAs(ns, items[i].key, items[i].out, asked, /*may_split=*/false); };
   if (copiers_ != nullptr && items.size() > 1 && asked >= kSplitBytes) {
     copiers_->ForEach(items.size(), one);
     return;
   }
-  for (size_t i = 0; i < items.size(); ++i) one(i);
+  // On the caller's thread alone: a large block may still share its copy out.
+  for (size_t i = 0; i < items.size(); ++i) results[i] = ReadAs(ns, items[i].key, items[i].out, asked, true);
 }
 
 bool RamTier::Contains(NamespaceId ns, std::string_view key) {
@@ -391,6 +431,7 @@ void RamTier::EraseNamespace(NamespaceId ns) {
 RamTierStats RamTier::GetStats() const {
   RamTierStats st = base_;
   st.checksum_failures = checksum_failures_.load();
+  st.split_copies = split_copies_.load(std::memory_order_relaxed);
   for (auto& sp : shards_) {
     Shard& s = *sp;
     std::lock_guard<std::mutex> l(s.mu);

@@ -71,6 +71,10 @@ struct RamTierOptions {
   // Read() copies blocks (ReadBatch: batches) of at least this size with
   // non-temporal stores (Options::ram_streaming_copy_min_bytes).
   uint64_t streaming_copy_min_bytes = UINT64_MAX;
+  // Read() of a block at least this large (0: never) shares its copy out
+  // over the copy threads and then verifies the copy by hashing the caller's
+  // buffer (Options::ram_split_copy_min_bytes).
+  uint64_t split_copy_min_bytes = 0;
 };
 
 struct RamTierStats {
@@ -80,6 +84,7 @@ struct RamTierStats {
   uint64_t adopted_blocks = 0, adopted_bytes = 0, adopt_dropped = 0;
   uint64_t prefaulted_bytes = 0;  // data bytes faulted in by the background thread
   uint64_t checksum_failures = 0;  // reads that found a block changed in memory (dropped)
+  uint64_t split_copies = 0;       // Read()s whose copy the copy threads shared
   bool shared = false;        // backed by a /dev/shm file
   bool adopted_file = false;  // that file was adopted at open
 };
@@ -152,7 +157,7 @@ class RamTier {
   // Corruption (verify_reads: the copy no longer matches its checksum; the
   // block is dropped and `out` holds garbage).
   Result<size_t> Read(NamespaceId ns, std::string_view key, std::span<const MutableFragment> out) {
-    return ReadAs(ns, key, out, 0);
+    return ReadAs(ns, key, out, 0, /*may_split=*/true);
   }
   // Read() of every item into results[i] (results.size() == items.size()),
   // the blocks spread over the copy threads when the batch is worth it.
@@ -206,8 +211,14 @@ class RamTier {
   std::atomic<uint64_t> checksum_failures_{0};
   // Read() as part of a copy of `copy_bytes` in all (a batch), which decides
   // the kind of stores (RamTierOptions::streaming_copy_min_bytes).
+  // `may_split`: not from inside a copy thread (ReadBatch's), whose pool
+  // cannot be asked for more.
   Result<size_t> ReadAs(NamespaceId ns, std::string_view key, std::span<const MutableFragment> out,
-                        uint64_t copy_bytes);
+                        uint64_t copy_bytes, bool may_split);
+  // The copy threads copy `p` into `out` together; then this thread hashes
+  // the copy. True when it matches the block's checksum.
+  bool CopySharedThenVerify(const Pin& p, std::span<const MutableFragment> out);
+  std::atomic<uint64_t> split_copies_{0};
 
   std::unique_ptr<WorkerPool> copiers_;  // copy_threads - 1 helpers; null for one thread
 };

@@ -115,6 +115,20 @@ def test_a_batch_into_private_memory_is_copied_out_by_the_client_copy_threads(se
         kvtier.Store(served.address, client={"copy_threads": -1})
 
 
+def test_a_store_shares_a_lone_gets_copy_when_asked(tmp_path):
+    rng = np.random.default_rng(8)
+    block = rng.integers(0, 255, (2 << 20) + 5, dtype=np.uint8)
+    opts = {"ram_tier_bytes": 64 << 20, "ram_copy_threads": 3, "ram_split_copy_min_bytes": 1 << 20}
+    with kvtier.Store(str(tmp_path / "s"), **opts) as s:
+        ns = s.register_namespace(**SPEC)
+        assert ns.put("big", block)
+        out = np.zeros(block.nbytes, dtype=np.uint8)
+        assert ns.get_into("big", out) == block.nbytes and np.array_equal(out, block)
+        assert s.stats()["hits_ram"] >= 1
+    with pytest.raises(kvtier.KvtierError, match="ram_split_copy_min_bytes"):
+        kvtier.Store(str(tmp_path / "t"), ram_split_copy_min_bytes="big")
+
+
 def test_registered_memory_moves_payloads_without_staging(served):
     fd = os.memfd_create("engine-pool")
     size = 64 << 20

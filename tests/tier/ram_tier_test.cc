@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -184,6 +185,61 @@ TEST(RamTier, StreamingCopiesGiveTheSameBytesAndStillVerify) {
   EXPECT_EQ((*t)->Read(1, "k", {&whole, 1}).status().code(), Code::kCorruption);
   EXPECT_FALSE((*t)->Contains(1, "k"));
   std::free(dst);
+}
+
+// A lone read of a large block shares its copy over the copy threads and
+// then verifies the copy: the same bytes land across uneven fragments and
+// chunk runs, a block changed in the tier is still caught and dropped, and
+// reads of a batch (already spread over the threads) never split.
+TEST(RamTier, SharedCopiesOfOneBlockLandTheSameBytesAndStillVerify) {
+  RamTierOptions o = Small(8 << 20);
+  o.copy_threads = 4;
+  o.split_copy_min_bytes = 64 << 10;
+  auto t = RamTier::Open(o);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  const auto v = Bytes((1u << 20) + 4097, 21);  // many units, an odd tail
+  ASSERT_NE(Put(**t, 1, "big", v), 0u);
+  ASSERT_NE(Put(**t, 1, "small", Bytes(10000, 22)), 0u);
+  std::vector<uint8_t> a(300001, 0xA5), b(700000, 0xA5), c(v.size() - a.size() - b.size() + 99, 0xA5);
+  MutableFragment out[3] = {{a.data(), a.size()}, {b.data(), b.size()}, {c.data(), c.size()}};
+  auto n = (*t)->Read(1, "big", out);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(*n, v.size());
+  std::vector<uint8_t> joined(a);
+  joined.insert(joined.end(), b.begin(), b.end());
+  joined.insert(joined.end(), c.begin(), c.end());
+  EXPECT_TRUE(std::equal(v.begin(), v.end(), joined.begin()));
+  EXPECT_TRUE(std::all_of(joined.begin() + v.size(), joined.end(), [](uint8_t x) { return x == 0xA5; }));
+  EXPECT_EQ((*t)->GetStats().split_copies, 1u);
+  EXPECT_EQ(Get(**t, 1, "small"), Bytes(10000, 22));  // below the threshold: one pass
+  EXPECT_EQ((*t)->GetStats().split_copies, 1u);
+  {  // a batch of two: each block on one copy thread, none split
+    std::vector<uint8_t> x(v.size()), y(v.size());
+    MutableFragment fx{x.data(), x.size()}, fy{y.data(), y.size()};
+    const std::string big = "big";
+    GetItem items[2] = {{big, {&fx, 1}}, {big, {&fy, 1}}};
+    std::vector<Result<size_t>> got(2, Result<size_t>(Status::Aborted("not run")));
+    (*t)->ReadBatch(1, items, got);
+    EXPECT_TRUE(got[0].ok() && got[1].ok());
+    EXPECT_EQ(x, v);
+    EXPECT_EQ(y, v);
+    EXPECT_EQ((*t)->GetStats().split_copies, 1u);
+  }
+  {  // one bit of the tier's copy, deep inside the block
+    RamTier::Pin p = (*t)->Acquire(1, "big");
+    ASSERT_TRUE(p);
+    size_t at = 700000;
+    for (const RamTier::Piece& piece : p.pieces()) {
+      if (at < piece.size) {
+        piece.data[at] ^= 0x04;
+        break;
+      }
+      at -= piece.size;
+    }
+  }
+  EXPECT_EQ((*t)->Read(1, "big", out).status().code(), Code::kCorruption);
+  EXPECT_FALSE((*t)->Contains(1, "big"));
+  EXPECT_EQ((*t)->GetStats().checksum_failures, 1u);
 }
 
 TEST(RamTier, ByteBudgetEvictsAndReplaceFreesOldCopy) {

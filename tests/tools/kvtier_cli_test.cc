@@ -234,6 +234,9 @@ TEST(KvtierCliUsage, BadArgumentsExit2) {
   Out sv = Kv({"serve", "/tmp/kvtier-no-such-store", "--ram-streaming-min", "12Q"});
   EXPECT_EQ(sv.rc, 2);
   EXPECT_NE(sv.err.find("--ram-streaming-min"), std::string::npos) << sv.err;
+  Out sp = Kv({"serve", "/tmp/kvtier-no-such-store", "--ram-split-copy-min", "1X"});
+  EXPECT_EQ(sp.rc, 2);
+  EXPECT_NE(sp.err.find("--ram-split-copy-min"), std::string::npos) << sp.err;
 }
 
 TEST(KvtierCliUsage, MissingStoreOrNotAStoreExit3) {

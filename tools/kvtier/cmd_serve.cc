@@ -40,6 +40,7 @@ struct ServeCmd {
   std::string ram_tier;
   bool zero_copy_small_pages = false;
   std::string ram_streaming_min;
+  std::string ram_split_copy_min;
   std::string client_inflight = "1G";
   uint32_t max_clients = 256;
 };
@@ -198,6 +199,11 @@ int Run(const ServeCmd& in) {
     if (!n.ok()) return Fail("serve", kExitUsage, "--ram-streaming-min: " + n.status().message());
     o.ram_streaming_copy_min_bytes = *n;
   }
+  if (!in.ram_split_copy_min.empty()) {
+    auto n = ParseSize(in.ram_split_copy_min);
+    if (!n.ok()) return Fail("serve", kExitUsage, "--ram-split-copy-min: " + n.status().message());
+    o.ram_split_copy_min_bytes = *n;
+  }
   o.remote = in.a.remote;
   o.warn = [&log](const std::string& line) { log.Line("warning: " + line); };
   auto store = Store::Open(in.a.dir, o);
@@ -283,6 +289,9 @@ Command AddServe(CLI::App& root) {
   sub->add_option("--ram-streaming-min", in->ram_streaming_min,
                   "Copies out of the RAM tier of at least this size use streaming stores "
                   "(e.g. 1M; default half the last-level cache; see docs/ram_tier.md)");
+  sub->add_option("--ram-split-copy-min", in->ram_split_copy_min,
+                  "A lone get of a RAM-tier block of at least this size is copied by several threads, then "
+                  "verified (e.g. 1M; default never; see docs/service.md)");
   sub->add_option("--client-inflight", in->client_inflight, "Bytes of puts one client may have in flight")
       ->capture_default_str();
   sub->add_option("--max-clients", in->max_clients, "Clients served at once")->capture_default_str();
