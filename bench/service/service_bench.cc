@@ -575,42 +575,24 @@ int RunParent(const Args& a) {
     floor.limit_name = "(the floor under the overhead)";
     rows.push_back(floor);
   }
-  for (int n : a.clients) {
-    Row r = both(ram, ram_ns, "ram_get", n, "RAM-tier gets into registered memory");
+  // A RAM row: GB/s against the copy best and the verified copy best.
+  auto ram_row = [&](const std::string& op, int n, const std::string& what, const std::string& limit_name) {
+    Row r = both(ram, ram_ns, op, n, what);
     r.unit = "GB/s";
     r.limit = mem_gbps;
     r.verified = verified.gbps;
-    r.limit_name = "copy best (" + mem.kernel + ", " + std::to_string(mem.threads) + " threads)";
+    r.limit_name = limit_name;
     rows.push_back(r);
-  }
+  };
+  for (int n : a.clients)
+    ram_row("ram_get", n, "RAM-tier gets into registered memory",
+            "copy best (" + mem.kernel + ", " + std::to_string(mem.threads) + " threads)");
   // Engines load with get_batch: one client, and as many as the most clients
   // asked for, each loading its own batches at once.
-  for (int n : std::set<int>{1, maxc}) {
-    Row r = both(ram, ram_ns, "ram_get_batch", n,
-                 "RAM-tier get_batch (" + std::to_string(kGetBatchBlocks) + " blocks), registered");
-    r.unit = "GB/s";
-    r.limit = mem_gbps;
-    r.verified = verified.gbps;
-    r.limit_name = "copy best";
-    rows.push_back(r);
-  }
-  {
-    Row r = both(ram, ram_ns, "ram_get_batch_staged", 1,
-                 "RAM-tier get_batch (" + std::to_string(kGetBatchBlocks) + " blocks), staging (2 copies)");
-    r.unit = "GB/s";
-    r.limit = mem_gbps;
-    r.verified = verified.gbps;
-    r.limit_name = "copy best";
-    rows.push_back(r);
-  }
-  {
-    Row r = both(ram, ram_ns, "ram_get_staged", maxc, "RAM-tier gets through staging (2 copies)");
-    r.unit = "GB/s";
-    r.limit = mem_gbps;
-    r.verified = verified.gbps;
-    r.limit_name = "copy best";
-    rows.push_back(r);
-  }
+  const std::string batch = "RAM-tier get_batch (" + std::to_string(kGetBatchBlocks) + " blocks), ";
+  for (int n : std::set<int>{1, maxc}) ram_row("ram_get_batch", n, batch + "registered", "copy best");
+  ram_row("ram_get_batch_staged", 1, batch + "staging (2 copies)", "copy best");
+  ram_row("ram_get_staged", maxc, "RAM-tier gets through staging (2 copies)", "copy best");
   for (int n : a.disk ? a.clients : std::vector<int>{}) {
     Row r = both(disk, disk_ns, "disk_get", n, "disk gets (O_DIRECT)");
     r.unit = "GB/s";
@@ -669,7 +651,7 @@ int RunParent(const Args& a) {
               verified.kernel.c_str(), verified.threads, static_cast<long long>(a.reply_spin_us),
               a.zero_copy_small_pages ? "on" : "off", client_huge ? "huge pages" : "4 KiB pages",
               a.embedded_huge_pages || client_huge ? "huge pages" : "4 KiB pages");
-  std::printf("%-44s %7s %12s %12s %12s %12s  %s\n", "workload", "clients", "service", "embedded", "vs limit",
+  std::printf("%-52s %7s %12s %12s %12s %12s  %s\n", "workload", "clients", "service", "embedded", "vs limit",
               "vs verified", "limit");
   for (const Row& r : rows) {
     char sv[32], em[32], ratio[32], vr[32] = "-";
@@ -683,7 +665,7 @@ int RunParent(const Args& a) {
       std::snprintf(ratio, sizeof ratio, "%.2fx", r.limit > 0 ? r.value() / r.limit : 0);
       if (r.verified > 0) std::snprintf(vr, sizeof vr, "%.2fx", r.value() / r.verified);
     }
-    std::printf("%-44s %7d %12s %12s %12s %12s  %s%s\n", r.what.c_str(), r.clients, sv, em, ratio, vr,
+    std::printf("%-52s %7d %12s %12s %12s %12s  %s%s\n", r.what.c_str(), r.clients, sv, em, ratio, vr,
                 r.limit_name.c_str(),
                 r.service.errors + r.embedded.errors ? "  ERRORS" : "");
   }

@@ -303,7 +303,7 @@ bool RamTier::CopySharedThenVerify(const Pin& p, std::span<const MutableFragment
     const uint8_t* src;
     size_t n;
   };
-  constexpr size_t kUnitBytes = 256u << 10;  // enough units for every thread, each long enough to stream
+  constexpr size_t kUnitBytes = 256u << 10;  // a unit for every thread from 4 MiB up; few enough to hand out cheaply
   std::vector<Unit> units;
   size_t oi = 0, oo = 0;
   for (const Piece& piece : p.pieces()) {

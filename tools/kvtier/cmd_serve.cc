@@ -183,27 +183,22 @@ int Run(const ServeCmd& in) {
   if (!seg.ok()) return Fail("serve", kExitUsage, "--segment-size: " + seg.status().message());
   o.segment_size_bytes = *seg;
   o.group_access = (so.socket_mode & 0070) != 0;
-  if (!in.a.capacity.empty()) {
-    auto cap = ParseSize(in.a.capacity);
-    if (!cap.ok()) return Fail("serve", kExitUsage, "--capacity: " + cap.status().message());
-    o.capacity_bytes = *cap;
-  }
-  if (!in.ram_tier.empty()) {
-    auto ram = ParseSize(in.ram_tier);
-    if (!ram.ok()) return Fail("serve", kExitUsage, "--ram-tier: " + ram.status().message());
-    o.ram_tier_bytes = *ram;
+  // The size flags; one left empty keeps the store's default.
+  const struct {
+    const std::string& text;
+    const char* flag;
+    uint64_t* field;
+  } sizes[] = {{in.a.capacity, "--capacity", &o.capacity_bytes},
+               {in.ram_tier, "--ram-tier", &o.ram_tier_bytes},
+               {in.ram_streaming_min, "--ram-streaming-min", &o.ram_streaming_copy_min_bytes},
+               {in.ram_split_copy_min, "--ram-split-copy-min", &o.ram_split_copy_min_bytes}};
+  for (const auto& s : sizes) {
+    if (s.text.empty()) continue;
+    auto n = ParseSize(s.text);
+    if (!n.ok()) return Fail("serve", kExitUsage, std::string(s.flag) + ": " + n.status().message());
+    *s.field = *n;
   }
   o.zero_copy_small_pages = in.zero_copy_small_pages;
-  if (!in.ram_streaming_min.empty()) {
-    auto n = ParseSize(in.ram_streaming_min);
-    if (!n.ok()) return Fail("serve", kExitUsage, "--ram-streaming-min: " + n.status().message());
-    o.ram_streaming_copy_min_bytes = *n;
-  }
-  if (!in.ram_split_copy_min.empty()) {
-    auto n = ParseSize(in.ram_split_copy_min);
-    if (!n.ok()) return Fail("serve", kExitUsage, "--ram-split-copy-min: " + n.status().message());
-    o.ram_split_copy_min_bytes = *n;
-  }
   o.remote = in.a.remote;
   o.warn = [&log](const std::string& line) { log.Line("warning: " + line); };
   auto store = Store::Open(in.a.dir, o);
