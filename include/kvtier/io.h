@@ -44,7 +44,7 @@ class File {
   uint64_t uid() const { return uid_; }
   virtual const std::string& path() const = 0;
   // Reads exactly n bytes at offset into buf. With direct I/O, buf, offset and
-  // n must be multiples of 4096 (the caller guarantees it).
+  // n must be multiples of read_align() (the caller guarantees it).
   virtual Status ReadAt(uint64_t offset, void* buf, size_t n) = 0;
   // Writes exactly n bytes at offset. Not durable until Sync() returns OK.
   virtual Status WriteAt(uint64_t offset, const void* buf, size_t n) = 0;
@@ -67,6 +67,11 @@ class File {
   // has none, so what it wraps is never mapped past it.
   virtual int map_fd() const { return fd(); }
   virtual bool direct() const { return false; }
+  // The granule of reads that always works: offset, length and buffer
+  // address multiples of it. A power of two from 512 to 4096; 4096 unless
+  // the file says less (a direct file on a device of 512-byte sectors, where
+  // a small record then costs one read of its sectors instead of its pages).
+  virtual uint32_t read_align() const { return 4096; }
 
  private:
   const uint64_t uid_;

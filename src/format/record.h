@@ -115,9 +115,11 @@ inline uint64_t PayloadOffset(size_t key_len, uint64_t payload_len, uint16_t fla
   return PayloadAligned(key_len, payload_len, flags) ? kPage : kRecordHeaderBytes + key_len;
 }
 // The pages a record at `offset` touches: [AlignDown(offset), AlignUp(end)).
-inline uint64_t PageStart(uint64_t offset) { return offset / kPage * kPage; }
-inline uint64_t PagedBytes(uint64_t offset, uint64_t record_bytes) {
-  return AlignUp(offset + record_bytes) - PageStart(offset);
+// With a smaller granule (a power of two dividing kPage: a device's sector
+// where it takes direct reads of sectors), the granules it touches instead.
+inline uint64_t PageStart(uint64_t offset, uint64_t granule = kPage) { return offset & ~(granule - 1); }
+inline uint64_t PagedBytes(uint64_t offset, uint64_t record_bytes, uint64_t granule = kPage) {
+  return ((offset + record_bytes + granule - 1) & ~(granule - 1)) - PageStart(offset, granule);
 }
 
 // Writes header + key at dst (dst must hold kRecordHeaderBytes + key.size() bytes).

@@ -202,6 +202,7 @@ class ReadPool::Reader {
     std::shared_ptr<ReadOp> op;
     format::IndexValue v;
     uint8_t* bounce = nullptr;
+    uint64_t first = 0;  // file offset of bounce[0] when not direct
     bool direct = false;
     int left = 0;                 // requests still in flight
     Status status;                // the first failure
@@ -343,8 +344,11 @@ void ReadPool::Reader::Enqueue(const std::shared_ptr<ReadOp>& op, const format::
   bool direct = op->deadline == kNoDeadline && whole > 0 && v.payload_len >= d_.zero_copy_min_bytes &&
                 format::PayloadAligned(v.key_len, v.payload_len, v.flags) && PageRun(op->out.data(), op->out.size(), whole);
   const size_t b = Acquire();  // Take handed out no more ops than free slots
-  // A whole read covers the record's pages (a dense one may share them).
-  const uint64_t paged = format::PagedBytes(v.offset, v.RecordBytes());
+  // A whole read covers the record's sectors (a dense one may share them):
+  // its pages, or less where the device reads smaller granules.
+  const uint64_t granule = file->read_align();
+  const uint64_t first = format::PageStart(v.offset, granule);
+  const uint64_t paged = format::PagedBytes(v.offset, v.RecordBytes(), granule);
   if (direct && bufs_.BounceFits(b, paged, kChosenBounceBytes) &&
       !ZeroCopyPagesOk(op->out.data(), op->out.size(), whole, d_.zero_copy_small_pages)) {
     direct = false;  // 4 KiB pages: read into a huge-page bounce buffer and copy
@@ -361,6 +365,7 @@ void ReadPool::Reader::Enqueue(const std::shared_ptr<ReadOp>& op, const format::
   io.op = op;
   io.v = v;
   io.bounce = bounce;
+  io.first = first;
   io.direct = direct;
   io.status = Status::OK();
   io.device_bytes = 0;
@@ -387,7 +392,7 @@ void ReadPool::Reader::Enqueue(const std::shared_ptr<ReadOp>& op, const format::
     io.reqs.push_back(rq);
   };
   if (!direct) {
-    add(format::PageStart(v.offset), io.bounce, paged);
+    add(first, io.bounce, paged);
   } else {
     add(v.offset, io.bounce, kPage);  // header and key
     uint64_t done = 0;
@@ -408,7 +413,7 @@ void ReadPool::Reader::Enqueue(const std::shared_ptr<ReadOp>& op, const format::
 
 void ReadPool::Reader::FinishRead(ReadIo& io) {
   d_.table->Unpin(io.v.segment);
-  const uint8_t* rec = io.bounce + (io.direct ? 0 : io.v.offset - format::PageStart(io.v.offset));
+  const uint8_t* rec = io.bounce + (io.direct ? 0 : io.v.offset - io.first);
   CompleteRecord(d_, io.op, io.v, rec, io.direct, io.status, io.device_bytes);
 }
 
@@ -434,7 +439,9 @@ bool ReadPool::ServeOnCaller(const std::shared_ptr<ReadOp>& op) {
   if (found != Found::kRead) return found == Found::kDone;
   // One bounce buffer per calling thread, grown to the largest record read.
   thread_local AlignedBuffer bounce;
-  const uint64_t first = format::PageStart(v.offset), paged = format::PagedBytes(v.offset, v.RecordBytes());
+  const uint64_t granule = file->read_align();  // the record's sectors, not its pages, where the device allows
+  const uint64_t first = format::PageStart(v.offset, granule);
+  const uint64_t paged = format::PagedBytes(v.offset, v.RecordBytes(), granule);
   if (bounce.size() < paged) bounce = AlignedBuffer(paged);
   Status st = bounce.data() == nullptr ? Status::NoSpace("out of memory for a read buffer")
                                        : file->ReadAt(first, bounce.data(), paged);

@@ -97,6 +97,7 @@ class FaultInjectionFile final : public File {
   int fd() const override { return -1; }
   int map_fd() const override { return base_->map_fd(); }
   bool direct() const override { return base_->direct(); }
+  uint32_t read_align() const override { return base_->read_align(); }
 
   Status ReadAt(uint64_t offset, void* buf, size_t n) override {
     const State::Decision d = state_->Check(FaultOp::kRead, path());
@@ -142,10 +143,10 @@ class FaultInjectionFile final : public File {
     return d.fail ? State::Injected(op, path(), d.error) : Status::OK();
   }
 
-  // Half of n, kept a multiple of 4096 for direct I/O.
+  // Half of n, kept a multiple of the read granule for direct I/O.
   size_t Half(size_t n) const {
     size_t half = n / 2;
-    if (base_->direct()) half &= ~size_t{4095};
+    if (base_->direct()) half &= ~size_t{base_->read_align() - 1};
     return half;
   }
 

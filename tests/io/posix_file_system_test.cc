@@ -1,9 +1,11 @@
 #include "io/posix_file_system.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <string>
@@ -93,6 +95,38 @@ TEST_F(PosixFileSystemTest, RoundTripDirect) {
   std::vector<char> buffered(kSize);
   ASSERT_TRUE(g->ReadAt(8 * 4096, buffered.data(), kSize).ok());
   EXPECT_EQ(std::memcmp(in.data(), buffered.data(), kSize), 0);
+}
+
+// read_align(): the granule a file's reads may use. Direct files report
+// the file system's (statx STATX_DIOALIGN; 512 on a disk of 512-byte
+// sectors), buffered ones 512; reads of that granule land every byte.
+TEST_F(PosixFileSystemTest, ReadsOfTheReportedGranuleWork) {
+  const std::string path = dir_.File("granule");
+  auto f = MustOpen(path, Create(/*direct=*/true));
+  ASSERT_NE(f, nullptr);
+  const uint32_t g = f->read_align();
+  EXPECT_TRUE(g >= 512 && g <= 4096 && (g & (g - 1)) == 0) << g;
+  // What the kernel says, where it says it (Linux 6.1 on): the same.
+  struct statx sx {};
+  if (f->direct() && ::statx(f->fd(), "", AT_EMPTY_PATH, STATX_DIOALIGN, &sx) == 0 &&
+      (sx.stx_mask & STATX_DIOALIGN) != 0 && sx.stx_dio_offset_align >= 512) {
+    EXPECT_EQ(g, std::max(sx.stx_dio_offset_align, sx.stx_dio_mem_align));
+  }
+  constexpr size_t kSize = 4 * 4096;
+  AlignedBuffer in(kSize), out(kSize);
+  std::mt19937_64 rng(3);
+  FillRandom(rng, in.data(), kSize);
+  ASSERT_TRUE(f->WriteAt(0, in.data(), kSize).ok());
+  ASSERT_TRUE(f->Sync().ok());
+  // Three granules from the second one: inside a page where g < 4096.
+  std::memset(out.data(), 0, kSize);
+  Status st = f->ReadAt(g, out.data(), 3 * g);
+  ASSERT_TRUE(st.ok()) << st.ToString() << " (granule " << g << ")";
+  EXPECT_EQ(std::memcmp(in.data() + g, out.data(), 3 * g), 0);
+
+  auto b = MustOpen(path, OpenFlags{});
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(b->read_align(), 512u);
 }
 
 TEST_F(PosixFileSystemTest, ShortReadAtEofIsCorruption) {
