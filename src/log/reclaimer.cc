@@ -87,13 +87,18 @@ std::vector<Reclaimer::Reinsert> Reclaimer::GatherReinserts(uint32_t seg, uint32
     cand.key = r.key;
     auto h = hot.find(r.offset);
     cand.hits = h == hot.end() ? 0 : h->second;
-    // Blocks in the RAM tier count as hot: their reads were served there.
-    cand.in_ram = cand.hits == 0 && d_.ram != nullptr && d_.ram->Contains(r.ns, r.key);
-    if (cand.hits == 0 && !cand.in_ram) continue;
+    if (cand.hits == 0 && d_.ram == nullptr) continue;
     auto e = d_.index->Get(r.ns, r.key);
     if (!e.ok() || !e->has_value()) continue;
     const format::IndexValue& v = **e;
+    // A stale row (the key lives elsewhere now) has no reads of its own.
     if (v.segment != seg || v.generation != old_gen || v.offset != r.offset) continue;
+    // Reads the RAM tier served count as the disk's do. Only reads: every
+    // block written lately is in the tier (it is the write-through front),
+    // and counting presence rewrote blocks never read (2 MiB steady state:
+    // write amplification 1.49-1.64 with the tier against 1.18-1.25 without).
+    if (d_.ram != nullptr) cand.hits += d_.ram->TakeReads(r.ns, r.key);
+    if (cand.hits == 0) continue;
     // A dense record may share its pages: read them all, then move the
     // record to the front. It is rewritten alone, padded to a page.
     const uint64_t rec_bytes = v.RecordBytes();

@@ -53,8 +53,7 @@ class HitCounts {
 struct ReinsertCandidate {
   NamespaceId ns = 0;
   std::string_view key;
-  uint32_t hits = 0;     // reads since written
-  bool in_ram = false;   // the RAM tier holds it (its reads were served there)
+  uint32_t hits = 0;     // reads since written, from the disk and the RAM tier
   uint64_t bytes = 0;    // what rewriting it costs: its record in whole pages
 };
 
@@ -69,8 +68,8 @@ class ReinsertionPolicy {
   virtual void Taken(const ReinsertCandidate& c) = 0;
 };
 
-// Rewrites blocks read at least `min_hits` times since written, or held in
-// the RAM tier, up to `max_fraction` of the segment
+// Rewrites blocks read at least `min_hits` times since written, wherever the
+// reads were served, up to `max_fraction` of the segment
 // (Options::reinsert_min_hits, reinsert_max_fraction).
 class HitReinsertion final : public ReinsertionPolicy {
  public:
@@ -79,7 +78,7 @@ class HitReinsertion final : public ReinsertionPolicy {
   void BeginSegment(uint64_t segment_bytes) override {
     budget_ = static_cast<uint64_t>(max_fraction_ * static_cast<double>(segment_bytes));
   }
-  bool Wants(const ReinsertCandidate& c) override { return (c.hits >= min_hits_ || c.in_ram) && c.bytes <= budget_; }
+  bool Wants(const ReinsertCandidate& c) override { return c.hits >= min_hits_ && c.bytes <= budget_; }
   void Taken(const ReinsertCandidate& c) override { budget_ -= c.bytes; }
 
  private:

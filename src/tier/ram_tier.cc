@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <utility>
 #include <cerrno>
 #include <cstring>
 #include <thread>
@@ -292,6 +293,7 @@ RamTier::Pin RamTier::Acquire(NamespaceId ns, std::string_view key) {
     return Pin();
   }
   s.hits++;
+  if (it->second->reads != UINT32_MAX) it->second->reads++;
   s.policy->OnHit(&it->second->node);
   it->second->node.pins++;
   return Pin(this, it->second);
@@ -395,6 +397,15 @@ bool RamTier::Contains(NamespaceId ns, std::string_view key) {
   Shard& s = ShardFor(format::Checksum(mk.data(), mk.size()));
   std::lock_guard<std::mutex> l(s.mu);
   return s.map.count(mk) != 0;
+}
+
+uint32_t RamTier::TakeReads(NamespaceId ns, std::string_view key) {
+  std::string mk = MapKey(ns, key);
+  Shard& s = ShardFor(format::Checksum(mk.data(), mk.size()));
+  std::lock_guard<std::mutex> l(s.mu);
+  auto it = s.map.find(mk);
+  if (it == s.map.end()) return 0;
+  return std::exchange(it->second->reads, 0);
 }
 
 void RamTier::EraseIf(NamespaceId ns, std::string_view key, uint64_t token) {

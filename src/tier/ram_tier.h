@@ -163,6 +163,10 @@ class RamTier {
   // the blocks spread over the copy threads when the batch is worth it.
   void ReadBatch(NamespaceId ns, std::span<const GetItem> items, std::span<Result<size_t>> results);
   bool Contains(NamespaceId ns, std::string_view key);
+  // How many reads the tier served of this block since it was inserted or
+  // since the last call, which starts the count again (0 when absent). The
+  // disk's reclaim asks it: reads served here never reach the disk's counts.
+  uint32_t TakeReads(NamespaceId ns, std::string_view key);
 
   void Erase(NamespaceId ns, std::string_view key);
   // Erases only the version named by `token` (a failed put undoing itself).

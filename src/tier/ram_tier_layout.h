@@ -88,6 +88,7 @@ struct RamTier::Entry {
   std::vector<uint32_t> chunks;
   std::vector<Piece> pieces;
   bool published = false, dead = false;
+  uint32_t reads = 0;  // hits since inserted or since TakeReads: the disk's reclaim asks
 };
 
 struct RamTier::Shard {

@@ -23,21 +23,21 @@ TEST(HitCounts, CountsPerRecordAndHandsASegmentOverOnce) {
   EXPECT_EQ(h.Of(4, 4096), 1u);
 }
 
-TEST(HitReinsertion, TakesHotOrRamHeldBlocksWithinItsBudget) {
+TEST(HitReinsertion, TakesReadBlocksWithinItsBudget) {
   HitReinsertion p(0.25, 1);
   p.BeginSegment(64 * 4096);  // budget: 16 pages
-  ReinsertCandidate cold{1, "k", 0, false, 4096};
+  ReinsertCandidate cold{1, "k", 0, 4096};
   EXPECT_FALSE(p.Wants(cold));
-  ReinsertCandidate read{1, "k", 2, false, 8 * 4096};
-  ReinsertCandidate ram{1, "k", 0, true, 8 * 4096};
+  ReinsertCandidate read{1, "k", 2, 8 * 4096};
+  ReinsertCandidate once{1, "k", 1, 8 * 4096};
   ASSERT_TRUE(p.Wants(read));
   p.Taken(read);
-  ASSERT_TRUE(p.Wants(ram));
-  p.Taken(ram);
-  EXPECT_FALSE(p.Wants(ReinsertCandidate{1, "k", 5, false, 4096})) << "budget spent";
+  ASSERT_TRUE(p.Wants(once));
+  p.Taken(once);
+  EXPECT_FALSE(p.Wants(ReinsertCandidate{1, "k", 5, 4096})) << "budget spent";
   p.BeginSegment(64 * 4096);  // a new segment, a new budget
-  EXPECT_TRUE(p.Wants(ReinsertCandidate{1, "k", 5, false, 4096}));
-  EXPECT_FALSE(p.Wants(ReinsertCandidate{1, "k", 5, false, 17 * 4096})) << "larger than the budget";
+  EXPECT_TRUE(p.Wants(ReinsertCandidate{1, "k", 5, 4096}));
+  EXPECT_FALSE(p.Wants(ReinsertCandidate{1, "k", 5, 17 * 4096})) << "larger than the budget";
   HitReinsertion off(0, 1);
   off.BeginSegment(64 * 4096);
   EXPECT_FALSE(off.Wants(read));
@@ -46,9 +46,9 @@ TEST(HitReinsertion, TakesHotOrRamHeldBlocksWithinItsBudget) {
 TEST(HitReinsertion, AMinimumOfReadsLeavesBlocksReadOnce) {
   HitReinsertion p(1.0, 2);
   p.BeginSegment(64 * 4096);
-  EXPECT_FALSE(p.Wants(ReinsertCandidate{1, "k", 1, false, 4096})) << "read once";
-  EXPECT_TRUE(p.Wants(ReinsertCandidate{1, "k", 2, false, 4096}));
-  EXPECT_TRUE(p.Wants(ReinsertCandidate{1, "k", 0, true, 4096})) << "held in RAM";
+  EXPECT_FALSE(p.Wants(ReinsertCandidate{1, "k", 1, 4096})) << "read once";
+  EXPECT_TRUE(p.Wants(ReinsertCandidate{1, "k", 2, 4096}));
+  EXPECT_FALSE(p.Wants(ReinsertCandidate{1, "k", 0, 4096})) << "never read";
 }
 
 }  // namespace

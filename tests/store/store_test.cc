@@ -515,6 +515,46 @@ TEST_P(StoreTest, EvictionUnderSmallBudgetWithReinsertion) {
   EXPECT_LE(s->GetStats().used_bytes, uint64_t{1} << 20);
 }
 
+// With a RAM tier, reads it serves make a block hot as disk reads do, and
+// blocks it merely holds (every recent put: it is the write-through front)
+// are not rewritten. Counting presence rewrote up to half of each reclaimed
+// segment.
+TEST_P(StoreTest, ReclaimRewritesBlocksTheRamTierServedNotBlocksItHolds) {
+  opt_.capacity_bytes = 4 << 20;    // 4 segments of 1 MiB
+  opt_.ram_tier_bytes = 32 << 20;   // holds every block put below
+  auto s = OpenStore();
+  NamespaceId ns = Ns(s.get());
+  const size_t size = 60000;
+  for (int i = 0; i < 16; ++i) {
+    auto p = Payload(ns, Key(i), size);
+    ASSERT_TRUE(s->Put(ns, Key(i), p.data(), p.size()).ok());
+  }
+  for (int pass = 0; pass < 2; ++pass) {
+    ExpectBlock(s.get(), ns, Key(0), size);
+    ExpectBlock(s.get(), ns, Key(1), size);
+  }
+  ExpectBlock(s.get(), ns, Key(2), size);
+  const Stats before = s->GetStats();
+  EXPECT_EQ(before.hits_ram, 5u);  // all five reads served from memory
+  // About six segments' worth: the first segments are reclaimed, but not yet
+  // the one keys 0 and 1 are rewritten into.
+  for (int i = 16; i < 100; ++i) {
+    auto p = Payload(ns, Key(i), size);
+    ASSERT_TRUE(s->Put(ns, Key(i), p.data(), p.size()).ok());
+  }
+  const Stats st = s->GetStats();
+  EXPECT_GT(st.evicted_blocks, 20u);
+  // Keys 0 and 1, once each: their reads were counted by that reclaim, and
+  // nothing read them in their new place.
+  EXPECT_EQ(st.reinsertions, 2u);
+  EXPECT_TRUE(*s->Contains(ns, Key(0)));
+  EXPECT_TRUE(*s->Contains(ns, Key(1)));
+  EXPECT_FALSE(*s->Contains(ns, Key(2)));  // read once: not kept
+  EXPECT_FALSE(*s->Contains(ns, Key(5)));  // never read: not kept
+  ExpectBlock(s.get(), ns, Key(0), size);
+  ExpectBlock(s.get(), ns, Key(99), size);
+}
+
 TEST_P(StoreTest, StaleEntriesAfterSegmentReuseAreDropped) {
   opt_.capacity_bytes = 2 << 20;
   opt_.reinsert_hot_blocks = false;
