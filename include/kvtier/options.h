@@ -131,9 +131,9 @@ struct Options {
   // measured (docs/benchmarks.md, "Retention against rewriting").
   bool reinsert_hot_blocks = true;
   double reinsert_max_fraction = 0.5;
-  // Reads since written that make a block hot (a block the RAM tier holds
-  // is hot whatever its count): two keep blocks a cold revisit read once
-  // from being rewritten. 0 counts as 1.
+  // Reads since written that make a block hot, from the disk and the RAM
+  // tier together: two keep blocks a cold revisit read once from being
+  // rewritten. 0 counts as 1.
   uint32_t reinsert_min_hits = 2;
   // Release reclaimed space to the device (fallocate punch hole / TRIM).
   bool punch_holes = true;
