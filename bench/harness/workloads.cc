@@ -147,6 +147,22 @@ std::string Step(int* step, const std::string& what) {
   return "[" + std::to_string(++*step) + "] " + what;
 }
 
+// Bytes one fio run moves for `n` blocks of `size`: all of them, or at most
+// --fio-bytes (a rate settles within a second; start-up is the same).
+uint64_t FioBytes(const BenchConfig& c, uint64_t n, uint64_t size) {
+  return c.fio_bytes == 0 ? n * size : std::min(n * size, std::max(c.fio_bytes / size, uint64_t{4}) * size);
+}
+
+// fio's sweep for `op` at `size` on `file` (quiet but for a progress line per
+// configuration, after `label`): the device's best in `best`.
+Status SweepDevice(const BenchConfig& c, const std::string& file, const std::string& op, uint64_t size,
+                   uint64_t bytes, const std::string& label, int* step, Measurement* best) {
+  auto q = Quiet();
+  const std::string what = label + " " + HumanBytes(size) + " fio ";
+  return SweepFio(c.fio, file, op, size, bytes, SweepFor(op, c.fio_sweep, c.queue_depth), best,
+                  [&](const std::string& config) { Progress(Step(step, what + config)); });
+}
+
 // The designs that get less data in the quick preset: RocksDB's synced puts
 // are slow, and every file-per-block file costs a TRIM to delete.
 bool SlowDesign(const std::string& design) {
@@ -183,20 +199,11 @@ void RunSequential(const BenchConfig& c, uint64_t size, const Payloads& payloads
     put.notes.push_back("fio not found on PATH: no device-limit ratios (apt-get install fio)");
     get.notes = put.notes;
   } else {
-    // fio moves at most --fio-bytes per run: its rate settles within a
-    // second, and its start-up is the same either way.
-    const uint64_t fio_bytes =
-        c.fio_bytes == 0 ? n * size : std::min(n * size, std::max(c.fio_bytes / size, uint64_t{4}) * size);
+    const uint64_t fio_bytes = FioBytes(c, n, size);
     const std::string file = c.dir + "/fio.dat";
     Measurement w, wd, r;
-    Status s;
-    {
-      auto q = Quiet();
-      const std::string what = "seq-put " + HumanBytes(size) + " fio ";
-      s = SweepFio(c.fio, file, "put", size, fio_bytes, SweepFor("put", c.fio_sweep, c.queue_depth), &w,
-                   [&](const std::string& config) { Progress(Step(step, what + config)); });
-      RemoveAll(file);
-    }
+    Status s = SweepDevice(c, file, "put", size, fio_bytes, "seq-put", step, &w);
+    RemoveAll(file);
     if (s.ok()) {
       // The same writes with an fdatasync per queue depth of them: the limit
       // at a kvtier put's durability.
@@ -206,10 +213,7 @@ void RunSequential(const BenchConfig& c, uint64_t size, const Payloads& payloads
     }
     if (s.ok()) {
       RemoveAll(file);
-      auto q = Quiet();
-      const std::string what = "cold-get " + HumanBytes(size) + " fio ";
-      s = SweepFio(c.fio, file, "get", size, fio_bytes, SweepFor("get", c.fio_sweep, c.queue_depth), &r,
-                   [&](const std::string& config) { Progress(Step(step, what + config)); });
+      s = SweepDevice(c, file, "get", size, fio_bytes, "cold-get", step, &r);
     }
     RemoveAll(file);
     if (s.ok()) {
@@ -350,17 +354,9 @@ void RunSmall(const BenchConfig& c, uint64_t size, uint64_t count, const Payload
   if (c.fio.empty()) {
     wr.notes.push_back("fio not found on PATH: no device limit for the gets");
   } else {
-    const uint64_t fio_bytes =
-        c.fio_bytes == 0 ? count * size : std::min(count * size, std::max(c.fio_bytes / size, uint64_t{4}) * size);
     const std::string file = c.dir + "/fio-small.dat";
     Measurement r;
-    Status s;
-    {
-      auto q = Quiet();
-      const std::string what = "small-blocks " + HumanBytes(size) + " fio ";
-      s = SweepFio(c.fio, file, "get", size, fio_bytes, SweepFor("get", c.fio_sweep, c.queue_depth), &r,
-                   [&](const std::string& config) { Progress(Step(step, what + config)); });
-    }
+    Status s = SweepDevice(c, file, "get", size, FioBytes(c, count, size), "small-blocks", step, &r);
     RemoveAll(file);
     if (s.ok()) wr.results.push_back(r);
     else wr.notes.push_back("fio failed: " + s.ToString());

@@ -44,6 +44,22 @@ class StoreTest : public ::testing::TestWithParam<IoBackend> {
     ASSERT_TRUE(got.ok()) << got.status().ToString();
     EXPECT_EQ(*got, Payload(ns, key, size, version));
   }
+  // Puts keys [first, end) of `size` bytes, one Put each.
+  void PutKeys(Store* s, NamespaceId ns, int first, int end, size_t size) {
+    for (int i = first; i < end; ++i) {
+      auto p = Payload(ns, Key(i), size);
+      ASSERT_TRUE(s->Put(ns, Key(i), p.data(), p.size()).ok()) << i;
+    }
+  }
+  // The reinsertion tests' reads: keys 0 and 1 twice (reinsert_min_hits),
+  // key 2 once.
+  void ReadTwoHotKeysAndOneOnce(Store* s, NamespaceId ns, size_t size) {
+    for (int pass = 0; pass < 2; ++pass) {
+      ExpectBlock(s, ns, Key(0), size);
+      ExpectBlock(s, ns, Key(1), size);
+    }
+    ExpectBlock(s, ns, Key(2), size);
+  }
 
   TempDir dir_;
   Options opt_;
@@ -467,21 +483,11 @@ TEST_P(StoreTest, EvictionUnderSmallBudgetWithReinsertion) {
   auto s = OpenStore();
   NamespaceId ns = Ns(s.get());
   const size_t size = 60000;  // 15 pages per record: ~16 records per segment
-  for (int i = 0; i < 16; ++i) {
-    auto p = Payload(ns, Key(i), size);
-    ASSERT_TRUE(s->Put(ns, Key(i), p.data(), p.size()).ok());
-  }
+  PutKeys(s.get(), ns, 0, 16, size);
   // Key 0 and 1 are read twice (reinsert_min_hits): they are hot when their
   // segment is reclaimed. Key 2, read once, is not.
-  for (int pass = 0; pass < 2; ++pass) {
-    ExpectBlock(s.get(), ns, Key(0), size);
-    ExpectBlock(s.get(), ns, Key(1), size);
-  }
-  ExpectBlock(s.get(), ns, Key(2), size);
-  for (int i = 16; i < 200; ++i) {
-    auto p = Payload(ns, Key(i), size);
-    ASSERT_TRUE(s->Put(ns, Key(i), p.data(), p.size()).ok());
-  }
+  ReadTwoHotKeysAndOneOnce(s.get(), ns, size);
+  PutKeys(s.get(), ns, 16, 200, size);
   Stats st = s->GetStats();
   EXPECT_GT(st.evictions, 0u);
   EXPECT_GT(st.evicted_blocks, 0u);
@@ -525,23 +531,13 @@ TEST_P(StoreTest, ReclaimRewritesBlocksTheRamTierServedNotBlocksItHolds) {
   auto s = OpenStore();
   NamespaceId ns = Ns(s.get());
   const size_t size = 60000;
-  for (int i = 0; i < 16; ++i) {
-    auto p = Payload(ns, Key(i), size);
-    ASSERT_TRUE(s->Put(ns, Key(i), p.data(), p.size()).ok());
-  }
-  for (int pass = 0; pass < 2; ++pass) {
-    ExpectBlock(s.get(), ns, Key(0), size);
-    ExpectBlock(s.get(), ns, Key(1), size);
-  }
-  ExpectBlock(s.get(), ns, Key(2), size);
+  PutKeys(s.get(), ns, 0, 16, size);
+  ReadTwoHotKeysAndOneOnce(s.get(), ns, size);
   const Stats before = s->GetStats();
   EXPECT_EQ(before.hits_ram, 5u);  // all five reads served from memory
   // About six segments' worth: the first segments are reclaimed, but not yet
   // the one keys 0 and 1 are rewritten into.
-  for (int i = 16; i < 100; ++i) {
-    auto p = Payload(ns, Key(i), size);
-    ASSERT_TRUE(s->Put(ns, Key(i), p.data(), p.size()).ok());
-  }
+  PutKeys(s.get(), ns, 16, 100, size);
   const Stats st = s->GetStats();
   EXPECT_GT(st.evicted_blocks, 20u);
   // Keys 0 and 1, once each: their reads were counted by that reclaim, and
