@@ -6,11 +6,11 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <utility>
 #include <cerrno>
 #include <cstring>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 
 #include "format/record.h"
 #include "tier/ram_tier_layout.h"
