@@ -656,7 +656,8 @@ std::string CheckKvtierOverride(const std::string& kv) {
   kvtier::Options o;
   return ApplyOverride(kv, &o) ? "" : "bad --kvtier-option '" + kv + "' (want name=value; names: "
       "read_threads, queue_depth, max_write_chunk_bytes, group_commit_bytes, write_queue_bytes, "
-      "segment_size_bytes, zero_copy_min_bytes, dense_record_max_bytes, verify_ram_hits=0|1, zero_copy_small_pages=0|1)";
+      "segment_size_bytes, zero_copy_min_bytes, dense_record_max_bytes, verify_ram_hits=0|1, zero_copy_small_pages=0|1, "
+      "read_on_caller_thread=0|1, reinsert_max_fraction=0-1, reinsert_min_hits)";
 }
 
 std::unique_ptr<Design> MakeDesign(const std::string& name, const DesignConfig& config) {

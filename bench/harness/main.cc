@@ -137,6 +137,8 @@ int main(int argc, char** argv) {
                  "8G full");
   app.add_option("--steady-sizes", steady_sizes,
                  "steady: block sizes, e.g. 64K,2M,mix (default 64K,2M; mix: 64K, 512K and 2M blocks together)");
+  app.add_flag("--steady-hot-first", c.steady_hot_first,
+               "steady: the fill writes the hot set first (default: spread among the cold blocks)");
   app.add_option("--queue-depth", c.queue_depth,
                  "I/Os in flight: fio's iodepth, kvtier's gets in flight, threads of the "
                  "thread-based designs")

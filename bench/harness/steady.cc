@@ -171,6 +171,7 @@ DesignRun RunDesign(const SteadyConfig& c, const std::string& name, const Payloa
   if (progress) progress(what + ": filling " + HumanBytes(n_cap * sizes.Mean()));
   std::vector<uint64_t> fill(n_cap);
   std::iota(fill.begin(), fill.end(), 0);
+  if (!c.hot_first) std::shuffle(fill.begin(), fill.end(), std::mt19937_64(7));  // hot ids spread over the log
   BatchResult filled = RunBatch(d.get(), /*get=*/false, fill, sizes, payloads);
   if (filled.bad) r.error = "fill: " + filled.first_error;
 
@@ -269,16 +270,17 @@ WorkloadResult RunSteadyState(const SteadyConfig& c, const Payloads& payloads,
   const uint64_t n_cap = std::max<uint64_t>(4, c.capacity_bytes / sizes.Mean());
   char params[400];
   std::snprintf(params, sizeof params,
-                "%s blocks; capacity %s (%llu blocks, segments of %s), hot set %llu blocks; %.1fx the capacity "
-                "written; 70%% gets (80%% hot), 30%% puts; %u windows after the fill; queue depth %u",
+                "%s blocks; capacity %s (%llu blocks, segments of %s), hot set %llu blocks (%s); %.1fx the "
+                "capacity written; 70%% gets (80%% hot), 30%% puts; %u windows after the fill; queue depth %u",
                 SizesLabel(c.sizes).c_str(), HumanBytes(c.capacity_bytes).c_str(),
                 static_cast<unsigned long long>(n_cap),
                 HumanBytes(SegmentBytes(c.capacity_bytes, sizes.Largest())).c_str(),
-                static_cast<unsigned long long>(std::max<uint64_t>(1, n_cap / 4)), c.write_multiple, c.windows,
+                static_cast<unsigned long long>(std::max<uint64_t>(1, n_cap / 4)),
+                c.hot_first ? "written first" : "spread over the fill", c.write_multiple, c.windows,
                 c.queue_depth);
   w.params = params;
   w.details = {{"capacity_bytes", c.capacity_bytes}, {"write_multiple", c.write_multiple}, {"sizes", c.sizes},
-               {"windows", nlohmann::json::array()}, {"goals", nlohmann::json::array()}};
+               {"hot_first", c.hot_first}, {"windows", nlohmann::json::array()}, {"goals", nlohmann::json::array()}};
   for (const std::string& name : c.designs) {
     DesignRun r = RunDesign(c, name, payloads, progress);
     if (!r.error.empty()) {

@@ -40,6 +40,10 @@ struct SteadyConfig {
   std::vector<std::string> designs;
   std::string dir;
   std::vector<std::string> kvtier_overrides;  // the run's --kvtier-option values
+  // The fill writes the hot set first, in a few segments of its own, instead
+  // of spread among the cold blocks as a cache's puts arrive. Flatters any
+  // eviction that keeps whole segments (--steady-hot-first).
+  bool hot_first = false;
 };
 
 // Runs the workload for each design; `progress` hears each step.

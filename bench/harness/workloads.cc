@@ -799,6 +799,7 @@ void RunAll(const BenchConfig& c, bool quiet, std::vector<WorkloadResult>* out) 
     sc.dir = c.dir;
     sc.designs = c.designs;
     sc.kvtier_overrides = c.kvtier_overrides;
+    sc.hot_first = c.steady_hot_first;
     for (uint64_t size : c.steady_sizes) {
       sc.sizes = size == 0 ? kSteadyMixSizes : std::vector<uint64_t>{size};
       WorkloadResult w = RunSteadyState(sc, payloads, [&](const std::string& what) { Progress(Step(&step, what)); });

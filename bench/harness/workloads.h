@@ -55,6 +55,7 @@ struct BenchConfig {
   // Steady state (harness/steady.h): the store's byte budget and block sizes.
   uint64_t steady_capacity_bytes = 0;
   std::vector<uint64_t> steady_sizes;
+  bool steady_hot_first = false;  // SteadyConfig::hot_first
   bool keep = false;                  // keep design folders after the run
   std::vector<std::string> kvtier_overrides;  // experiments: kvtier Options
 };

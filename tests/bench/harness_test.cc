@@ -256,6 +256,9 @@ TEST_F(BenchHarnessTest, SteadyStateUnderEvictionNeverReturnsWrongBytes) {
     ++steady;
     const auto& d = w["details"];
     ASSERT_TRUE(d.contains("windows")) << w.dump();
+    // The hot set is spread among the cold blocks unless --steady-hot-first.
+    EXPECT_EQ(d.value("hot_first", true), false);
+    EXPECT_NE(w.value("params", "").find("spread over the fill"), std::string::npos) << w.value("params", "");
     std::map<std::string, uint64_t> puts, misses, ram_hits, windows;
     for (const auto& x : d["windows"]) {
       const std::string design = x["design"];
