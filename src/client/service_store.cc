@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "format/record.h"
+#include "util/fragment_walk.h"
 #include "wire/messages.h"
 #include "wire/requests.h"
 
@@ -322,14 +323,9 @@ struct CopyOut {
 // Cuts the copy of an `n`-byte block at `src` into the caller's fragments,
 // in order, into pieces small enough to share out among the copy threads.
 void CutCopyOut(const uint8_t* src, uint64_t n, std::span<const MutableFragment> out, std::vector<CopyOut>* pieces) {
-  constexpr uint64_t kPiece = 1u << 20;
-  for (const MutableFragment& f : out) {
-    const uint64_t c = std::min<uint64_t>(n, f.size);
-    for (uint64_t off = 0; off < c; off += kPiece)
-      pieces->push_back({static_cast<uint8_t*>(f.data) + off, src + off, std::min(kPiece, c - off)});
-    src += c;
-    n -= c;
-  }
+  const Fragment block{src, n};
+  ForEachOverlap(std::span<const Fragment>(&block, 1), out, size_t{1} << 20,
+                 [pieces](uint8_t* dst, const uint8_t* from, size_t len) { pieces->push_back({dst, from, len}); });
 }
 
 }  // namespace

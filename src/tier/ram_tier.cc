@@ -14,6 +14,7 @@
 
 #include "format/record.h"
 #include "tier/ram_tier_layout.h"
+#include "util/fragment_walk.h"
 #include "util/checksum.h"
 #include "util/copy_checksum.h"
 
@@ -265,20 +266,8 @@ uint64_t RamTier::Insert(NamespaceId ns, std::string_view key, std::span<const F
   if (!r) return 0;
   // Scatter the fragments into the chunk runs (outside the lock: the
   // reservation is invisible to everyone else).
-  size_t pi = 0, po = 0;
-  for (const Fragment& f : payload) {
-    const uint8_t* src = static_cast<const uint8_t*>(f.data);
-    size_t left = f.size;
-    while (left > 0) {
-      const Piece& p = r.pieces()[pi];
-      size_t n = std::min(left, p.size - po);
-      std::memcpy(p.data + po, src, n);
-      src += n;
-      left -= n;
-      po += n;
-      if (po == p.size) ++pi, po = 0;
-    }
-  }
+  ForEachOverlap(payload, std::span<const Piece>(r.pieces()), SIZE_MAX,
+                 [](uint8_t* dst, const uint8_t* src, size_t n) { std::memcpy(dst, src, n); });
   if (only_if_absent && Contains(ns, key)) return 0;  // lost a race: keep the other copy
   return Commit(std::move(r), checksum);
 }
@@ -307,20 +296,8 @@ bool RamTier::CopySharedThenVerify(const Pin& p, std::span<const MutableFragment
   };
   constexpr size_t kUnitBytes = 256u << 10;  // a unit for every thread from 4 MiB up; few enough to hand out cheaply
   std::vector<Unit> units;
-  size_t oi = 0, oo = 0;
-  for (const Piece& piece : p.pieces()) {
-    const uint8_t* src = piece.data;
-    size_t left = piece.size;
-    while (left > 0) {
-      const MutableFragment& f = out[oi];
-      const size_t n = std::min({left, f.size - oo, kUnitBytes});
-      if (n != 0) units.push_back({static_cast<uint8_t*>(f.data) + oo, src, n});
-      src += n;
-      left -= n;
-      oo += n;
-      if (oo == f.size) ++oi, oo = 0;
-    }
-  }
+  ForEachOverlap(std::span<const Piece>(p.pieces()), out, kUnitBytes,
+                 [&units](uint8_t* dst, const uint8_t* src, size_t n) { units.push_back({dst, src, n}); });
   copiers_->ForEach(units.size(), [&units](size_t i) { std::memcpy(units[i].dst, units[i].src, units[i].n); });
   // The copy is in this core's reach (the caller's buffer, just written):
   // hashing it checks what the caller gets, not only what the tier holds.
@@ -349,24 +326,12 @@ Result<size_t> RamTier::ReadAs(NamespaceId ns, std::string_view key, std::span<c
     return static_cast<size_t>(p.size());
   // Verified as it is copied: each stripe is hashed on its way through the
   // core, one pass over memory (util/copy_checksum.h).
-  size_t oi = 0, oo = 0;
   const bool stream = std::max<uint64_t>(copy_bytes, p.size()) >= opt_.streaming_copy_min_bytes;
   Xxh3Copy sum(p.size(), stream ? CopyStores::kStreaming : CopyStores::kCached);
-  for (const Piece& piece : p.pieces()) {
-    const uint8_t* src = piece.data;
-    size_t left = piece.size;
-    while (left > 0) {
-      const MutableFragment& f = out[oi];
-      size_t n = std::min(left, f.size - oo);
-      uint8_t* dst = static_cast<uint8_t*>(f.data) + oo;
-      if (opt_.verify_reads) sum.Copy(dst, src, n);
-      else std::memcpy(dst, src, n);
-      src += n;
-      left -= n;
-      oo += n;
-      if (oo == f.size) ++oi, oo = 0;
-    }
-  }
+  ForEachOverlap(std::span<const Piece>(p.pieces()), out, SIZE_MAX, [&](uint8_t* dst, const uint8_t* src, size_t n) {
+    if (opt_.verify_reads) sum.Copy(dst, src, n);
+    else std::memcpy(dst, src, n);
+  });
   if (opt_.verify_reads && sum.Digest() != p.checksum()) {
     const uint64_t token = p.token();
     p.Release();
