@@ -1,0 +1,45 @@
+"""The e2e's disk limit reads only what a segment file holds: kvtier
+preallocates its segment files, and an O_DIRECT read of an extent never
+written returns zeros without touching the disk, which would put the limit
+(and every disk row's prediction) too high."""
+import os
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "bench", "e2e"))
+
+import prefix_reuse  # noqa: E402
+
+MIB = 1 << 20
+
+
+def preallocated_file(path, size, written):
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        os.posix_fallocate(fd, 0, size)
+        os.pwrite(fd, b"\x5a" * written, 0)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def test_only_written_bytes_count(tmp_path):
+    path = str(tmp_path / "00000000.kvs")
+    preallocated_file(path, 16 * MIB, 4 * MIB)
+    if prefix_reuse.written_bytes(path) != 4 * MIB:
+        pytest.skip(f"{tmp_path}'s file system keeps no unwritten extents (tmpfs?)")
+    try:
+        os.close(os.open(path, os.O_RDONLY | os.O_DIRECT))
+    except OSError as e:
+        pytest.skip(f"no O_DIRECT on {tmp_path}: {e}")
+    gbps, read, _ = prefix_reuse.odirect_read([path], 1 << 30, threads=2)
+    assert read == 4 * MIB and gbps > 0
+
+
+def test_a_file_without_holes_counts_whole(tmp_path):
+    path = str(tmp_path / "full.kvs")
+    with open(path, "wb") as f:
+        f.write(b"\x01" * (3 * MIB))
+    assert prefix_reuse.written_bytes(path) == 3 * MIB
