@@ -66,6 +66,6 @@ if command -v fio > /dev/null; then
       --output-format=json > "$out/fio.json" 2>&1 || true
   rm -rf "$bench_dir"
 else
-  echo "fio not installed: see limit_uring_randread_* in gpu_bench.json" > "$out/fio.json.txt"
+  echo "fio not installed: see limit_disk_read_best_* in gpu_bench.json" > "$out/fio.json.txt"
 fi
 exit $rc
