@@ -142,7 +142,7 @@ uint64_t HostMemoryBytes() {
 
 kvtier::Status SweepFio(const std::string& fio, const std::string& file, const std::string& op,
                         uint64_t block_bytes, uint64_t file_bytes, const FioSweep& sweep, Measurement* best,
-                        const std::function<void(const std::string&)>& progress) {
+                        const std::function<void(const std::string&)>& progress, FioConfig* winner_config) {
   if (op == "get") {  // the reads need the file
     Measurement fill;
     KVTIER_RETURN_IF_ERROR(RunFio(fio, file, "write", block_bytes, file_bytes, 16, &fill));
@@ -167,6 +167,7 @@ kvtier::Status SweepFio(const std::string& fio, const std::string& file, const s
         if (m.gbps && (!best->gbps || *m.gbps > *best->gbps)) {
           *best = m;
           winner = config;
+          if (winner_config) *winner_config = FioConfig{rw, depth, jobs};
         }
       }
   if (tried == 0) return kvtier::Status::IOError("every fio configuration failed: " + first_error);
@@ -178,6 +179,35 @@ kvtier::Status SweepFio(const std::string& fio, const std::string& file, const s
             HumanBytes(2 * ram) + " would rule that out)";
   best->note = best->note.empty() ? note : note + "; " + best->note;
   return kvtier::Status::OK();
+}
+
+void RecheckFio(const std::string& fio, const std::string& file, const std::string& op, uint64_t block_bytes,
+                uint64_t file_bytes, const FioConfig& winner, Measurement* best) {
+  if (winner.rw.empty() || !best->gbps) return;
+  Measurement again;
+  kvtier::Status st;
+  if (op == "get") {
+    Measurement fill;
+    st = RunFio(fio, file, "write", block_bytes, file_bytes, 16, &fill);
+  } else {
+    std::filesystem::remove(file);
+  }
+  if (st.ok()) st = RunFio(fio, file, winner.rw, block_bytes, file_bytes, winner.depth, &again, 0, winner.jobs);
+  std::filesystem::remove(file);
+  if (!st.ok() || !again.gbps) {
+    best->note += "; the winner run again after the designs failed: " + st.ToString();
+    return;
+  }
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "; the winner run again after the designs: %.3f then %.3f GB/s, the better kept",
+                *best->gbps, *again.gbps);
+  std::string note = best->note + buf;
+  if (*again.gbps > *best->gbps) {
+    again.design = best->design;
+    again.op = best->op;
+    *best = again;
+  }
+  best->note = note;
 }
 
 }  // namespace kvbench
