@@ -195,6 +195,7 @@ class KvtierDesign final : public Design {
     if (!s.ok()) return s.status();
     store_ = std::move(s).value();
     caller_thread_below_ = o.read_on_caller_thread ? o.zero_copy_min_bytes : 0;
+    write_queue_bytes_ = o.write_queue_bytes;
     kvtier::NamespaceSpec spec;
     spec.name = "bench";
     spec.model_id = "kvtier-bench";
@@ -213,11 +214,19 @@ class KvtierDesign final : public Design {
   }
 
   // One buffer per put in flight: puts hand their buffer to kvtier
-  // (PutAsyncBorrowed), as an engine hands over its staging buffers.
+  // (PutAsyncBorrowed), as an engine hands over its staging buffers. At most
+  // 3/4 of the store's write queue (records carry a header and the key), past
+  // which puts would be answered NotAdmitted instead of measured.
   size_t Window(size_t block_bytes) const {
-    return std::max<size_t>(cfg_.queue_depth, std::max<uint64_t>(1, cfg_.put_inflight_bytes / block_bytes));
+    const size_t asked =
+        std::max<size_t>(cfg_.queue_depth, std::max<uint64_t>(1, cfg_.put_inflight_bytes / block_bytes));
+    const uint64_t fits = write_queue_bytes_ / 4 * 3 / (block_bytes + 4096);
+    return std::max<size_t>(1, std::min<uint64_t>(asked, fits));
   }
-  void Prepare(size_t block_bytes) override { bufs_.Ensure(Window(block_bytes), block_bytes); }
+  // Buffers for the puts' window and for the gets' queue depth.
+  void Prepare(size_t block_bytes) override {
+    bufs_.Ensure(std::max<size_t>(Window(block_bytes), cfg_.queue_depth), block_bytes);
+  }
 
   RunStats Put(const std::vector<uint64_t>& ids, size_t size, const Payloads& payloads) override {
     RunStats rs;
@@ -371,6 +380,7 @@ class KvtierDesign final : public Design {
   std::unique_ptr<kvtier::Store> store_;
   kvtier::NamespaceId ns_ = 0;
   uint64_t caller_thread_below_ = 0;  // gets of smaller blocks: GetOnThreads
+  uint64_t write_queue_bytes_ = kvtier::Options{}.write_queue_bytes;  // Window()'s bound
 };
 
 // ---------------------------------------------------------------------------

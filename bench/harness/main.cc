@@ -144,7 +144,7 @@ int main(int argc, char** argv) {
                  "thread-based designs")
       ->capture_default_str();
   app.add_option("--put-inflight", inflight_s,
-                 "Payload bytes of kvtier async puts in flight (at least queue-depth puts)")
+                 "Payload bytes of kvtier async puts in flight (at least queue-depth puts, at most 3/4 of the store's write queue)")
       ->capture_default_str();
   app.add_option("--small-4k-blocks", c.small_4k_blocks, "4 KiB blocks put by kvtier (small)");
   app.add_option("--small-64k-blocks", c.small_64k_blocks, "64 KiB blocks put by kvtier (small)");

@@ -340,6 +340,24 @@ TEST_F(BenchHarnessTest, TablesEndWithTargetsAndWallTime) {
   EXPECT_NE(r.out.find("load average", t), std::string::npos) << r.out;
 }
 
+// More puts in flight than the store's write queue holds: the bench keeps
+// its window inside the queue, so every put is measured, none refused.
+TEST_F(BenchHarnessTest, PutsInFlightAreHeldInsideTheWriteQueue) {
+  BenchRun r = RunBench("--preset tiny --no-fio --workloads seq --sizes 2M --seq-bytes 64M --put-inflight 64M "
+                        "--designs kvtier --kvtier-option write_queue_bytes=16777216 --json --dir " + dir_ + "/data");
+  ASSERT_EQ(r.status, 0) << r.out;
+  nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.out;
+  int rows = 0;
+  for (const auto& w : j["workloads"])
+    for (const auto& res : w["results"])
+      if (res["design"] == "kvtier") {
+        ++rows;
+        EXPECT_EQ(res.value("note", "").find("NotAdmitted"), std::string::npos) << res.dump();
+      }
+  EXPECT_EQ(rows, 2);  // the put and the cold get
+}
+
 TEST_F(BenchHarnessTest, BadOptionsGetAClearError) {
   BenchRun r = RunBench("--sizes 3K --dir " + dir_);
   EXPECT_EQ(r.status, 2);
