@@ -48,17 +48,22 @@ kvtier::Status RunFio(const std::string& fio, const std::string& file, const std
   const std::string out = file + ".json";
   // The designs' buffers of 2 MiB and more sit on (transparent) huge pages
   // (AlignedBuf); fio can match that only through hugetlbfs pages, used when
-  // enough are reserved (vm.nr_hugepages) for every job's buffers. Where page pinning is costly (this
-  // VM) the difference is 4x, so the run says which memory fio had.
+  // enough are reserved (vm.nr_hugepages) for every job's buffers. Where
+  // page pinning is costly (this VM) the difference is 4x, so the run says
+  // which memory fio had.
   std::string iomem;
   if (block_bytes >= (2u << 20) && !HugePageBuffers()) {
     m->note = "fio and the designs on 4 KiB pages (--buffer-pages 4k)";
-  } else if (block_bytes >= (2u << 20) && HugetlbFreeBytes() >= uint64_t{block_bytes} * queue_depth * numjobs + (4u << 20)) {
+  } else if (block_bytes >= (2u << 20) &&
+             HugetlbFreeBytes() >= uint64_t{block_bytes} * queue_depth * numjobs + (4u << 20)) {
     iomem = " --iomem=mmaphuge";
     m->note = "fio buffers on hugetlbfs pages (--iomem=mmaphuge), like the designs' huge-page buffers";
   } else if (block_bytes >= (2u << 20)) {
-    // Enough for the sweep's largest configuration (64 deep, 4 jobs).
-    const uint64_t pages = (uint64_t{block_bytes} * 64 * 4 + (2u << 20) - 1) / (2u << 20) + 2;
+    // Enough for the full sweep's largest configuration.
+    const FioSweep full = SweepFor("get", "full", 1);
+    const uint64_t buffers = uint64_t{block_bytes} * *std::max_element(full.depths.begin(), full.depths.end()) *
+                             *std::max_element(full.jobs.begin(), full.jobs.end());
+    const uint64_t pages = (buffers + (2u << 20) - 1) / (2u << 20) + 2;
     m->note = "fio buffers on 4 KiB pages (no hugetlbfs pages reserved; the designs' buffers are on huge pages): "
               "a limit below the device's best where pinning 4 KiB pages costs (docs/benchmarks.md); "
               "`sysctl -w vm.nr_hugepages=" + std::to_string(pages) + "` gives fio huge pages";
