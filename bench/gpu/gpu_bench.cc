@@ -15,7 +15,6 @@
 // {"skipped": reason} and exits 0.
 #include <cuda_runtime_api.h>
 #include <fcntl.h>
-#include <liburing.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -28,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/disk_limit.h"
 #include "kvtier/cuda.h"
 #include "kvtier/store.h"
 
@@ -100,88 +100,6 @@ void CheckAll(const std::vector<Status>& r, const char* what) {
       std::fprintf(stderr, "%s: %s\n", what, x.ToString().c_str());
       std::exit(1);
     }
-}
-
-// io_uring O_DIRECT reads of `io` bytes at QD `qd` over `files`, `total`
-// bytes in all, at random places or file after file: one point of the sweep.
-double UringRead(const std::vector<std::string>& files, size_t io, unsigned qd, size_t total, bool sequential) {
-  std::vector<int> fds;
-  std::vector<uint64_t> sizes;
-  for (const auto& f : files) {
-    int fd = open(f.c_str(), O_RDONLY | O_DIRECT);
-    if (fd < 0) continue;
-    // Up to the first hole: segment files are preallocated, and reads of
-    // their unwritten extents return zeros without touching the drive.
-    off_t sz = lseek(fd, 0, SEEK_HOLE);
-    if (sz < 0) sz = lseek(fd, 0, SEEK_END);
-    if (sz < static_cast<off_t>(2 * io)) {
-      close(fd);
-      continue;
-    }
-    fds.push_back(fd);
-    sizes.push_back(static_cast<uint64_t>(sz));
-  }
-  if (fds.empty()) return 0;
-  io_uring ring;
-  if (io_uring_queue_init(qd, &ring, 0) != 0) return 0;
-  void* buf = nullptr;
-  if (posix_memalign(&buf, 4096, io * qd) != 0) return 0;
-  std::mt19937_64 rng(1);
-  size_t issued = 0, done = 0, seq_file = 0;
-  uint64_t seq_off = 0;
-  unsigned inflight = 0;
-  auto t0 = Clock::now();
-  while (done < total) {
-    while (inflight < qd && issued < total) {
-      size_t k;
-      uint64_t off;
-      if (sequential) {
-        if (seq_off + io > sizes[seq_file]) {
-          seq_file = (seq_file + 1) % fds.size();
-          seq_off = 0;
-        }
-        k = seq_file;
-        off = seq_off;
-        seq_off += io;
-      } else {
-        k = rng() % fds.size();
-        off = (rng() % (sizes[k] / io - 1)) * io;
-      }
-      io_uring_sqe* sqe = io_uring_get_sqe(&ring);
-      unsigned slot = static_cast<unsigned>((issued / io) % qd);
-      io_uring_prep_read(sqe, fds[k], static_cast<char*>(buf) + slot * io, io, off);
-      issued += io;
-      ++inflight;
-    }
-    io_uring_submit(&ring);
-    io_uring_cqe* cqe = nullptr;
-    if (io_uring_wait_cqe(&ring, &cqe) != 0) break;
-    io_uring_cqe_seen(&ring, cqe);
-    --inflight;
-    done += io;
-  }
-  double s = Seconds(t0);
-  io_uring_queue_exit(&ring);
-  free(buf);
-  for (int fd : fds) close(fd);
-  return GBps(static_cast<double>(total), s);
-}
-
-// The best the drive does for `io`-byte reads of these files: random and
-// sequential at QD 1, 4, 16 and 64. Returns the rate and the winner.
-struct ReadLimit {
-  double gbps = 0;
-  unsigned qd = 0;
-  bool sequential = false;
-};
-ReadLimit BestRead(const std::vector<std::string>& files, size_t io, size_t total) {
-  ReadLimit best;
-  for (bool seq : {false, true})
-    for (unsigned qd : {1u, 4u, 16u, 64u}) {
-      const double g = UringRead(files, io, qd, total, seq);
-      if (g > best.gbps) best = {g, qd, seq};
-    }
-  return best;
 }
 
 }  // namespace
@@ -357,7 +275,7 @@ int main(int argc, char** argv) {
       for (const auto& e : std::filesystem::directory_iterator(sdir + "/segments"))
         files.push_back(e.path().string());
       const size_t sweep_bytes = std::min<size_t>(data, 512u << 20);
-      const ReadLimit before = BestRead(files, 2u << 20, sweep_bytes);
+      const kvbench::ReadLimit before = kvbench::BestRead(files, 2u << 20, sweep_bytes);
       auto t0 = Clock::now();
       CheckAll((*t)->GetToDevice(*ns, dst.blocks, stream), "get");
       CK(cudaStreamSynchronize(stream));
@@ -372,7 +290,7 @@ int main(int argc, char** argv) {
       if (!(*store)->Close().ok()) return 1;
       // The limit swept after the loads and again now (the drive moves between
       // runs of a minute); the better sweep bounds the loads between them.
-      ReadLimit limit = BestRead(files, 2u << 20, sweep_bytes);
+      kvbench::ReadLimit limit = kvbench::BestRead(files, 2u << 20, sweep_bytes);
       if (before.gbps > limit.gbps) limit = before;
       Field(p + "limit_disk_read_best_GBps", limit.gbps);
       Field(p + "limit_disk_read_best_qd", limit.qd);
