@@ -43,3 +43,14 @@ def test_a_file_without_holes_counts_whole(tmp_path):
     with open(path, "wb") as f:
         f.write(b"\x01" * (3 * MIB))
     assert prefix_reuse.written_bytes(path) == 3 * MIB
+
+
+def test_the_read_buffer_starts_at_a_huge_page():
+    import ctypes
+    buf = prefix_reuse.HugeBuffer(2 * MIB)
+    try:
+        assert len(buf.view) == 2 * MIB
+        addr = ctypes.addressof(ctypes.c_char.from_buffer(buf.view))
+        assert addr % (2 * MIB) == 0
+    finally:
+        buf.close()
