@@ -249,13 +249,14 @@ struct Options {
   // cache the kernel reports; UINT64_MAX: never.
   uint64_t ram_streaming_copy_min_bytes = 0;
   // A single Get of a RAM-tier block of at least this many bytes is copied by
-  // the copy threads together and then verified by hashing the copy in the
-  // caller's buffer, instead of copied and hashed in one pass by the caller
-  // alone: a block's hash cannot be split, its copy can. On a host whose
-  // cores each move a small share of its memory's bandwidth, that is several
-  // times one core's rate for a lone get; on a host of few cores, the one
-  // pass is faster. 0 (the default): never. Not in GetBatch, whose blocks
-  // already spread over the copy threads.
+  // the copy threads together, each 256 KiB piece hashed as it is copied and
+  // checked against the hash's state at its two ends, so that the pieces
+  // chain to the block's checksum exactly as one pass would. The states are
+  // recorded by the block's first read, which is one pass on the caller's
+  // thread. On a host whose cores each move a small share of its memory's
+  // bandwidth, that is several times one core's rate for a lone get; on a
+  // host of few cores, the one pass is as fast. 0 (the default): never. Not
+  // in GetBatch, whose blocks already spread over the copy threads.
   uint64_t ram_split_copy_min_bytes = 0;
 
   // --- Recovery ---------------------------------------------------------------

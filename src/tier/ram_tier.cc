@@ -288,23 +288,65 @@ RamTier::Pin RamTier::Acquire(NamespaceId ns, std::string_view key) {
   return Pin(this, it->second);
 }
 
-bool RamTier::CopySharedThenVerify(const Pin& p, std::span<const MutableFragment> out) {
-  struct Unit {
-    uint8_t* dst;
-    const uint8_t* src;
-    size_t n;
-  };
-  constexpr size_t kUnitBytes = 256u << 10;  // a unit for every thread from 4 MiB up; few enough to hand out cheaply
-  std::vector<Unit> units;
-  ForEachOverlap(std::span<const Piece>(p.pieces()), out, kUnitBytes,
-                 [&units](uint8_t* dst, const uint8_t* src, size_t n) { units.push_back({dst, src, n}); });
-  copiers_->ForEach(units.size(), [&units](size_t i) { std::memcpy(units[i].dst, units[i].src, units[i].n); });
-  // The copy is in this core's reach (the caller's buffer, just written):
-  // hashing it checks what the caller gets, not only what the tier holds.
-  Xxh3Stream sum;
-  for (const Unit& u : units) sum.Update(u.dst, u.n);
+namespace {
+// A shared copy's piece, and the distance between the hash states a block's
+// first read records: a piece for every copy thread from 2 MiB up, few
+// enough to hand out cheaply.
+constexpr uint64_t kMarkBytes = 256u << 10;
+
+// ForEachOverlap cut to the payload's bytes [begin, end).
+template <class Fn>
+void ForEachOverlapIn(std::span<const RamTier::Piece> from, std::span<const MutableFragment> to, uint64_t begin,
+                      uint64_t end, Fn&& fn) {
+  uint64_t at = 0;
+  ForEachOverlap(from, to, SIZE_MAX, [&](uint8_t* dst, const uint8_t* src, size_t n) {
+    const uint64_t lo = std::max(at, begin), hi = std::min(at + n, end);
+    if (lo < hi) fn(dst + (lo - at), src + (lo - at), static_cast<size_t>(hi - lo));
+    at += n;
+  });
+}
+
+// How many marks a full read of `total` bytes records.
+size_t MarksFor(uint64_t total) {
+  size_t n = 0;
+  for (uint64_t off = kMarkBytes; Xxh3Copy::MarkOffsetOk(total, off); off += kMarkBytes) ++n;
+  return n;
+}
+}  // namespace
+
+std::shared_ptr<const std::vector<Xxh3Mark>> RamTier::MarksOf(const Pin& p) {
+  Shard& s = ShardFor(p.entry_->node.hash);
+  std::lock_guard<std::mutex> l(s.mu);
+  return p.entry_->marks;
+}
+
+void RamTier::SetMarks(const Pin& p, std::vector<Xxh3Mark> marks) {
+  auto shared = std::make_shared<const std::vector<Xxh3Mark>>(std::move(marks));
+  Shard& s = ShardFor(p.entry_->node.hash);
+  std::lock_guard<std::mutex> l(s.mu);
+  p.entry_->marks = std::move(shared);
+}
+
+bool RamTier::CopyShared(const Pin& p, std::span<const MutableFragment> out, const std::vector<Xxh3Mark>& marks,
+                         bool stream) {
+  const uint64_t total = p.size();
+  if (marks.size() != MarksFor(total) || marks.empty()) return false;
+  const size_t units = marks.size() + 1;
+  const CopyStores stores = stream ? CopyStores::kStreaming : CopyStores::kCached;
+  std::vector<uint8_t> ok(units, 0);
+  const std::span<const Piece> pieces(p.pieces());
+  copiers_->ForEach(units, [&](size_t i) {
+    const uint64_t begin = i * kMarkBytes;
+    const uint64_t end = i + 1 < units ? begin + kMarkBytes : total;
+    Xxh3Copy sum = i == 0 ? Xxh3Copy(total, stores) : Xxh3Copy(total, begin, marks[i - 1], stores);
+    ForEachOverlapIn(pieces, out, begin, end, [&sum](uint8_t* dst, const uint8_t* src, size_t n) { sum.Copy(dst, src, n); });
+    // Each piece must carry the hash from its start state to the next: the
+    // chain is then the one pass's, ending at the block's checksum.
+    ok[i] = i + 1 < units ? sum.State() == marks[i] : sum.Digest() == p.checksum();
+  });
+  if (std::find(ok.begin(), ok.end(), 0) != ok.end()) return false;
   split_copies_.fetch_add(1, std::memory_order_relaxed);
-  return sum.Digest() == p.checksum();
+  return true;
 }
 
 Result<size_t> RamTier::ReadAs(NamespaceId ns, std::string_view key, std::span<const MutableFragment> out,
@@ -316,18 +358,22 @@ Result<size_t> RamTier::ReadAs(NamespaceId ns, std::string_view key, std::span<c
   if (cap < p.size())
     return Status::BufferTooSmall("block has " + std::to_string(p.size()) + " bytes, buffer " +
                                   std::to_string(cap));
-  // One block, large enough to share out: several threads copy it, then
-  // this one verifies the copy. A mismatch is the tier's copy gone bad, or
-  // the caller's buffer written meanwhile (another thread of the caller,
-  // another process sharing it): the one-pass copy below then decides,
-  // verifying what it loads from the tier.
-  if (may_split && copiers_ != nullptr && opt_.verify_reads && opt_.split_copy_min_bytes != 0 &&
-      p.size() >= opt_.split_copy_min_bytes && CopySharedThenVerify(p, out))
-    return static_cast<size_t>(p.size());
+  const bool stream = std::max<uint64_t>(copy_bytes, p.size()) >= opt_.streaming_copy_min_bytes;
+  // One block, large enough to share out: the copy threads copy its pieces
+  // at once, each verified in the same pass. The states between pieces come
+  // from an earlier read; without them, or if a piece fails (the tier's
+  // copy gone bad), the one pass below decides and records them.
+  const bool split = may_split && copiers_ != nullptr && opt_.verify_reads && opt_.split_copy_min_bytes != 0 &&
+                     p.size() >= opt_.split_copy_min_bytes && MarksFor(p.size()) > 0;
+  if (split) {
+    auto marks = MarksOf(p);
+    if (marks != nullptr && CopyShared(p, out, *marks, stream)) return static_cast<size_t>(p.size());
+  }
   // Verified as it is copied: each stripe is hashed on its way through the
   // core, one pass over memory (util/copy_checksum.h).
-  const bool stream = std::max<uint64_t>(copy_bytes, p.size()) >= opt_.streaming_copy_min_bytes;
   Xxh3Copy sum(p.size(), stream ? CopyStores::kStreaming : CopyStores::kCached);
+  std::vector<Xxh3Mark> marks;
+  if (split) sum.RecordMarks(kMarkBytes, &marks);
   ForEachOverlap(std::span<const Piece>(p.pieces()), out, SIZE_MAX, [&](uint8_t* dst, const uint8_t* src, size_t n) {
     if (opt_.verify_reads) sum.Copy(dst, src, n);
     else std::memcpy(dst, src, n);
@@ -339,6 +385,7 @@ Result<size_t> RamTier::ReadAs(NamespaceId ns, std::string_view key, std::span<c
     checksum_failures_.fetch_add(1);
     return Status::Corruption("the RAM tier's copy of the block no longer matches its checksum (dropped)");
   }
+  if (split) SetMarks(p, std::move(marks));
   return static_cast<size_t>(p.size());
 }
 

@@ -42,6 +42,7 @@
 #include "kvtier/status.h"
 #include "kvtier/store.h"
 #include "tier/eviction.h"
+#include "util/copy_checksum.h"
 #include "util/worker_pool.h"
 
 namespace kvtier {
@@ -72,8 +73,9 @@ struct RamTierOptions {
   // non-temporal stores (Options::ram_streaming_copy_min_bytes).
   uint64_t streaming_copy_min_bytes = UINT64_MAX;
   // Read() of a block at least this large (0: never) shares its copy out
-  // over the copy threads and then verifies the copy by hashing the caller's
-  // buffer (Options::ram_split_copy_min_bytes).
+  // over the copy threads, each piece verified as it is copied against the
+  // hash's states at its two ends (Options::ram_split_copy_min_bytes). The
+  // states are recorded by the block's first read, which is one pass.
   uint64_t split_copy_min_bytes = 0;
 };
 
@@ -219,9 +221,13 @@ class RamTier {
   // cannot be asked for more.
   Result<size_t> ReadAs(NamespaceId ns, std::string_view key, std::span<const MutableFragment> out,
                         uint64_t copy_bytes, bool may_split);
-  // The copy threads copy `p` into `out` together; then this thread hashes
-  // the copy. True when it matches the block's checksum.
-  bool CopySharedThenVerify(const Pin& p, std::span<const MutableFragment> out);
+  // The copy threads copy `p` into `out` together, each piece verified in
+  // the same pass against `marks` (Entry::marks) and the last against the
+  // block's checksum. True when every piece matched.
+  bool CopyShared(const Pin& p, std::span<const MutableFragment> out, const std::vector<Xxh3Mark>& marks,
+                  bool stream);
+  std::shared_ptr<const std::vector<Xxh3Mark>> MarksOf(const Pin& p);
+  void SetMarks(const Pin& p, std::vector<Xxh3Mark> marks);
   std::atomic<uint64_t> split_copies_{0};
 
   std::unique_ptr<WorkerPool> copiers_;  // copy_threads - 1 helpers; null for one thread

@@ -19,6 +19,7 @@
 #include "format/record.h"
 #include "tier/ram_tier.h"
 #include "util/checksum.h"
+#include "util/copy_checksum.h"
 
 namespace kvtier {
 namespace ram_layout {
@@ -89,6 +90,10 @@ struct RamTier::Entry {
   std::vector<Piece> pieces;
   bool published = false, dead = false;
   uint32_t reads = 0;  // hits since inserted or since TakeReads: the disk's reclaim asks
+  // The payload's hash state every kMarkBytes, recorded by the first
+  // verified one-pass read, so that later reads can share the copy out
+  // (RamTierOptions::split_copy_min_bytes). Set once, under the shard's mutex.
+  std::shared_ptr<const std::vector<Xxh3Mark>> marks;
 };
 
 struct RamTier::Shard {

@@ -121,11 +121,53 @@ using namespace internal;  // NOLINT: this file's own helpers
 
 Xxh3Copy::Xxh3Copy(uint64_t total, CopyStores stores) : Xxh3Copy(total, All().front()->isa, stores) {}
 
+bool Xxh3Mark::operator==(const Xxh3Mark& o) const { return std::memcmp(acc, o.acc, sizeof(acc)) == 0; }
+
+Xxh3Mark Xxh3Copy::InitialMark() {
+  return Xxh3Mark{{kPrime32_3, kPrime64_1, kPrime64_2, kPrime64_3, kPrime64_4, kPrime32_2, kPrime64_5, kPrime32_1}};
+}
+
 Xxh3Copy::Xxh3Copy(uint64_t total, const std::string& isa, CopyStores stores)
     : impl_(Named(isa)), stream_(stores == CopyStores::kStreaming), total_(total), loop_stripes_(total > 0 ? (total - 1) / 64 : 0) {
-  const uint64_t init[8] = {kPrime32_3, kPrime64_1, kPrime64_2, kPrime64_3,
-                            kPrime64_4, kPrime32_2, kPrime64_5, kPrime32_1};
-  std::memcpy(acc_, init, sizeof(acc_));
+  std::memcpy(acc_, InitialMark().acc, sizeof(acc_));
+}
+
+Xxh3Copy::Xxh3Copy(uint64_t total, uint64_t offset, const Xxh3Mark& mark, CopyStores stores)
+    : Xxh3Copy(total, stores) {
+  if (!MarkOffsetOk(total, offset)) std::abort();  // a caller's bug: no state is defined there
+  std::memcpy(acc_, mark.acc, sizeof(acc_));
+  done_ = offset;
+  stripes_ = offset / 64;
+}
+
+void Xxh3Copy::RecordMarks(uint64_t every, std::vector<Xxh3Mark>* marks) {
+  if (every == 0 || every % 64 != 0 || total_ <= kLongAbove) return;
+  marks_ = marks;
+  mark_stripes_ = every / 64;
+}
+
+Xxh3Mark Xxh3Copy::State() const {
+  Xxh3Mark m;
+  std::memcpy(m.acc, acc_, sizeof(acc_));
+  return m;
+}
+
+void Xxh3Copy::MaybeMark() {
+  if (marks_ != nullptr && stripes_ % mark_stripes_ == 0 && MarkOffsetOk(total_, stripes_ * 64)) marks_->push_back(State());
+}
+
+// Folds and copies whole stripes, stopping at each mark to record it.
+void Xxh3Copy::CopyStripes(uint8_t* dst, const uint8_t* src, size_t stripes, bool stream) {
+  const uint8_t* secret = DefaultSecret();
+  const CopyStripesFn fn = stream ? impl_->copy_stripes_streaming : impl_->copy_stripes;
+  while (stripes > 0) {
+    size_t run = stripes;
+    if (marks_ != nullptr) run = std::min<uint64_t>(run, mark_stripes_ - stripes_ % mark_stripes_);
+    fn(acc_, stripes_, dst, src, run, secret);
+    stripes_ += run;
+    dst += run * 64, src += run * 64, stripes -= run;
+    MaybeMark();
+  }
 }
 
 void Xxh3Copy::Copy(void* dst, const void* src, size_t n) {
@@ -163,12 +205,11 @@ void Xxh3Copy::CopyLong(uint8_t* dst, const uint8_t* src, size_t n) {
     impl_->copy_stripes(acc_, stripes_, pend_, pend_, 1, secret);
     ++stripes_;
     pend_n_ = 0;
+    MaybeMark();
   }
   const size_t whole = static_cast<size_t>(std::min<uint64_t>(n / 64, loop_stripes_ - stripes_));
   if (whole > 0) {
-    const bool stream = stream_ && reinterpret_cast<uintptr_t>(dst) % impl_->stream_align == 0;
-    (stream ? impl_->copy_stripes_streaming : impl_->copy_stripes)(acc_, stripes_, dst, src, whole, secret);
-    stripes_ += whole;
+    CopyStripes(dst, src, whole, stream_ && reinterpret_cast<uintptr_t>(dst) % impl_->stream_align == 0);
     dst += whole * 64, src += whole * 64, n -= whole * 64;
   }
   if (n > 0) {  // at most one stripe's worth: the payload's last, or a part

@@ -43,11 +43,40 @@ enum class CopyStores {
                // first being read into the cache; for large copies read by a device or another core
 };
 
+// The hash's state between two 64-byte stripes of a long payload (the eight
+// accumulators). A payload's hash is a chain of such states, so a copy that
+// starts at a mark and ends at the next one, reaching the same state,
+// checks its piece exactly as one pass over the whole payload would: pieces
+// can be copied and verified by several threads at once, and a wrong mark
+// only fails the check, never passes wrong bytes.
+struct Xxh3Mark {
+  uint64_t acc[8];
+  bool operator==(const Xxh3Mark& o) const;
+};
+
 class Xxh3Copy {
  public:
   explicit Xxh3Copy(uint64_t total, CopyStores stores = CopyStores::kCached);
   // On a named implementation (tests): one of Xxh3CopyIsas().
   Xxh3Copy(uint64_t total, const std::string& isa, CopyStores stores = CopyStores::kCached);
+  // Resumes a payload's hash at byte `offset`, whose state is `mark`: the
+  // first Copy is of the bytes from `offset` on. `offset` must be a valid
+  // mark offset (MarkOffsetOk).
+  Xxh3Copy(uint64_t total, uint64_t offset, const Xxh3Mark& mark, CopyStores stores = CopyStores::kCached);
+
+  // Whether a payload of `total` bytes has a mark at `offset`: a multiple of
+  // 64 with the payload's last 64 bytes after it (they are hashed apart).
+  static bool MarkOffsetOk(uint64_t total, uint64_t offset) {
+    return total > 240 && offset % 64 == 0 && offset + 64 <= total;
+  }
+  // From here on, appends the state at every `every` bytes of the payload
+  // (a multiple of 64) that the copy passes to *marks, in order, where
+  // MarkOffsetOk. Call before the first Copy; *marks outlives the copy.
+  void RecordMarks(uint64_t every, std::vector<Xxh3Mark>* marks);
+  // The state after the bytes copied so far, which must end on a mark.
+  [[nodiscard]] Xxh3Mark State() const;
+  // The state of every payload at offset 0.
+  static Xxh3Mark InitialMark();
 
   // Copies the payload's next n bytes from src to dst (which must not overlap).
   void Copy(void* dst, const void* src, size_t n);
@@ -56,6 +85,8 @@ class Xxh3Copy {
 
  private:
   void CopyLong(uint8_t* dst, const uint8_t* src, size_t n);
+  void CopyStripes(uint8_t* dst, const uint8_t* src, size_t stripes, bool stream);
+  void MaybeMark();
 
   const internal::CopyStripesImpl* impl_;
   bool stream_;
@@ -68,6 +99,8 @@ class Xxh3Copy {
   alignas(64) uint8_t pend_[64];
   alignas(64) uint8_t tail_[64];  // the payload's last 64 bytes
   Xxh3Stream short_;              // payloads too short for XXH3's long form
+  std::vector<Xxh3Mark>* marks_ = nullptr;
+  uint64_t mark_stripes_ = 0;  // stripes between marks
 };
 
 // "avx512", "avx2" (where the CPU has them) and "scalar", the preferred first.

@@ -187,10 +187,11 @@ TEST(RamTier, StreamingCopiesGiveTheSameBytesAndStillVerify) {
   std::free(dst);
 }
 
-// A lone read of a large block shares its copy over the copy threads and
-// then verifies the copy: the same bytes land across uneven fragments and
-// chunk runs, a block changed in the tier is still caught and dropped, and
-// reads of a batch (already spread over the threads) never split.
+// A lone read of a large block shares its copy over the copy threads, each
+// piece verified as it is copied, once a first read (one pass) has recorded
+// the hash's states between pieces: the same bytes land across uneven
+// fragments and chunk runs, a block changed in the tier is still caught and
+// dropped, and reads of a batch (already spread over the threads) never split.
 TEST(RamTier, SharedCopiesOfOneBlockLandTheSameBytesAndStillVerify) {
   RamTierOptions o = Small(8 << 20);
   o.copy_threads = 4;
@@ -202,6 +203,8 @@ TEST(RamTier, SharedCopiesOfOneBlockLandTheSameBytesAndStillVerify) {
   ASSERT_NE(Put(**t, 1, "small", Bytes(10000, 22)), 0u);
   std::vector<uint8_t> a(300001, 0xA5), b(700000, 0xA5), c(v.size() - a.size() - b.size() + 99, 0xA5);
   MutableFragment out[3] = {{a.data(), a.size()}, {b.data(), b.size()}, {c.data(), c.size()}};
+  EXPECT_EQ(Get(**t, 1, "big", v.size()), v);  // the first read: one pass, which records the states
+  EXPECT_EQ((*t)->GetStats().split_copies, 0u);
   auto n = (*t)->Read(1, "big", out);
   ASSERT_TRUE(n.ok()) << n.status().ToString();
   EXPECT_EQ(*n, v.size());

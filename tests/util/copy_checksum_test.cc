@@ -78,6 +78,61 @@ TEST(CopyChecksum, PiecesOfAnySizeGiveTheSameBytesAndDigest) {
   }
 }
 
+// A one-pass copy records the hash's state every `every` bytes; copies
+// resumed from those states, piece by piece and in any cut, reach the next
+// state and, for the last piece, XXH3's digest. A changed byte inside a
+// piece, or a piece resumed from the wrong state, misses.
+TEST(CopyChecksum, MarksLetPiecesBeVerifiedApart) {
+  const std::vector<uint8_t> data = RandomBytes((2u << 20) + 4097, 4);
+  std::mt19937_64 r(5);
+  for (const std::string& isa : Xxh3CopyIsas()) {
+    for (size_t total : {size_t{241}, size_t{4096}, size_t{65536 + 63}, size_t{65536 + 64}, size_t{(1u << 20) + 1}, data.size()}) {
+      for (uint64_t every : {uint64_t{64}, uint64_t{4096}, uint64_t{65536}}) {
+        if (total / every > 5000) continue;  // enough marks; keeps the test quick
+        std::vector<uint8_t> out(total);
+        std::vector<Xxh3Mark> marks;
+        Xxh3Copy whole(total, isa);
+        whole.RecordMarks(every, &marks);
+        for (size_t at = 0; at < total;) {  // cut into pieces that cross the marks
+          const size_t n = std::min<size_t>(total - at, 1 + r() % (3 * every));
+          whole.Copy(out.data() + at, data.data() + at, n);
+          at += n;
+        }
+        ASSERT_EQ(whole.Digest(), XXH3_64bits(data.data(), total)) << isa << " " << total;
+        size_t expected = 0;
+        for (uint64_t off = every; Xxh3Copy::MarkOffsetOk(total, off); off += every) ++expected;
+        ASSERT_EQ(marks.size(), expected) << isa << " " << total << " every " << every;
+        std::vector<uint8_t> again(total, 0);
+        for (size_t i = 0; i <= marks.size(); ++i) {
+          const uint64_t begin = i * every, end = i < marks.size() ? begin + every : total;
+          Xxh3Copy piece = i == 0 ? Xxh3Copy(total) : Xxh3Copy(total, begin, marks[i - 1]);
+          const size_t half = static_cast<size_t>((end - begin) / 2);
+          piece.Copy(again.data() + begin, data.data() + begin, half);
+          piece.Copy(again.data() + begin + half, data.data() + begin + half, end - begin - half);
+          if (i < marks.size()) {
+            ASSERT_TRUE(piece.State() == marks[i]) << isa << " piece " << i;
+            if (i > 0) {  // from the wrong state: misses
+              Xxh3Copy wrong(total, begin, i >= 2 ? marks[i - 2] : Xxh3Copy::InitialMark());
+              wrong.Copy(again.data() + begin, data.data() + begin, end - begin);
+              EXPECT_FALSE(wrong.State() == marks[i]) << isa << " piece " << i;
+            }
+          } else {
+            ASSERT_EQ(piece.Digest(), XXH3_64bits(data.data(), total)) << isa << " last piece";
+          }
+        }
+        ASSERT_EQ(again, out);
+        if (marks.empty()) continue;
+        std::vector<uint8_t> bad(data.begin(), data.begin() + static_cast<long>(total));
+        bad[every + 7] ^= 0x10;  // inside the second piece
+        Xxh3Copy second(total, every, marks[0]);
+        second.Copy(again.data() + every, bad.data() + every, std::min<uint64_t>(every, total - every));
+        if (marks.size() > 1) EXPECT_FALSE(second.State() == marks[1]) << isa;
+        else EXPECT_NE(second.Digest(), XXH3_64bits(data.data(), total)) << isa;
+      }
+    }
+  }
+}
+
 TEST(CopyChecksum, AChangedByteChangesTheDigest) {
   std::vector<uint8_t> data = RandomBytes(1u << 20, 4);
   std::vector<uint8_t> out(data.size());
