@@ -241,11 +241,12 @@ struct Options {
   // The helpers work only while a GetBatch waits on them.
   uint32_t ram_copy_threads = 0;
   // Copies out of the RAM tier of at least this many bytes (one Get's block,
-  // or one GetBatch's blocks together) use non-temporal stores where the
-  // destination is aligned for them: the bytes go to memory without the
-  // destination first being read into the cache. That wins once the
-  // destination cannot stay in the cache anyway (an engine's load of a long
-  // prefix), and loses while it can. 0 (the default): half the last-level
+  // one GetBatch's blocks together, or all the reads copying at that moment
+  // together) use non-temporal stores where the destination is aligned for
+  // them: the bytes go to memory without the destination first being read
+  // into the cache. That wins once the destinations cannot stay in the cache
+  // anyway (an engine's load of a long prefix, or eight processes' batches at
+  // once), and loses while they can. 0 (the default): half the last-level
   // cache the kernel reports; UINT64_MAX: never.
   uint64_t ram_streaming_copy_min_bytes = 0;
   // A single Get of a RAM-tier block of at least this many bytes is copied by
@@ -253,10 +254,12 @@ struct Options {
   // checked against the hash's state at its two ends, so that the pieces
   // chain to the block's checksum exactly as one pass would. The states are
   // recorded by the block's first read, which is one pass on the caller's
-  // thread. On a host whose cores each move a small share of its memory's
-  // bandwidth, that is several times one core's rate for a lone get; on a
-  // host of few cores, the one pass is as fast. 0 (the default): never. Not
-  // in GetBatch, whose blocks already spread over the copy threads.
+  // thread. Only while at most a quarter as many reads as copy threads run
+  // at once: beyond that the threads are busy with blocks of their own. On a
+  // host whose cores each move a small share of its memory's bandwidth, that
+  // is two to three times one core's rate for a lone get; on a host of few
+  // cores it never shares. 0 (the default): never. Not in GetBatch, whose
+  // blocks already spread over the copy threads.
   uint64_t ram_split_copy_min_bytes = 0;
 
   // --- Recovery ---------------------------------------------------------------

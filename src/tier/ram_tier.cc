@@ -314,6 +314,25 @@ size_t MarksFor(uint64_t total) {
 }
 }  // namespace
 
+// Counts a read (a lone one, or a batch) and its bytes in RamTier::reads_
+// and copying_ while it copies.
+struct RamTier::Copying {
+  Copying(RamTier* t, uint64_t n) : tier(t), bytes(n) {
+    if (bytes == 0) return;
+    tier->copying_.fetch_add(bytes, std::memory_order_relaxed);
+    tier->reads_.fetch_add(1, std::memory_order_relaxed);
+  }
+  ~Copying() {
+    if (bytes == 0) return;
+    tier->copying_.fetch_sub(bytes, std::memory_order_relaxed);
+    tier->reads_.fetch_sub(1, std::memory_order_relaxed);
+  }
+  Copying(const Copying&) = delete;
+  Copying& operator=(const Copying&) = delete;
+  RamTier* tier;
+  uint64_t bytes;
+};
+
 std::shared_ptr<const std::vector<Xxh3Mark>> RamTier::MarksOf(const Pin& p) {
   Shard& s = ShardFor(p.entry_->node.hash);
   std::lock_guard<std::mutex> l(s.mu);
@@ -358,22 +377,28 @@ Result<size_t> RamTier::ReadAs(NamespaceId ns, std::string_view key, std::span<c
   if (cap < p.size())
     return Status::BufferTooSmall("block has " + std::to_string(p.size()) + " bytes, buffer " +
                                   std::to_string(cap));
-  const bool stream = std::max<uint64_t>(copy_bytes, p.size()) >= opt_.streaming_copy_min_bytes;
+  const Copying lone(this, copy_bytes == 0 ? p.size() : 0);  // a batch's bytes are counted by ReadBatch
+  const bool stream = StreamsCopy(std::max<uint64_t>(copy_bytes, p.size()), copying_.load(std::memory_order_relaxed),
+                                  opt_.streaming_copy_min_bytes);
   // One block, large enough to share out: the copy threads copy its pieces
   // at once, each verified in the same pass. The states between pieces come
   // from an earlier read; without them, or if a piece fails (the tier's
   // copy gone bad), the one pass below decides and records them.
-  const bool split = may_split && copiers_ != nullptr && opt_.verify_reads && opt_.split_copy_min_bytes != 0 &&
-                     p.size() >= opt_.split_copy_min_bytes && MarksFor(p.size()) > 0;
-  if (split) {
-    auto marks = MarksOf(p);
-    if (marks != nullptr && CopyShared(p, out, *marks, stream)) return static_cast<size_t>(p.size());
+  const bool splittable = may_split && copiers_ != nullptr && opt_.verify_reads && opt_.split_copy_min_bytes != 0 &&
+                          p.size() >= opt_.split_copy_min_bytes && MarksFor(p.size()) > 0;
+  bool record = splittable;
+  if (splittable) {
+    auto have = MarksOf(p);
+    if (have != nullptr) {
+      if (!SharesCopy(reads_.load(std::memory_order_relaxed), opt_.copy_threads)) record = false;
+      else if (CopyShared(p, out, *have, stream)) return static_cast<size_t>(p.size());
+    }
   }
   // Verified as it is copied: each stripe is hashed on its way through the
   // core, one pass over memory (util/copy_checksum.h).
   Xxh3Copy sum(p.size(), stream ? CopyStores::kStreaming : CopyStores::kCached);
   std::vector<Xxh3Mark> marks;
-  if (split) sum.RecordMarks(kMarkBytes, &marks);
+  if (record) sum.RecordMarks(kMarkBytes, &marks);
   ForEachOverlap(std::span<const Piece>(p.pieces()), out, SIZE_MAX, [&](uint8_t* dst, const uint8_t* src, size_t n) {
     if (opt_.verify_reads) sum.Copy(dst, src, n);
     else std::memcpy(dst, src, n);
@@ -385,7 +410,7 @@ Result<size_t> RamTier::ReadAs(NamespaceId ns, std::string_view key, std::span<c
     checksum_failures_.fetch_add(1);
     return Status::Corruption("the RAM tier's copy of the block no longer matches its checksum (dropped)");
   }
-  if (split) SetMarks(p, std::move(marks));
+  if (record && !marks.empty()) SetMarks(p, std::move(marks));
   return static_cast<size_t>(p.size());
 }
 
@@ -395,6 +420,7 @@ void RamTier::ReadBatch(NamespaceId ns, std::span<const GetItem> items, std::spa
   uint64_t asked = 0;
   for (const GetItem& it : items)
     for (const MutableFragment& f : it.out) asked += f.size;
+  const Copying batch(this, asked);
   auto one = [&](size_t i) { results[i] = ReadAs(ns, items[i].key, items[i].out, asked, /*may_split=*/false); };
   if (copiers_ != nullptr && items.size() > 1 && asked >= kSplitBytes) {
     copiers_->ForEach(items.size(), one);

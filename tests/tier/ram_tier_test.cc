@@ -187,6 +187,26 @@ TEST(RamTier, StreamingCopiesGiveTheSameBytesAndStillVerify) {
   std::free(dst);
 }
 
+// Non-temporal stores once the reads copying at once write more than the
+// threshold: one caller's batch that fits in the cache keeps ordinary stores,
+// eight callers' batches of the same size together do not.
+TEST(RamTier, ReadsCopyingAtOnceDecideTheStores) {
+  constexpr uint64_t kMiB = 1u << 20, kMin = 150 * kMiB;
+  EXPECT_FALSE(RamTier::StreamsCopy(128 * kMiB, 128 * kMiB, kMin));      // one batch alone
+  EXPECT_TRUE(RamTier::StreamsCopy(128 * kMiB, 8 * 128 * kMiB, kMin));   // eight at once
+  EXPECT_FALSE(RamTier::StreamsCopy(2 * kMiB, 8 * 2 * kMiB, kMin));      // eight lone gets
+  EXPECT_TRUE(RamTier::StreamsCopy(300 * kMiB, 300 * kMiB, kMin));       // a long prefix alone
+  EXPECT_FALSE(RamTier::StreamsCopy(300 * kMiB, 4 * 300 * kMiB, UINT64_MAX));  // never
+}
+
+// A lone read shares its copy out only while few reads run at once.
+TEST(RamTier, ALoneReadSharesItsCopyOnlyWhileMostCopyThreadsAreIdle) {
+  EXPECT_TRUE(RamTier::SharesCopy(1, 16));
+  EXPECT_TRUE(RamTier::SharesCopy(4, 16));
+  EXPECT_FALSE(RamTier::SharesCopy(8, 16));  // 8 clients of a service on 16 cores
+  EXPECT_FALSE(RamTier::SharesCopy(1, 2));   // a host of few cores: one pass
+}
+
 // A lone read of a large block shares its copy over the copy threads, each
 // piece verified as it is copied, once a first read (one pass) has recorded
 // the hash's states between pieces: the same bytes land across uneven
