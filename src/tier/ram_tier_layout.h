@@ -90,9 +90,10 @@ struct RamTier::Entry {
   std::vector<Piece> pieces;
   bool published = false, dead = false;
   uint32_t reads = 0;  // hits since inserted or since TakeReads: the disk's reclaim asks
-  // The payload's hash state every kMarkBytes, recorded by the first
-  // verified one-pass read, so that later reads can share the copy out
-  // (RamTierOptions::split_copy_min_bytes). Set once, under the shard's mutex.
+  // The payload's hash state every 256 KiB, recorded by a verified one-pass
+  // read, so that later reads can share the copy out
+  // (RamTierOptions::split_copy_min_bytes). Replaced whole, under the shard's
+  // mutex, when a shared copy failed and the one pass recorded them again.
   std::shared_ptr<const std::vector<Xxh3Mark>> marks;
 };
 
