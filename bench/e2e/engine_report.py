@@ -72,7 +72,9 @@ def markdown(results):
             f"| {_f(pred)}{x(gt, pred) if pred else ''} "
             f"| {_even(even, odirect) if phase == 'disk' else '-'} |")
     reads = ", ".join(f"{k}: {d.get('gbps')} GB/s ({d.get('threads')} threads)" for k, d in disk.items())
-    lines += ["", f"O_DIRECT reads of the stores' segment files (best over 4/16/32 threads): {reads or '-'}."]
+    swept = sorted({int(t) for d in disk.values() for t in d.get("by_threads", {})})
+    over = f"{swept[0]}-{swept[-1]}" if swept else "4/16/32"  # runs before the sweep began at one thread
+    lines += ["", f"O_DIRECT reads of the stores' segment files (best over {over} threads): {reads or '-'}."]
     for model, hb in sorted(results.get("host_bench", {}).items()):
         if hb.get("memcpy_best_gbps"):
             lines.append(f"Best host copy for {model}'s blocks ({hb['block_bytes'] >> 10} KiB; kvtier-host-bench): "

@@ -10,6 +10,8 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "bench", "e2e"))
 
+import engine_report  # noqa: E402
+import engine_run  # noqa: E402
 import prefix_reuse  # noqa: E402
 
 MIB = 1 << 20
@@ -54,3 +56,22 @@ def test_the_read_buffer_starts_at_a_huge_page():
         assert addr % (2 * MIB) == 0
     finally:
         buf.close()
+
+
+def test_the_limit_sweeps_from_one_reader_up(tmp_path):
+    seg = tmp_path / "store" / "segments"
+    seg.mkdir(parents=True)
+    path = str(seg / "00000000.kvs")
+    with open(path, "wb") as f:
+        f.write(b"\x02" * (8 * MIB))
+    try:
+        os.close(os.open(path, os.O_RDONLY | os.O_DIRECT))
+    except OSError as e:
+        pytest.skip(f"no O_DIRECT on {tmp_path}: {e}")
+    got = engine_run.odirect_rate(str(tmp_path / "store"))
+    assert engine_run.DISK_LIMIT_THREADS[0] == 1
+    assert sorted(got["by_threads"]) == list(engine_run.DISK_LIMIT_THREADS)
+    assert got["threads"] in engine_run.DISK_LIMIT_THREADS and got["gbps"] > 0
+    assert got["gbps"] == max(got["by_threads"].values())
+    md = engine_report.markdown({"date": "test", "disk": {"m/rep0": got}, "workers": []})
+    assert "best over 1-32 threads" in md
