@@ -147,15 +147,24 @@ uint64_t HostMemoryBytes() {
   return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
 }
 
+// Leaves `file` as `op`'s runs need it: written whole for reads, absent for
+// writes (which then allocate it as they go).
+kvtier::Status PrepareFioFile(const std::string& fio, const std::string& file, const std::string& op,
+                              uint64_t block_bytes, uint64_t file_bytes) {
+  if (op != "get") {
+    std::filesystem::remove(file);
+    return kvtier::Status::OK();
+  }
+  Measurement fill;
+  return RunFio(fio, file, "write", block_bytes, file_bytes, 16, &fill);
+}
+
 }  // namespace
 
 kvtier::Status SweepFio(const std::string& fio, const std::string& file, const std::string& op,
                         uint64_t block_bytes, uint64_t file_bytes, const FioSweep& sweep, Measurement* best,
                         const std::function<void(const std::string&)>& progress, FioConfig* winner_config) {
-  if (op == "get") {  // the reads need the file
-    Measurement fill;
-    KVTIER_RETURN_IF_ERROR(RunFio(fio, file, "write", block_bytes, file_bytes, 16, &fill));
-  }
+  if (op == "get") KVTIER_RETURN_IF_ERROR(PrepareFioFile(fio, file, op, block_bytes, file_bytes));
   std::string winner, first_error;
   size_t tried = 0;
   *best = Measurement{};
@@ -194,13 +203,7 @@ void RecheckFio(const std::string& fio, const std::string& file, const std::stri
                 uint64_t file_bytes, const FioConfig& winner, Measurement* best) {
   if (winner.rw.empty() || !best->gbps) return;
   Measurement again;
-  kvtier::Status st;
-  if (op == "get") {
-    Measurement fill;
-    st = RunFio(fio, file, "write", block_bytes, file_bytes, 16, &fill);
-  } else {
-    std::filesystem::remove(file);
-  }
+  kvtier::Status st = PrepareFioFile(fio, file, op, block_bytes, file_bytes);
   if (st.ok()) st = RunFio(fio, file, winner.rw, block_bytes, file_bytes, winner.depth, &again, 0, winner.jobs);
   std::filesystem::remove(file);
   if (!st.ok() || !again.gbps) {
