@@ -86,7 +86,7 @@ struct Args {
   bool embedded_huge_pages = false;    // embedded arm on huge pages even where clients are not
   int64_t reply_spin_us = -1;  // the clients' ServiceClientOptions::reply_spin_us (-1: by core count)
   int64_t stream_min_kib = -1;  // Options::ram_streaming_copy_min_bytes in KiB (-1: the default)
-  int64_t split_min_kib = 0;   // Options::ram_split_copy_min_bytes in KiB (0: never, the default)
+  int64_t split_min_kib = -1;  // Options::ram_split_copy_min_bytes in KiB (0: never; -1: the store's default)
   bool disk = true;             // the disk rows (--no-disk: the RAM and lookup rows alone)
   // client and echo roles
   std::string socket, op, out;
@@ -469,7 +469,7 @@ Served Serve(const Args& a, const std::string& dir, uint64_t ram_bytes, uint64_t
   kvtier::Options o;
   o.zero_copy_small_pages = a.zero_copy_small_pages;
   if (a.stream_min_kib >= 0) o.ram_streaming_copy_min_bytes = static_cast<uint64_t>(a.stream_min_kib) << 10;
-  if (a.split_min_kib > 0) o.ram_split_copy_min_bytes = static_cast<uint64_t>(a.split_min_kib) << 10;
+  if (a.split_min_kib >= 0) o.ram_split_copy_min_bytes = static_cast<uint64_t>(a.split_min_kib) << 10;
   o.ram_tier_bytes = ram_bytes;
   o.ram_tier_shared_memory = false;
   o.capacity_bytes = capacity;

@@ -258,9 +258,9 @@ struct Options {
   // at once: beyond that the threads are busy with blocks of their own. On a
   // host whose cores each move a small share of its memory's bandwidth, that
   // is two to three times one core's rate for a lone get; on a host of few
-  // cores it never shares. 0 (the default): never. Not in GetBatch, whose
-  // blocks already spread over the copy threads.
-  uint64_t ram_split_copy_min_bytes = 0;
+  // cores it never shares. 0: never. Not in GetBatch, whose blocks already
+  // spread over the copy threads.
+  uint64_t ram_split_copy_min_bytes = 1ull << 20;
 
   // --- Recovery ---------------------------------------------------------------
   // Write an index checkpoint (so recovery needs no scan before it) every time

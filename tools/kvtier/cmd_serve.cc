@@ -285,8 +285,8 @@ Command AddServe(CLI::App& root) {
                   "Copies out of the RAM tier of at least this size use streaming stores "
                   "(e.g. 1M; default half the last-level cache; see docs/ram_tier.md)");
   sub->add_option("--ram-split-copy-min", in->ram_split_copy_min,
-                  "A lone get of a RAM-tier block of at least this size is copied by several threads, then "
-                  "verified (e.g. 1M; default never; see docs/service.md)");
+                  "A lone get of a RAM-tier block of at least this size is copied and verified by several "
+                  "threads at once (default 1M; 0: never; see docs/ram_tier.md)");
   sub->add_option("--client-inflight", in->client_inflight, "Bytes of puts one client may have in flight")
       ->capture_default_str();
   sub->add_option("--max-clients", in->max_clients, "Clients served at once")->capture_default_str();
