@@ -92,6 +92,14 @@ struct IoRequest {
   // requests, but not call Submit or Reap.
   void (*on_done)(IoRequest&) = nullptr;
   void* user = nullptr;  // for on_done
+  // Reads only: when set, the `len` bytes at `offset` land in these pieces in
+  // order (their sizes add up to `len`; `buf` is unused), as one request to
+  // the device. A record whose header page goes to a bounce buffer and whose
+  // payload goes to the caller's pages is then one read, not two: without a
+  // plug, two adjacent requests reach the device apart and it serves each.
+  // The array must stay valid until the request is final.
+  const iovec* iov = nullptr;
+  unsigned iovcnt = 0;
 };
 
 // A submission queue owned by one thread: io_uring ring, or a loop of

@@ -23,6 +23,23 @@ Status StalledWriteError(const std::string& path, uint64_t offset, size_t n, siz
 
 Status ValidateRequest(const IoRequest& r) {
   if (r.file == nullptr) return Status::InvalidArgument("io request without a file");
+  if (r.iov != nullptr) {
+    if (r.op != IoRequest::Op::kRead) {
+      return Status::InvalidArgument("vectored io request on " + r.file->path() + " is not a read");
+    }
+    size_t sum = 0;
+    for (unsigned i = 0; i < r.iovcnt; ++i) {
+      if (r.iov[i].iov_base == nullptr && r.iov[i].iov_len != 0) {
+        return Status::InvalidArgument("vectored read on " + r.file->path() + " with a piece without a buffer");
+      }
+      sum += r.iov[i].iov_len;
+    }
+    if (sum != r.len) {
+      return Status::InvalidArgument("vectored read on " + r.file->path() + ": its pieces hold " +
+                                     std::to_string(sum) + " bytes, not " + std::to_string(r.len));
+    }
+    return Status::OK();
+  }
   if (r.buf == nullptr && r.len != 0) {
     return Status::InvalidArgument("io request on " + r.file->path() + " without a buffer");
   }

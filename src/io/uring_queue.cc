@@ -59,9 +59,13 @@ int EnableRing(io_uring* ring) {
 bool TransientEnterError(int err) { return err == EINTR || err == EAGAIN || err == EBUSY; }
 
 void UringIoQueue::Prep(io_uring_sqe* sqe, uint32_t slot) {
-  const Slot& st = slots_[slot];
+  Slot& st = slots_[slot];
   IoRequest& r = *st.r;
   const size_t done = st.done;
+  if (r.iov != nullptr) {
+    PrepVectored(sqe, slot);
+    return;
+  }
   size_t len = std::min(r.len - done, max_transfer_);
   char* p = static_cast<char*>(r.buf) + done;
   const uint64_t off = r.offset + done;
@@ -102,6 +106,35 @@ void UringIoQueue::Prep(io_uring_sqe* sqe, uint32_t slot) {
   io_uring_sqe_set_data64(sqe, slot);
   ++stats_.sqes;
   if (fixed >= 0) ++stats_.fixed_sqes;
+}
+
+void UringIoQueue::PrepVectored(io_uring_sqe* sqe, uint32_t slot) {
+  Slot& st = slots_[slot];
+  IoRequest& r = *st.r;
+  // The pieces from `done` on (a resubmission continues where the last read
+  // stopped), at most max_transfer_ bytes of them.
+  st.rest.clear();
+  size_t skip = st.done, room = std::min(r.len - st.done, max_transfer_);
+  for (unsigned i = 0; i < r.iovcnt && room > 0; ++i) {
+    size_t n = r.iov[i].iov_len;
+    if (skip >= n) {
+      skip -= n;
+      continue;
+    }
+    n = std::min(n - skip, room);
+    if (n > 0) st.rest.push_back(iovec{static_cast<char*>(r.iov[i].iov_base) + skip, n});
+    skip = 0;
+    room -= n;
+  }
+  const int fixed_file = FixedFile(*r.file);
+  io_uring_prep_readv(sqe, fixed_file >= 0 ? fixed_file : r.file->fd(), st.rest.data(),
+                      static_cast<unsigned>(st.rest.size()), r.offset + st.done);
+  if (fixed_file >= 0) {
+    sqe->flags |= IOSQE_FIXED_FILE;
+    ++stats_.fixed_file_sqes;
+  }
+  io_uring_sqe_set_data64(sqe, slot);
+  ++stats_.sqes;
 }
 
 bool UringIoQueue::Settle(uint32_t slot, int res) {
@@ -218,7 +251,7 @@ void UringIoQueue::Enqueue(IoRequest* r) {
     slot = static_cast<uint32_t>(slots_.size());
     slots_.emplace_back();
   }
-  slots_[slot] = Slot{r, 0, 0};
+  slots_[slot] = Slot{r, 0, 0, {}};
   work_.push_back(slot);
 }
 

@@ -92,6 +92,7 @@ class UringIoQueue final : public IoQueue {
     IoRequest* r = nullptr;  // null: free
     size_t done = 0;         // bytes transferred so far
     unsigned retries = 0;    // -EINTR/-EAGAIN completions seen
+    std::vector<iovec> rest;  // a vectored read's pieces from `done` on, as last issued
   };
   // A request settled without the ring: invalid or empty (status final), or
   // on a file without a descriptor (run synchronously in Reap).
@@ -108,6 +109,8 @@ class UringIoQueue final : public IoQueue {
   int FixedFile(const File& f);
   int FixedIndex(const void* buf, size_t len) const;
   void Prep(io_uring_sqe* sqe, uint32_t slot);
+  // Prep for a request with pieces (IoRequest::iov): one readv of the rest.
+  void PrepVectored(io_uring_sqe* sqe, uint32_t slot);
   // Applies a completion; true when the request is final (else it was queued
   // to be issued again).
   bool Settle(uint32_t slot, int res);

@@ -208,6 +208,7 @@ class ReadPool::Reader {
     Status status;                // the first failure
     uint64_t device_bytes = 0;
     std::vector<IoRequest> reqs;  // enqueued on the queue; never grown while in flight
+    std::vector<iovec> pieces;    // a direct read's: header page, the caller's pages, tail page
   };
 
   size_t busy() const { return ios_.size() - free_.size(); }
@@ -394,16 +395,23 @@ void ReadPool::Reader::Enqueue(const std::shared_ptr<ReadOp>& op, const format::
   if (!direct) {
     add(first, io.bounce, paged);
   } else {
-    add(v.offset, io.bounce, kPage);  // header and key
+    // One read of the record's pages, scattered: the header page (header
+    // and key) and the tail page to the bounce buffer, the payload's whole
+    // pages straight to the caller's.
+    io.pieces.clear();
+    io.pieces.push_back(iovec{io.bounce, kPage});
     uint64_t done = 0;
     for (const MutableFragment& f : op->out) {
       if (done == whole) break;
       const uint64_t n = std::min<uint64_t>(f.size, whole - done);
       if (n == 0) continue;
-      add(v.offset + kPage + done, f.data, n);
+      io.pieces.push_back(iovec{f.data, n});
       done += n;
     }
-    if (v.payload_len > whole) add(v.offset + kPage + whole, io.bounce + kPage, kPage);  // tail
+    if (v.payload_len > whole) io.pieces.push_back(iovec{io.bounce + kPage, kPage});
+    add(v.offset, nullptr, kPage + whole + (v.payload_len > whole ? kPage : 0));
+    io.reqs.back().iov = io.pieces.data();
+    io.reqs.back().iovcnt = static_cast<unsigned>(io.pieces.size());
   }
   // Enqueued once complete: the vector no longer moves, and on_done runs
   // only inside Reap.
