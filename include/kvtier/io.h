@@ -46,6 +46,19 @@ class File {
   // Reads exactly n bytes at offset into buf. With direct I/O, buf, offset and
   // n must be multiples of read_align() (the caller guarantees it).
   virtual Status ReadAt(uint64_t offset, void* buf, size_t n) = 0;
+  // Reads the bytes at offset into `pieces`, one after another, as ReadAt
+  // would into one buffer (the same alignment rules for each piece). Files
+  // of the kernel do it as one request (preadv); the default reads piece by
+  // piece.
+  virtual Status ReadAtV(uint64_t offset, std::span<const iovec> pieces) {
+    for (const iovec& p : pieces) {
+      if (p.iov_len == 0) continue;
+      Status s = ReadAt(offset, p.iov_base, p.iov_len);
+      if (!s.ok()) return s;
+      offset += p.iov_len;
+    }
+    return Status::OK();
+  }
   // Writes exactly n bytes at offset. Not durable until Sync() returns OK.
   virtual Status WriteAt(uint64_t offset, const void* buf, size_t n) = 0;
   // fdatasync: data written before the call is durable when it returns OK.

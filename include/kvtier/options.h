@@ -166,10 +166,13 @@ struct Options {
   uint32_t queue_depth = 32;
   // Threads serving reads (each with its own queue).
   uint32_t read_threads = 4;
-  // A blocking Get of a record below zero_copy_min_bytes reads it on the
-  // caller's thread with one blocking read, instead of handing it to a read
-  // thread and waiting: for small blocks the two thread crossings cost more
-  // than the read. Async gets, batches and large records use the threads.
+  // A blocking Get (no deadline) reads its record on the caller's thread
+  // with one blocking read, instead of handing it to a read thread and
+  // waiting for it: a small record through a buffer, a large one straight
+  // into the caller's pages where they allow it (page-aligned; huge pages
+  // unless zero_copy_small_pages). Two thread crossings cost more than a
+  // small read, and add a fixed cost to every large one. Async gets, batches
+  // and large records into other memory use the threads.
   bool read_on_caller_thread = true;
   // Largest single write submitted to the device; larger runs are split so
   // that reads do not queue behind one huge write.

@@ -3,12 +3,14 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/uio.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstring>
 
 #include "io/io_errors.h"
@@ -72,6 +74,35 @@ class PosixFile final : public File {
       // A direct read stops short of a block boundary only at end of file;
       // asking for the rest at an unaligned offset would just fail EINVAL.
       if (direct_ && done < n && done % read_align_ != 0) return ShortReadError(path_, offset, n, done);
+    }
+    return Status::OK();
+  }
+
+  Status ReadAtV(uint64_t offset, std::span<const iovec> pieces) override {
+    std::vector<iovec> rest(pieces.begin(), pieces.end());
+    size_t n = 0;
+    for (const iovec& v : rest) n += v.iov_len;
+    size_t done = 0, first = 0;
+    while (done < n) {
+      const int count = static_cast<int>(std::min<size_t>(rest.size() - first, IOV_MAX));
+      ssize_t r = ::preadv(fd_, rest.data() + first, count, static_cast<off_t>(offset + done));
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        return TransferError(errno, /*write=*/false, path_, offset, n);
+      }
+      if (r == 0) return ShortReadError(path_, offset, n, done);
+      done += static_cast<size_t>(r);
+      if (direct_ && done < n && done % read_align_ != 0) return ShortReadError(path_, offset, n, done);
+      // Continue where the read stopped: drop the pieces it filled and trim
+      // the one it stopped inside.
+      for (size_t left = static_cast<size_t>(r); left > 0 && first < rest.size();) {
+        const size_t k = std::min(left, rest[first].iov_len);
+        rest[first].iov_base = static_cast<char*>(rest[first].iov_base) + k;
+        rest[first].iov_len -= k;
+        left -= k;
+        if (rest[first].iov_len == 0) ++first;
+      }
+      while (first < rest.size() && rest[first].iov_len == 0) ++first;
     }
     return Status::OK();
   }

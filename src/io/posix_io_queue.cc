@@ -10,11 +10,7 @@ Status RunRequestSync(IoRequest& r) {
   r.status = ValidateRequest(r);
   if (r.status.ok() && r.len != 0) {
     if (r.op == IoRequest::Op::kRead && r.iov != nullptr) {
-      uint64_t at = r.offset;  // the pieces, one after another in the file
-      for (unsigned i = 0; i < r.iovcnt && r.status.ok(); ++i) {
-        if (r.iov[i].iov_len != 0) r.status = r.file->ReadAt(at, r.iov[i].iov_base, r.iov[i].iov_len);
-        at += r.iov[i].iov_len;
-      }
+      r.status = r.file->ReadAtV(r.offset, {r.iov, r.iovcnt});
     } else if (r.op == IoRequest::Op::kRead) {
       r.status = r.file->ReadAt(r.offset, r.buf, r.len);
     } else {

@@ -425,6 +425,35 @@ void ReadPool::Reader::FinishRead(ReadIo& io) {
   CompleteRecord(d_, io.op, io.v, rec, io.direct, io.status, io.device_bytes);
 }
 
+bool ReadPool::ReadDirectOnCaller(const std::shared_ptr<ReadOp>& op, const format::IndexValue& v, File* file) {
+  const uint64_t whole = v.payload_len / kPage * kPage;
+  if (whole == 0 || !format::PayloadAligned(v.key_len, v.payload_len, v.flags) ||
+      !PageRun(op->out.data(), op->out.size(), whole) ||
+      !ZeroCopyPagesOk(op->out.data(), op->out.size(), whole, d_.zero_copy_small_pages)) {
+    return false;
+  }
+  // The header page and the tail page; the payload's whole pages go to the
+  // caller's, all in one read of the record's pages (as a reader does).
+  thread_local AlignedBuffer edges(2 * kPage);
+  if (edges.data() == nullptr) return false;
+  std::vector<iovec> pieces;
+  pieces.push_back(iovec{edges.data(), kPage});
+  uint64_t done = 0;
+  for (const MutableFragment& f : op->out) {
+    if (done == whole) break;
+    const uint64_t n = std::min<uint64_t>(f.size, whole - done);
+    if (n == 0) continue;
+    pieces.push_back(iovec{f.data, n});
+    done += n;
+  }
+  const bool tail = v.payload_len > whole;
+  if (tail) pieces.push_back(iovec{edges.data() + kPage, kPage});
+  const Status st = file->ReadAtV(v.offset, pieces);
+  d_.table->Unpin(v.segment);
+  CompleteRecord(d_, op, v, edges.data(), /*direct=*/true, st, st.ok() ? kPage + whole + (tail ? kPage : 0) : 0);
+  return true;
+}
+
 bool ReadPool::ReadOnCaller(const std::shared_ptr<ReadOp>& op) {
   {
     MutexLock l(&mu_);
@@ -442,9 +471,15 @@ bool ReadPool::ReadOnCaller(const std::shared_ptr<ReadOp>& op) {
 bool ReadPool::ServeOnCaller(const std::shared_ptr<ReadOp>& op) {
   format::IndexValue v;
   File* file = nullptr;
-  // Large records go to the readers, which read them into the caller's pages.
-  const Found found = LookUpRecord(d_, op, d_.zero_copy_min_bytes, &v, &file);
+  const Found found = LookUpRecord(d_, op, UINT64_MAX, &v, &file);
   if (found != Found::kRead) return found == Found::kDone;
+  if (v.payload_len >= d_.zero_copy_min_bytes) {
+    // Large: straight into the caller's pages with one blocking read, when
+    // they allow it; else to the readers, whose buffers take it.
+    if (ReadDirectOnCaller(op, v, file)) return true;
+    d_.table->Unpin(v.segment);
+    return false;
+  }
   // One bounce buffer per calling thread, grown to the largest record read.
   thread_local AlignedBuffer bounce;
   const uint64_t granule = file->read_align();  // the record's sectors, not its pages, where the device allows

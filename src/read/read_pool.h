@@ -62,11 +62,14 @@ class ReadPool {
   Admit Submit(std::shared_ptr<ReadOp> op);
   // Serves `op` on the calling thread with one blocking read and no thread
   // hand-over, for a caller that would only wait for a reader (a blocking
-  // Get without a deadline). Returns false, `op` untouched, for a record of
-  // zero_copy_min_bytes or more: Submit it, a reader reads it into the
-  // caller's pages. Thread-safe. When it returns true, `op` has completed
-  // on this thread, or the shared tier has taken it (a local miss), as after
-  // Submit; once Stop has begun it returns false.
+  // Get without a deadline): a small record through a bounce buffer, a
+  // large one (zero_copy_min_bytes or more) straight into the caller's pages
+  // as one read of the record's pages. Returns false, `op` untouched, for a
+  // large record whose destination cannot take the read (not page-aligned,
+  // or 4 KiB pages where those are copied): Submit it, a reader copies it.
+  // Thread-safe. When it returns true, `op` has completed on this thread,
+  // or the shared tier has taken it (a local miss), as after Submit; once
+  // Stop has begun it returns false.
   bool ReadOnCaller(const std::shared_ptr<ReadOp>& op);
   // Serves what is queued, then joins the threads.
   void Stop();
@@ -79,6 +82,9 @@ class ReadPool {
             const std::function<void()>& on_idle);
 
   bool ServeOnCaller(const std::shared_ptr<ReadOp>& op);  // ReadOnCaller's read
+  // ServeOnCaller's read of a large record found at `v` in `file` (pinned):
+  // false, nothing read and still pinned, when the destination cannot take it.
+  bool ReadDirectOnCaller(const std::shared_ptr<ReadOp>& op, const format::IndexValue& v, File* file);
 
   const Deps d_;
   Mutex mu_;

@@ -97,6 +97,32 @@ TEST_F(PosixFileSystemTest, RoundTripDirect) {
   EXPECT_EQ(std::memcmp(in.data(), buffered.data(), kSize), 0);
 }
 
+// ReadAtV: the bytes at an offset, one after another into pieces of
+// separate buffers (a header page, payload pages, a tail page), direct and
+// buffered; past the end it fails as ReadAt does, naming a short read.
+TEST_F(PosixFileSystemTest, VectoredReadsFillEachPiece) {
+  for (bool direct : {true, false}) {
+    const std::string path = dir_.File(direct ? "vec_direct" : "vec_buffered");
+    auto f = MustOpen(path, Create(direct));
+    ASSERT_NE(f, nullptr);
+    constexpr size_t kSize = 64 * 4096;
+    AlignedBuffer in(kSize);
+    std::mt19937_64 rng(3);
+    FillRandom(rng, in.data(), kSize);
+    ASSERT_TRUE(f->WriteAt(0, in.data(), kSize).ok());
+    AlignedBuffer a(4096), b(40 * 4096), c(4096);
+    std::memset(b.data(), 0, 40 * 4096);
+    const iovec pieces[3] = {{a.data(), 4096}, {b.data(), 40 * 4096}, {c.data(), 4096}};
+    ASSERT_TRUE(f->ReadAtV(4 * 4096, pieces).ok());
+    EXPECT_EQ(std::memcmp(a.data(), in.data() + 4 * 4096, 4096), 0);
+    EXPECT_EQ(std::memcmp(b.data(), in.data() + 5 * 4096, 40 * 4096), 0);
+    EXPECT_EQ(std::memcmp(c.data(), in.data() + 45 * 4096, 4096), 0);
+    Status s = f->ReadAtV(60 * 4096, pieces);  // 42 pages from page 60 of 64
+    EXPECT_EQ(s.code(), Code::kCorruption) << s.ToString();
+    EXPECT_NE(s.message().find("short read"), std::string::npos) << s.ToString();
+  }
+}
+
 // read_align(): the granule a file's reads may use. Direct files report
 // the file system's (statx STATX_DIOALIGN; 512 on a disk of 512-byte
 // sectors), buffered ones 512; reads of that granule land every byte.
