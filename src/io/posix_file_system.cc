@@ -61,10 +61,20 @@ class PosixFile final : public File {
   uint32_t read_align() const override { return read_align_; }
 
   Status ReadAt(uint64_t offset, void* buf, size_t n) override {
-    char* p = static_cast<char*>(buf);
-    size_t done = 0;
+    const iovec one{buf, n};
+    return ReadAtV(offset, {&one, 1});
+  }
+
+  Status ReadAtV(uint64_t offset, std::span<const iovec> pieces) override {
+    size_t n = 0;
+    for (const iovec& v : pieces) n += v.iov_len;
+    // The pieces as given; a copy only once a read stops inside them.
+    std::vector<iovec> rest;
+    const iovec* at = pieces.data();
+    size_t count = pieces.size(), done = 0, first = 0;
     while (done < n) {
-      ssize_t r = ::pread(fd_, p + done, std::min(n - done, kMaxPerCall), static_cast<off_t>(offset + done));
+      ssize_t r = ::preadv(fd_, at, static_cast<int>(std::min<size_t>(count, IOV_MAX)),
+                           static_cast<off_t>(offset + done));
       if (r < 0) {
         if (errno == EINTR) continue;
         return TransferError(errno, /*write=*/false, path_, offset, n);
@@ -74,35 +84,22 @@ class PosixFile final : public File {
       // A direct read stops short of a block boundary only at end of file;
       // asking for the rest at an unaligned offset would just fail EINVAL.
       if (direct_ && done < n && done % read_align_ != 0) return ShortReadError(path_, offset, n, done);
-    }
-    return Status::OK();
-  }
-
-  Status ReadAtV(uint64_t offset, std::span<const iovec> pieces) override {
-    std::vector<iovec> rest(pieces.begin(), pieces.end());
-    size_t n = 0;
-    for (const iovec& v : rest) n += v.iov_len;
-    size_t done = 0, first = 0;
-    while (done < n) {
-      const int count = static_cast<int>(std::min<size_t>(rest.size() - first, IOV_MAX));
-      ssize_t r = ::preadv(fd_, rest.data() + first, count, static_cast<off_t>(offset + done));
-      if (r < 0) {
-        if (errno == EINTR) continue;
-        return TransferError(errno, /*write=*/false, path_, offset, n);
+      if (done == n) break;
+      // Continue where the read stopped (past 2 GiB in one call, a signal).
+      if (rest.empty()) {
+        rest.assign(at, at + count);
+        first = 0;
       }
-      if (r == 0) return ShortReadError(path_, offset, n, done);
-      done += static_cast<size_t>(r);
-      if (direct_ && done < n && done % read_align_ != 0) return ShortReadError(path_, offset, n, done);
-      // Continue where the read stopped: drop the pieces it filled and trim
-      // the one it stopped inside.
-      for (size_t left = static_cast<size_t>(r); left > 0 && first < rest.size();) {
-        const size_t k = std::min(left, rest[first].iov_len);
+      for (size_t skip = static_cast<size_t>(r); skip > 0;) {
+        const size_t k = std::min(skip, rest[first].iov_len);
         rest[first].iov_base = static_cast<char*>(rest[first].iov_base) + k;
         rest[first].iov_len -= k;
-        left -= k;
+        skip -= k;
         if (rest[first].iov_len == 0) ++first;
       }
       while (first < rest.size() && rest[first].iov_len == 0) ++first;
+      at = rest.data() + first;
+      count = rest.size() - first;
     }
     return Status::OK();
   }

@@ -34,6 +34,25 @@ void ScatterAt(std::span<const MutableFragment> out, uint64_t at, const uint8_t*
   }
 }
 
+// The pieces of one read of a direct record's pages: its header page into
+// `edges`, the payload's `whole` pages into the caller's `out`, and its tail
+// page (when `tail`) into edges + kPage. Returns the bytes they hold.
+uint64_t DirectPieces(std::span<const MutableFragment> out, uint64_t whole, bool tail, uint8_t* edges,
+                      std::vector<iovec>* pieces) {
+  pieces->clear();
+  pieces->push_back(iovec{edges, kPage});
+  uint64_t done = 0;
+  for (const MutableFragment& f : out) {
+    if (done == whole) break;
+    const uint64_t n = std::min<uint64_t>(f.size, whole - done);
+    if (n == 0) continue;
+    pieces->push_back(iovec{f.data, n});
+    done += n;
+  }
+  if (tail) pieces->push_back(iovec{edges + kPage, kPage});
+  return kPage + whole + (tail ? kPage : 0);
+}
+
 void MissRead(const ReadPool::Deps& d, const std::shared_ptr<ReadOp>& op, Status why) {
   d.counters->misses.Add();
   CompleteRead(op, std::move(why));
@@ -398,18 +417,7 @@ void ReadPool::Reader::Enqueue(const std::shared_ptr<ReadOp>& op, const format::
     // One read of the record's pages, scattered: the header page (header
     // and key) and the tail page to the bounce buffer, the payload's whole
     // pages straight to the caller's.
-    io.pieces.clear();
-    io.pieces.push_back(iovec{io.bounce, kPage});
-    uint64_t done = 0;
-    for (const MutableFragment& f : op->out) {
-      if (done == whole) break;
-      const uint64_t n = std::min<uint64_t>(f.size, whole - done);
-      if (n == 0) continue;
-      io.pieces.push_back(iovec{f.data, n});
-      done += n;
-    }
-    if (v.payload_len > whole) io.pieces.push_back(iovec{io.bounce + kPage, kPage});
-    add(v.offset, nullptr, kPage + whole + (v.payload_len > whole ? kPage : 0));
+    add(v.offset, nullptr, DirectPieces(op->out, whole, v.payload_len > whole, io.bounce, &io.pieces));
     io.reqs.back().iov = io.pieces.data();
     io.reqs.back().iovcnt = static_cast<unsigned>(io.pieces.size());
   }
@@ -437,20 +445,10 @@ bool ReadPool::ReadDirectOnCaller(const std::shared_ptr<ReadOp>& op, const forma
   thread_local AlignedBuffer edges(2 * kPage);
   if (edges.data() == nullptr) return false;
   std::vector<iovec> pieces;
-  pieces.push_back(iovec{edges.data(), kPage});
-  uint64_t done = 0;
-  for (const MutableFragment& f : op->out) {
-    if (done == whole) break;
-    const uint64_t n = std::min<uint64_t>(f.size, whole - done);
-    if (n == 0) continue;
-    pieces.push_back(iovec{f.data, n});
-    done += n;
-  }
-  const bool tail = v.payload_len > whole;
-  if (tail) pieces.push_back(iovec{edges.data() + kPage, kPage});
+  const uint64_t bytes = DirectPieces(op->out, whole, v.payload_len > whole, edges.data(), &pieces);
   const Status st = file->ReadAtV(v.offset, pieces);
   d_.table->Unpin(v.segment);
-  CompleteRecord(d_, op, v, edges.data(), /*direct=*/true, st, st.ok() ? kPage + whole + (tail ? kPage : 0) : 0);
+  CompleteRecord(d_, op, v, edges.data(), /*direct=*/true, st, st.ok() ? bytes : 0);
   return true;
 }
 
