@@ -85,6 +85,7 @@ struct ServiceStats {
   uint64_t over_cap = 0;        // puts answered NotAdmitted for a client's cap
   uint64_t regions = 0;         // mapped now
   uint64_t pooled_gets = 0;     // gets and get_batch requests run on the service's get threads
+  uint64_t pooled_puts = 0;     // blocking puts that waited for write-queue room on a service thread
   std::vector<ServiceNamespaceStats> namespaces;
 };
 

@@ -34,6 +34,12 @@ Status OpQueue::Reserve(WriteOp* op, uint64_t ring_bytes, uint64_t borrowed, boo
   return Status::OK();
 }
 
+bool OpQueue::HasRoomFor(uint64_t payload_bytes) {
+  constexpr uint64_t kRecordPages = 4 * format::kPage;  // header and key, tail, alignment
+  MutexLock l(&mu_);
+  return !closing_ && ring_.used() + borrowed_inflight_ + payload_bytes + kRecordPages <= budget_;
+}
+
 void OpQueue::PushRecord(WriteOp op) {
   {
     MutexLock l(&mu_);

@@ -39,6 +39,10 @@ class OpQueue {
   // alignment) and counts `borrowed` payload bytes in flight. Waits for
   // room when `blocking`, else answers NotAdmitted; Closed once closing.
   Status Reserve(WriteOp* op, uint64_t ring_bytes, uint64_t borrowed, bool blocking);
+  // True when a put of `payload_bytes` (ring or borrowed, with room for its
+  // header and tail pages) would be reserved now without waiting. A hint:
+  // another put may take the room first.
+  bool HasRoomFor(uint64_t payload_bytes);
   // Queues a reserved record: always accepted (Close lets reserved records
   // through, so that every reservation completes).
   void PushRecord(WriteOp op);

@@ -91,23 +91,21 @@ void Connection::WriteLoop() {
     std::string batch;
     {
       MutexLock l(&out_mu_);
-      while (out_.empty() && !out_closed_) l.Wait(out_cv_);
+      while (sending_ || (out_.empty() && !out_closed_)) l.Wait(out_cv_);
       if (out_.empty()) return;
       while (!out_.empty() && batch.size() < kMaxSendBatch) {
         batch += out_.front();
         out_.pop_front();
       }
+      sending_ = true;
     }
-    Status sent;
-    {
-      MutexLock l(&send_mu_);
-      sent = wire::SendFrames(sock_.get(), batch);
-    }
+    Status sent = wire::SendFrames(sock_.get(), batch);
+    MutexLock l(&out_mu_);
+    sending_ = false;
     if (!sent.ok()) {
       // The client is gone or not reading: end the connection; replies still
       // queued are dropped.
       ::shutdown(sock_.get(), SHUT_RDWR);
-      MutexLock l(&out_mu_);
       out_.clear();
       while (!out_closed_) l.Wait(out_cv_);
       return;
@@ -116,28 +114,42 @@ void Connection::WriteLoop() {
 }
 
 void Connection::Send(std::string frame) {
-  if (std::this_thread::get_id() == reader_id_) {
-    bool queue_empty;
-    {
-      MutexLock l(&out_mu_);
-      if (out_closed_) return;
-      queue_empty = out_.empty();
-    }
-    // Replies may go in any order (each names its request), so the reader
-    // sends its own when the writer has nothing queued.
-    if (queue_empty) {
-      MutexLock l(&send_mu_);
-      if (wire::SendFrames(sock_.get(), frame).ok()) return;
-      ::shutdown(sock_.get(), SHUT_RDWR);  // the reader sees the end next
-      return;
-    }
-  }
   {
     MutexLock l(&out_mu_);
     if (out_closed_) return;
-    out_.push_back(std::move(frame));
+    // Replies may go in any order (each names its request), but frames
+    // never interleave: one sender at a time.
+    if (sending_ || !out_.empty()) {
+      out_.push_back(std::move(frame));
+      l.Unlock();
+      out_cv_.notify_all();
+      return;
+    }
+    sending_ = true;
   }
-  out_cv_.notify_one();
+  size_t sent = 0;
+  Status st;
+  if (std::this_thread::get_id() == reader_id_) {
+    st = wire::SendFrames(sock_.get(), frame);  // the reader may wait on its own client
+    if (st.ok()) sent = frame.size();
+  } else {
+    Result<size_t> n = wire::SendNow(sock_.get(), frame);  // a store thread never waits
+    if (n.ok()) sent = *n;
+    else st = n.status();
+  }
+  bool wake;
+  {
+    MutexLock l(&out_mu_);
+    sending_ = false;
+    if (!st.ok()) {
+      ::shutdown(sock_.get(), SHUT_RDWR);  // the reader sees the end next
+      out_.clear();
+    } else if (sent < frame.size()) {
+      out_.push_front(frame.substr(sent));
+    }
+    wake = !out_.empty();
+  }
+  if (wake) out_cv_.notify_all();
 }
 
 void Connection::Reply(const wire::FrameHeader& req, const Status& st, const wire::WireWriter* body) {

@@ -45,7 +45,8 @@ struct ServerCore {
   NamespaceAccess access;
   WorkPool puts{4};  // blocking puts waiting for the write queue
   WorkPool gets;     // gets of large blocks (their copies out of the RAM tier)
-  std::atomic<uint64_t> requests{0}, malformed{0}, over_cap{0}, regions{0}, pooled_gets{0};
+  std::atomic<uint64_t> requests{0}, malformed{0}, over_cap{0}, regions{0}, pooled_gets{0},
+      pooled_puts{0};
   void Log(const std::string& line) const;
 
   ServerCore(Store* s, const ServiceOptions& o, uid_t self)
@@ -116,14 +117,18 @@ class Connection : public std::enable_shared_from_this<Connection> {
   uint64_t inflight_bytes_ GUARDED_BY(inflight_mu_) = 0;
   uint64_t inflight_requests_ GUARDED_BY(inflight_mu_) = 0;
 
-  // One frame at a time on the socket: the writer thread's batches, and the
-  // reader's own replies, which it sends itself when nothing waits before
-  // them (a lookup then costs no hand-over to the writer).
-  Mutex send_mu_;
+  // One sender at a time on the socket, claimed with `sending_`. A reply
+  // with nothing queued before it goes out on the thread that made it: the
+  // reader sends its own (a lookup then costs no hand-over), and a store
+  // callback sends what the socket takes without waiting (a put or get then
+  // costs no wake-up of the writer thread). The writer thread sends the
+  // queue: what came while another sent, and the rest of a frame the socket
+  // did not take at once, kept at the queue's front.
   std::thread::id reader_id_;
   Mutex out_mu_;
   std::condition_variable out_cv_;
   std::deque<std::string> out_ GUARDED_BY(out_mu_);
+  bool sending_ GUARDED_BY(out_mu_) = false;
   bool out_closed_ GUARDED_BY(out_mu_) = false;
 
   std::atomic<bool> finished_{false};

@@ -57,8 +57,16 @@ void Connection::OnPut(const wire::FrameHeader& h, std::string_view body) {
     self->Finish(bytes);
   };
   if (req.blocking && core_->sink != nullptr) {
-    // Waits for room in the write queue on a pool thread, never here.
     BlockSink* sink = core_->sink;
+    // With room in the write queue the put is queued here, as an embedded
+    // caller's is: a pool thread would add a wake-up to every put. Without
+    // room it waits on a pool thread, so that this client's other requests
+    // are still read.
+    if (sink->WriteQueueHasRoom(bytes)) {
+      return sink->PutInternal(ns, req.key, resolved->in, RamTier::Pin(), /*blocking=*/true, std::move(done),
+                               nullptr, /*borrow=*/true);
+    }
+    ++core_->pooled_puts;
     core_->puts.Submit(id_, [sink, ns, key = std::move(req.key), resolved, done = std::move(done)]() mutable {
       sink->PutInternal(ns, key, resolved->in, RamTier::Pin(), /*blocking=*/true, std::move(done), nullptr,
                         /*borrow=*/true);

@@ -107,6 +107,7 @@ class ServiceImpl final : public Service {
     s.malformed = core_.malformed.load();
     s.over_cap = core_.over_cap.load();
     s.pooled_gets = core_.pooled_gets.load();
+    s.pooled_puts = core_.pooled_puts.load();
     s.regions = core_.regions.load();
     s.namespaces = core_.access.Stats();
     return s;

@@ -30,6 +30,10 @@ class BlockSink {
   virtual void PutInternal(NamespaceId ns, std::string_view key, std::span<const Fragment> payload,
                            RamTier::Pin reservation, bool blocking, PutCallback done,
                            const uint64_t* checksum = nullptr, bool borrow = false) = 0;
+  // True when a put of `payload_bytes` would find room in the write queue
+  // now, so that a blocking PutInternal would not wait. A hint: another put
+  // may take the room first, and the blocking put then waits for the writer.
+  virtual bool WriteQueueHasRoom(uint64_t payload_bytes) = 0;
 };
 
 // The sink of a Store made by Store::Open; null for any other Store.

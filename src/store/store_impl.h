@@ -117,6 +117,7 @@ class StoreImpl final : public Store, public BlockSink {
   void PutInternal(NamespaceId ns, std::string_view key, std::span<const Fragment> payload,
                    RamTier::Pin reservation, bool blocking, PutCallback done,
                    const uint64_t* checksum = nullptr, bool borrow = false) override;
+  bool WriteQueueHasRoom(uint64_t payload_bytes) override { return ops_.HasRoomFor(payload_bytes); }
 
  private:
   // Bound on payloads of records already on disk (format::MaxStoredPayload);

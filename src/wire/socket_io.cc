@@ -62,6 +62,16 @@ Status SendFrames(int sock, std::string_view frames, const std::vector<int>& fds
   return Status::OK();
 }
 
+Result<size_t> SendNow(int sock, std::string_view bytes) {
+  for (;;) {
+    const ssize_t r = ::send(sock, bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (r >= 0) return static_cast<size_t>(r);
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return size_t{0};
+    return Status::FromErrno(errno, "sending to the service socket");
+  }
+}
+
 Status SetTimeouts(int sock, uint32_t send_ms, uint32_t recv_ms) {
   auto tv = [](uint32_t ms) {
     timeval t{};

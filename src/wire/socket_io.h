@@ -52,6 +52,10 @@ inline constexpr size_t kMaxFdsPerFrame = 4;
 // `fds` with the first byte. IOError when the peer is gone ("EPIPE"), TimedOut
 // at the socket's send timeout.
 Status SendFrames(int sock, std::string_view frames, const std::vector<int>& fds = {});
+// Sends what the socket takes now, without waiting: the bytes sent (0 when
+// its buffer is full), or IOError when the peer is gone. For a thread that
+// must never wait on a peer; the caller queues the rest.
+Result<size_t> SendNow(int sock, std::string_view bytes);
 // Frames are received by a FrameReader (wire/frame_reader.h).
 
 // Sets send and receive timeouts (0: none).

@@ -226,5 +226,29 @@ TEST(FrameReader, TheSocketTimeoutBoundsAFrameButNotTheWaitBetweenFrames) {
   }
 }
 
+TEST(SendNow, TakesWhatTheSocketHoldsThenNothingThenFailsOnceThePeerIsGone) {
+  Pair p;
+  const std::string big(4 << 20, 'q');  // far more than a socket buffers
+  auto first = wire::SendNow(p.a.get(), big);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_GT(*first, 0u);
+  EXPECT_LT(*first, big.size());  // a part, at once, without waiting
+  auto full = wire::SendNow(p.a.get(), big);
+  ASSERT_TRUE(full.ok());
+  EXPECT_EQ(*full, 0u);
+  // What was taken arrives as sent.
+  std::string got(*first, '\0');
+  size_t n = 0;
+  while (n < got.size()) {
+    const ssize_t r = ::read(p.b.get(), got.data() + n, got.size() - n);
+    ASSERT_GT(r, 0);
+    n += static_cast<size_t>(r);
+  }
+  EXPECT_EQ(got, big.substr(0, *first));
+  p.b = wire::UniqueFd();
+  auto gone = wire::SendNow(p.a.get(), "x");
+  EXPECT_FALSE(gone.ok());
+}
+
 }  // namespace
 }  // namespace kvtier::testing

@@ -10,10 +10,12 @@
 #include <atomic>
 #include <cstring>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "service/service_util.h"
 #include "wire/frame_reader.h"
+#include "wire/messages.h"
 #include "wire/region.h"
 #include "wire/requests.h"
 #include "wire/socket_io.h"
@@ -253,6 +255,57 @@ TEST(ServiceFaults, MalformedAndHostileFramesGetErrorsAndTheServiceCarriesOn) {
   // The well-behaved client never noticed.
   EXPECT_EQ(good->GetVector(ns, Key(1)).value(), p);
   EXPECT_TRUE(Eventually([&] { return served.service()->GetStats().clients == 1; }));
+}
+
+TEST(ServiceFaults, RepliesMoreThanTheSocketHoldsReachAClientThatReadsLateWholeAndEachOnce) {
+  // Store threads send what the socket takes and leave the rest to the
+  // connection's writer: no reply may be cut, interleaved or lost.
+  TempDir dir;
+  ServedStore served(dir.path());
+  auto good = served.Client();
+  ASSERT_NE(good, nullptr);
+  const NamespaceId ns = good->RegisterNamespace(TestSpec()).value();
+  RawClient r(served.socket());
+  ASSERT_TRUE(r.Hello().ok());
+  const int fd = memfd_create("raw-region", MFD_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, 1 << 20), 0);
+  wire::WireWriter reg;
+  wire::Encode(reg, wire::RegisterRegionRequest{1 << 20});
+  ASSERT_TRUE(r.Send(reg.Frame(static_cast<uint16_t>(wire::Op::kRegisterRegion), 2), {fd}).ok());
+  wire::Frame f;
+  ASSERT_TRUE(r.Recv(&f).ok());
+  wire::WireReader rr(f.body);
+  ASSERT_TRUE(rr.Status().ok());
+  const uint32_t region = rr.U32();
+  // Batches of misses, each reply about 40 KiB: 48 of them are several
+  // times what the socket buffers while the client is not reading.
+  wire::GetBatchRequest gb;
+  gb.ns = ns;
+  for (uint32_t i = 0; i < wire::kMaxBatchGets; ++i) gb.items.push_back({Key(100000 + i), {{region, 0, 4096}}});
+  wire::WireWriter gw;
+  wire::Encode(gw, gb);
+  constexpr uint64_t kRequests = 48;
+  std::string burst;
+  for (uint64_t id = 100; id < 100 + kRequests; ++id) burst += gw.Frame(static_cast<uint16_t>(wire::Op::kGetBatch), id);
+  ASSERT_TRUE(r.Send(burst).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  std::set<uint64_t> seen;
+  for (uint64_t i = 0; i < kRequests; ++i) {
+    ASSERT_TRUE(r.Recv(&f).ok()) << i;
+    EXPECT_EQ(f.header.op, static_cast<uint16_t>(wire::Op::kGetBatch) | wire::kReplyBit);
+    wire::WireReader br(f.body);
+    ASSERT_TRUE(br.Status().ok());
+    std::vector<Result<size_t>> got;
+    wire::DecodeGetBatchReply(br, wire::kMaxBatchGets, &got);
+    ASSERT_TRUE(br.Finish("get_batch reply").ok()) << i;
+    for (const auto& g : got) EXPECT_EQ(g.status().code(), Code::kNotFound);
+    EXPECT_TRUE(seen.insert(f.header.id).second) << "reply " << f.header.id << " twice";
+  }
+  EXPECT_EQ(seen.size(), kRequests);
+  EXPECT_EQ(*seen.begin(), 100u);
+  EXPECT_EQ(*seen.rbegin(), 100 + kRequests - 1);
+  close(fd);
 }
 
 TEST(ServiceFaults, ARegionOfAnotherUserMustBeSealed) {

@@ -362,6 +362,50 @@ TEST_F(ServiceTest, AGetBatchIntoRegisteredMemoryIsOneRequestPerThousandBlocksWi
   close(fd);
 }
 
+TEST_F(ServiceTest, BlockingPutsAreQueuedByTheReaderUntilTheWriteQueueIsFullThenWaitOnAPoolThread) {
+  Options o = SmallOptions();
+  o.write_queue_bytes = 1 << 20;  // room for one 512 KiB put at a time
+  ServedStore served(dir_.path(), ServiceOptions{}, o);
+  auto c = served.Client();
+  ASSERT_NE(c, nullptr);
+  const NamespaceId ns = c->RegisterNamespace(TestSpec()).value();
+  constexpr size_t kBlock = 512 << 10;
+  constexpr int kBlocks = 12;
+  const size_t bytes = kBlocks * kBlock;
+  const int fd = memfd_create("engine-buffers", MFD_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, static_cast<off_t>(bytes)), 0);
+  auto* mem = static_cast<uint8_t*>(mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+  ASSERT_NE(mem, MAP_FAILED);
+  ASSERT_TRUE(c->RegisterMemory(mem, bytes, fd, 0).ok());
+  // A lone put finds the queue empty: no pool thread.
+  auto lone = Payload(ns, Key(100), kBlock);
+  std::memcpy(mem, lone.data(), kBlock);
+  ASSERT_TRUE(c->Put(ns, Key(100), mem, kBlock).ok());
+  EXPECT_EQ(served.service()->GetStats().pooled_puts, 0u);
+  // A batch sends every put before the first is durable: those that find
+  // the queue full wait on the pool, and every one lands whole.
+  std::vector<PutItem> items;
+  std::vector<Fragment> frags(kBlocks);
+  std::vector<std::string> keys;
+  for (int i = 0; i < kBlocks; ++i) keys.push_back(Key(i));
+  for (int i = 0; i < kBlocks; ++i) {
+    auto p = Payload(ns, keys[i], kBlock);
+    std::memcpy(mem + i * kBlock, p.data(), kBlock);
+    frags[i] = Fragment{mem + i * kBlock, kBlock};
+    items.push_back(PutItem{keys[i], {&frags[i], 1}});
+  }
+  auto st = c->PutBatch(ns, items);
+  for (int i = 0; i < kBlocks; ++i) ASSERT_TRUE(st[i].ok()) << i << ": " << st[i].ToString();
+  EXPECT_GT(served.service()->GetStats().pooled_puts, 0u);
+  EXPECT_LT(served.service()->GetStats().pooled_puts, uint64_t{kBlocks});
+  for (int i = 0; i < kBlocks; ++i) EXPECT_EQ(served.store()->GetVector(ns, keys[i]).value(), Payload(ns, keys[i], kBlock)) << i;
+  ASSERT_TRUE(c->UnregisterMemory(mem).ok());
+  c.reset();
+  munmap(mem, bytes);
+  close(fd);
+}
+
 TEST_F(ServiceTest, AClientOverItsInFlightCapIsAnsweredNotAdmitted) {
   ServiceOptions so;
   so.max_client_inflight_bytes = 256 << 10;

@@ -57,6 +57,9 @@ void ServiceMetrics(const ServiceStats& sv, Exposition& e) {
   e.One("service_regions", "gauge", "Shared-memory regions mapped for clients.", static_cast<double>(sv.regions));
   e.One("service_pooled_gets_total", "counter", "Gets and get_batch requests run on the service's get threads.",
         static_cast<double>(sv.pooled_gets));
+  e.One("service_pooled_puts_total", "counter",
+        "Blocking puts that found the write queue full and waited for room on a service thread.",
+        static_cast<double>(sv.pooled_puts));
   auto per_ns = [&](const char* name, const char* type, const char* help, auto value) {
     e.Metric(name, type, help);
     for (const ServiceNamespaceStats& n : sv.namespaces)
