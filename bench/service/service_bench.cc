@@ -88,6 +88,7 @@ struct Args {
   int64_t stream_min_kib = -1;  // Options::ram_streaming_copy_min_bytes in KiB (-1: the default)
   int64_t split_min_kib = -1;  // Options::ram_split_copy_min_bytes in KiB (0: never; -1: the store's default)
   bool disk = true;             // the disk rows (--no-disk: the RAM and lookup rows alone)
+  bool ram = true;              // the lookup and RAM rows (--disk-only: the disk rows alone)
   // client and echo roles
   std::string socket, op, out;
   int fd = -1;
@@ -524,8 +525,8 @@ int RunParent(const Args& a) {
   Served ram = Serve(a, a.dir + "/ram", a.ram_blocks * a.block * 2 + (256ull << 20), 8ull << 30);
   const NamespaceId ram_ns = ram.store->RegisterNamespace(Spec("bench/ram")).value();
   const NamespaceId small_ns = ram.store->RegisterNamespace(Spec("bench/small")).value();
-  Fill(ram.store.get(), ram_ns, 1, a.ram_blocks, a.block, payloads);
-  {
+  if (a.ram) Fill(ram.store.get(), ram_ns, 1, a.ram_blocks, a.block, payloads);
+  if (a.ram) {
     std::vector<uint8_t> b(4096, 7);
     for (const std::string& k : SmallKeys()) (void)ram.store->Put(small_ns, k, b.data(), b.size());
   }
@@ -557,11 +558,12 @@ int RunParent(const Args& a) {
   const int copy_threads = std::max({8, maxc, all_cores});
   const size_t copy_source = std::max<size_t>(a.ram_blocks, 64);
   const double copy_seconds = std::min(0.5, a.seconds);
-  const CopyLimit mem = BestCopy(a.block, copy_source, copy_threads, copy_seconds, kvbench::CopyKernels());
+  const CopyLimit mem =
+      a.ram ? BestCopy(a.block, copy_source, copy_threads, copy_seconds, kvbench::CopyKernels()) : CopyLimit{};
   const CopyLimit verified =
-      BestCopy(a.block, copy_source, copy_threads, copy_seconds, kvbench::VerifiedCopyKernels());
+      a.ram ? BestCopy(a.block, copy_source, copy_threads, copy_seconds, kvbench::VerifiedCopyKernels()) : CopyLimit{};
   const double mem_gbps = mem.gbps;
-  for (int n : {1, maxc}) {
+  for (int n : a.ram ? std::vector<int>{1, maxc} : std::vector<int>{}) {
     Row r = both(ram, small_ns, "lookup", n, "lookup_prefix of 32 keys, p50");
     r.unit = "us";
     r.limit = r.embedded.p50;
@@ -584,15 +586,17 @@ int RunParent(const Args& a) {
     r.limit_name = limit_name;
     rows.push_back(r);
   };
-  for (int n : a.clients)
+  for (int n : a.ram ? a.clients : std::vector<int>{})
     ram_row("ram_get", n, "RAM-tier gets into registered memory",
             "copy best (" + mem.kernel + ", " + std::to_string(mem.threads) + " threads)");
   // Engines load with get_batch: one client, and as many as the most clients
   // asked for, each loading its own batches at once.
   const std::string batch = "RAM-tier get_batch (" + std::to_string(kGetBatchBlocks) + " blocks), ";
-  for (int n : std::set<int>{1, maxc}) ram_row("ram_get_batch", n, batch + "registered", "copy best");
-  ram_row("ram_get_batch_staged", 1, batch + "staging (2 copies)", "copy best");
-  ram_row("ram_get_staged", maxc, "RAM-tier gets through staging (2 copies)", "copy best");
+  if (a.ram) {
+    for (int n : std::set<int>{1, maxc}) ram_row("ram_get_batch", n, batch + "registered", "copy best");
+    ram_row("ram_get_batch_staged", 1, batch + "staging (2 copies)", "copy best");
+    ram_row("ram_get_staged", maxc, "RAM-tier gets through staging (2 copies)", "copy best");
+  }
   for (int n : a.disk ? a.clients : std::vector<int>{}) {
     Row r = both(disk, disk_ns, "disk_get", n, "disk gets (O_DIRECT)");
     r.unit = "GB/s";
@@ -644,11 +648,13 @@ int RunParent(const Args& a) {
     std::printf("]}\n");
     return errors == 0 ? 0 : 1;
   }
-  std::printf("kvtier service bench: %u cores, Linux %s, %zu-byte blocks, %.1f s per run, copy best %.2f GB/s "
-              "(%s, %d threads), verified copy best %.2f GB/s (%s, %d threads); reply spin %lld us (-1: by cores), "
-              "zero-copy from 4 KiB pages %s; client memory on %s, embedded arm on %s\n\n",
-              cores, u.release, a.block, a.seconds, mem_gbps, mem.kernel.c_str(), mem.threads, verified.gbps,
-              verified.kernel.c_str(), verified.threads, static_cast<long long>(a.reply_spin_us),
+  char limits[256] = "copy limits not measured (--disk-only)";
+  if (a.ram)
+    std::snprintf(limits, sizeof limits, "copy best %.2f GB/s (%s, %d threads), verified copy best %.2f GB/s (%s, %d threads)",
+                  mem_gbps, mem.kernel.c_str(), mem.threads, verified.gbps, verified.kernel.c_str(), verified.threads);
+  std::printf("kvtier service bench: %u cores, Linux %s, %zu-byte blocks, %.1f s per run, %s; reply spin %lld us "
+              "(-1: by cores), zero-copy from 4 KiB pages %s; client memory on %s, embedded arm on %s\n\n",
+              cores, u.release, a.block, a.seconds, limits, static_cast<long long>(a.reply_spin_us),
               a.zero_copy_small_pages ? "on" : "off", client_huge ? "huge pages" : "4 KiB pages",
               a.embedded_huge_pages || client_huge ? "huge pages" : "4 KiB pages");
   std::printf("%-52s %7s %12s %12s %12s %12s  %s\n", "workload", "clients", "service", "embedded", "vs limit",
@@ -709,6 +715,7 @@ int main(int argc, char** argv) {
     else if (k == "--zero-copy-small-pages") a.zero_copy_small_pages = true;
     else if (k == "--embedded-huge-pages") a.embedded_huge_pages = true;
     else if (k == "--no-disk") a.disk = false;
+    else if (k == "--disk-only") a.ram = false;
     else if (k == "--stream-min-kib") a.stream_min_kib = std::strtoll(next().c_str(), nullptr, 10);
     else if (k == "--split-copy-min-kib") a.split_min_kib = std::strtoll(next().c_str(), nullptr, 10);
     else if (k == "--reply-spin-us") a.reply_spin_us = std::strtoll(next().c_str(), nullptr, 10);
@@ -723,7 +730,7 @@ int main(int argc, char** argv) {
       std::printf("usage: kvtier bench --service [--dir D] [--seconds S] [--clients 1,2,4,8] [--block 2M]\n"
                   "       [--ram-blocks N] [--disk-blocks N] [--reply-spin-us N]\n"
                   "       [--zero-copy-small-pages] [--embedded-huge-pages] [--stream-min-kib K]\n"
-                  "       [--split-copy-min-kib K] [--no-disk]\n"
+                  "       [--split-copy-min-kib K] [--no-disk | --disk-only]\n"
                   "       [--json]\n");
       return 0;
     } else {
@@ -731,7 +738,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (a.clients.empty() || a.block < 4096 || a.seconds <= 0) {
+  if (a.clients.empty() || a.block < 4096 || a.seconds <= 0 || (!a.ram && !a.disk)) {
     std::fprintf(stderr, "bad arguments (see --help)\n");
     return 2;
   }
