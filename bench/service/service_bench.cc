@@ -646,11 +646,12 @@ int RunParent(const Args& a) {
       const Row& r = rows[i];
       const double ratio = r.unit == "us" ? r.service.p50 - r.embedded.p50 : (r.limit > 0 ? r.value() / r.limit : 0);
       std::printf("  {\"what\": \"%s\", \"clients\": %d, \"unit\": \"%s\", \"service\": %.3f, \"embedded\": %.3f, "
-                  "\"service_p99_us\": %.1f, \"embedded_p99_us\": %.1f, \"service_ops_per_s\": %.0f, "
+                  "\"service_p50_us\": %.1f, \"embedded_p50_us\": %.1f, \"service_p99_us\": %.1f, \"embedded_p99_us\": %.1f, "
+                  "\"service_ops_per_s\": %.0f, "
                   "\"limit\": \"%s\", \"limit_value\": %.3f, \"%s\": %.3f, \"x_verified_copy\": %.3f, "
                   "\"errors\": %llu}%s\n",
                   r.what.c_str(), r.clients, r.unit.c_str(), r.value(),
-                  r.unit == "us" ? r.embedded.p50 : r.embedded.gbps(), r.service.p99, r.embedded.p99,
+                  r.unit == "us" ? r.embedded.p50 : r.embedded.gbps(), r.service.p50, r.embedded.p50, r.service.p99, r.embedded.p99,
                   r.service.ops_per_s(), r.limit_name.c_str(), r.limit, r.unit == "us" ? "overhead_us" : "x_limit",
                   ratio, r.verified > 0 ? r.value() / r.verified : 0.0, static_cast<unsigned long long>(r.service.errors + r.embedded.errors),
                   i + 1 < rows.size() ? "," : "");
