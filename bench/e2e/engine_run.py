@@ -458,7 +458,7 @@ def parse_args(argv):
     p.add_argument("--capacity-gib", type=float, default=40.0)
     p.add_argument("--store-root", default=os.path.join(REPO, "build-e2e-engine"))
     p.add_argument("--phases", default=",".join(PHASES))
-    p.add_argument("--copy-method", default="auto", choices=["auto", "batch", "loop", "kernel", "split"],
+    p.add_argument("--copy-method", default="auto", choices=["auto", "batch", "loop", "kernel"],
                    help="how the GPU path copies (Store.gpu_set_copy_method)")
     p.add_argument("--host-chunk-mib", type=int, default=112,
                    help="the host arm's largest get_batch chunk (a load is split into equal chunks no larger), "

@@ -277,10 +277,8 @@ int kvtier_gpu_status(kvtier_store* s);
 int kvtier_gpu_bind(kvtier_store* s, int device);
 /* How the GPU path copies between host and device from the next call on: "auto"
  * (the default: the copy engines' batch API for pieces of 256 KiB and more, a copy
- * kernel below), "batch", "loop" (one cudaMemcpyAsync per piece), "kernel" (SMs
- * reading mapped pinned host memory; "loop" where the host side is not mapped) or
- * "split" (a share of the pieces by the kernel on a side stream beside the batch
- * API's, $KVTIER_GPU_SPLIT_KERNEL_SHARE, 0.25 by default). Calls
+ * kernel below), "batch", "loop" (one cudaMemcpyAsync per piece) or "kernel" (SMs
+ * reading mapped pinned host memory; "loop" where the host side is not mapped). Calls
  * in flight keep theirs. KVTIER_INVALID_ARGUMENT for another name, checked first. */
 int kvtier_gpu_set_copy_method(kvtier_store* s, const char* method);
 /* The GPU path's counters since the handle's first GPU call, as one JSON object

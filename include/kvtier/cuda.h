@@ -59,7 +59,6 @@ enum class CopyMethod : uint8_t {
   kBatch,   // cudaMemcpyBatchAsync (falls back to kLoop before CUDA 12.8 or on the legacy stream)
   kLoop,    // one cudaMemcpyAsync per piece
   kKernel,  // a copy kernel over mapped pinned host memory (uses SMs)
-  kSplit,   // the copy engines and the kernel side by side, a share of the bytes each
 };
 
 struct TransferOptions {
@@ -140,7 +139,7 @@ class Transfer {
   virtual TransferStats GetStats() = 0;
 };
 
-// "auto", "batch", "loop", "kernel", "split" (inline: the C ABI checks names in
+// "auto", "batch", "loop", "kernel" (inline: the C ABI checks names in
 // builds without the GPU path too).
 inline const char* CopyMethodName(CopyMethod method) {
   switch (method) {
@@ -148,17 +147,15 @@ inline const char* CopyMethodName(CopyMethod method) {
     case CopyMethod::kBatch: return "batch";
     case CopyMethod::kLoop: return "loop";
     case CopyMethod::kKernel: return "kernel";
-    case CopyMethod::kSplit: return "split";
   }
   return "unknown";
 }
 
 // The method with that name; InvalidArgument naming the choices otherwise.
 [[nodiscard]] inline Result<CopyMethod> ParseCopyMethod(std::string_view name) {
-  for (CopyMethod m : {CopyMethod::kAuto, CopyMethod::kBatch, CopyMethod::kLoop, CopyMethod::kKernel, CopyMethod::kSplit})
+  for (CopyMethod m : {CopyMethod::kAuto, CopyMethod::kBatch, CopyMethod::kLoop, CopyMethod::kKernel})
     if (name == CopyMethodName(m)) return m;
-  return Status::InvalidArgument("copy method '" + std::string(name) +
-                                 "' is not one of auto, batch, loop, kernel, split");
+  return Status::InvalidArgument("copy method '" + std::string(name) + "' is not one of auto, batch, loop, kernel");
 }
 
 }  // namespace kvtier::gpu

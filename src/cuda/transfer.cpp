@@ -1,10 +1,8 @@
-// kvtier::gpu::Transfer: setup, staging slots, the copies (kernel, batch,
-// loop or split) and the completion thread. Host code compiled by the C++ compiler
+// kvtier::gpu::Transfer: setup, staging slots, the copies (kernel, batch or
+// loop) and the completion thread. Host code compiled by the C++ compiler
 // against the CUDA runtime headers; the device code is in the .cu files.
 #include <sys/mman.h>
 
-#include <algorithm>
-#include <cstdlib>
 #include <cstring>
 
 #include "cuda/transfer_impl.h"
@@ -83,11 +81,6 @@ Status TransferImpl::Init() {
   gpu_hash_ = InitGpuHash() == cudaSuccess &&
               cudaStreamCreateWithFlags(&hash_stream_, cudaStreamNonBlocking) == cudaSuccess;
   if (!gpu_hash_) cudaGetLastError();
-  // Without them "split" copies with the copy engines alone.
-  if (cudaStreamCreateWithFlags(&split_stream_, cudaStreamNonBlocking) != cudaSuccess ||
-      cudaEventCreateWithFlags(&split_fork_, cudaEventDisableTiming) != cudaSuccess ||
-      cudaEventCreateWithFlags(&split_join_, cudaEventDisableTiming) != cudaSuccess)
-    cudaGetLastError();
   if (ram_ != nullptr && opt_.pin_ram_tier) {
     bool all = true;
     for (const iovec& r : ram_->Regions())
@@ -112,12 +105,6 @@ TransferImpl::~TransferImpl() {
   if (d_hash_ != nullptr) cudaFree(d_hash_);
   if (h_sums_ != nullptr) cudaFreeHost(h_sums_);
   if (hash_stream_ != nullptr) cudaStreamDestroy(hash_stream_);
-  if (split_stream_ != nullptr) {
-    cudaStreamSynchronize(split_stream_);
-    cudaStreamDestroy(split_stream_);
-  }
-  if (split_fork_ != nullptr) cudaEventDestroy(split_fork_);
-  if (split_join_ != nullptr) cudaEventDestroy(split_join_);
   for (const Region& r : regions_) cudaHostUnregister(r.host);
 }
 
@@ -193,66 +180,6 @@ Status TransferImpl::WaitSlot(Slot& s) {
   return e == cudaSuccess ? Status::OK() : CudaError(e, "waiting for a staging copy");
 }
 
-bool TransferImpl::MapHostSide(CopyPiece* c, bool to_device) const {
-  uint8_t* host = static_cast<uint8_t*>(to_device ? const_cast<void*>(c->src) : c->dst);
-  for (const Region& x : regions_) {
-    if (host < x.host || host + c->size > x.host + x.len) continue;
-    if (x.dev == nullptr) return false;
-    uint8_t* alias = x.dev + (host - x.host);
-    if (to_device) c->src = alias; else c->dst = alias;
-    return true;
-  }
-  return false;
-}
-
-namespace {
-// The kernel's share of a split copy's bytes: $KVTIER_GPU_SPLIT_KERNEL_SHARE
-// (0-1), for measurements; the default is what measured best (docs/e2e.md).
-double SplitKernelShare() {
-  static const double share = [] {
-    const char* v = std::getenv("KVTIER_GPU_SPLIT_KERNEL_SHARE");
-    const double s = v != nullptr ? std::atof(v) : 0.25;
-    return std::clamp(s, 0.0, 1.0);
-  }();
-  return share;
-}
-}  // namespace
-
-Status TransferImpl::EnqueueSplit(std::span<const CopyPiece> copies, bool to_device, cudaStream_t stream) {
-  // Pieces dealt to the kernel, in turn with the copy engines, until it has
-  // its share of the bytes; a piece whose host side is not mapped stays
-  // with the copy engines.
-  std::vector<CopyPiece> engines, kernel;
-  const double share = SplitKernelShare();
-  double owed = 0;
-  for (const CopyPiece& c : copies) {
-    owed += share * static_cast<double>(c.size);
-    CopyPiece k = c;
-    if (owed >= static_cast<double>(c.size) / 2 && MapHostSide(&k, to_device)) {
-      kernel.push_back(k);
-      owed -= static_cast<double>(c.size);
-    } else {
-      engines.push_back(c);
-    }
-  }
-  if (kernel.empty() || split_join_ == nullptr) return EnqueueOn(copies, to_device, CopyMethod::kBatch, stream);
-  // The side stream starts after `stream`'s work so far, and `stream` goes
-  // on after both halves. One call at a time (call_mu_) records the events.
-  cudaError_t e = cudaEventRecord(split_fork_, stream);
-  if (e == cudaSuccess) e = cudaStreamWaitEvent(split_stream_, split_fork_, 0);
-  if (e == cudaSuccess) e = LaunchCopyKernel(kernel.data(), kernel.size(), split_stream_);
-  if (e == cudaSuccess) e = cudaEventRecord(split_join_, split_stream_);
-  if (e != cudaSuccess) return CudaError(e, "split copy: the kernel's half");
-  Status st = EnqueueOn(engines, to_device, CopyMethod::kBatch, stream);
-  e = cudaStreamWaitEvent(stream, split_join_, 0);
-  if (st.ok() && e != cudaSuccess) st = CudaError(e, "split copy: joining the halves");
-  AddStats([&](TransferStats& s) {
-    s.kernel_calls++;
-    s.copies += kernel.size();
-  });
-  return st;
-}
-
 Status TransferImpl::Enqueue(std::vector<CopyPiece>& copies, bool to_device, cudaStream_t stream) {
   if (copies.empty()) return Status::OK();
   size_t total = 0;
@@ -260,16 +187,21 @@ Status TransferImpl::Enqueue(std::vector<CopyPiece>& copies, bool to_device, cud
   const CopyMethod chosen = method_.load();
   CopyMethod m = chosen;
   if (m == CopyMethod::kAuto) m = total / copies.size() >= kLargePiece ? CopyMethod::kBatch : CopyMethod::kKernel;
-  if (m == CopyMethod::kSplit) return EnqueueSplit(copies, to_device, stream);
   if (m == CopyMethod::kKernel) {
     // The host side must be mapped: translate it to its device alias.
     std::vector<CopyPiece> mapped = copies;
     bool ok = true;
     for (CopyPiece& c : mapped) {
-      if (!MapHostSide(&c, to_device)) {
+      uint8_t* host = static_cast<uint8_t*>(to_device ? const_cast<void*>(c.src) : c.dst);
+      const Region* r = nullptr;
+      for (const Region& x : regions_)
+        if (host >= x.host && host + c.size <= x.host + x.len) r = &x;
+      if (r == nullptr || r->dev == nullptr) {
         ok = false;
         break;
       }
+      uint8_t* alias = r->dev + (host - r->host);
+      if (to_device) c.src = alias; else c.dst = alias;
     }
     if (ok) {
       cudaError_t e = LaunchCopyKernel(mapped.data(), mapped.size(), stream);

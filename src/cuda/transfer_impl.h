@@ -159,12 +159,6 @@ class TransferImpl final : public Transfer {
   Status WaitSlot(Slot& s);
   // Enqueues the copies on `stream` with the configured method.
   Status Enqueue(std::vector<CopyPiece>& copies, bool to_device, cudaStream_t stream);
-  // Points the host side of `c` at its mapped device alias; false when that
-  // memory is not registered mapped.
-  bool MapHostSide(CopyPiece* c, bool to_device) const;
-  // kSplit: a share of the pieces by the kernel on split_stream_, the rest by
-  // the copy engines on `stream`, which waits for both.
-  Status EnqueueSplit(std::span<const CopyPiece> copies, bool to_device, cudaStream_t stream);
   // The copy engines' part of Enqueue: `copies` by batch or loop.
   Status EnqueueOn(std::span<const CopyPiece> copies, bool to_device, CopyMethod m, cudaStream_t stream);
   // Runs `fn` on the completion thread after the work queued on `stream` so
@@ -193,9 +187,6 @@ class TransferImpl final : public Transfer {
   // and the sums' pinned landing place; grown as calls need.
   bool gpu_hash_ = false;
   cudaStream_t hash_stream_ = nullptr;
-  // kSplit's side stream and the events that fork and join it.
-  cudaStream_t split_stream_ = nullptr;
-  cudaEvent_t split_fork_ = nullptr, split_join_ = nullptr;
   uint8_t* d_hash_ = nullptr;
   size_t d_hash_len_ = 0;
   uint64_t* h_sums_ = nullptr;

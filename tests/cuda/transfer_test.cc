@@ -246,8 +246,6 @@ class GpuStore : public ::testing::Test {
 TEST_F(GpuStore, CrossLayerBlocksThroughRam) { RoundTrip(256 << 20, CopyMethod::kAuto, 32, 0, 2 << 20); }
 TEST_F(GpuStore, PerLayerBlocksThroughRamBatchApi) { RoundTrip(256 << 20, CopyMethod::kBatch, 16, 28, 32 << 10); }
 TEST_F(GpuStore, PerLayerBlocksThroughRamKernel) { RoundTrip(256 << 20, CopyMethod::kKernel, 16, 28, 32 << 10); }
-TEST_F(GpuStore, PerLayerBlocksThroughRamSplit) { RoundTrip(256 << 20, CopyMethod::kSplit, 16, 28, 32 << 10); }
-TEST_F(GpuStore, CrossLayerBlocksThroughRamSplit) { RoundTrip(256 << 20, CopyMethod::kSplit, 32, 0, 512 << 10); }
 TEST_F(GpuStore, PerLayerBlocksThroughRamLoop) { RoundTrip(256 << 20, CopyMethod::kLoop, 8, 28, 32 << 10); }
 TEST_F(GpuStore, WithoutRamTierThroughStaging) { RoundTrip(0, CopyMethod::kAuto, 16, 28, 32 << 10); }
 
@@ -273,21 +271,10 @@ TEST_F(GpuStore, CopyMethodChangesBetweenCalls) {
     ExpectSame(src, dst);
     EXPECT_GT(transfer_->GetStats().*c.calls, before.*c.calls) << CopyMethodName(c.method);
   }
-  // Split: the kernel and the copy engines each take a part of one call.
-  transfer_->SetCopyMethod(CopyMethod::kSplit);
-  const TransferStats before = transfer_->GetStats();
-  Layout dst = MakeLayout(8, 0, 512 << 10, "m");
-  for (const auto& r : transfer_->GetToDevice(ns_, dst.blocks, stream_)) ASSERT_TRUE(r.ok());
-  ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
-  ExpectSame(src, dst);
-  const TransferStats after = transfer_->GetStats();
-  EXPECT_EQ(after.kernel_calls, before.kernel_calls + 1);
-  EXPECT_EQ(after.batch_calls, before.batch_calls + 1);
-  EXPECT_EQ(after.copies, before.copies + 8);
 }
 
 TEST(Gpu, CopyMethodNamesRoundTrip) {
-  for (CopyMethod m : {CopyMethod::kAuto, CopyMethod::kBatch, CopyMethod::kLoop, CopyMethod::kKernel, CopyMethod::kSplit}) {
+  for (CopyMethod m : {CopyMethod::kAuto, CopyMethod::kBatch, CopyMethod::kLoop, CopyMethod::kKernel}) {
     auto parsed = ParseCopyMethod(CopyMethodName(m));
     ASSERT_TRUE(parsed.ok());
     EXPECT_EQ(*parsed, m);

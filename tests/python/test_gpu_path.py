@@ -210,7 +210,7 @@ def test_round_trip_through_the_device(store_dir, ram, layers):
 
 
 @pytest.mark.parametrize("method,calls", [("kernel", "kernel_calls"), ("loop", "loop_calls"),
-                                          ("batch", "batch_calls"), ("split", "kernel_calls")])
+                                          ("batch", "batch_calls")])
 def test_each_copy_method_loads_the_same_bytes(store_dir, method, calls):
     import torch
     s = _gpu_store(store_dir, 64 << 20)

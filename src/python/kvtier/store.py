@@ -185,7 +185,7 @@ class Store:
 
     def gpu_set_copy_method(self, method):
         """How the GPU path copies from the next call on: "auto" (default),
-        "batch", "loop", "kernel" or "split" (include/kvtier/c_api.h)."""
+        "batch", "loop" or "kernel" (include/kvtier/c_api.h)."""
         if not isinstance(method, str):
             raise KvtierError(Code.INVALID_ARGUMENT, f"copy method must be a str, not {type(method).__name__}")
         _check(lib.kvtier_gpu_set_copy_method(self._handle(), method.encode()))
