@@ -346,26 +346,57 @@ void RamTier::SetMarks(const Pin& p, std::vector<Xxh3Mark> marks) {
   p.entry_->marks = std::move(shared);
 }
 
+bool RamTier::CopyMarkedUnit(const Pin& p, std::span<const MutableFragment> out, const std::vector<Xxh3Mark>& marks,
+                             size_t unit, CopyStores stores) {
+  const uint64_t total = p.size();
+  const size_t units = marks.size() + 1;
+  const uint64_t begin = unit * kMarkBytes;
+  const uint64_t end = unit + 1 < units ? begin + kMarkBytes : total;
+  Xxh3Copy sum = unit == 0 ? Xxh3Copy(total, stores) : Xxh3Copy(total, begin, marks[unit - 1], stores);
+  ForEachOverlapIn(std::span<const Piece>(p.pieces()), out, begin, end,
+                   [&sum](uint8_t* dst, const uint8_t* src, size_t n) { sum.Copy(dst, src, n); });
+  // Each piece must carry the hash from its start state to the next: the
+  // chain is then the one pass's, ending at the block's checksum.
+  return unit + 1 < units ? sum.State() == marks[unit] : sum.Digest() == p.checksum();
+}
+
 bool RamTier::CopyShared(const Pin& p, std::span<const MutableFragment> out, const std::vector<Xxh3Mark>& marks,
                          bool stream) {
-  const uint64_t total = p.size();
-  if (marks.size() != MarksFor(total) || marks.empty()) return false;
-  const size_t units = marks.size() + 1;
+  if (marks.size() != MarksFor(p.size()) || marks.empty()) return false;
   const CopyStores stores = stream ? CopyStores::kStreaming : CopyStores::kCached;
-  std::vector<uint8_t> ok(units, 0);
-  const std::span<const Piece> pieces(p.pieces());
-  copiers_->ForEach(units, [&](size_t i) {
-    const uint64_t begin = i * kMarkBytes;
-    const uint64_t end = i + 1 < units ? begin + kMarkBytes : total;
-    Xxh3Copy sum = i == 0 ? Xxh3Copy(total, stores) : Xxh3Copy(total, begin, marks[i - 1], stores);
-    ForEachOverlapIn(pieces, out, begin, end, [&sum](uint8_t* dst, const uint8_t* src, size_t n) { sum.Copy(dst, src, n); });
-    // Each piece must carry the hash from its start state to the next: the
-    // chain is then the one pass's, ending at the block's checksum.
-    ok[i] = i + 1 < units ? sum.State() == marks[i] : sum.Digest() == p.checksum();
-  });
+  std::vector<uint8_t> ok(marks.size() + 1, 0);
+  copiers_->ForEach(ok.size(), [&](size_t i) { ok[i] = CopyMarkedUnit(p, out, marks, i, stores); });
   if (std::find(ok.begin(), ok.end(), 0) != ok.end()) return false;
   split_copies_.fetch_add(1, std::memory_order_relaxed);
   return true;
+}
+
+bool RamTier::Splittable(uint64_t bytes) const {
+  return copiers_ != nullptr && opt_.verify_reads && opt_.split_copy_min_bytes != 0 &&
+         bytes >= opt_.split_copy_min_bytes && MarksFor(bytes) > 0;
+}
+
+Result<size_t> RamTier::CopyVerified(Pin& p, NamespaceId ns, std::string_view key,
+                                     std::span<const MutableFragment> out, bool stream, bool record) {
+  // Verified as it is copied: each stripe is hashed on its way through the
+  // core, one pass over memory (util/copy_checksum.h).
+  Xxh3Copy sum(p.size(), stream ? CopyStores::kStreaming : CopyStores::kCached);
+  std::vector<Xxh3Mark> marks;
+  if (record) sum.RecordMarks(kMarkBytes, &marks);
+  ForEachOverlap(std::span<const Piece>(p.pieces()), out, SIZE_MAX, [&](uint8_t* dst, const uint8_t* src, size_t n) {
+    if (opt_.verify_reads) sum.Copy(dst, src, n);
+    else std::memcpy(dst, src, n);
+  });
+  if (opt_.verify_reads && sum.Digest() != p.checksum()) {
+    const uint64_t token = p.token();
+    p.Release();
+    // Readers that pinned the copy before it was dropped find it bad too;
+    // the one that drops it counts it.
+    if (EraseIf(ns, key, token)) checksum_failures_.fetch_add(1);
+    return Status::Corruption("the RAM tier's copy of the block no longer matches its checksum (dropped)");
+  }
+  if (record && !marks.empty()) SetMarks(p, std::move(marks));
+  return static_cast<size_t>(p.size());
 }
 
 Result<size_t> RamTier::ReadAs(NamespaceId ns, std::string_view key, std::span<const MutableFragment> out,
@@ -384,8 +415,7 @@ Result<size_t> RamTier::ReadAs(NamespaceId ns, std::string_view key, std::span<c
   // at once, each verified in the same pass. The states between pieces come
   // from an earlier read; without them, or if a piece fails (the tier's
   // copy gone bad), the one pass below decides and records them.
-  const bool splittable = may_split && copiers_ != nullptr && opt_.verify_reads && opt_.split_copy_min_bytes != 0 &&
-                          p.size() >= opt_.split_copy_min_bytes && MarksFor(p.size()) > 0;
+  const bool splittable = may_split && Splittable(p.size());
   bool record = splittable;
   if (splittable) {
     auto have = MarksOf(p);
@@ -394,24 +424,7 @@ Result<size_t> RamTier::ReadAs(NamespaceId ns, std::string_view key, std::span<c
       else if (CopyShared(p, out, *have, stream)) return static_cast<size_t>(p.size());
     }
   }
-  // Verified as it is copied: each stripe is hashed on its way through the
-  // core, one pass over memory (util/copy_checksum.h).
-  Xxh3Copy sum(p.size(), stream ? CopyStores::kStreaming : CopyStores::kCached);
-  std::vector<Xxh3Mark> marks;
-  if (record) sum.RecordMarks(kMarkBytes, &marks);
-  ForEachOverlap(std::span<const Piece>(p.pieces()), out, SIZE_MAX, [&](uint8_t* dst, const uint8_t* src, size_t n) {
-    if (opt_.verify_reads) sum.Copy(dst, src, n);
-    else std::memcpy(dst, src, n);
-  });
-  if (opt_.verify_reads && sum.Digest() != p.checksum()) {
-    const uint64_t token = p.token();
-    p.Release();
-    EraseIf(ns, key, token);
-    checksum_failures_.fetch_add(1);
-    return Status::Corruption("the RAM tier's copy of the block no longer matches its checksum (dropped)");
-  }
-  if (record && !marks.empty()) SetMarks(p, std::move(marks));
-  return static_cast<size_t>(p.size());
+  return CopyVerified(p, ns, key, out, stream, record);
 }
 
 void RamTier::ReadBatch(NamespaceId ns, std::span<const GetItem> items, std::span<Result<size_t>> results) {
@@ -421,13 +434,80 @@ void RamTier::ReadBatch(NamespaceId ns, std::span<const GetItem> items, std::spa
   for (const GetItem& it : items)
     for (const MutableFragment& f : it.out) asked += f.size;
   const Copying batch(this, asked);
-  auto one = [&](size_t i) { results[i] = ReadAs(ns, items[i].key, items[i].out, asked, /*may_split=*/false); };
-  if (copiers_ != nullptr && items.size() > 1 && asked >= kSplitBytes) {
-    copiers_->ForEach(items.size(), one);
-    return;
-  }
+  if (copiers_ != nullptr && items.size() > 1 && asked >= kSplitBytes) return ReadBatchShared(ns, items, results, asked);
   // On the caller's thread alone: a large block may still share its copy out.
   for (size_t i = 0; i < items.size(); ++i) results[i] = ReadAs(ns, items[i].key, items[i].out, asked, true);
+}
+
+void RamTier::ReadBatchShared(NamespaceId ns, std::span<const GetItem> items, std::span<Result<size_t>> results,
+                              uint64_t asked) {
+  const bool stream = StreamsCopy(asked, copying_.load(std::memory_order_relaxed), opt_.streaming_copy_min_bytes);
+  const CopyStores stores = stream ? CopyStores::kStreaming : CopyStores::kCached;
+  struct Block {
+    Pin pin;
+    std::shared_ptr<const std::vector<Xxh3Mark>> marks;  // set: copied as pieces
+    bool record = false;                                // whole: record the states between pieces
+    std::vector<uint8_t> ok;                            // per piece
+  };
+  std::vector<Block> blocks(items.size());
+  constexpr size_t kWhole = SIZE_MAX;
+  struct Job {
+    size_t item, unit;  // unit: a piece of a block with marks, or kWhole
+  };
+  std::vector<Job> whole, pieces;
+  for (size_t i = 0; i < items.size(); ++i) {
+    Block& b = blocks[i];
+    b.pin = Acquire(ns, items[i].key);
+    if (!b.pin) {
+      results[i] = Status::NotFound("not in the RAM tier");
+      continue;
+    }
+    uint64_t cap = 0;
+    for (const MutableFragment& f : items[i].out) cap += f.size;
+    const uint64_t size = b.pin.size();
+    if (cap < size) {
+      results[i] = Status::BufferTooSmall("block has " + std::to_string(size) + " bytes, buffer " + std::to_string(cap));
+      b.pin.Release();
+      continue;
+    }
+    if (Splittable(size)) b.marks = MarksOf(b.pin);
+    if (b.marks != nullptr && b.marks->size() == MarksFor(size)) {
+      b.ok.assign(b.marks->size() + 1, 0);
+      for (size_t u = 0; u < b.ok.size(); ++u) pieces.push_back(Job{i, u});
+    } else {
+      b.marks.reset();
+      b.record = Splittable(size);
+      whole.push_back(Job{i, kWhole});
+    }
+  }
+  // Whole blocks first, largest first, and the pieces after them: the end
+  // of the batch is then small pieces on every thread, not one thread's last
+  // block while the rest wait.
+  std::stable_sort(whole.begin(), whole.end(),
+                   [&](const Job& x, const Job& y) { return blocks[x.item].pin.size() > blocks[y.item].pin.size(); });
+  std::vector<Job> jobs = std::move(whole);
+  jobs.insert(jobs.end(), pieces.begin(), pieces.end());
+  copiers_->ForEach(jobs.size(), [&](size_t j) {
+    const Job job = jobs[j];
+    Block& b = blocks[job.item];
+    if (job.unit == kWhole) {
+      results[job.item] = CopyVerified(b.pin, ns, items[job.item].key, items[job.item].out, stream, b.record);
+    } else {
+      b.ok[job.unit] = CopyMarkedUnit(b.pin, items[job.item].out, *b.marks, job.unit, stores);
+    }
+  });
+  for (size_t i = 0; i < items.size(); ++i) {
+    Block& b = blocks[i];
+    if (b.marks == nullptr) continue;
+    if (std::find(b.ok.begin(), b.ok.end(), 0) == b.ok.end()) {
+      split_copies_.fetch_add(1, std::memory_order_relaxed);
+      results[i] = static_cast<size_t>(b.pin.size());
+    } else {
+      // A piece off its recorded state: one pass decides (and drops a copy
+      // gone bad), recording the states afresh.
+      results[i] = CopyVerified(b.pin, ns, items[i].key, items[i].out, stream, /*record=*/true);
+    }
+  }
 }
 
 bool RamTier::Contains(NamespaceId ns, std::string_view key) {
@@ -446,17 +526,18 @@ uint32_t RamTier::TakeReads(NamespaceId ns, std::string_view key) {
   return std::exchange(it->second->reads, 0);
 }
 
-void RamTier::EraseIf(NamespaceId ns, std::string_view key, uint64_t token) {
+bool RamTier::EraseIf(NamespaceId ns, std::string_view key, uint64_t token) {
   std::string mk = MapKey(ns, key);
   Shard& s = ShardFor(format::Checksum(mk.data(), mk.size()));
   std::lock_guard<std::mutex> l(s.mu);
   auto it = s.map.find(mk);
-  if (it == s.map.end() || (token != 0 && it->second->token != token)) return;
+  if (it == s.map.end() || (token != 0 && it->second->token != token)) return false;
   Entry* e = it->second;
   s.policy->OnErase(&e->node);
   UnlinkLocked(s, e);
   s.erases++;
   if (e->node.pins == 0) FreeLocked(s, e);
+  return true;
 }
 
 void RamTier::Erase(NamespaceId ns, std::string_view key) { EraseIf(ns, key, 0); }

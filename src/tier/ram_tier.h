@@ -77,6 +77,7 @@ struct RamTierOptions {
   // over the copy threads, each piece verified as it is copied against the
   // hash's states at its two ends (Options::ram_split_copy_min_bytes). The
   // states are recorded by the block's first read, which is one pass.
+  // ReadBatch copies such blocks as pieces too, among its other blocks.
   uint64_t split_copy_min_bytes = 0;
 };
 
@@ -86,8 +87,8 @@ struct RamTierStats {
   uint64_t blocks = 0, payload_bytes = 0, used_bytes = 0, capacity_bytes = 0;
   uint64_t adopted_blocks = 0, adopted_bytes = 0, adopt_dropped = 0;
   uint64_t prefaulted_bytes = 0;  // data bytes faulted in by the background thread
-  uint64_t checksum_failures = 0;  // reads that found a block changed in memory (dropped)
-  uint64_t split_copies = 0;       // Read()s whose copy the copy threads shared
+  uint64_t checksum_failures = 0;  // blocks that reads found changed in memory (and dropped)
+  uint64_t split_copies = 0;       // blocks read (alone or in a batch) as pieces the copy threads shared
   bool shared = false;        // backed by a /dev/shm file
   bool adopted_file = false;  // that file was adopted at open
 };
@@ -163,7 +164,9 @@ class RamTier {
     return ReadAs(ns, key, out, 0, /*may_split=*/true);
   }
   // Read() of every item into results[i] (results.size() == items.size()),
-  // the blocks spread over the copy threads when the batch is worth it.
+  // spread over the copy threads when the batch is worth it: whole blocks,
+  // and blocks whose states are recorded as pieces, so that the threads
+  // finish together.
   void ReadBatch(NamespaceId ns, std::span<const GetItem> items, std::span<Result<size_t>> results);
   bool Contains(NamespaceId ns, std::string_view key);
   // How many reads the tier served of this block since it was inserted or
@@ -172,8 +175,9 @@ class RamTier {
   uint32_t TakeReads(NamespaceId ns, std::string_view key);
 
   void Erase(NamespaceId ns, std::string_view key);
-  // Erases only the version named by `token` (a failed put undoing itself).
-  void EraseIf(NamespaceId ns, std::string_view key, uint64_t token);
+  // Erases only the version named by `token` (a failed put undoing itself);
+  // true when it did.
+  bool EraseIf(NamespaceId ns, std::string_view key, uint64_t token);
   void EraseNamespace(NamespaceId ns);
 
   // Whether a read's copy of `bytes` (a block, or a batch's blocks
@@ -244,6 +248,21 @@ class RamTier {
   // block's checksum. True when every piece matched.
   bool CopyShared(const Pin& p, std::span<const MutableFragment> out, const std::vector<Xxh3Mark>& marks,
                   bool stream);
+  // One piece of CopyShared: unit `unit` of `p`, verified against its marks.
+  bool CopyMarkedUnit(const Pin& p, std::span<const MutableFragment> out, const std::vector<Xxh3Mark>& marks,
+                      size_t unit, CopyStores stores);
+  // Whether a block of `bytes` may be copied as pieces (split_copy_min_bytes).
+  bool Splittable(uint64_t bytes) const;
+  // The one pass: copies `p` into `out`, verifying it (and recording the
+  // states between pieces when `record`); a copy gone bad is dropped and
+  // answered Corruption.
+  Result<size_t> CopyVerified(Pin& p, NamespaceId ns, std::string_view key, std::span<const MutableFragment> out,
+                              bool stream, bool record);
+  // ReadBatch over the copy threads: whole blocks (largest first), then the
+  // 256 KiB pieces of blocks whose states are recorded, each verified as a
+  // lone read's shared copy is.
+  void ReadBatchShared(NamespaceId ns, std::span<const GetItem> items, std::span<Result<size_t>> results,
+                       uint64_t asked);
   std::shared_ptr<const std::vector<Xxh3Mark>> MarksOf(const Pin& p);
   void SetMarks(const Pin& p, std::vector<Xxh3Mark> marks);
   std::atomic<uint64_t> split_copies_{0};

@@ -211,7 +211,7 @@ TEST(RamTier, ALoneReadSharesItsCopyOnlyWhileMostCopyThreadsAreIdle) {
 // piece verified as it is copied, once a first read (one pass) has recorded
 // the hash's states between pieces: the same bytes land across uneven
 // fragments and chunk runs, a block changed in the tier is still caught and
-// dropped, and reads of a batch (already spread over the threads) never split.
+// dropped, and a batch copies such a block as pieces too.
 TEST(RamTier, SharedCopiesOfOneBlockLandTheSameBytesAndStillVerify) {
   RamTierOptions o = Small(8 << 20);
   o.copy_threads = 4;
@@ -236,7 +236,7 @@ TEST(RamTier, SharedCopiesOfOneBlockLandTheSameBytesAndStillVerify) {
   EXPECT_EQ((*t)->GetStats().split_copies, 1u);
   EXPECT_EQ(Get(**t, 1, "small"), Bytes(10000, 22));  // below the threshold: one pass
   EXPECT_EQ((*t)->GetStats().split_copies, 1u);
-  {  // a batch of two: each block on one copy thread, none split
+  {  // a batch of two: both copies go as pieces
     std::vector<uint8_t> x(v.size()), y(v.size());
     MutableFragment fx{x.data(), x.size()}, fy{y.data(), y.size()};
     const std::string big = "big";
@@ -246,7 +246,7 @@ TEST(RamTier, SharedCopiesOfOneBlockLandTheSameBytesAndStillVerify) {
     EXPECT_TRUE(got[0].ok() && got[1].ok());
     EXPECT_EQ(x, v);
     EXPECT_EQ(y, v);
-    EXPECT_EQ((*t)->GetStats().split_copies, 1u);
+    EXPECT_EQ((*t)->GetStats().split_copies, 3u);
   }
   {  // one bit of the tier's copy, deep inside the block
     RamTier::Pin p = (*t)->Acquire(1, "big");
@@ -263,6 +263,80 @@ TEST(RamTier, SharedCopiesOfOneBlockLandTheSameBytesAndStillVerify) {
   EXPECT_EQ((*t)->Read(1, "big", out).status().code(), Code::kCorruption);
   EXPECT_FALSE((*t)->Contains(1, "big"));
   EXPECT_EQ((*t)->GetStats().checksum_failures, 1u);
+}
+
+// A batch deals its copies out finely: blocks read before go as pieces,
+// each verified from its recorded state; the rest whole, largest first,
+// recording their states for the next batch. Each item is answered as a
+// lone read would be: misses, short buffers and a copy gone bad each alone.
+TEST(RamTier, ABatchCopiesBlocksWithRecordedStatesAsPiecesAndStillAnswersEachItem) {
+  RamTierOptions o = Small(16 << 20);
+  o.copy_threads = 4;
+  o.split_copy_min_bytes = 256 << 10;
+  auto t = RamTier::Open(o);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  constexpr int kBlocks = 6;
+  std::vector<std::vector<uint8_t>> v;
+  for (int i = 0; i < kBlocks; ++i) {
+    v.push_back(Bytes((700u << 10) + 13 * i, 40 + i));  // uneven sizes and tails
+    ASSERT_NE(Put(**t, 1, Name("b", i), v.back()), 0u);
+  }
+  ASSERT_NE(Put(**t, 1, "small", Bytes(5000, 9)), 0u);  // below split_copy_min_bytes
+  std::vector<std::string> keys;
+  for (int i = 0; i < kBlocks; ++i) keys.push_back(Name("b", i));
+  keys.push_back("small");
+  keys.push_back("absent");
+  keys.push_back(Name("b", 0));  // into a buffer too small
+  auto batch = [&](std::vector<std::vector<uint8_t>>* out) {
+    out->assign(keys.size(), std::vector<uint8_t>(1u << 20, 0xEE));
+    out->back().resize(1000);
+    std::vector<MutableFragment> frags;
+    for (auto& b : *out) frags.push_back(MutableFragment{b.data(), b.size()});
+    std::vector<GetItem> items;
+    for (size_t i = 0; i < keys.size(); ++i) items.push_back(GetItem{keys[i], {&frags[i], 1}});
+    std::vector<Result<size_t>> got(keys.size(), Result<size_t>(Status::Aborted("not run")));
+    (*t)->ReadBatch(1, items, got);
+    return got;
+  };
+  auto check = [&](const std::vector<Result<size_t>>& got, const std::vector<std::vector<uint8_t>>& out) {
+    for (int i = 0; i < kBlocks; ++i) {
+      ASSERT_TRUE(got[i].ok()) << i << ": " << got[i].status().ToString();
+      ASSERT_EQ(*got[i], v[i].size());
+      EXPECT_TRUE(std::equal(v[i].begin(), v[i].end(), out[i].begin())) << i;
+      EXPECT_EQ(out[i][v[i].size()], 0xEE) << i;  // nothing past the block
+    }
+    ASSERT_TRUE(got[kBlocks].ok());
+    EXPECT_TRUE(std::equal(out[kBlocks].begin(), out[kBlocks].begin() + 5000, Bytes(5000, 9).begin()));
+    EXPECT_EQ(got[kBlocks + 1].status().code(), Code::kNotFound);
+    EXPECT_EQ(got[kBlocks + 2].status().code(), Code::kBufferTooSmall);
+  };
+  std::vector<std::vector<uint8_t>> out;
+  auto got = batch(&out);  // first: whole blocks, one pass each, states recorded
+  check(got, out);
+  EXPECT_EQ((*t)->GetStats().split_copies, 0u);
+  got = batch(&out);  // again: the large blocks as pieces
+  check(got, out);
+  EXPECT_EQ((*t)->GetStats().split_copies, uint64_t{kBlocks});
+  {  // one bit of block 3's copy, inside its second piece
+    RamTier::Pin p = (*t)->Acquire(1, Name("b", 3));
+    ASSERT_TRUE(p);
+    size_t at = 300000;
+    for (const RamTier::Piece& piece : p.pieces()) {
+      if (at < piece.size) {
+        piece.data[at] ^= 0x10;
+        break;
+      }
+      at -= piece.size;
+    }
+  }
+  got = batch(&out);
+  EXPECT_EQ(got[3].status().code(), Code::kCorruption);
+  EXPECT_FALSE((*t)->Contains(1, Name("b", 3)));
+  EXPECT_EQ((*t)->GetStats().checksum_failures, 1u);
+  for (int i : {0, 1, 2, 4, 5}) {
+    ASSERT_TRUE(got[i].ok()) << i;
+    EXPECT_TRUE(std::equal(v[i].begin(), v[i].end(), out[i].begin())) << i;
+  }
 }
 
 TEST(RamTier, ByteBudgetEvictsAndReplaceFreesOldCopy) {
