@@ -45,6 +45,24 @@ struct BatchOfGets {
   std::vector<MutableFragment> frags;
 };
 
+// An engine's buffer: memfd pages mapped shared, which a client registers.
+struct SharedBuffer {
+  explicit SharedBuffer(size_t n) : bytes(n), fd(memfd_create("engine-buffers", MFD_CLOEXEC)) {
+    if (fd < 0 || ftruncate(fd, static_cast<off_t>(n)) != 0) return;
+    void* p = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p != MAP_FAILED) mem = static_cast<uint8_t*>(p);
+  }
+  ~SharedBuffer() {
+    if (mem != nullptr) munmap(mem, bytes);
+    if (fd >= 0) close(fd);
+  }
+  SharedBuffer(const SharedBuffer&) = delete;
+  SharedBuffer& operator=(const SharedBuffer&) = delete;
+  const size_t bytes;
+  const int fd;
+  uint8_t* mem = nullptr;
+};
+
 class ServiceTest : public ::testing::Test {
  protected:
   TempDir dir_;
@@ -204,17 +222,15 @@ TEST_F(ServiceTest, RegisteredMemoryMovesPayloadsWithoutStaging) {
   ASSERT_NE(c, nullptr);
   const NamespaceId ns = c->RegisterNamespace(TestSpec()).value();
   const size_t kBytes = 32 << 20;
-  const int fd = memfd_create("engine-buffers", MFD_CLOEXEC);
-  ASSERT_GE(fd, 0);
-  ASSERT_EQ(ftruncate(fd, kBytes), 0);
-  auto* mem = static_cast<uint8_t*>(mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
-  ASSERT_NE(mem, MAP_FAILED);
+  SharedBuffer buf(kBytes);
+  ASSERT_NE(buf.mem, nullptr);
+  uint8_t* mem = buf.mem;
   const size_t kBlock = 4 << 20;
   auto p = Payload(ns, Key(1), kBlock);
   std::memcpy(mem + kBlock, p.data(), kBlock);
   // Not registered yet: over the staging area, refused.
   EXPECT_EQ(c->Put(ns, Key(1), mem + kBlock, kBlock).code(), Code::kNotAdmitted);
-  ASSERT_TRUE(c->RegisterMemory(mem, kBytes, fd, 0).ok());
+  ASSERT_TRUE(c->RegisterMemory(mem, kBytes, buf.fd, 0).ok());
   Status put = c->Put(ns, Key(1), mem + kBlock, kBlock);
   ASSERT_TRUE(put.ok()) << put.ToString();
   auto n = c->Get(ns, Key(1), mem + 3 * kBlock, kBlock);
@@ -226,8 +242,6 @@ TEST_F(ServiceTest, RegisteredMemoryMovesPayloadsWithoutStaging) {
   EXPECT_EQ(c->Put(ns, Key(2), mem + kBytes - kBlock / 2, kBlock).code(), Code::kNotAdmitted);
   ASSERT_TRUE(c->UnregisterMemory(mem).ok());
   c.reset();
-  munmap(mem, kBytes);
-  close(fd);
   EXPECT_TRUE(Eventually([&] { return served.service()->GetStats().regions == 0; }));
 }
 
@@ -327,12 +341,10 @@ TEST_F(ServiceTest, AGetBatchIntoRegisteredMemoryIsOneRequestPerThousandBlocksWi
   constexpr size_t kStored = 1000;
   PutBlocks(c.get(), ns, kStored, kBlock);
   const size_t bytes = (kItems + 1) * kBlock;
-  const int fd = memfd_create("engine-buffers", MFD_CLOEXEC);
-  ASSERT_GE(fd, 0);
-  ASSERT_EQ(ftruncate(fd, static_cast<off_t>(bytes)), 0);
-  auto* mem = static_cast<uint8_t*>(mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
-  ASSERT_NE(mem, MAP_FAILED);
-  ASSERT_TRUE(c->RegisterMemory(mem, bytes, fd, 0).ok());
+  SharedBuffer buf(bytes);
+  ASSERT_NE(buf.mem, nullptr);
+  uint8_t* mem = buf.mem;
+  ASSERT_TRUE(c->RegisterMemory(mem, bytes, buf.fd, 0).ok());
   std::vector<uint8_t> unregistered(kBlock);
   std::vector<MutableFragment> out;  // items from kStored on are misses
   for (size_t i = 0; i < kItems; ++i) out.push_back(MutableFragment{mem + i * kBlock, kBlock});
@@ -358,8 +370,6 @@ TEST_F(ServiceTest, AGetBatchIntoRegisteredMemoryIsOneRequestPerThousandBlocksWi
   // not registered) in a third, through the staging.
   EXPECT_EQ(served.service()->GetStats().pooled_gets, pooled + 3);
   ASSERT_TRUE(c->UnregisterMemory(mem).ok());
-  munmap(mem, bytes);
-  close(fd);
 }
 
 TEST_F(ServiceTest, BlockingPutsAreQueuedByTheReaderUntilTheWriteQueueIsFullThenWaitOnAPoolThread) {
@@ -372,12 +382,10 @@ TEST_F(ServiceTest, BlockingPutsAreQueuedByTheReaderUntilTheWriteQueueIsFullThen
   constexpr size_t kBlock = 512 << 10;
   constexpr int kBlocks = 12;
   const size_t bytes = kBlocks * kBlock;
-  const int fd = memfd_create("engine-buffers", MFD_CLOEXEC);
-  ASSERT_GE(fd, 0);
-  ASSERT_EQ(ftruncate(fd, static_cast<off_t>(bytes)), 0);
-  auto* mem = static_cast<uint8_t*>(mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
-  ASSERT_NE(mem, MAP_FAILED);
-  ASSERT_TRUE(c->RegisterMemory(mem, bytes, fd, 0).ok());
+  SharedBuffer buf(bytes);
+  ASSERT_NE(buf.mem, nullptr);
+  uint8_t* mem = buf.mem;
+  ASSERT_TRUE(c->RegisterMemory(mem, bytes, buf.fd, 0).ok());
   // A lone put finds the queue empty: no pool thread.
   auto lone = Payload(ns, Key(100), kBlock);
   std::memcpy(mem, lone.data(), kBlock);
@@ -402,8 +410,6 @@ TEST_F(ServiceTest, BlockingPutsAreQueuedByTheReaderUntilTheWriteQueueIsFullThen
   for (int i = 0; i < kBlocks; ++i) EXPECT_EQ(served.store()->GetVector(ns, keys[i]).value(), Payload(ns, keys[i], kBlock)) << i;
   ASSERT_TRUE(c->UnregisterMemory(mem).ok());
   c.reset();
-  munmap(mem, bytes);
-  close(fd);
 }
 
 TEST_F(ServiceTest, AClientOverItsInFlightCapIsAnsweredNotAdmitted) {

@@ -32,6 +32,20 @@ uint64_t Put(RamTier& t, NamespaceId ns, const std::string& key, const std::vect
   return t.Insert(ns, key, {&f, 1}, format::Checksum(v.data(), v.size()));
 }
 
+// Flips `mask` in byte `at` of the tier's copy of `key`, as a stray write would.
+void FlipBit(RamTier& t, NamespaceId ns, const std::string& key, size_t at, uint8_t mask) {
+  RamTier::Pin p = t.Acquire(ns, key);
+  ASSERT_TRUE(p);
+  for (const RamTier::Piece& piece : p.pieces()) {
+    if (at < piece.size) {
+      piece.data[at] ^= mask;
+      return;
+    }
+    at -= piece.size;
+  }
+  FAIL() << "offset past the block";
+}
+
 std::vector<uint8_t> Get(RamTier& t, NamespaceId ns, const std::string& key, size_t cap = 1 << 20) {
   std::vector<uint8_t> out(cap);
   MutableFragment f{out.data(), out.size()};
@@ -248,18 +262,7 @@ TEST(RamTier, SharedCopiesOfOneBlockLandTheSameBytesAndStillVerify) {
     EXPECT_EQ(y, v);
     EXPECT_EQ((*t)->GetStats().split_copies, 3u);
   }
-  {  // one bit of the tier's copy, deep inside the block
-    RamTier::Pin p = (*t)->Acquire(1, "big");
-    ASSERT_TRUE(p);
-    size_t at = 700000;
-    for (const RamTier::Piece& piece : p.pieces()) {
-      if (at < piece.size) {
-        piece.data[at] ^= 0x04;
-        break;
-      }
-      at -= piece.size;
-    }
-  }
+  FlipBit(**t, 1, "big", 700000, 0x04);  // deep inside the block
   EXPECT_EQ((*t)->Read(1, "big", out).status().code(), Code::kCorruption);
   EXPECT_FALSE((*t)->Contains(1, "big"));
   EXPECT_EQ((*t)->GetStats().checksum_failures, 1u);
@@ -317,18 +320,7 @@ TEST(RamTier, ABatchCopiesBlocksWithRecordedStatesAsPiecesAndStillAnswersEachIte
   got = batch(&out);  // again: the large blocks as pieces
   check(got, out);
   EXPECT_EQ((*t)->GetStats().split_copies, uint64_t{kBlocks});
-  {  // one bit of block 3's copy, inside its second piece
-    RamTier::Pin p = (*t)->Acquire(1, Name("b", 3));
-    ASSERT_TRUE(p);
-    size_t at = 300000;
-    for (const RamTier::Piece& piece : p.pieces()) {
-      if (at < piece.size) {
-        piece.data[at] ^= 0x10;
-        break;
-      }
-      at -= piece.size;
-    }
-  }
+  FlipBit(**t, 1, Name("b", 3), 300000, 0x10);  // inside block 3's second piece
   got = batch(&out);
   EXPECT_EQ(got[3].status().code(), Code::kCorruption);
   EXPECT_FALSE((*t)->Contains(1, Name("b", 3)));
