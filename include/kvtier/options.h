@@ -256,13 +256,14 @@ struct Options {
   // the copy threads together, each 256 KiB piece hashed as it is copied and
   // checked against the hash's state at its two ends, so that the pieces
   // chain to the block's checksum exactly as one pass would. The states are
-  // recorded by the block's first read, which is one pass on the caller's
-  // thread. Only while at most a quarter as many reads as copy threads run
-  // at once: beyond that the threads are busy with blocks of their own. On a
-  // host whose cores each move a small share of its memory's bandwidth, that
-  // is two to three times one core's rate for a lone get; on a host of few
-  // cores it never shares. 0: never. Not in GetBatch, whose blocks already
-  // spread over the copy threads.
+  // recorded by the Put that filled the tier's copy (or, for a block the tier
+  // took from disk or adopted, by its first read, which is one pass). Only
+  // while at most a quarter as many reads as copy threads run at once:
+  // beyond that the threads are busy with blocks of their own. On a host
+  // whose cores each move a small share of its memory's bandwidth, that is
+  // two to three times one core's rate for a lone get; on a host of few
+  // cores it never shares. 0: never. A GetBatch copies such blocks as pieces
+  // too, after its other blocks, so that its copy threads finish together.
   uint64_t ram_split_copy_min_bytes = 1ull << 20;
 
   // --- Recovery ---------------------------------------------------------------

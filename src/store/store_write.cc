@@ -41,10 +41,12 @@ void Gather(std::span<const Fragment> payload, uint8_t* dst) {
 }
 
 // Copies `payload` into the pieces of a RAM-tier reservation of its size
-// and returns its checksum, hashed on the way through (util/copy_checksum.h).
+// and returns its checksum, hashed on the way through (util/copy_checksum.h),
+// recording the hash's states every RamTier::kMarkBytes in *marks when given.
 uint64_t ScatterHashed(std::span<const Fragment> payload, uint64_t payload_len,
-                       const std::vector<RamTier::Piece>& pieces) {
+                       const std::vector<RamTier::Piece>& pieces, std::vector<Xxh3Mark>* marks) {
   Xxh3Copy sum(payload_len);
+  if (marks != nullptr) sum.RecordMarks(RamTier::kMarkBytes, marks);
   size_t pi = 0, po = 0;
   for (const Fragment& f : payload) {
     const uint8_t* src = static_cast<const uint8_t*>(f.data);
@@ -129,8 +131,13 @@ void StoreImpl::SubmitPut(NamespaceId ns, std::string_view key, std::span<const 
   // with other callers and the writer. Padding never leaks old memory.
   uint64_t scattered_sum = 0;
   if (ram_copy) {
-    scattered_sum = ScatterHashed(payload, payload_len, pin.pieces());
+    // The states between pieces, recorded as the copy is hashed: the
+    // block's first read can then be shared out (RamTier::WantsMarks).
+    std::vector<Xxh3Mark> marks;
+    const bool want_marks = ram_->WantsMarks(payload_len);
+    scattered_sum = ScatterHashed(payload, payload_len, pin.pieces(), want_marks ? &marks : nullptr);
     if (checksum == nullptr) checksum = &scattered_sum;  // the caller's, if given, is the one to store
+    if (want_marks && !marks.empty() && *checksum == scattered_sum) ram_->SetMarks(pin, std::move(marks));
   }
   FillRecord(&op, key.size(), source, plan, w, checksum);
   op.kind = WriteOp::Kind::kRecord;

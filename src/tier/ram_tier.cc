@@ -290,9 +290,9 @@ RamTier::Pin RamTier::Acquire(NamespaceId ns, std::string_view key) {
 
 namespace {
 // A shared copy's piece, and the distance between the hash states a block's
-// first read records: 8 pieces for a 2 MiB block, each a few tens of
-// microseconds of copying, long beside handing it out.
-constexpr uint64_t kMarkBytes = 256u << 10;
+// first read (or its put) records: 8 pieces for a 2 MiB block, each a few
+// tens of microseconds of copying, long beside handing it out.
+constexpr uint64_t kMarkBytes = RamTier::kMarkBytes;
 
 // ForEachOverlap cut to the payload's bytes [begin, end).
 template <class Fn>

@@ -197,6 +197,16 @@ class RamTier {
     return reads_in_flight * 4 <= copy_threads;
   }
 
+  // The states between a block's pieces, for a writer that hashes the
+  // block as it fills the tier's copy: true when blocks of `bytes` are read
+  // as pieces, and then *marks (RecordMarks every kMarkBytes, before the
+  // first Copy) go to SetMarks with the pin of that copy, before it commits.
+  // Marks that do not chain to the block's checksum only fail the pieces;
+  // the one pass then decides.
+  static constexpr uint64_t kMarkBytes = 256u << 10;
+  bool WantsMarks(uint64_t bytes) const { return Splittable(bytes); }
+  void SetMarks(const Pin& p, std::vector<Xxh3Mark> marks);
+
   RamTierStats GetStats() const;
   // The mapped regions (metadata excluded), for io_uring / cudaHostRegister.
   std::vector<iovec> Regions() const;
@@ -264,7 +274,6 @@ class RamTier {
   void ReadBatchShared(NamespaceId ns, std::span<const GetItem> items, std::span<Result<size_t>> results,
                        uint64_t asked);
   std::shared_ptr<const std::vector<Xxh3Mark>> MarksOf(const Pin& p);
-  void SetMarks(const Pin& p, std::vector<Xxh3Mark> marks);
   std::atomic<uint64_t> split_copies_{0};
   // Bytes that reads are copying into their destinations now (StreamsCopy),
   // and how many reads (a batch counts once) are (SharesCopy).

@@ -11,6 +11,7 @@
 #include <random>
 
 #include "kvtier/store.h"
+#include "store/block_sink.h"
 #include "tier/ram_tier.h"
 
 namespace kvtier {
@@ -117,6 +118,39 @@ TEST_F(StoreRam, PutsAreServedFromRam) {
   // A too-small buffer is reported from RAM as from disk.
   std::vector<uint8_t> small(100);
   EXPECT_EQ(store_->Get(ns_, K(0), small.data(), small.size()).status().code(), Code::kBufferTooSmall);
+}
+
+// A put records the hash's states between its block's pieces as it fills
+// the tier's copy, so that the very first read of a large block (alone, or
+// in a batch) is shared out, each piece verified, and lands exact.
+TEST_F(StoreRam, APutRecordsTheStatesSoTheFirstReadsGoAsVerifiedPieces) {
+  opt_.ram_tier_bytes = 16 << 20;
+  opt_.ram_copy_threads = 4;
+  opt_.segment_size_bytes = 8 << 20;
+  Open();
+  RamTier* ram = BlockSinkOf(store_.get())->ram_tier();
+  ASSERT_NE(ram, nullptr);
+  constexpr size_t kBig = (2 << 20) + 4096 * 3;  // pieces of 256 KiB and a short last one
+  std::vector<std::vector<uint8_t>> v;
+  for (int i = 0; i < 3; ++i) {
+    v.push_back(Block(100 + i, kBig));
+    ASSERT_TRUE(store_->Put(ns_, K(i), v[i].data(), v[i].size()).ok());
+  }
+  std::vector<uint8_t> out(kBig + 64, 0xCC);
+  auto n = store_->Get(ns_, K(0), out.data(), out.size());
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_TRUE(std::equal(v[0].begin(), v[0].end(), out.begin()));
+  EXPECT_EQ(ram->GetStats().split_copies, 1u);
+  std::vector<std::vector<uint8_t>> outs(2, std::vector<uint8_t>(kBig));
+  MutableFragment f1{outs[0].data(), kBig}, f2{outs[1].data(), kBig};
+  const std::string k1 = K(1), k2 = K(2);
+  GetItem items[2] = {{k1, {&f1, 1}}, {k2, {&f2, 1}}};
+  auto got = store_->GetBatch(ns_, items);
+  ASSERT_TRUE(got[0].ok() && got[1].ok());
+  EXPECT_EQ(outs[0], v[1]);
+  EXPECT_EQ(outs[1], v[2]);
+  EXPECT_EQ(ram->GetStats().split_copies, 3u);
+  EXPECT_EQ(ram->GetStats().checksum_failures, 0u);
 }
 
 TEST_F(StoreRam, EvictionFromRamForcesDiskReadsThenAdmits) {
