@@ -617,14 +617,20 @@ def main(argv):
                 wl.log("e2e", f"{name}: rc={rc} in {res['wall_s']} s, {len(res.get('requests', []))} requests, "
                             f"errors: {[e.splitlines()[0] for e in res.get('errors', [])]}")
                 wl.write_json(os.path.join(out, "results.json"), results)
+                write_report(out, results)  # a run cut short still reports what finished
             if service is not None:
                 results.setdefault("service_rc", {})[f"{model}/rep{rep}"] = service.stop()
             remove_store(store_dir)
+    write_report(out, results)
+    print(open(os.path.join(out, "results.md")).read())
+    return 0
+
+
+def write_report(out, results):
+    """results.md from the phases run so far."""
     import engine_report
     with open(os.path.join(out, "results.md"), "w") as f:
         f.write(engine_report.markdown(results))
-    print(open(os.path.join(out, "results.md")).read())
-    return 0
 
 
 if __name__ == "__main__":
