@@ -88,3 +88,17 @@ def test_a_phase_without_the_gpu_arm_shows_the_host_arm_alone():
     md = engine_report.markdown(r)
     assert "| - | 40.0 (0.40x) |" in table_row(md, "service-restart")
     assert "| m | service-restart | 2750 | 1 | - / 0.40x | - |" in md
+
+
+def test_a_run_cut_short_reports_the_phases_that_finished(tmp_path):
+    # engine_run rewrites results.md after every phase: a run stopped by a
+    # machine's time limit after one phase still has its table.
+    import engine_run
+    r = results()
+    r["workers"] = r["workers"][:1]
+    engine_run.write_report(str(tmp_path), r)
+    md = (tmp_path / "results.md").read_text()
+    assert "| 25.0 (0.25x)" not in md and "| 20.0 (0.20x) | 40.0 (0.40x) |" in table_row(md, "warm")
+    r["workers"] = results()["workers"]
+    engine_run.write_report(str(tmp_path), r)
+    assert "| 25.0 (0.25x) | 45.0 (0.45x) |" in table_row((tmp_path / "results.md").read_text(), "warm")
