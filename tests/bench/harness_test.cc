@@ -287,6 +287,18 @@ TEST_F(BenchHarnessTest, SteadyStateUnderEvictionNeverReturnsWrongBytes) {
       ASSERT_EQ(d["sizes"].size(), 3u) << d["sizes"].dump();
       block = 0;
       for (const auto& v : d["sizes"]) block += v.get<uint64_t>() / 3;
+      // Its gets' latency within each size too, and the tail goal per size.
+      std::map<std::string, std::set<uint64_t>> sized;
+      for (const auto& x : d["get_by_size"]) {
+        sized[x["design"]].insert(x["block_bytes"].get<uint64_t>());
+        EXPECT_GT(x["gets"].get<uint64_t>(), 0u) << x.dump();
+        EXPECT_LE(x["p50_us"].get<double>(), x["p999_us"].get<double>()) << x.dump();
+      }
+      for (const char* design : {"kvtier", "kvtier-ram", "file-per-block", "rocksdb-blob"})
+        EXPECT_EQ(sized[design].size(), 3u) << design;
+      int per_size_goals = 0;
+      for (const auto& g : d["goals"]) per_size_goals += g["goal"].get<std::string>().find(" at ") != std::string::npos;
+      EXPECT_EQ(per_size_goals, 4 * 3);
     }
     const uint64_t cap_blocks = (32u << 20) / block;
     for (const char* design : {"kvtier", "kvtier-ram", "file-per-block", "rocksdb-blob"}) {
