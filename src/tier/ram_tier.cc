@@ -470,13 +470,14 @@ void RamTier::ReadBatchShared(NamespaceId ns, std::span<const GetItem> items, st
       b.pin.Release();
       continue;
     }
-    if (Splittable(size)) b.marks = MarksOf(b.pin);
+    const bool splittable = Splittable(size);
+    if (splittable) b.marks = MarksOf(b.pin);
     if (b.marks != nullptr && b.marks->size() == MarksFor(size)) {
       b.ok.assign(b.marks->size() + 1, 0);
       for (size_t u = 0; u < b.ok.size(); ++u) pieces.push_back(Job{i, u});
     } else {
       b.marks.reset();
-      b.record = Splittable(size);
+      b.record = splittable;
       whole.push_back(Job{i, kWhole});
     }
   }
