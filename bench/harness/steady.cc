@@ -20,11 +20,13 @@ struct Window {
   double get_s = 0, put_s = 0;
   uint64_t get_ops = 0, put_ops = 0, got_bytes = 0, put_bytes = 0;
   uint64_t misses = 0, wrong = 0, hits_ram = 0, hits_disk = 0;
+  uint64_t device_bytes = 0;  // written by the process during the window
   std::vector<double> get_us, put_us;
   std::map<uint64_t, std::vector<double>> get_us_by_size;  // a mix's gets, per block size
 
   double Seconds() const { return get_s + put_s; }
   double Gbps() const { return Seconds() > 0 ? double(got_bytes + put_bytes) / Seconds() / 1e9 : 0; }
+  double WriteAmp() const { return put_bytes > 0 ? double(device_bytes) / double(put_bytes) : 0; }
 };
 
 double Pct(std::vector<double> v, double q) {
@@ -186,6 +188,7 @@ DesignRun RunDesign(const SteadyConfig& c, const std::string& name, const Payloa
   d->TierCounters(&prev);
   const ProcCounters io0 = ProcCounters::Now();
   uint64_t mixed_put_bytes = 0;
+  uint64_t window_io = io0.write_bytes;
   Window cur;
   uint64_t in_window = 0;
   for (uint64_t done = 0; done < mixed_ops && r.error.empty();) {
@@ -225,6 +228,9 @@ DesignRun RunDesign(const SteadyConfig& c, const std::string& name, const Payloa
       } else {  // a design with one tier: every hit is a disk read
         cur.hits_disk = cur.get_ops - cur.misses;
       }
+      const uint64_t written = ProcCounters::Now().write_bytes;
+      cur.device_bytes = written - window_io;
+      window_io = written;
       r.windows.push_back(std::move(cur));
       cur = Window{};
       in_window = 0;
@@ -325,16 +331,18 @@ WorkloadResult RunSteadyState(const SteadyConfig& c, const Payloads& payloads,
     }
     w.results.push_back(r.get);
     w.results.push_back(r.put);
-    w.notes.push_back(name + " windows: GB/s | get p50/p99/p99.9 us | put p50/p99/p99.9 us | gets from RAM/disk/miss");
+    w.notes.push_back(name +
+                      " windows: GB/s | get p50/p99/p99.9 us | put p50/p99/p99.9 us | gets from RAM/disk/miss | w-amp");
     std::vector<double> rates;
     for (size_t i = 0; i < r.windows.size(); ++i) {
       const Window& x = r.windows[i];
       const double gets = std::max<double>(1, double(x.get_ops));
-      char line[240];
-      std::snprintf(line, sizeof line, "  %2zu  %6.3f | %7.0f %7.0f %7.0f | %7.0f %7.0f %7.0f | %.2f / %.2f / %.2f",
+      char line[260];
+      std::snprintf(line, sizeof line,
+                    "  %2zu  %6.3f | %7.0f %7.0f %7.0f | %7.0f %7.0f %7.0f | %.2f / %.2f / %.2f | %.3f",
                     i + 1, x.Gbps(), Pct(x.get_us, .5), Pct(x.get_us, .99), Pct(x.get_us, .999), Pct(x.put_us, .5),
                     Pct(x.put_us, .99), Pct(x.put_us, .999), x.hits_ram / gets, x.hits_disk / gets,
-                    x.misses / gets);
+                    x.misses / gets, x.WriteAmp());
       w.notes.push_back(line);
       rates.push_back(x.Gbps());
       w.details["windows"].push_back(
@@ -343,7 +351,22 @@ WorkloadResult RunSteadyState(const SteadyConfig& c, const Payloads& payloads,
            {"get_p999_us", Pct(x.get_us, .999)}, {"put_p50_us", Pct(x.put_us, .5)},
            {"put_p99_us", Pct(x.put_us, .99)}, {"put_p999_us", Pct(x.put_us, .999)}, {"gets", x.get_ops},
            {"puts", x.put_ops}, {"ram_hits", x.hits_ram}, {"disk_hits", x.hits_disk}, {"misses", x.misses},
-           {"wrong", x.wrong}});
+           {"wrong", x.wrong}, {"write_amp", x.WriteAmp()}});
+    }
+    // Once the hot set has been found, what a cache writes from then on: the
+    // second half of the windows.
+    if (r.windows.size() >= 2) {
+      uint64_t dev = 0, put = 0;
+      for (size_t i = r.windows.size() / 2; i < r.windows.size(); ++i) {
+        dev += r.windows[i].device_bytes;
+        put += r.windows[i].put_bytes;
+      }
+      const double later = put > 0 ? double(dev) / double(put) : 0;
+      w.details["write_amplification_later_half"].push_back({{"design", name}, {"device", later}});
+      char b[160];
+      std::snprintf(b, sizeof b, "%s write amplification over the second half of the windows: %.3f", name.c_str(),
+                    later);
+      w.notes.push_back(b);
     }
     // The goals of issue 21, item 2.
     const double median = Median(rates), lowest = rates.empty() ? 0 : *std::min_element(rates.begin(), rates.end());
