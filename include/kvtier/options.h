@@ -135,6 +135,13 @@ struct Options {
   // tier together: two keep blocks a cold revisit read once from being
   // rewritten. 0 counts as 1.
   uint32_t reinsert_min_hits = 2;
+  // Up to this fraction of the segments form a hot region: reinserted blocks
+  // are written there, apart from new puts, so a hot set that fits is not
+  // rewritten each time the log comes round (docs/benchmarks.md, "Steady
+  // state"). Its oldest segment is reclaimed once it holds its share. 0
+  // writes them again at the start of the reclaimed segment instead. In
+  // [0, 1).
+  double hot_region_fraction = 0.5;
   // Release reclaimed space to the device (fallocate punch hole / TRIM).
   bool punch_holes = true;
 

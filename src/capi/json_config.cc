@@ -138,6 +138,7 @@ Status SetOption(Options* o, const std::string& k, const json& v) {
   if (k == "reinsert_hot_blocks") return GetBool(k, v, &o->reinsert_hot_blocks);
   if (k == "reinsert_max_fraction") return GetDouble(k, v, &o->reinsert_max_fraction);
   if (k == "reinsert_min_hits") return GetUnsigned(k, v, &o->reinsert_min_hits);
+  if (k == "hot_region_fraction") return GetDouble(k, v, &o->hot_region_fraction);
   if (k == "punch_holes") return GetBool(k, v, &o->punch_holes);
   if (k == "write_budget_bytes_per_day") return GetUnsigned(k, v, &o->write_budget_bytes_per_day);
   if (k == "admit_on_second_put") return GetBool(k, v, &o->admit_on_second_put);

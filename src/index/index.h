@@ -124,6 +124,14 @@ class Index {
   Result<std::optional<Checkpoint>> ReadCheckpoint();
   Status SyncWAL();
 
+  // The hot region's segments, (segment, generation) pairs: a hint kept
+  // across a reopen, written without a sync (it is durable with the next
+  // checkpoint). A pair whose generation is no longer the segment's is
+  // stale and ignored by the reader. A record that does not verify reads
+  // as empty: the region is then rebuilt from reads, nothing is lost.
+  Status WriteHotSegments(const std::vector<std::pair<uint32_t, uint32_t>>& segments);
+  std::vector<std::pair<uint32_t, uint32_t>> ReadHotSegments();
+
   // Removes every 'K' entry and every by_segment row (repair starts here).
   // Namespaces and metadata stay.
   Status DropAllEntries();

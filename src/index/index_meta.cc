@@ -96,6 +96,32 @@ Status Index::WriteCheckpoint(const Checkpoint& cp) {
                       "write checkpoint");
 }
 
+// 8 bytes per pair (segment, generation; fixed32 each), then an XXH3-64 of them.
+Status Index::WriteHotSegments(const std::vector<std::pair<uint32_t, uint32_t>>& segments) {
+  KVTIER_RETURN_IF_ERROR(rep_->CheckWritable("WriteHotSegments"));
+  std::string v(segments.size() * 8 + 8, '\0');
+  auto* p = reinterpret_cast<uint8_t*>(v.data());
+  for (size_t i = 0; i < segments.size(); ++i) {
+    format::PutFixed32(p + 8 * i, segments[i].first);
+    format::PutFixed32(p + 8 * i + 4, segments[i].second);
+  }
+  format::PutFixed64(p + 8 * segments.size(), format::Checksum(p, 8 * segments.size()));
+  return rep_->Written(rep_->db->Put(rocksdb::WriteOptions(), rep_->entries, HotSegmentsKey(), v),
+                      "write hot segments");
+}
+
+std::vector<std::pair<uint32_t, uint32_t>> Index::ReadHotSegments() {
+  std::vector<std::pair<uint32_t, uint32_t>> out;
+  rocksdb::PinnableSlice value;
+  if (!rep_->db->Get(rocksdb::ReadOptions(), rep_->entries, HotSegmentsKey(), &value).ok()) return out;
+  const auto* p = reinterpret_cast<const uint8_t*>(value.data());
+  if (value.size() < 8 || value.size() % 8 != 0) return out;
+  const size_t n = value.size() / 8 - 1;
+  if (format::GetFixed64(p + 8 * n) != format::Checksum(p, 8 * n)) return out;
+  for (size_t i = 0; i < n; ++i) out.emplace_back(format::GetFixed32(p + 8 * i), format::GetFixed32(p + 8 * i + 4));
+  return out;
+}
+
 Result<std::optional<Checkpoint>> Index::ReadCheckpoint() {
   rocksdb::PinnableSlice value;
   rocksdb::Status rs = rep_->db->Get(rocksdb::ReadOptions(), rep_->entries, CheckpointKey(), &value);

@@ -53,6 +53,7 @@ inline std::string NamespaceKey(NamespaceId id) {
 }
 
 inline std::string CheckpointKey() { return std::string(1, kMetaTag) + "checkpoint"; }
+inline std::string HotSegmentsKey() { return std::string(1, kMetaTag) + "hot-segments"; }
 
 inline void AppendSegmentRowKey(std::string* out, uint32_t segment, uint32_t generation,
                          uint64_t offset) {

@@ -24,7 +24,7 @@ struct Reclaimer::Reinsert {
   format::RecordHeader h;
 };
 
-Status Reclaimer::Reclaim(uint32_t seg, bool reuse, AppendPosition* pos) {
+Status Reclaimer::Reclaim(uint32_t seg, bool reuse, AppendPosition* pos, AppendPosition* hot) {
   const SegmentInfo info = d_.table->Info(seg);
   const uint32_t old_gen = info.generation;
   d_.table->BeginReclaim(seg);
@@ -66,10 +66,28 @@ Status Reclaimer::Reclaim(uint32_t seg, bool reuse, AppendPosition* pos) {
         .IgnoreError();  // NotSupported on some file systems: space is reused anyway
   }
   if (!reuse) return Status::OK();
-  pos->seg = seg;
-  pos->gen = new_gen;
-  pos->off = format::kSegmentDataStart;
-  if (!reinserts.empty()) WriteReinserts(seg, new_gen, reinserts, pos);
+  if (hot == nullptr) {
+    pos->seg = seg;
+    pos->gen = new_gen;
+    pos->off = format::kSegmentDataStart;
+    WriteReinserts(reinserts, 0, pos, &pos->next_seq);
+    return Status::OK();
+  }
+  size_t next = hot->seg == UINT32_MAX ? 0 : WriteReinserts(reinserts, 0, hot, &pos->next_seq);
+  if (next == reinserts.size()) {
+    pos->seg = seg;
+    pos->gen = new_gen;
+    pos->off = format::kSegmentDataStart;
+    return Status::OK();
+  }
+  // The hot region's open segment is full: this one takes over from it.
+  if (hot->seg != UINT32_MAX) d_.table->Seal(hot->seg, format::AlignUp(hot->off));
+  hot->seg = seg;
+  hot->gen = new_gen;
+  hot->off = format::kSegmentDataStart;
+  d_.table->MarkHot(seg);
+  d_.index->WriteHotSegments(d_.table->HotSegments()).IgnoreError();  // a hint for the next open
+  WriteReinserts(reinserts, next, hot, &pos->next_seq);
   return Status::OK();
 }
 
@@ -152,30 +170,33 @@ void Reclaimer::DropEntries(uint32_t seg, uint32_t old_gen, uint32_t new_gen, bo
   c.evicted_bytes.Add(evicted_bytes);
 }
 
-void Reclaimer::WriteReinserts(uint32_t seg, uint32_t new_gen, std::vector<Reinsert>& reinserts,
-                               AppendPosition* pos) {
-  // Hot blocks go first in the new life of the segment, with new sequence
-  // numbers (an index entry written meanwhile by a newer put wins below).
+size_t Reclaimer::WriteReinserts(std::vector<Reinsert>& reinserts, size_t next, AppendPosition* at,
+                                 uint64_t* seq) {
+  // New sequence numbers: an index entry written meanwhile by a newer put
+  // wins below.
   Counters& c = *d_.counters;
-  File* file = d_.table->file(seg);
+  File* file = d_.table->file(at->seg);
   IndexBatch re;
   uint64_t written = 0;
-  for (size_t i = 0; i < reinserts.size(); ++i) {
-    Reinsert& ri = reinserts[i];
+  for (; next < reinserts.size(); ++next) {
+    Reinsert& ri = reinserts[next];
+    if (at->off + ri.bytes > d_.table->segment_size()) break;
     format::RecordHeader h = ri.h;
-    h.segment_id = seg;
-    h.generation = new_gen;
-    h.sequence = pos->next_seq++;
+    h.segment_id = at->seg;
+    h.generation = at->gen;
+    h.sequence = (*seq)++;
     format::EncodeRecordHeader(h, ri.key, ri.rec.data());
-    if (!file->WriteAt(pos->off, ri.rec.data(), ri.bytes).ok()) {
+    if (!file->WriteAt(at->off, ri.rec.data(), ri.bytes).ok()) {
       if (d_.ram != nullptr)
-        for (size_t j = i; j < reinserts.size(); ++j) d_.ram->Erase(reinserts[j].ns, reinserts[j].key);
+        for (size_t j = next; j < reinserts.size(); ++j) d_.ram->Erase(reinserts[j].ns, reinserts[j].key);
+      next = reinserts.size();
+      at->off = d_.table->segment_size();  // nothing more goes to this segment
       break;
     }
-    const format::IndexValue v = format::IndexValueOf(h, pos->off);
+    const format::IndexValue v = format::IndexValueOf(h, at->off);
     auto e = d_.index->Get(ri.ns, ri.key);
     if (e.ok() && !e->has_value()) re.Put(ri.ns, ri.key, v);  // not replaced or removed meanwhile
-    pos->off += ri.bytes;
+    at->off += ri.bytes;
     written += ri.bytes;
     c.reinsertions.Add();
     c.reinserted_bytes.Add(h.payload_len);
@@ -186,7 +207,8 @@ void Reclaimer::WriteReinserts(uint32_t seg, uint32_t new_gen, std::vector<Reins
     c.syncs.Add();
     if (s.ok() && !re.empty()) d_.index->Commit(re, false).IgnoreError();
   }
-  d_.table->SetUsed(seg, pos->off);
+  d_.table->SetUsed(at->seg, at->off);
+  return next;
 }
 
 }  // namespace kvtier

@@ -1,8 +1,15 @@
 // Reclaimer: takes a sealed segment back whole (FIFO eviction). Every entry
 // of its old generation is dropped from the index; with `reuse` the segment
-// becomes the open one in a new generation and the blocks the reinsertion
-// policy wants are verified and written again at its start, with new
-// sequence numbers; without, it is left free (its header zeroed).
+// gets a new generation and the blocks the reinsertion policy wants are
+// verified and written again, with new sequence numbers; without, it is left
+// free (its header zeroed).
+//
+// Where they are written again: without a hot region, at the start of the
+// segment's new life, which then takes puts. With one (Options::
+// hot_region_fraction), in the hot region's open segment, so that blocks read
+// again and again gather where the puts' FIFO does not come round; when that
+// segment is full the reclaimed one becomes the next (and the writer needs
+// another segment for its puts).
 //
 // Thread safety: the writer thread only (it owns the append position).
 #ifndef KVTIER_SRC_LOG_RECLAIMER_H_
@@ -36,9 +43,12 @@ class Reclaimer {
   };
   explicit Reclaimer(Deps deps) : d_(std::move(deps)) {}
 
-  // Reclaims `seg`; with `reuse`, `pos` then appends to it after the
-  // reinserted blocks (its epoch and next sequence advanced).
-  Status Reclaim(uint32_t seg, bool reuse, AppendPosition* pos);
+  // Reclaims `seg`. With `reuse` and no `hot` region, `pos` then appends to
+  // it after the reinserted blocks. With `hot`, the reinserted blocks go to
+  // its open segment, and `seg` becomes either the open segment of `pos` or,
+  // when they did not all fit, `hot`'s next one (pos->seg is then left
+  // UINT32_MAX). pos's epoch and next sequence advance either way.
+  Status Reclaim(uint32_t seg, bool reuse, AppendPosition* pos, AppendPosition* hot = nullptr);
 
  private:
   struct Row;
@@ -49,8 +59,11 @@ class Reclaimer {
   // blocks about to be reinserted).
   void DropEntries(uint32_t seg, uint32_t old_gen, uint32_t new_gen, bool reuse, const std::vector<Row>& rows,
                    const std::vector<Reinsert>& reinserts);
-  // Writes the reinserted blocks at the start of the segment's new life.
-  void WriteReinserts(uint32_t seg, uint32_t new_gen, std::vector<Reinsert>& reinserts, AppendPosition* pos);
+  // Writes reinserted blocks from `next` on at `at` (its seg, gen and off)
+  // while they fit in the segment, with sequence numbers from `seq`; returns
+  // the index of the first one not written. After a failed write the rest
+  // leave the RAM tier too, all count as handled, and the segment as full.
+  size_t WriteReinserts(std::vector<Reinsert>& reinserts, size_t next, AppendPosition* at, uint64_t* seq);
 
   Deps d_;
 };

@@ -181,6 +181,47 @@ uint32_t SegmentTable::OldestSealed() const {
   return best;
 }
 
+uint32_t SegmentTable::OldestSealed(bool hot) const {
+  std::lock_guard<std::mutex> l(mu_);
+  uint32_t best = UINT32_MAX;
+  uint64_t best_epoch = UINT64_MAX;
+  for (const auto& s : segs_)
+    if (s != nullptr && s->info.state == SegmentState::kSealed && s->hot == hot && s->info.epoch < best_epoch) {
+      best_epoch = s->info.epoch;
+      best = s->info.id;
+    }
+  return best;
+}
+
+void SegmentTable::MarkHot(uint32_t seg) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (Seg* s = Find(seg)) s->hot = true;
+}
+
+uint32_t SegmentTable::CountHot() const {
+  std::lock_guard<std::mutex> l(mu_);
+  uint32_t n = 0;
+  for (const auto& s : segs_)
+    if (s != nullptr && s->hot && s->info.state != SegmentState::kFree) ++n;
+  return n;
+}
+
+std::vector<std::pair<uint32_t, uint32_t>> SegmentTable::HotSegments() const {
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<std::pair<uint32_t, uint32_t>> out;
+  for (const auto& s : segs_)
+    if (s != nullptr && s->hot && s->info.state != SegmentState::kFree) out.emplace_back(s->info.id, s->info.generation);
+  return out;
+}
+
+void SegmentTable::MarkHot(const std::vector<std::pair<uint32_t, uint32_t>>& hot) {
+  std::lock_guard<std::mutex> l(mu_);
+  for (const auto& [id, gen] : hot) {
+    Seg* s = Find(id);
+    if (s != nullptr && s->info.state == SegmentState::kSealed && s->info.generation == gen) s->hot = true;
+  }
+}
+
 void SegmentTable::BeginReclaim(uint32_t seg) {
   std::unique_lock<std::mutex> l(mu_);
   Seg* s = Find(seg);
@@ -228,6 +269,7 @@ Result<uint32_t> SegmentTable::Activate(uint32_t seg, uint64_t epoch) {
   s->info.state = SegmentState::kOpen;
   s->info.used_bytes = format::kSegmentDataStart;
   s->reclaiming = false;
+  s->hot = false;
   return gen;
 }
 
@@ -251,6 +293,7 @@ void SegmentTable::MarkFree(uint32_t seg) {
     s->info.epoch = 0;
     s->info.used_bytes = 0;
     s->reclaiming = false;
+    s->hot = false;
   }
 }
 

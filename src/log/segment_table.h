@@ -71,6 +71,17 @@ class SegmentTable {
   uint32_t AnyFree() const;
   // The sealed segment with the smallest epoch, or UINT32_MAX.
   uint32_t OldestSealed() const;
+  // The same among the hot region's segments (`hot`) or the rest.
+  uint32_t OldestSealed(bool hot) const;
+  // Marks seg (just activated) as the hot region's: it holds reinserted
+  // blocks only. The index keeps the list as a hint for the next open.
+  void MarkHot(uint32_t seg);
+  // Segments of the hot region, open or sealed.
+  uint32_t CountHot() const;
+  // Them as (segment, generation), for Index::WriteHotSegments.
+  std::vector<std::pair<uint32_t, uint32_t>> HotSegments() const;
+  // Marks those of `hot` still at that generation and sealed (a reopen).
+  void MarkHot(const std::vector<std::pair<uint32_t, uint32_t>>& hot);
   // Marks seg reclaiming and waits for its readers to leave.
   void BeginReclaim(uint32_t seg);
   // Writes and syncs a header with generation+1 (or the chosen next
@@ -98,6 +109,7 @@ class SegmentTable {
     std::unique_ptr<File> file;
     uint32_t next_generation = 1;  // generation Activate will write
     bool reclaiming = false;
+    bool hot = false;  // MarkHot; cleared by Activate and MarkFree
     uint32_t readers = 0;
   };
   Seg* Find(uint32_t id);

@@ -121,11 +121,18 @@ Status Writer::OpenNextSegment(const Touched& touched) {
     }
   }
   if (seg == UINT32_MAX) {
-    seg = d_.table->OldestSealed();
-    if (seg == UINT32_MAX) return Status::NoSpace("capacity holds no segment to reclaim");
-    if (touched.count(seg)) return Status::Aborted("victim segment is being written");
-    d_.committer->Drain();  // earlier passes may still be committing into the victim
-    return reclaimer_->Reclaim(seg, /*reuse=*/true, &pos_);
+    d_.committer->Drain();  // earlier passes may still be committing into a victim
+    // Each round frees a segment; one whose reinserted blocks filled the hot
+    // region's open segment becomes the next of those, and another follows.
+    for (uint32_t round = 0; pos_.seg == UINT32_MAX; ++round) {
+      seg = ChooseVictim();
+      if (seg == UINT32_MAX || round > d_.table->CountFiles())
+        return Status::NoSpace("capacity holds no segment to reclaim");
+      if (touched.count(seg)) return Status::Aborted("victim segment is being written");
+      const bool hot_region = d_.hot_region_fraction > 0;
+      KVTIER_RETURN_IF_ERROR(reclaimer_->Reclaim(seg, /*reuse=*/true, &pos_, hot_region ? &hot_ : nullptr));
+    }
+    return Status::OK();
   }
   auto gen = d_.table->Activate(seg, ++pos_.epoch);
   if (!gen.ok()) return gen.status();
@@ -133,6 +140,19 @@ Status Writer::OpenNextSegment(const Touched& touched) {
   pos_.gen = *gen;
   pos_.off = format::kSegmentDataStart;
   return Status::OK();
+}
+
+uint32_t Writer::ChooseVictim() {
+  if (d_.hot_region_fraction <= 0) return d_.table->OldestSealed();
+  const uint32_t cold = d_.table->OldestSealed(/*hot=*/false);
+  const uint32_t hot = d_.table->OldestSealed(/*hot=*/true);
+  const auto share = static_cast<uint32_t>(d_.hot_region_fraction * static_cast<double>(d_.max_segments->load()));
+  if (hot != UINT32_MAX && (cold == UINT32_MAX || d_.table->CountHot() >= share)) return hot;
+  if (cold != UINT32_MAX || hot_.seg == UINT32_MAX) return cold;
+  // Nothing sealed: the hot region's open segment is sealed to be taken.
+  d_.table->Seal(hot_.seg, format::AlignUp(hot_.off));
+  hot_.seg = UINT32_MAX;
+  return d_.table->OldestSealed(/*hot=*/true);
 }
 
 Status Writer::CheckpointNow(bool clean) {
@@ -169,10 +189,12 @@ void Writer::DoEvictTo(WriteOp& op) {
   while (st.ok() && UsedBytes() > op.arg) {
     uint32_t seg = d_.table->OldestSealed();
     if (seg == UINT32_MAX) {
-      // Only the open segment is left: seal it so it can go too.
-      if (pos_.seg == UINT32_MAX) break;
-      d_.table->Seal(pos_.seg, pos_.off);
+      // Only open segments are left: seal them so they can go too.
+      if (pos_.seg == UINT32_MAX && hot_.seg == UINT32_MAX) break;
+      if (pos_.seg != UINT32_MAX) d_.table->Seal(pos_.seg, pos_.off);
+      if (hot_.seg != UINT32_MAX) d_.table->Seal(hot_.seg, format::AlignUp(hot_.off));
       pos_.seg = UINT32_MAX;
+      hot_.seg = UINT32_MAX;
       continue;
     }
     st = reclaimer_->Reclaim(seg, /*reuse=*/false, &pos_);

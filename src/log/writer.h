@@ -54,6 +54,7 @@ class Writer {
     bool punch_holes = true;             // Options::punch_holes
     double reinsert_max_fraction = 0;    // Options::reinsert_max_fraction
     uint32_t reinsert_min_hits = 1;      // Options::reinsert_min_hits
+    double hot_region_fraction = 0;      // Options::hot_region_fraction
     std::string dir;                     // the store folder, for messages
     std::function<void(const std::string&)> warn;
     // A segment was sealed (seg, gen): the shared tier may upload it. Must
@@ -93,8 +94,12 @@ class Writer {
   void QueueWrites(std::vector<WriteOp>& group, size_t begin, size_t end, WriteRuns* runs);
   void SubmitPass(std::vector<WriteOp>& group, size_t begin, size_t end, const Touched& touched, WriteRuns* runs);
   // Makes a segment ready for appending: a free one, a new file, or the
-  // oldest sealed one reclaimed.
+  // oldest sealed one reclaimed (more than one when the hot region takes
+  // the first).
   Status OpenNextSegment(const Touched& touched);
+  // The segment to reclaim next, or UINT32_MAX: the oldest sealed one, or
+  // with a hot region the oldest outside it until the region holds its share.
+  uint32_t ChooseVictim();
   // Seals the open segment at the page after its last write, tells the
   // shared tier, and leaves no segment open.
   void SealOpenSegment();
@@ -109,6 +114,9 @@ class Writer {
   RamTier* ram_ = nullptr;
   std::unique_ptr<Reclaimer> reclaimer_;
   AppendPosition pos_;
+  // The hot region's open segment (seg, gen, off only; epochs and sequence
+  // numbers are pos_'s). Reinserted blocks only, written by the reclaimer.
+  AppendPosition hot_;
   bool ram_unregistered_ = false;  // the kernel refused to register the RAM tier
   uint64_t registered_ = 0;        // ring bytes registered
   bool ever_registered_ = false;

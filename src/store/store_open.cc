@@ -31,6 +31,8 @@ Status CheckOptions(const Options& o) {
     return Status::InvalidArgument("dense_record_max_bytes must be at most 4 MiB");
   if (o.reinsert_max_fraction < 0 || o.reinsert_max_fraction > 1)
     return Status::InvalidArgument("reinsert_max_fraction must be in [0, 1]");
+  if (!(o.hot_region_fraction >= 0 && o.hot_region_fraction < 1))
+    return Status::InvalidArgument("hot_region_fraction must be in [0, 1)");
   return Status::OK();
 }
 }  // namespace
@@ -270,6 +272,7 @@ Status StoreImpl::OpenWritePath() {
   wd.punch_holes = opt_.punch_holes;
   wd.reinsert_max_fraction = opt_.reinsert_max_fraction;
   wd.reinsert_min_hits = opt_.reinsert_min_hits;
+  wd.hot_region_fraction = opt_.hot_region_fraction;
   wd.dir = dir_;
   wd.warn = [this](const std::string& line) { Warn(line); };
   wd.sealed = [this](uint32_t seg, uint32_t gen) { RemoteNoteSealed(seg, gen); };
@@ -326,6 +329,7 @@ Status StoreImpl::Recover() {
   pos.epoch = table_->MaxEpoch();
   pos.next_seq = std::max<uint64_t>(cp.next_sequence, 1);
   for (const SegmentInfo& s : segs) index_->DropSegmentRowsBelow(s.id, s.generation).IgnoreError();
+  table_->MarkHot(index_->ReadHotSegments());
 
   const bool clean = cp.clean && pos.epoch == cp.epoch;
   if (clean) {
