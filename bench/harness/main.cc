@@ -133,10 +133,15 @@ int main(int argc, char** argv) {
   app.add_option("--workloads", workloads, "Comma list of seq,small,revisit,steady")->capture_default_str();
   std::string steady_capacity_s, steady_sizes;
   app.add_option("--steady-capacity", steady_capacity_s,
-                 "steady: the store's byte budget (3x it is written); default by preset: 32M tiny, 1G quick, "
+                 "steady: the store's byte budget (--steady-write-multiple times it is written); default by preset: 32M tiny, 1G quick, "
                  "8G full");
   app.add_option("--steady-sizes", steady_sizes,
                  "steady: block sizes, e.g. 64K,2M,mix (default 64K,2M; mix: 64K, 512K and 2M blocks together)");
+  app.add_option("--steady-write-multiple", c.steady_write_multiple,
+                 "steady: bytes put, fill included, as a multiple of the budget (at least 2; a longer run "
+                 "weighs the one-time cost of finding the hot set less)")
+      ->check(CLI::Range(2.0, 100.0))
+      ->capture_default_str();
   app.add_flag("--steady-hot-first", c.steady_hot_first,
                "steady: the fill writes the hot set first (default: spread among the cold blocks)");
   app.add_option("--queue-depth", c.queue_depth,

@@ -824,6 +824,7 @@ void RunAll(const BenchConfig& c, bool quiet, std::vector<WorkloadResult>* out) 
     sc.designs = c.designs;
     sc.kvtier_overrides = c.kvtier_overrides;
     sc.hot_first = c.steady_hot_first;
+    sc.write_multiple = c.steady_write_multiple;
     for (uint64_t size : c.steady_sizes) {
       sc.sizes = size == 0 ? kSteadyMixSizes : std::vector<uint64_t>{size};
       WorkloadResult w = RunSteadyState(sc, payloads, [&](const std::string& what) { Progress(Step(&step, what)); });

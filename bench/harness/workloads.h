@@ -56,6 +56,7 @@ struct BenchConfig {
   uint64_t steady_capacity_bytes = 0;
   std::vector<uint64_t> steady_sizes;
   bool steady_hot_first = false;  // SteadyConfig::hot_first
+  double steady_write_multiple = 3.0;  // SteadyConfig::write_multiple
   bool keep = false;                  // keep design folders after the run
   std::vector<std::string> kvtier_overrides;  // experiments: kvtier Options
 };
