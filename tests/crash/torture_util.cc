@@ -99,6 +99,11 @@ Options StoreOptions(const TortureConfig& c) {
   o.queue_depth = 8;
   o.reinsert_hot_blocks = true;
   o.reinsert_max_fraction = 0.25;
+  // A block read once is kept, and the hot region is 2 of the 6 segments:
+  // crashes then land while blocks move into the region and while the
+  // region's own oldest segment is reclaimed.
+  o.reinsert_min_hits = 1;
+  o.hot_region_fraction = 0.34;
   o.checkpoint_interval_bytes = 512 << 10;
   o.max_payload_bytes = 1 << 20;
   o.use_direct_io = c.crash == TortureConfig::Crash::kKill;
