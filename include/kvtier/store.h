@@ -181,6 +181,8 @@ struct Stats {
   bool lookup_map_ready = false;
   uint64_t lookup_map_entries = 0;
   uint32_t segments_total = 0, segments_sealed = 0, segments_free = 0;
+  // Of them, the hot region's (Options::hot_region_fraction), open or sealed.
+  uint32_t segments_hot = 0;
   // Entries of segments/ with a segment's name that are not regular files
   // (a stray symlink or folder): ignored, never used.
   uint32_t segment_entries_ignored = 0;

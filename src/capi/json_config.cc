@@ -295,6 +295,7 @@ std::string StatsToJson(const Stats& s) {
       {"lookup_map_entries", s.lookup_map_entries},
       {"segments_total", s.segments_total},
       {"segments_sealed", s.segments_sealed},
+      {"segments_hot", s.segments_hot},
       {"segments_free", s.segments_free},
       {"segment_entries_ignored", s.segment_entries_ignored},
       {"recovered_from_crash", s.recovered_from_crash},

@@ -59,6 +59,7 @@ Stats StoreImpl::GetStats() {
       if (seg.state == SegmentState::kFree) ++s.segments_free;
       if (seg.state != SegmentState::kFree) s.used_bytes += seg.used_bytes;
     }
+    s.segments_hot = table_->CountHot();
     s.segment_entries_ignored = static_cast<uint32_t>(table_->Ignored().size());
   }
   if (index_) {

@@ -25,7 +25,7 @@ void VisitStats(T& s, V& v) {
   v(s.evictions); v(s.evicted_blocks); v(s.evicted_bytes); v(s.capacity_configured_bytes);
   v(s.disk_full_events); v(s.reinsertions); v(s.reinserted_bytes); v(s.capacity_bytes); v(s.used_bytes);
   v(s.blocks_estimate); v(s.segments_total); v(s.segments_sealed); v(s.segments_free);
-  v(s.segment_entries_ignored); v(s.recovered_from_crash); v(s.recovery_scanned_bytes);
+  v(s.segments_hot); v(s.segment_entries_ignored); v(s.recovered_from_crash); v(s.recovery_scanned_bytes);
   v(s.recovery_reindexed); v(s.recovery_torn_bytes); v(s.open_seconds); v(s.io_backend); v(s.remote_connected);
   v(s.hits_remote); v(s.bytes_read_remote); v(s.remote_misses); v(s.remote_deadline_misses);
   v(s.remote_checksum_failures); v(s.remote_uploads); v(s.remote_upload_bytes); v(s.remote_upload_retries);

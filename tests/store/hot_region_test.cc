@@ -89,6 +89,8 @@ TEST_P(HotRegionTest, HotBlocksAreRewrittenOnceNotAtEveryPassOfTheLog) {
   EXPECT_GE(with.reinsertions, 16u);
   EXPECT_LE(with.reinsertions, 20u);
   EXPECT_LE(with.used_bytes, with.capacity_bytes);
+  EXPECT_GE(with.segments_hot, 1u);
+  EXPECT_LE(with.segments_hot, 4u);
   ASSERT_TRUE(s->Close().ok());
   s.reset();
 
@@ -99,6 +101,7 @@ TEST_P(HotRegionTest, HotBlocksAreRewrittenOnceNotAtEveryPassOfTheLog) {
   ns = Ns(f->get());
   Traffic(f->get(), ns, 16, 50);
   const Stats without = (*f)->GetStats();
+  EXPECT_EQ(without.segments_hot, 0u);
   EXPECT_GE(without.reinsertions, 2 * with.reinsertions);  // 3x here: one per pass
 }
 
@@ -119,6 +122,7 @@ TEST_P(HotRegionTest, TheRegionKeepsToItsShare) {
   const Stats st = s->GetStats();
   EXPECT_LE(st.used_bytes, st.capacity_bytes);
   EXPECT_LE(st.segments_total, 8u);
+  EXPECT_LE(st.segments_hot, 3u);  // its share, and the open one taking over
   EXPECT_GT(st.reinsertions, 28u);  // the region came round too
   int present = 0;
   for (int i = 0; i < 28; ++i) {
@@ -142,15 +146,19 @@ TEST_P(HotRegionTest, TheRegionKeepsToItsShare) {
 TEST_P(HotRegionTest, HotBlocksSurviveReopenAndKillAndRemovesStay) {
   opt_.hot_region_fraction = 0.5;
   NamespaceId ns;
+  uint32_t hot = 0;
   {
     auto s = OpenStore();
     ns = Ns(s.get());
     Traffic(s.get(), ns, 16, 20);
     ASSERT_GE(s->GetStats().reinsertions, 16u);
+    hot = s->GetStats().segments_hot;
+    ASSERT_GE(hot, 1u);
     ASSERT_TRUE(s->Close().ok());
   }
   {
     auto s = OpenStore();
+    EXPECT_EQ(s->GetStats().segments_hot, hot);  // kept apart after the reopen
     for (int i = 0; i < 16; ++i) ExpectBlockAt(s.get(), ns, i);
   }
   testing::InKilledChild([&] {

@@ -77,7 +77,7 @@ int Run(const Info& in) {
                {"capacity_bytes", st.capacity_bytes},
                {"used_bytes", st.used_bytes},
                {"segments", {{"total", st.segments_total}, {"sealed", st.segments_sealed},
-                             {"open", open_segments}, {"free", st.segments_free}}},
+                             {"open", open_segments}, {"free", st.segments_free}, {"hot", st.segments_hot}}},
                {"blocks", blocks},
                {"payload_bytes", payload},
                {"namespaces", ns},
@@ -108,7 +108,8 @@ int Run(const Info& in) {
                              : std::string())
             << "used           " << FormatBytes(st.used_bytes) << " (" << pcts << ")\n"
             << "segments       " << st.segments_total << " total: " << st.segments_sealed << " sealed, "
-            << open_segments << " open, " << st.segments_free << " free\n"
+            << open_segments << " open, " << st.segments_free << " free; " << st.segments_hot
+            << " of them the hot region's\n"
             << "blocks         " << blocks << " (" << FormatBytes(payload) << " payload)\n"
             << "disk/payload   " << ratio << " bytes on disk per payload byte\n"
             << "last shutdown  " << shutdown << "\n"

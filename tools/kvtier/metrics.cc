@@ -117,6 +117,8 @@ std::string RenderMetrics(const MetricsInput& in, nlohmann::json* json) {
   e.Sample(s.segments_sealed, "state=\"sealed\"");
   e.Sample(open, "state=\"open\"");
   e.Sample(s.segments_free, "state=\"free\"");
+  e.One("hot_region_segments", "gauge", "Segments of the hot region, where reclaim keeps blocks read again and again.",
+        static_cast<double>(s.segments_hot));
   e.One("puts_total", "counter", "Puts acknowledged durable.", static_cast<double>(s.puts));
   e.One("put_bytes_total", "counter", "Payload bytes of puts acknowledged durable.", static_cast<double>(s.put_bytes));
   e.One("puts_not_admitted_total", "counter", "Puts declined (queue full or admission policy).", static_cast<double>(s.puts_not_admitted));
