@@ -29,16 +29,8 @@ class HotRegionTest : public ::testing::TestWithParam<IoBackend> {
     opt_ = testing::SmallOptions(GetParam());
     opt_.capacity_bytes = 8 << 20;  // 8 segments of 1 MiB
   }
-  std::unique_ptr<Store> OpenStore() {
-    auto s = Store::Open(dir_.Sub("store"), opt_);
-    EXPECT_TRUE(s.ok()) << s.status().ToString();
-    return s.ok() ? std::move(s).value() : nullptr;
-  }
-  NamespaceId Ns(Store* s) {
-    auto id = s->RegisterNamespace(testing::TestSpec());
-    EXPECT_TRUE(id.ok()) << id.status().ToString();
-    return id.value_or(0);
-  }
+  std::unique_ptr<Store> OpenStore() { return testing::OpenOrFail(dir_.Sub("store"), opt_); }
+  static NamespaceId Ns(Store* s) { return testing::RegisterOrFail(s); }
   static void ExpectBlockAt(Store* s, NamespaceId ns, int key) {
     auto got = s->GetVector(ns, Key(key));
     ASSERT_TRUE(got.ok()) << key << ": " << got.status().ToString();

@@ -66,6 +66,18 @@ std::string Key(uint64_t i) {
   return k;
 }
 
+std::unique_ptr<Store> OpenOrFail(const std::string& dir, const Options& o) {
+  auto s = Store::Open(dir, o);
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  return s.ok() ? std::move(s).value() : nullptr;
+}
+
+NamespaceId RegisterOrFail(Store* s) {
+  auto id = s->RegisterNamespace(TestSpec());
+  EXPECT_TRUE(id.ok()) << id.status().ToString();
+  return id.value_or(0);
+}
+
 Options SmallOptions(IoBackend backend) {
   Options o;
   o.segment_size_bytes = 1 << 20;

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,11 @@ std::vector<uint8_t> Payload(NamespaceId ns, const std::string& key, size_t size
 std::string Key(uint64_t i);  // 32-byte engine-style key
 // Options for small, fast test stores.
 Options SmallOptions(IoBackend backend = IoBackend::kAuto);
+
+// The store at `dir` opened with `o`, or nullptr with the test failed.
+std::unique_ptr<Store> OpenOrFail(const std::string& dir, const Options& o);
+// TestSpec() registered in `s`, or 0 with the test failed.
+NamespaceId RegisterOrFail(Store* s);
 
 // Flips one bit of a file at `offset`.
 void FlipBit(const std::string& path, uint64_t offset, int bit = 0);
