@@ -169,24 +169,13 @@ uint32_t SegmentTable::AnyFree() const {
   return UINT32_MAX;
 }
 
-uint32_t SegmentTable::OldestSealed() const {
+uint32_t SegmentTable::OldestSealed(std::optional<bool> hot) const {
   std::lock_guard<std::mutex> l(mu_);
   uint32_t best = UINT32_MAX;
   uint64_t best_epoch = UINT64_MAX;
   for (const auto& s : segs_)
-    if (s != nullptr && s->info.state == SegmentState::kSealed && s->info.epoch < best_epoch) {
-      best_epoch = s->info.epoch;
-      best = s->info.id;
-    }
-  return best;
-}
-
-uint32_t SegmentTable::OldestSealed(bool hot) const {
-  std::lock_guard<std::mutex> l(mu_);
-  uint32_t best = UINT32_MAX;
-  uint64_t best_epoch = UINT64_MAX;
-  for (const auto& s : segs_)
-    if (s != nullptr && s->info.state == SegmentState::kSealed && s->hot == hot && s->info.epoch < best_epoch) {
+    if (s != nullptr && s->info.state == SegmentState::kSealed && (!hot || s->hot == *hot) &&
+        s->info.epoch < best_epoch) {
       best_epoch = s->info.epoch;
       best = s->info.id;
     }
@@ -198,13 +187,7 @@ void SegmentTable::MarkHot(uint32_t seg) {
   if (Seg* s = Find(seg)) s->hot = true;
 }
 
-uint32_t SegmentTable::CountHot() const {
-  std::lock_guard<std::mutex> l(mu_);
-  uint32_t n = 0;
-  for (const auto& s : segs_)
-    if (s != nullptr && s->hot && s->info.state != SegmentState::kFree) ++n;
-  return n;
-}
+uint32_t SegmentTable::CountHot() const { return static_cast<uint32_t>(HotSegments().size()); }
 
 std::vector<std::pair<uint32_t, uint32_t>> SegmentTable::HotSegments() const {
   std::lock_guard<std::mutex> l(mu_);

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -69,10 +70,9 @@ class SegmentTable {
   Result<uint32_t> CreateSegmentFile();
   // A free segment that has a file, or UINT32_MAX.
   uint32_t AnyFree() const;
-  // The sealed segment with the smallest epoch, or UINT32_MAX.
-  uint32_t OldestSealed() const;
-  // The same among the hot region's segments (`hot`) or the rest.
-  uint32_t OldestSealed(bool hot) const;
+  // The sealed segment with the smallest epoch, or UINT32_MAX; with `hot`,
+  // the oldest among the hot region's segments (true) or the rest (false).
+  uint32_t OldestSealed(std::optional<bool> hot = std::nullopt) const;
   // Marks seg (just activated) as the hot region's: it holds reinserted
   // blocks only. The index keeps the list as a hint for the next open.
   void MarkHot(uint32_t seg);
