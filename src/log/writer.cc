@@ -150,9 +150,13 @@ uint32_t Writer::ChooseVictim() {
   if (hot != UINT32_MAX && (cold == UINT32_MAX || d_.table->CountHot() >= share)) return hot;
   if (cold != UINT32_MAX || hot_.seg == UINT32_MAX) return cold;
   // Nothing sealed: the hot region's open segment is sealed to be taken.
+  SealHotSegment();
+  return d_.table->OldestSealed(/*hot=*/true);
+}
+
+void Writer::SealHotSegment() {
   d_.table->Seal(hot_.seg, format::AlignUp(hot_.off));
   hot_.seg = UINT32_MAX;
-  return d_.table->OldestSealed(/*hot=*/true);
 }
 
 Status Writer::CheckpointNow(bool clean) {
@@ -192,9 +196,8 @@ void Writer::DoEvictTo(WriteOp& op) {
       // Only open segments are left: seal them so they can go too.
       if (pos_.seg == UINT32_MAX && hot_.seg == UINT32_MAX) break;
       if (pos_.seg != UINT32_MAX) d_.table->Seal(pos_.seg, pos_.off);
-      if (hot_.seg != UINT32_MAX) d_.table->Seal(hot_.seg, format::AlignUp(hot_.off));
+      if (hot_.seg != UINT32_MAX) SealHotSegment();
       pos_.seg = UINT32_MAX;
-      hot_.seg = UINT32_MAX;
       continue;
     }
     st = reclaimer_->Reclaim(seg, /*reuse=*/false, &pos_);

@@ -100,6 +100,9 @@ class Writer {
   // The segment to reclaim next, or UINT32_MAX: the oldest sealed one, or
   // with a hot region the oldest outside it until the region holds its share.
   uint32_t ChooseVictim();
+  // Seals the hot region's open segment at the page after its last write
+  // and leaves the region none open.
+  void SealHotSegment();
   // Seals the open segment at the page after its last write, tells the
   // shared tier, and leaves no segment open.
   void SealOpenSegment();
