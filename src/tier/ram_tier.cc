@@ -346,30 +346,26 @@ void RamTier::SetMarks(const Pin& p, std::vector<Xxh3Mark> marks) {
   p.entry_->marks = std::move(shared);
 }
 
-bool RamTier::CopyMarkedUnits(const Pin& p, std::span<const MutableFragment> out, const std::vector<Xxh3Mark>& marks,
-                              size_t first, size_t last, CopyStores stores) {
+bool RamTier::CopyMarkedUnit(const Pin& p, std::span<const MutableFragment> out, const std::vector<Xxh3Mark>& marks,
+                             size_t unit, CopyStores stores) {
   const uint64_t total = p.size();
   const size_t units = marks.size() + 1;
-  const uint64_t begin = first * kMarkBytes;
-  const uint64_t end = last < units ? last * kMarkBytes : total;
-  Xxh3Copy sum = first == 0 ? Xxh3Copy(total, stores) : Xxh3Copy(total, begin, marks[first - 1], stores);
+  const uint64_t begin = unit * kMarkBytes;
+  const uint64_t end = unit + 1 < units ? begin + kMarkBytes : total;
+  Xxh3Copy sum = unit == 0 ? Xxh3Copy(total, stores) : Xxh3Copy(total, begin, marks[unit - 1], stores);
   ForEachOverlapIn(std::span<const Piece>(p.pieces()), out, begin, end,
                    [&sum](uint8_t* dst, const uint8_t* src, size_t n) { sum.Copy(dst, src, n); });
   // Each piece must carry the hash from its start state to the next: the
   // chain is then the one pass's, ending at the block's checksum.
-  return last < units ? sum.State() == marks[last - 1] : sum.Digest() == p.checksum();
+  return unit + 1 < units ? sum.State() == marks[unit] : sum.Digest() == p.checksum();
 }
 
 bool RamTier::CopyShared(const Pin& p, std::span<const MutableFragment> out, const std::vector<Xxh3Mark>& marks,
-                         size_t pieces, bool stream) {
+                         bool stream) {
   if (marks.size() != MarksFor(p.size()) || marks.empty()) return false;
   const CopyStores stores = stream ? CopyStores::kStreaming : CopyStores::kCached;
-  const size_t units = marks.size() + 1;
-  pieces = std::clamp<size_t>(pieces, 1, units);
-  std::vector<uint8_t> ok(pieces, 0);
-  copiers_->ForEach(pieces, [&](size_t i) {
-    ok[i] = CopyMarkedUnits(p, out, marks, i * units / pieces, (i + 1) * units / pieces, stores);
-  });
+  std::vector<uint8_t> ok(marks.size() + 1, 0);
+  copiers_->ForEach(ok.size(), [&](size_t i) { ok[i] = CopyMarkedUnit(p, out, marks, i, stores); });
   if (std::find(ok.begin(), ok.end(), 0) != ok.end()) return false;
   split_copies_.fetch_add(1, std::memory_order_relaxed);
   return true;
@@ -424,9 +420,8 @@ Result<size_t> RamTier::ReadAs(NamespaceId ns, std::string_view key, std::span<c
   if (splittable) {
     auto have = MarksOf(p);
     if (have != nullptr) {
-      const size_t pieces = SharedPieces(reads_.load(std::memory_order_relaxed), opt_.copy_threads, have->size() + 1);
-      if (pieces < 2) record = false;
-      else if (CopyShared(p, out, *have, pieces, stream)) return static_cast<size_t>(p.size());
+      if (!SharesCopy(reads_.load(std::memory_order_relaxed), opt_.copy_threads)) record = false;
+      else if (CopyShared(p, out, *have, stream)) return static_cast<size_t>(p.size());
     }
   }
   return CopyVerified(p, ns, key, out, stream, record);
@@ -499,7 +494,7 @@ void RamTier::ReadBatchShared(NamespaceId ns, std::span<const GetItem> items, st
     if (job.unit == kWhole) {
       results[job.item] = CopyVerified(b.pin, ns, items[job.item].key, items[job.item].out, stream, b.record);
     } else {
-      b.ok[job.unit] = CopyMarkedUnits(b.pin, items[job.item].out, *b.marks, job.unit, job.unit + 1, stores);
+      b.ok[job.unit] = CopyMarkedUnit(b.pin, items[job.item].out, *b.marks, job.unit, stores);
     }
   });
   for (size_t i = 0; i < items.size(); ++i) {

@@ -188,17 +188,13 @@ class RamTier {
     return std::max(bytes, in_flight) >= streaming_copy_min_bytes;
   }
 
-  // Into how many pieces a lone read of a block of `units` recorded pieces
-  // shares its copy (split_copy_min_bytes) while `reads_in_flight` reads,
-  // its own included, run at once: the copy threads divided among the
-  // reads, so that together they keep each thread busy and none hands work
-  // to a busy one (eight clients of a service on the H200's 16 cores: each
-  // read on two threads; all eight split eight ways waited, 32 GB/s against
-  // 45 unshared). 1: one pass on the caller's thread, as on hosts of fewer
-  // than four copy threads, where a helper competes with the callers.
-  static size_t SharedPieces(uint32_t reads_in_flight, uint32_t copy_threads, size_t units) {
-    if (copy_threads < 4 || reads_in_flight == 0) return 1;
-    return std::max<size_t>(1, std::min<size_t>(units, copy_threads / reads_in_flight));
+  // Whether a lone read shares its copy out (split_copy_min_bytes) while
+  // `reads_in_flight` reads, its own included, run at once: only while they
+  // leave most copy threads idle. Beyond that every core already copies a
+  // block of its own, and pieces handed to busy threads only wait (8 clients
+  // of a service on the H200's 16 cores: 32 GB/s shared against 45 alone).
+  static bool SharesCopy(uint32_t reads_in_flight, uint32_t copy_threads) {
+    return reads_in_flight * 4 <= copy_threads;
   }
 
   // The states between a block's pieces, for a writer that hashes the
@@ -257,16 +253,14 @@ class RamTier {
   // cannot be asked for more.
   Result<size_t> ReadAs(NamespaceId ns, std::string_view key, std::span<const MutableFragment> out,
                         uint64_t copy_bytes, bool may_split);
-  // The copy threads copy `p` into `out` together as `pieces` runs of its
-  // recorded units, each verified in the same pass against `marks`
-  // (Entry::marks) and the last against the block's checksum. True when
-  // every piece matched.
+  // The copy threads copy `p` into `out` together, each piece verified in
+  // the same pass against `marks` (Entry::marks) and the last against the
+  // block's checksum. True when every piece matched.
   bool CopyShared(const Pin& p, std::span<const MutableFragment> out, const std::vector<Xxh3Mark>& marks,
-                  size_t pieces, bool stream);
-  // One piece: units [first, last) of `p`, verified from the state before
-  // `first` to the state after `last - 1` (the checksum for the last unit).
-  bool CopyMarkedUnits(const Pin& p, std::span<const MutableFragment> out, const std::vector<Xxh3Mark>& marks,
-                       size_t first, size_t last, CopyStores stores);
+                  bool stream);
+  // One piece of CopyShared: unit `unit` of `p`, verified against its marks.
+  bool CopyMarkedUnit(const Pin& p, std::span<const MutableFragment> out, const std::vector<Xxh3Mark>& marks,
+                      size_t unit, CopyStores stores);
   // Whether a block of `bytes` may be copied as pieces (split_copy_min_bytes).
   bool Splittable(uint64_t bytes) const;
   // The one pass: copies `p` into `out`, verifying it (and recording the
@@ -282,7 +276,7 @@ class RamTier {
   std::shared_ptr<const std::vector<Xxh3Mark>> MarksOf(const Pin& p);
   std::atomic<uint64_t> split_copies_{0};
   // Bytes that reads are copying into their destinations now (StreamsCopy),
-  // and how many reads (a batch counts once) are (SharedPieces).
+  // and how many reads (a batch counts once) are (SharesCopy).
   std::atomic<uint64_t> copying_{0};
   std::atomic<uint32_t> reads_{0};
   struct Copying;
