@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 
@@ -72,7 +73,15 @@ void WorkerPool::ForEach(size_t n, const std::function<void(size_t)>& fn) {
     MutexLock l(&mu_);
     calls_.push_back(c);
   }
-  wake_.notify_all();
+  // As many helpers as there are items beyond the caller's first: waking
+  // every helper for a call of a few items sets the idle ones fighting over
+  // mu_ while the others copy.
+  const size_t wake = std::min<size_t>(n - 1, threads_.size());
+  if (wake == threads_.size()) {
+    wake_.notify_all();
+  } else {
+    for (size_t i = 0; i < wake; ++i) wake_.notify_one();
+  }
   Work(*c);
   {
     std::unique_lock<std::mutex> g(c->m);
