@@ -243,5 +243,84 @@ TEST_F(StoreRam, ChangedRamCopyIsCaughtOnReadAndServedFromDisk) {
   for (int i = 1; i < 4; ++i) EXPECT_TRUE(GetOk(i)) << i;
 }
 
+// A block read from disk is verified as it is copied into the tier, in one
+// pass, with the hash's states recorded on the way: its first read from RAM
+// then goes as verified pieces. Both read paths: through the store's buffer
+// (memory that cannot take a direct read) and straight into the caller's
+// pages.
+TEST_F(StoreRam, ADiskHitIsVerifiedAsItIsCopiedIntoTheTier) {
+  opt_.ram_tier_bytes = 16 << 20;
+  opt_.ram_copy_threads = 4;
+  opt_.segment_size_bytes = 8 << 20;
+  opt_.zero_copy_small_pages = true;  // page-aligned memory on 4 KiB pages takes a direct read
+  constexpr size_t kBig = (2 << 20) + 4096 * 3 + 100;
+  constexpr size_t kPaged = (2 << 20) + 4096 * 3;  // whole pages, written from its own: a direct read's layout
+  const std::vector<uint8_t> v0 = Block(200, kBig), v1 = Block(201, kPaged);
+  auto* aligned = static_cast<uint8_t*>(std::aligned_alloc(4096, 3 << 20));
+  ASSERT_NE(aligned, nullptr);
+  Open();
+  ASSERT_TRUE(store_->Put(ns_, K(0), v0.data(), v0.size()).ok());
+  std::memcpy(aligned, v1.data(), kPaged);
+  ASSERT_TRUE(store_->Put(ns_, K(1), aligned, kPaged).ok());
+  Open();  // a private tier: empty again
+  RamTier* ram = BlockSinkOf(store_.get())->ram_tier();
+  ASSERT_NE(ram, nullptr);
+  std::vector<uint8_t> bounced(kBig + 1, 0xCC);  // +1: not a whole number of pages
+  std::memset(aligned, 0xCC, 3 << 20);
+  auto n = store_->Get(ns_, K(0), bounced.data() + 1, kBig);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_TRUE(std::equal(v0.begin(), v0.end(), bounced.begin() + 1));
+  n = store_->Get(ns_, K(1), aligned, 3 << 20);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_TRUE(std::equal(v1.begin(), v1.end(), aligned));
+  Stats s = store_->GetStats();
+  EXPECT_EQ(s.hits_disk, 2u);
+  EXPECT_GT(s.direct_read_bytes, 0u);  // one of the two went straight into the caller's pages
+  EXPECT_EQ(s.ram_blocks, 2u);
+  // Their first reads from the tier are shared out, each piece verified.
+  std::fill(bounced.begin(), bounced.end(), 0xCC);
+  std::memset(aligned, 0xCC, 3 << 20);
+  ASSERT_TRUE(store_->Get(ns_, K(0), bounced.data() + 1, kBig).ok());
+  ASSERT_TRUE(store_->Get(ns_, K(1), aligned, 3 << 20).ok());
+  EXPECT_TRUE(std::equal(v0.begin(), v0.end(), bounced.begin() + 1));
+  EXPECT_TRUE(std::equal(v1.begin(), v1.end(), aligned));
+  std::free(aligned);
+  EXPECT_EQ(store_->GetStats().hits_ram, 2u);
+  EXPECT_EQ(ram->GetStats().split_copies, 2u);
+  EXPECT_EQ(ram->GetStats().checksum_failures, 0u);
+}
+
+// A disk record that fails verification is a miss and never reaches the
+// tier, though it was copied there as it was hashed.
+TEST_F(StoreRam, ADiskRecordThatFailsVerificationIsNotAdmitted) {
+  opt_.ram_tier_bytes = 16 << 20;
+  opt_.segment_size_bytes = 8 << 20;
+  constexpr size_t kBig = (1 << 20) + 777;
+  const std::vector<uint8_t> v = Block(300, kBig);
+  Open();
+  ASSERT_TRUE(store_->Put(ns_, K(0), v.data(), v.size()).ok());
+  auto info = store_->Stat(ns_, K(0));
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  store_.reset();
+  const std::string seg = std::to_string(info->segment);
+  const std::string path = dir_ + "/segments/seg-" + std::string(6 - seg.size(), '0') + seg + ".kvs";
+  int fd = open(path.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0) << path;
+  uint8_t b = 0;
+  const off_t at = static_cast<off_t>(info->payload_offset + kBig / 2);
+  ASSERT_EQ(pread(fd, &b, 1, at), 1);
+  b ^= 0x10;
+  ASSERT_EQ(pwrite(fd, &b, 1, at), 1);
+  close(fd);
+  Open();
+  std::vector<uint8_t> out(kBig);
+  auto n = store_->Get(ns_, K(0), out.data(), out.size());
+  EXPECT_TRUE(n.status().IsNotFound()) << n.status().ToString();
+  Stats s = store_->GetStats();
+  EXPECT_EQ(s.checksum_failures, 1u);
+  EXPECT_EQ(s.ram_blocks, 0u);
+  EXPECT_EQ(s.ram_used_bytes, 0u);
+}
+
 }  // namespace
 }  // namespace kvtier
