@@ -8,7 +8,6 @@
 #include "read/read_buffers.h"
 #include "util/aligned_buffer.h"
 #include "util/checksum.h"
-#include "util/copy_checksum.h"
 #include "util/page_backing.h"
 
 namespace kvtier {
@@ -59,60 +58,11 @@ void MissRead(const ReadPool::Deps& d, const std::shared_ptr<ReadOp>& op, Status
   CompleteRead(op, std::move(why));
 }
 
-// The payload of a record read for `op`, in order: a direct read's whole
-// pages in the caller's fragments, then the rest in the bounce page after
-// the header; otherwise all of it in the record's buffer.
-std::vector<Fragment> PayloadRuns(const ReadOp& op, const format::IndexValue& v, const uint8_t* rec, bool direct) {
-  std::vector<Fragment> runs;
-  if (!direct) {
-    runs.push_back(Fragment{rec + v.PayloadOffset(), v.payload_len});
-    return runs;
-  }
-  const uint64_t whole = v.payload_len / kPage * kPage;
-  uint64_t left = whole;
-  for (const MutableFragment& f : op.out) {
-    if (left == 0) break;
-    const uint64_t n = std::min<uint64_t>(left, f.size);
-    runs.push_back(Fragment{f.data, n});
-    left -= n;
-  }
-  runs.push_back(Fragment{rec + kPage, v.payload_len - whole});
-  return runs;
-}
-
-// A verified disk hit's copy for the RAM tier, filled while the payload was
-// hashed, published once the read is claimed.
-struct Admission {
-  RamTier::Pin copy;
-  std::vector<Xxh3Mark> marks;
-};
-
-// Whether the payload's XXH3 is `checksum`. Where the RAM tier lacks the
-// block and has room, the hash is taken as the payload is copied into a
-// reservation there (*admit): one pass over the bytes instead of a hash and
-// then a copy, each about 0.3 ms for 2 MiB from memory on the H200's host.
-bool VerifyPayload(const ReadPool::Deps& d, const ReadOp& op, std::span<const Fragment> runs, uint64_t len,
-                   uint64_t checksum, Admission* admit) {
-  if (d.ram != nullptr && !d.ram->Contains(op.ns, op.key)) admit->copy = d.ram->Reserve(op.ns, op.key, len);
-  if (admit->copy) {
-    std::vector<Xxh3Mark>* marks = d.ram->WantsMarks(len) ? &admit->marks : nullptr;
-    if (RamTier::CopyInHashed(runs, len, admit->copy.pieces(), marks) == checksum) return true;
-    admit->copy.Release();
-    return false;
-  }
-  if (runs.size() == 1) return format::Checksum(runs[0].data, runs[0].size) == checksum;
-  Xxh3Stream st;
-  for (const Fragment& f : runs) st.Update(f.data, f.size);
-  return st.Digest() == checksum;
-}
-
-// Publishes an admission. A Remove (or disk eviction) that ran since the
-// index lookup would not have seen this copy, so look again and take it
-// back if the entry changed.
-void CommitAdmission(const ReadPool::Deps& d, const ReadOp& op, Admission admit, const format::IndexValue& v) {
-  if (d.ram->Contains(op.ns, op.key)) return;  // another read admitted it first: keep that one
-  if (!admit.marks.empty()) d.ram->SetMarks(admit.copy, std::move(admit.marks));
-  const uint64_t token = d.ram->Commit(std::move(admit.copy), v.payload_checksum);
+void AdmitToRam(const ReadPool::Deps& d, const ReadOp& op, std::span<const Fragment> payload,
+                const format::IndexValue& v) {
+  // A Remove (or disk eviction) that ran since the index lookup would not
+  // have seen this copy, so look again and take it back if the entry changed.
+  uint64_t token = d.ram->Insert(op.ns, op.key, payload, v.payload_checksum, /*only_if_absent=*/true);
   if (token != 0) {
     auto again = d.index->Get(op.ns, op.key);
     if (!again.ok() || !again->has_value() || (*again)->sequence != v.sequence) d.ram->EraseIf(op.ns, op.key, token);
@@ -144,10 +94,24 @@ void CompleteRecord(const ReadPool::Deps& d, const std::shared_ptr<ReadOp>& op, 
   auto h = format::DecodeRecordHeader({rec, have}, d.stored_payload_limit, &key);
   bool good = h.ok() && format::RecordAgainstEntry(*h, key, op->ns, op->key, v) == 0;
   const uint64_t whole = v.payload_len / kPage * kPage;
-  Admission admit;
+  const uint8_t* payload = rec + v.PayloadOffset();
   if (good) {
-    const std::vector<Fragment> runs = PayloadRuns(*op, v, rec, direct);
-    good = VerifyPayload(d, *op, runs, v.payload_len, h->payload_checksum, &admit);
+    if (direct) {
+      // The payload's whole pages are in the caller's fragments, the rest in
+      // the bounce page after the header.
+      Xxh3Stream st;
+      uint64_t left = whole;
+      for (const MutableFragment& f : op->out) {
+        if (left == 0) break;
+        const uint64_t n = std::min<uint64_t>(left, f.size);
+        st.Update(f.data, n);
+        left -= n;
+      }
+      st.Update(rec + kPage, v.payload_len - whole);
+      good = st.Digest() == h->payload_checksum;
+    } else {
+      good = format::Checksum(payload, h->payload_len) == h->payload_checksum;
+    }
   }
   if (!good) {
     c.checksum_failures.Add();
@@ -159,15 +123,30 @@ void CompleteRecord(const ReadPool::Deps& d, const std::shared_ptr<ReadOp>& op, 
   if (direct) {
     ScatterAt(op->out, whole, rec + kPage, v.payload_len - whole);
   } else {
-    ScatterAt(op->out, 0, rec + v.PayloadOffset(), v.payload_len);
+    ScatterAt(op->out, 0, payload, v.payload_len);
   }
   c.hits_disk.Add();
   c.bytes_read_disk.Add(v.payload_len);
   if (direct) c.direct_read_bytes.Add(whole);
   d.note_hit(v.segment, v.offset);
-  // Admitted before completing: a get that has returned finds the block in
-  // RAM on the next call.
-  if (admit.copy) CommitAdmission(d, *op, std::move(admit), v);
+  if (d.ram != nullptr) {
+    // The copy to admit, gathered before `done` lets the caller reuse `out`.
+    std::vector<Fragment> admit;
+    if (direct) {
+      uint64_t left = v.payload_len;
+      for (const MutableFragment& f : op->out) {
+        if (left == 0) break;
+        const uint64_t n = std::min<uint64_t>(left, f.size);
+        admit.push_back(Fragment{f.data, n});
+        left -= n;
+      }
+    } else {
+      admit.push_back(Fragment{payload, v.payload_len});
+    }
+    // Admit before completing: the caller may change its buffer at once,
+    // and a get that has returned must find the block in RAM on the next call.
+    AdmitToRam(d, *op, admit, v);
+  }
   op->done(static_cast<size_t>(v.payload_len));
 }
 // Where a read's lookup left it.

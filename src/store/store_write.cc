@@ -40,6 +40,30 @@ void Gather(std::span<const Fragment> payload, uint8_t* dst) {
   }
 }
 
+// Copies `payload` into the pieces of a RAM-tier reservation of its size
+// and returns its checksum, hashed on the way through (util/copy_checksum.h),
+// recording the hash's states every RamTier::kMarkBytes in *marks when given.
+uint64_t ScatterHashed(std::span<const Fragment> payload, uint64_t payload_len,
+                       const std::vector<RamTier::Piece>& pieces, std::vector<Xxh3Mark>* marks) {
+  Xxh3Copy sum(payload_len);
+  if (marks != nullptr) sum.RecordMarks(RamTier::kMarkBytes, marks);
+  size_t pi = 0, po = 0;
+  for (const Fragment& f : payload) {
+    const uint8_t* src = static_cast<const uint8_t*>(f.data);
+    size_t left = f.size;
+    while (left > 0) {
+      const RamTier::Piece& p = pieces[pi];
+      const size_t n = std::min(left, p.size - po);
+      sum.Copy(p.data + po, src, n);
+      src += n;
+      left -= n;
+      po += n;
+      if (po == p.size) ++pi, po = 0;
+    }
+  }
+  return sum.Digest();
+}
+
 uint64_t ChecksumOf(std::span<const Fragment> payload) {
   if (payload.size() == 1) return format::Checksum(payload[0].data, payload[0].size);
   Xxh3Stream st;
@@ -111,7 +135,7 @@ void StoreImpl::SubmitPut(NamespaceId ns, std::string_view key, std::span<const 
     // block's first read can then be shared out (RamTier::WantsMarks).
     std::vector<Xxh3Mark> marks;
     const bool want_marks = ram_->WantsMarks(payload_len);
-    scattered_sum = RamTier::CopyInHashed(payload, payload_len, pin.pieces(), want_marks ? &marks : nullptr);
+    scattered_sum = ScatterHashed(payload, payload_len, pin.pieces(), want_marks ? &marks : nullptr);
     if (checksum == nullptr) checksum = &scattered_sum;  // the caller's, if given, is the one to store
     if (want_marks && !marks.empty() && *checksum == scattered_sum) ram_->SetMarks(pin, std::move(marks));
   }

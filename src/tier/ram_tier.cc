@@ -272,15 +272,6 @@ uint64_t RamTier::Insert(NamespaceId ns, std::string_view key, std::span<const F
   return Commit(std::move(r), checksum);
 }
 
-uint64_t RamTier::CopyInHashed(std::span<const Fragment> payload, uint64_t payload_len,
-                               const std::vector<Piece>& pieces, std::vector<Xxh3Mark>* marks) {
-  Xxh3Copy sum(payload_len);
-  if (marks != nullptr) sum.RecordMarks(kMarkBytes, marks);
-  ForEachOverlap(payload, std::span<const Piece>(pieces), SIZE_MAX,
-                 [&sum](uint8_t* dst, const uint8_t* src, size_t n) { sum.Copy(dst, src, n); });
-  return sum.Digest();
-}
-
 RamTier::Pin RamTier::Acquire(NamespaceId ns, std::string_view key) {
   std::string mk = MapKey(ns, key);
   Shard& s = ShardFor(format::Checksum(mk.data(), mk.size()));

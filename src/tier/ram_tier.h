@@ -145,12 +145,6 @@ class RamTier {
   // pinned, or only_if_absent and present).
   uint64_t Insert(NamespaceId ns, std::string_view key, std::span<const Fragment> payload,
                   uint64_t checksum, bool only_if_absent = false);
-  // Copies `payload` (payload_len bytes, gathered in order) into the pieces
-  // of a reservation of that size and returns its XXH3, hashed on the way
-  // through (one pass over the bytes, util/copy_checksum.h). With `marks`,
-  // records the hash's states every kMarkBytes for SetMarks.
-  static uint64_t CopyInHashed(std::span<const Fragment> payload, uint64_t payload_len,
-                               const std::vector<Piece>& pieces, std::vector<Xxh3Mark>* marks);
   // Allocates chunks for a block of `len` bytes, invisible to lookups, for
   // the caller to fill through pieces(); Commit publishes it.
   Pin Reserve(NamespaceId ns, std::string_view key, uint64_t len);
