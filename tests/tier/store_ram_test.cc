@@ -243,5 +243,37 @@ TEST_F(StoreRam, ChangedRamCopyIsCaughtOnReadAndServedFromDisk) {
   for (int i = 1; i < 4; ++i) EXPECT_TRUE(GetOk(i)) << i;
 }
 
+// A disk record that fails verification is a miss and never reaches the
+// tier.
+TEST_F(StoreRam, ADiskRecordThatFailsVerificationIsNotAdmitted) {
+  opt_.ram_tier_bytes = 16 << 20;
+  opt_.segment_size_bytes = 8 << 20;
+  constexpr size_t kBig = (1 << 20) + 777;
+  const std::vector<uint8_t> v = Block(300, kBig);
+  Open();
+  ASSERT_TRUE(store_->Put(ns_, K(0), v.data(), v.size()).ok());
+  auto info = store_->Stat(ns_, K(0));
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  store_.reset();
+  const std::string seg = std::to_string(info->segment);
+  const std::string path = dir_ + "/segments/seg-" + std::string(6 - seg.size(), '0') + seg + ".kvs";
+  int fd = open(path.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0) << path;
+  uint8_t b = 0;
+  const off_t at = static_cast<off_t>(info->payload_offset + kBig / 2);
+  ASSERT_EQ(pread(fd, &b, 1, at), 1);
+  b ^= 0x10;
+  ASSERT_EQ(pwrite(fd, &b, 1, at), 1);
+  close(fd);
+  Open();
+  std::vector<uint8_t> out(kBig);
+  auto n = store_->Get(ns_, K(0), out.data(), out.size());
+  EXPECT_TRUE(n.status().IsNotFound()) << n.status().ToString();
+  Stats s = store_->GetStats();
+  EXPECT_EQ(s.checksum_failures, 1u);
+  EXPECT_EQ(s.ram_blocks, 0u);
+  EXPECT_EQ(s.ram_used_bytes, 0u);
+}
+
 }  // namespace
 }  // namespace kvtier
