@@ -162,6 +162,14 @@ struct Stats {
   // the RAM tier's data area); 0 on the posix backend.
   uint64_t registered_writes = 0;
   uint64_t syncs = 0, group_commits = 0;
+  // Where gets that reached the device spent their time, summed over
+  // disk_reads_timed of them (divide for the mean): waiting for a read
+  // thread (0 for a blocking get read on the caller's thread), the index
+  // lookup, the device (submitted to reaped, the read thread's turn
+  // included), and the rest: verifying the record, admitting it to the RAM
+  // tier and the caller's completion.
+  uint64_t disk_reads_timed = 0, disk_read_queue_ns = 0, disk_read_index_ns = 0;
+  uint64_t disk_read_device_ns = 0, disk_read_finish_ns = 0;
   double write_amplification = 0;                // device bytes written / payload bytes put
   // Capacity.
   uint64_t evictions = 0, evicted_blocks = 0, evicted_bytes = 0;

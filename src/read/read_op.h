@@ -20,6 +20,7 @@ struct ReadOp {
   std::vector<MutableFragment> out;
   size_t out_total = 0;
   Clock::time_point deadline;
+  Clock::time_point queued{};  // when it was handed to the read threads (Stats::disk_read_queue_ns)
   GetCallback done;
   std::atomic<int> state{0};  // 0 pending, 1 completing, 2 expired
 
@@ -34,6 +35,12 @@ struct ReadOp {
     return state.compare_exchange_strong(expected, 2);
   }
   bool pending() const { return state.load() == 0; }
+};
+
+// When a read that reached the device was queued, taken by its thread and
+// submitted (its index lookup done), for Stats::disk_read_*_ns.
+struct ReadTimes {
+  Clock::time_point queued, taken, submitted;
 };
 
 // Runs op->done(r) unless the deadline won.

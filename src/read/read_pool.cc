@@ -53,6 +53,18 @@ uint64_t DirectPieces(std::span<const MutableFragment> out, uint64_t whole, bool
   return kPage + whole + (tail ? kPage : 0);
 }
 
+uint64_t Ns(Clock::duration d) {
+  return static_cast<uint64_t>(std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::nanoseconds>(d).count()));
+}
+
+void NoteReadTimes(Counters& c, const ReadTimes& t, Clock::time_point reaped, Clock::time_point completed) {
+  c.disk_reads_timed.Add();
+  c.disk_read_queue_ns.Add(Ns(t.taken - t.queued));
+  c.disk_read_index_ns.Add(Ns(t.submitted - t.taken));
+  c.disk_read_device_ns.Add(Ns(reaped - t.submitted));
+  c.disk_read_finish_ns.Add(Ns(completed - reaped));
+}
+
 void MissRead(const ReadPool::Deps& d, const std::shared_ptr<ReadOp>& op, Status why) {
   d.counters->misses.Add();
   CompleteRead(op, std::move(why));
@@ -73,11 +85,16 @@ void AdmitToRam(const ReadPool::Deps& d, const ReadOp& op, std::span<const Fragm
 // or a miss whose entry is handed to `drop`. `rec` is the record's start;
 // when `direct`, only its header page (and after it the tail page), the
 // payload's whole pages already in op->out. The caller has unpinned the
-// segment (the bytes are in `rec` and op->out).
+// segment (the bytes are in `rec` and op->out). The read's phases (`times`,
+// reaped at `reaped`) are counted before it completes, so that a caller who
+// reads the stats after its get finds them.
 void CompleteRecord(const ReadPool::Deps& d, const std::shared_ptr<ReadOp>& op, const format::IndexValue& v,
-                    const uint8_t* rec, bool direct, const Status& io_status, uint64_t device_bytes) {
+                    const uint8_t* rec, bool direct, const Status& io_status, uint64_t device_bytes,
+                    const ReadTimes& times, Clock::time_point reaped) {
   Counters& c = *d.counters;
+  const auto note_times = [&] { NoteReadTimes(c, times, reaped, Clock::now()); };
   if (!io_status.ok()) {
+    note_times();
     if (io_status.code() == Code::kCorruption) {  // short read: truncated segment
       c.checksum_failures.Add();
       d.drop(op->ns, op->key, v.sequence);
@@ -116,10 +133,14 @@ void CompleteRecord(const ReadPool::Deps& d, const std::shared_ptr<ReadOp>& op, 
   if (!good) {
     c.checksum_failures.Add();
     d.drop(op->ns, op->key, v.sequence);
+    note_times();
     MissRead(d, op, Status::NotFound("record failed verification (counted, entry dropped)"));
     return;
   }
-  if (!op->Claim()) return;  // the deadline won
+  if (!op->Claim()) {  // the deadline won
+    note_times();
+    return;
+  }
   if (direct) {
     ScatterAt(op->out, whole, rec + kPage, v.payload_len - whole);
   } else {
@@ -147,6 +168,7 @@ void CompleteRecord(const ReadPool::Deps& d, const std::shared_ptr<ReadOp>& op, 
     // and a get that has returned must find the block in RAM on the next call.
     AdmitToRam(d, *op, admit, v);
   }
+  note_times();
   op->done(static_cast<size_t>(v.payload_len));
 }
 // Where a read's lookup left it.
@@ -226,6 +248,7 @@ class ReadPool::Reader {
     int left = 0;                 // requests still in flight
     Status status;                // the first failure
     uint64_t device_bytes = 0;
+    ReadTimes times;
     std::vector<IoRequest> reqs;  // enqueued on the queue; never grown while in flight
     std::vector<iovec> pieces;    // a direct read's: header page, the caller's pages, tail page
   };
@@ -248,7 +271,7 @@ class ReadPool::Reader {
   // those that need no I/O complete at once.
   void StartReads(std::vector<std::shared_ptr<ReadOp>>& ops);
   // Starts one looked-up read: false when it completed at once.
-  void Enqueue(const std::shared_ptr<ReadOp>& op, const format::IndexValue& v, File* file);
+  void Enqueue(const std::shared_ptr<ReadOp>& op, const format::IndexValue& v, File* file, const ReadTimes& times);
   // Verifies a record read for an op and completes it (from
   // IoRequest::on_done, when the last of its requests is done).
   void FinishRead(ReadIo& io);
@@ -273,6 +296,7 @@ ReadPool::Admit ReadPool::Submit(std::shared_ptr<ReadOp> op) {
     MutexLock l(&mu_);
     if (stop_) return Admit::kClosed;
     if (queue_.size() >= d_.max_pending) return Admit::kFull;
+    op->queued = Clock::now();
     queue_.push_back(std::move(op));
   }
   cv_.notify_one();
@@ -351,12 +375,15 @@ void ReadPool::Reader::StartReads(std::vector<std::shared_ptr<ReadOp>>& ops) {
     }
     format::IndexValue v;
     File* file = nullptr;
+    ReadTimes times{op->queued, Clock::now(), {}};
     if (LookUpRecord(d_, op, UINT64_MAX, &v, &file) != Found::kRead) continue;
-    Enqueue(op, v, file);
+    times.submitted = Clock::now();
+    Enqueue(op, v, file, times);
   }
 }
 
-void ReadPool::Reader::Enqueue(const std::shared_ptr<ReadOp>& op, const format::IndexValue& v, File* file) {
+void ReadPool::Reader::Enqueue(const std::shared_ptr<ReadOp>& op, const format::IndexValue& v, File* file,
+                               const ReadTimes& times) {
   // Straight into the caller's pages when the layout allows and nothing can
   // complete the op early: a deadline miss promises `out` is never touched
   // afterwards, which an in-flight read could not keep.
@@ -389,6 +416,7 @@ void ReadPool::Reader::Enqueue(const std::shared_ptr<ReadOp>& op, const format::
   io.direct = direct;
   io.status = Status::OK();
   io.device_bytes = 0;
+  io.times = times;
   auto add = [&](uint64_t offset, void* buf, uint64_t len) {
     IoRequest rq;
     rq.op = IoRequest::Op::kRead;
@@ -428,12 +456,14 @@ void ReadPool::Reader::Enqueue(const std::shared_ptr<ReadOp>& op, const format::
 }
 
 void ReadPool::Reader::FinishRead(ReadIo& io) {
+  const auto reaped = Clock::now();
   d_.table->Unpin(io.v.segment);
   const uint8_t* rec = io.bounce + (io.direct ? 0 : io.v.offset - io.first);
-  CompleteRecord(d_, io.op, io.v, rec, io.direct, io.status, io.device_bytes);
+  CompleteRecord(d_, io.op, io.v, rec, io.direct, io.status, io.device_bytes, io.times, reaped);
 }
 
-bool ReadPool::ReadDirectOnCaller(const std::shared_ptr<ReadOp>& op, const format::IndexValue& v, File* file) {
+bool ReadPool::ReadDirectOnCaller(const std::shared_ptr<ReadOp>& op, const format::IndexValue& v, File* file,
+                                  const ReadTimes& times) {
   const uint64_t whole = v.payload_len / kPage * kPage;
   if (whole == 0 || !format::PayloadAligned(v.key_len, v.payload_len, v.flags) ||
       !PageRun(op->out.data(), op->out.size(), whole) ||
@@ -447,8 +477,9 @@ bool ReadPool::ReadDirectOnCaller(const std::shared_ptr<ReadOp>& op, const forma
   std::vector<iovec> pieces;
   const uint64_t bytes = DirectPieces(op->out, whole, v.payload_len > whole, edges.data(), &pieces);
   const Status st = file->ReadAtV(v.offset, pieces);
+  const auto reaped = Clock::now();
   d_.table->Unpin(v.segment);
-  CompleteRecord(d_, op, v, edges.data(), /*direct=*/true, st, st.ok() ? bytes : 0);
+  CompleteRecord(d_, op, v, edges.data(), /*direct=*/true, st, st.ok() ? bytes : 0, times, reaped);
   return true;
 }
 
@@ -469,12 +500,14 @@ bool ReadPool::ReadOnCaller(const std::shared_ptr<ReadOp>& op) {
 bool ReadPool::ServeOnCaller(const std::shared_ptr<ReadOp>& op) {
   format::IndexValue v;
   File* file = nullptr;
+  const auto taken = Clock::now();
   const Found found = LookUpRecord(d_, op, UINT64_MAX, &v, &file);
   if (found != Found::kRead) return found == Found::kDone;
+  const ReadTimes times{taken, taken, Clock::now()};  // no queue: this thread reads
   if (v.payload_len >= d_.zero_copy_min_bytes) {
     // Large: straight into the caller's pages with one blocking read, when
     // they allow it; else to the readers, whose buffers take it.
-    if (ReadDirectOnCaller(op, v, file)) return true;
+    if (ReadDirectOnCaller(op, v, file, times)) return true;
     d_.table->Unpin(v.segment);
     return false;
   }
@@ -486,8 +519,10 @@ bool ReadPool::ServeOnCaller(const std::shared_ptr<ReadOp>& op) {
   if (bounce.size() < paged) bounce = AlignedBuffer(paged);
   Status st = bounce.data() == nullptr ? Status::NoSpace("out of memory for a read buffer")
                                        : file->ReadAt(first, bounce.data(), paged);
+  const auto reaped = Clock::now();
   d_.table->Unpin(v.segment);
-  CompleteRecord(d_, op, v, bounce.data() + (v.offset - first), /*direct=*/false, st, st.ok() ? paged : 0);
+  CompleteRecord(d_, op, v, bounce.data() + (v.offset - first), /*direct=*/false, st, st.ok() ? paged : 0, times,
+                 reaped);
   return true;
 }
 

@@ -84,7 +84,8 @@ class ReadPool {
   bool ServeOnCaller(const std::shared_ptr<ReadOp>& op);  // ReadOnCaller's read
   // ServeOnCaller's read of a large record found at `v` in `file` (pinned):
   // false, nothing read and still pinned, when the destination cannot take it.
-  bool ReadDirectOnCaller(const std::shared_ptr<ReadOp>& op, const format::IndexValue& v, File* file);
+  bool ReadDirectOnCaller(const std::shared_ptr<ReadOp>& op, const format::IndexValue& v, File* file,
+                          const ReadTimes& times);
 
   const Deps d_;
   Mutex mu_;

@@ -30,6 +30,11 @@ Stats StoreImpl::GetStats() {
   s.device_bytes_read = c_.device_bytes_read.Get();
   s.zero_copy_put_bytes = c_.zero_copy_put_bytes.Get();
   s.direct_read_bytes = c_.direct_read_bytes.Get();
+  s.disk_reads_timed = c_.disk_reads_timed.Get();
+  s.disk_read_queue_ns = c_.disk_read_queue_ns.Get();
+  s.disk_read_index_ns = c_.disk_read_index_ns.Get();
+  s.disk_read_device_ns = c_.disk_read_device_ns.Get();
+  s.disk_read_finish_ns = c_.disk_read_finish_ns.Get();
   s.small_page_copies = c_.small_page_copies.Get();
   s.remote_admitted_to_ram = c_.remote_admitted_to_ram.Get();
   s.registered_writes = c_.registered_writes.Get();

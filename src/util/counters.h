@@ -26,6 +26,8 @@ struct Counters {
   Counter remote_admitted_to_ram;
   Counter evictions, evicted_blocks, evicted_bytes, reinsertions, reinserted_bytes;
   Counter disk_full_events;
+  // Where disk reads spend their time (Stats::disk_reads_timed).
+  Counter disk_reads_timed, disk_read_queue_ns, disk_read_index_ns, disk_read_device_ns, disk_read_finish_ns;
   Counter recovery_scanned_bytes, recovery_reindexed, recovery_torn_bytes;
   std::atomic<bool> recovered_from_crash{false};
   std::atomic<double> open_seconds{0};

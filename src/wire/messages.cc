@@ -6,7 +6,7 @@ namespace kvtier::wire {
 namespace {
 
 // A new field in one of these structs must be added to its visitor below.
-static_assert(sizeof(Stats) == 600, "Stats changed: list the new field in VisitStats");
+static_assert(sizeof(Stats) == 640, "Stats changed: list the new field in VisitStats");
 static_assert(sizeof(BlockInfo) == 128, "BlockInfo changed: list the new field in VisitBlockInfo");
 static_assert(sizeof(SegmentInfo) == 32, "SegmentInfo changed: list the new field in VisitSegmentInfo");
 static_assert(sizeof(VerifyReport) == 96, "VerifyReport changed: list the new field in VisitVerifyReport");
@@ -21,7 +21,9 @@ void VisitStats(T& s, V& v) {
   v(s.ram_adopt_dropped); v(s.ram_checksum_failures); v(s.ram_shared_memory); v(s.get_deadline_misses);
   v(s.checksum_failures); v(s.stale_entries_dropped); v(s.lookups); v(s.contains); v(s.removes);
   v(s.device_bytes_written); v(s.device_bytes_read); v(s.zero_copy_put_bytes); v(s.direct_read_bytes);
-  v(s.small_page_copies); v(s.registered_writes); v(s.syncs); v(s.group_commits); v(s.write_amplification);
+  v(s.small_page_copies); v(s.registered_writes); v(s.syncs); v(s.group_commits); v(s.disk_reads_timed);
+  v(s.disk_read_queue_ns); v(s.disk_read_index_ns); v(s.disk_read_device_ns); v(s.disk_read_finish_ns);
+  v(s.write_amplification);
   v(s.evictions); v(s.evicted_blocks); v(s.evicted_bytes); v(s.capacity_configured_bytes);
   v(s.disk_full_events); v(s.reinsertions); v(s.reinserted_bytes); v(s.capacity_bytes); v(s.used_bytes);
   v(s.blocks_estimate); v(s.segments_total); v(s.segments_sealed); v(s.segments_free);

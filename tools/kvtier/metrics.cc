@@ -142,6 +142,11 @@ std::string RenderMetrics(const MetricsInput& in, nlohmann::json* json) {
   e.One("device_read_bytes_total", "counter", "Bytes read from segment files.", static_cast<double>(s.device_bytes_read));
   e.One("zero_copy_put_bytes_total", "counter", "Payload bytes written from the caller's or RAM tier's pages (no copy).", static_cast<double>(s.zero_copy_put_bytes));
   e.One("direct_read_bytes_total", "counter", "Payload bytes read straight into callers' pages (no copy).", static_cast<double>(s.direct_read_bytes));
+  e.One("disk_reads_timed_total", "counter", "Gets that reached the device, whose phases the disk_read_*_seconds_total counters sum.", static_cast<double>(s.disk_reads_timed));
+  e.One("disk_read_queue_seconds_total", "counter", "Time those gets waited for a read thread.", static_cast<double>(s.disk_read_queue_ns) * 1e-9);
+  e.One("disk_read_index_seconds_total", "counter", "Time those gets spent in the index lookup.", static_cast<double>(s.disk_read_index_ns) * 1e-9);
+  e.One("disk_read_device_seconds_total", "counter", "Time those gets spent from submitting the read to reaping it.", static_cast<double>(s.disk_read_device_ns) * 1e-9);
+  e.One("disk_read_finish_seconds_total", "counter", "Time those gets spent verifying, admitting to the RAM tier and completing.", static_cast<double>(s.disk_read_finish_ns) * 1e-9);
   e.One("small_page_copies_total", "counter", "Large puts and gets copied because the caller's memory is on 4 KiB pages.", static_cast<double>(s.small_page_copies));
   e.One("registered_writes_total", "counter", "Device writes from io_uring-registered memory (write ring, RAM tier).", static_cast<double>(s.registered_writes));
   e.One("syncs_total", "counter", "fdatasync calls.", static_cast<double>(s.syncs));
