@@ -314,6 +314,12 @@ int main(int argc, char** argv) {
       Field(p + "disk_small_page_copies", double(ss.small_page_copies));
       Field(p + "disk_zero_copy_put_bytes", double(ss.zero_copy_put_bytes));
       Field(p + "disk_direct_read_bytes", double(ss.direct_read_bytes));
+      // Where a disk get's time goes, mean per get over every load above.
+      const double timed = std::max<double>(1, double(ss.disk_reads_timed));
+      Field(p + "disk_read_queue_us", double(ss.disk_read_queue_ns) / timed / 1e3);
+      Field(p + "disk_read_index_us", double(ss.disk_read_index_ns) / timed / 1e3);
+      Field(p + "disk_read_device_us", double(ss.disk_read_device_ns) / timed / 1e3);
+      Field(p + "disk_read_finish_us", double(ss.disk_read_finish_ns) / timed / 1e3);
       if (!(*store)->Close().ok()) return 1;
       // The limit swept after the loads and again now (the drive moves between
       // runs of a minute); the better sweep bounds the loads between them.

@@ -607,6 +607,9 @@ int RunParent(const Args& a) {
     ram_row("ram_get_batch_staged", 1, batch + "staging (2 copies)", "copy best");
     ram_row("ram_get_staged", maxc, "RAM-tier gets through staging (2 copies)", "copy best");
   }
+  // Where the disk gets' time goes (Stats::disk_read_*_ns), mean per get
+  // over every arm and client count of the rows below.
+  const kvtier::Stats phases_before = disk.store->GetStats();
   for (int n : a.disk ? a.clients : std::vector<int>{}) {
     Row r = both(disk, disk_ns, "disk_get", n, "disk gets (O_DIRECT)");
     r.unit = "GB/s";
@@ -614,6 +617,15 @@ int RunParent(const Args& a) {
     r.limit_name = "embedded, same threads";
     rows.push_back(r);
   }
+  const kvtier::Stats phases_after = disk.store->GetStats();
+  const double timed = static_cast<double>(phases_after.disk_reads_timed - phases_before.disk_reads_timed);
+  auto phase_us = [&](uint64_t kvtier::Stats::*f) {
+    return timed > 0 ? static_cast<double>(phases_after.*f - phases_before.*f) / timed / 1e3 : 0.0;
+  };
+  const double queue_us = phase_us(&kvtier::Stats::disk_read_queue_ns);
+  const double index_us = phase_us(&kvtier::Stats::disk_read_index_ns);
+  const double device_us = phase_us(&kvtier::Stats::disk_read_device_ns);
+  const double finish_us = phase_us(&kvtier::Stats::disk_read_finish_ns);
   for (int n : a.disk ? a.clients : std::vector<int>{}) {
     Row r = both(disk, disk_ns, "put", n, "durable puts");
     r.unit = "GB/s";
@@ -637,11 +649,14 @@ int RunParent(const Args& a) {
                 "\"memcpy_gbps\": %.3f, \"copy_kernel\": \"%s\", \"copy_threads\": %d, "
                 "\"verified_copy_gbps\": %.3f, \"verified_copy_kernel\": \"%s\", \"verified_copy_threads\": %d, "
                 "\"reply_spin_us\": %lld, "
-                "\"zero_copy_small_pages\": %s, \"client_huge_pages\": %s, \"embedded_huge_pages\": %s}, \"rows\": [\n",
+                "\"zero_copy_small_pages\": %s, \"client_huge_pages\": %s, \"embedded_huge_pages\": %s}, "
+                "\"disk_get_phases_us\": {\"gets\": %.0f, \"queue\": %.1f, \"index\": %.1f, \"device\": %.1f, "
+                "\"finish\": %.1f}, \"rows\": [\n",
                 cores, u.release, a.block, a.seconds, mem_gbps, mem.kernel.c_str(), mem.threads, verified.gbps,
                 verified.kernel.c_str(), verified.threads, static_cast<long long>(a.reply_spin_us),
                 a.zero_copy_small_pages ? "true" : "false", client_huge ? "true" : "false",
-                a.embedded_huge_pages || client_huge ? "true" : "false");
+                a.embedded_huge_pages || client_huge ? "true" : "false", timed, queue_us, index_us, device_us,
+                finish_us);
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
       const double ratio = r.unit == "us" ? r.service.p50 - r.embedded.p50 : (r.limit > 0 ? r.value() / r.limit : 0);
@@ -686,6 +701,10 @@ int RunParent(const Args& a) {
                 r.limit_name.c_str(),
                 r.service.errors + r.embedded.errors ? "  ERRORS" : "");
   }
+  if (timed > 0)
+    std::printf("\ndisk gets, mean per get of the rows above (%.0f gets): %.1f us waiting for a read thread, %.1f us "
+                "in the index, %.1f us on the device (submitted to reaped), %.1f us verifying and completing\n",
+                timed, queue_us, index_us, device_us, finish_us);
   return errors == 0 ? 0 : 1;
 }
 
