@@ -504,6 +504,28 @@ void Fill(Store* store, NamespaceId ns, uint64_t key_seed, size_t count, size_t 
   }
 }
 
+// Where one arm's durable puts spent their time in the store
+// (Stats::put_*_ns, summed over the arm's runs), beside the mean time its
+// callers waited for each put.
+struct PutPhases {
+  double puts = 0, encode = 0, queue = 0, place = 0, write = 0, sync = 0, commit = 0;
+  double caller_seconds = 0, caller_ops = 0;  // clients x seconds, puts they saw acknowledged
+  void Add(const kvtier::Stats& before, const kvtier::Stats& after, const Summary& run, int clients) {
+    puts += static_cast<double>(after.puts_timed - before.puts_timed);
+    encode += static_cast<double>(after.put_encode_ns - before.put_encode_ns);
+    queue += static_cast<double>(after.put_queue_ns - before.put_queue_ns);
+    place += static_cast<double>(after.put_place_ns - before.put_place_ns);
+    write += static_cast<double>(after.put_write_ns - before.put_write_ns);
+    sync += static_cast<double>(after.put_sync_ns - before.put_sync_ns);
+    commit += static_cast<double>(after.put_commit_ns - before.put_commit_ns);
+    caller_seconds += run.seconds * clients;
+    caller_ops += static_cast<double>(run.ops);
+  }
+  double Us(double ns) const { return puts > 0 ? ns / puts / 1e3 : 0; }
+  double CallerUs() const { return caller_ops > 0 ? caller_seconds / caller_ops * 1e6 : 0; }
+  double StoreUs() const { return Us(encode + queue + place + write + sync + commit); }
+};
+
 struct Row {
   std::string what, limit_name;
   int clients;
@@ -513,6 +535,16 @@ struct Row {
   std::string unit;  // "us" (p50), "GB/s"
   double value() const { return unit == "us" ? service.p50 : service.gbps(); }
 };
+
+std::string PhasesJson(const char* arm, const PutPhases& p) {
+  char b[512];
+  std::snprintf(b, sizeof b,
+                "\"%s\": {\"puts\": %.0f, \"caller\": %.1f, \"store\": %.1f, \"encode\": %.1f, \"queue\": %.1f, "
+                "\"place\": %.1f, \"write\": %.1f, \"sync\": %.1f, \"commit\": %.1f}",
+                arm, p.puts, p.CallerUs(), p.StoreUs(), p.Us(p.encode), p.Us(p.queue), p.Us(p.place), p.Us(p.write),
+                p.Us(p.sync), p.Us(p.commit));
+  return b;
+}
 
 int RunParent(const Args& a) {
   std::string cmd = "rm -rf '" + a.dir + "' && mkdir -p '" + a.dir + "'";
@@ -536,6 +568,7 @@ int RunParent(const Args& a) {
   if (a.disk) Fill(disk.store.get(), disk_ns, 1, a.disk_blocks, a.block, payloads);
 
   std::vector<Row> rows;
+  PutPhases put_embedded, put_service;
   auto both = [&](Served& s, NamespaceId ns, const std::string& op, int n, const std::string& what) {
     std::fprintf(stderr, "service bench: %s, %d client(s)\n", what.c_str(), n);
     Row r;
@@ -552,14 +585,18 @@ int RunParent(const Args& a) {
     auto fresh = [&] {
       if (op == "put") (void)s.store->EvictTo(0);
     };
-    fresh();
-    r.embedded = EmbeddedRun(a, s.store.get(), ns, embedded_op, n);
-    fresh();
-    r.service = ServiceRun(a, s.socket, ns, op, n);
-    fresh();
-    r.service = better(r.service, ServiceRun(a, s.socket, ns, op, n));
-    fresh();
-    r.embedded = better(r.embedded, EmbeddedRun(a, s.store.get(), ns, embedded_op, n));
+    // A run, its puts' phases noted for its arm.
+    auto run = [&](bool service) {
+      fresh();
+      const kvtier::Stats before = s.store->GetStats();
+      Summary got = service ? ServiceRun(a, s.socket, ns, op, n) : EmbeddedRun(a, s.store.get(), ns, embedded_op, n);
+      if (op == "put") (service ? put_service : put_embedded).Add(before, s.store->GetStats(), got, n);
+      return got;
+    };
+    r.embedded = run(false);
+    r.service = run(true);
+    r.service = better(r.service, run(true));
+    r.embedded = better(r.embedded, run(false));
     return r;
   };
   // Up to every core: the limit is the best the host does, not the best of as
@@ -651,12 +688,12 @@ int RunParent(const Args& a) {
                 "\"reply_spin_us\": %lld, "
                 "\"zero_copy_small_pages\": %s, \"client_huge_pages\": %s, \"embedded_huge_pages\": %s}, "
                 "\"disk_get_phases_us\": {\"gets\": %.0f, \"queue\": %.1f, \"index\": %.1f, \"device\": %.1f, "
-                "\"finish\": %.1f}, \"rows\": [\n",
+                "\"finish\": %.1f}, \"put_phases_us\": {%s, %s}, \"rows\": [\n",
                 cores, u.release, a.block, a.seconds, mem_gbps, mem.kernel.c_str(), mem.threads, verified.gbps,
                 verified.kernel.c_str(), verified.threads, static_cast<long long>(a.reply_spin_us),
                 a.zero_copy_small_pages ? "true" : "false", client_huge ? "true" : "false",
                 a.embedded_huge_pages || client_huge ? "true" : "false", timed, queue_us, index_us, device_us,
-                finish_us);
+                finish_us, PhasesJson("embedded", put_embedded).c_str(), PhasesJson("service", put_service).c_str());
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
       const double ratio = r.unit == "us" ? r.service.p50 - r.embedded.p50 : (r.limit > 0 ? r.value() / r.limit : 0);
@@ -705,6 +742,13 @@ int RunParent(const Args& a) {
     std::printf("\ndisk gets, mean per get of the rows above (%.0f gets): %.1f us waiting for a read thread, %.1f us "
                 "in the index, %.1f us on the device (submitted to reaped), %.1f us verifying and completing\n",
                 timed, queue_us, index_us, device_us, finish_us);
+  for (const auto& [arm, ph] : {std::pair{"embedded", &put_embedded}, std::pair{"service", &put_service}})
+    if (ph->puts > 0)
+      std::printf("durable puts, %s, mean per put of the rows above (%.0f puts): the caller waited %.1f us, the "
+                  "store's phases %.1f: %.1f on the caller's thread (room, copy, checksum), %.1f waiting for the "
+                  "writer, %.1f placing, %.1f writing, %.1f waiting for and in fdatasync, %.1f in the index\n",
+                  arm, ph->puts, ph->CallerUs(), ph->StoreUs(), ph->Us(ph->encode), ph->Us(ph->queue),
+                  ph->Us(ph->place), ph->Us(ph->write), ph->Us(ph->sync), ph->Us(ph->commit));
   return errors == 0 ? 0 : 1;
 }
 

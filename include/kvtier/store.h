@@ -170,6 +170,13 @@ struct Stats {
   // tier and the caller's completion.
   uint64_t disk_reads_timed = 0, disk_read_queue_ns = 0, disk_read_index_ns = 0;
   uint64_t disk_read_device_ns = 0, disk_read_finish_ns = 0;
+  // Where acknowledged puts spent their time, summed over puts_timed of them:
+  // on the caller's thread (room in the write queue, the copy and the
+  // checksum), waiting for the writer thread, placing the record (a segment
+  // rolled over and reclaimed included), the device write, waiting for the
+  // committer and fdatasync, and the index commit up to the acknowledgment.
+  uint64_t puts_timed = 0, put_encode_ns = 0, put_queue_ns = 0, put_place_ns = 0;
+  uint64_t put_write_ns = 0, put_sync_ns = 0, put_commit_ns = 0;
   double write_amplification = 0;                // device bytes written / payload bytes put
   // Capacity.
   uint64_t evictions = 0, evicted_blocks = 0, evicted_bytes = 0;

@@ -1,6 +1,8 @@
 #include "log/committer.h"
 
 #include <algorithm>
+#include <chrono>
+#include <type_traits>
 #include <unordered_map>
 
 #include "format/record.h"
@@ -89,6 +91,7 @@ void Committer::CommitPass(CommitJob& job) {
     if (f != failed.end()) op.status = f->second.WithContext("syncing record");
   }
   HoldCheckpointAtFailedWrites(job);
+  const Clock::time_point synced = Clock::now();
   // 2. Index entries in one batch.
   IndexBatch batch;
   for (WriteOp& op : job.ops) {
@@ -121,11 +124,30 @@ void Committer::CommitPass(CommitJob& job) {
     checkpoint = job.sealed || bytes_since_checkpoint_ >= d_.checkpoint_interval_bytes;
   }
   if (checkpoint) CheckpointAt(job.frontier).IgnoreError();  // a failed checkpoint only lengthens recovery
+  NotePutTimes(job.ops, synced);
   // 4. Acknowledge.
   d_.release(job.ops);
   for (WriteOp& op : job.ops) {
     op.hold.Release();  // written: the RAM tier may reuse these chunks
     FinishPut(op.done, op.status);
+  }
+}
+
+void Committer::NotePutTimes(std::span<const WriteOp> ops, Clock::time_point synced) {
+  Counters& c = *d_.counters;
+  const Clock::time_point now = Clock::now();
+  auto ns = [](Clock::duration d) { return static_cast<uint64_t>(std::max<int64_t>(0, d.count())); };
+  static_assert(std::is_same_v<Clock::duration, std::chrono::nanoseconds>);
+  for (const WriteOp& op : ops) {
+    const WriteOp::Times& t = op.times;
+    if (!op.status.ok() || t.submitted == Clock::time_point{}) continue;
+    c.puts_timed.Add();
+    c.put_encode_ns.Add(ns(t.pushed - t.submitted));
+    c.put_queue_ns.Add(ns(t.pass - t.pushed));
+    c.put_place_ns.Add(ns(t.placed - t.pass));
+    c.put_write_ns.Add(ns(t.written - t.placed));
+    c.put_sync_ns.Add(ns(synced - t.written));
+    c.put_commit_ns.Add(ns(now - synced));
   }
 }
 

@@ -66,6 +66,9 @@ class Committer {
   void Loop();
   void CommitPass(CommitJob& job);
   void HoldCheckpointAtFailedWrites(const CommitJob& job);
+  // Adds the phases of the acknowledged puts among `ops` (Stats::puts_timed),
+  // their syncs having ended at `synced`.
+  void NotePutTimes(std::span<const WriteOp> ops, Clock::time_point synced);
 
   const Deps d_;
   Mutex mu_;

@@ -41,6 +41,11 @@ struct WriteOp {
   // kTask: runs on the writer thread once every earlier pass is committed
   // (the store's namespace removal); its status completes `done`.
   std::function<Status()> task;
+  // When a put reached each stage (Stats::puts_timed); `submitted` is unset
+  // for records that are not puts (reinsertions).
+  struct Times {
+    Clock::time_point submitted{}, pushed{}, pass{}, placed{}, written{};
+  } times;
   // Filled in by the writer.
   uint32_t segment = 0, generation = 0;
   uint64_t offset = 0, sequence = 0;

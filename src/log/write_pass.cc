@@ -59,7 +59,13 @@ void Writer::WriteGroup(std::vector<WriteOp>& group) {
     touched.clear();
     runs.Clear();
     pass_sealed_ = false;
+    const Clock::time_point pass = Clock::now();
     const size_t end = PlacePass(group, begin, &touched);
+    const Clock::time_point placed = Clock::now();
+    for (size_t i = begin; i < end; ++i) {
+      group[i].times.pass = pass;
+      group[i].times.placed = placed;
+    }
     QueueWrites(group, begin, end, &runs);
     SubmitPass(group, begin, end, touched, &runs);
     begin = end;
@@ -189,6 +195,7 @@ void Writer::SubmitPass(std::vector<WriteOp>& group, size_t begin, size_t end,
                            const Touched& touched, WriteRuns* runs) {
   std::vector<IoRequest>& reqs = runs->requests();
   if (!reqs.empty()) d_.io->Submit(reqs).IgnoreError();  // per-request statuses below
+  const Clock::time_point written = Clock::now();
   d_.counters->registered_writes.Set(d_.io->stats().registered_buffer_requests);
   std::unordered_map<File*, Status> failed;
   for (const IoRequest& rq : reqs) {
@@ -198,6 +205,7 @@ void Writer::SubmitPass(std::vector<WriteOp>& group, size_t begin, size_t end,
   CommitJob job;
   for (size_t i = begin; i < end; ++i) {
     WriteOp& op = group[i];
+    op.times.written = written;
     if (op.status.ok()) {
       auto f = failed.find(d_.table->file(op.segment));
       if (f != failed.end()) {

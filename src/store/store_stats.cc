@@ -35,6 +35,13 @@ Stats StoreImpl::GetStats() {
   s.disk_read_index_ns = c_.disk_read_index_ns.Get();
   s.disk_read_device_ns = c_.disk_read_device_ns.Get();
   s.disk_read_finish_ns = c_.disk_read_finish_ns.Get();
+  s.puts_timed = c_.puts_timed.Get();
+  s.put_encode_ns = c_.put_encode_ns.Get();
+  s.put_queue_ns = c_.put_queue_ns.Get();
+  s.put_place_ns = c_.put_place_ns.Get();
+  s.put_write_ns = c_.put_write_ns.Get();
+  s.put_sync_ns = c_.put_sync_ns.Get();
+  s.put_commit_ns = c_.put_commit_ns.Get();
   s.small_page_copies = c_.small_page_copies.Get();
   s.remote_admitted_to_ram = c_.remote_admitted_to_ram.Get();
   s.registered_writes = c_.registered_writes.Get();

@@ -76,6 +76,7 @@ void StoreImpl::SubmitPut(NamespaceId ns, std::string_view key, std::span<const 
                           bool blocking, bool borrow, PutCallback done, RamTier::Pin* reserved,
                           const uint64_t* checksum) {
   if (opt_.read_only) return FinishPut(done, Status::NotSupported("store opened read-only"));
+  const Clock::time_point submitted = Clock::now();
   uint64_t payload_len = 0;
   for (const Fragment& f : payload) {
     if (f.data == nullptr && f.size != 0)
@@ -157,6 +158,8 @@ void StoreImpl::SubmitPut(NamespaceId ns, std::string_view key, std::span<const 
       op.ram_token = ram_->Insert(ns, key, {&whole_payload, 1}, op.checksum);
     }
   }
+  op.times.submitted = submitted;
+  op.times.pushed = Clock::now();
   ops_.PushRecord(std::move(op));
 }
 

@@ -28,6 +28,8 @@ struct Counters {
   Counter disk_full_events;
   // Where disk reads spend their time (Stats::disk_reads_timed).
   Counter disk_reads_timed, disk_read_queue_ns, disk_read_index_ns, disk_read_device_ns, disk_read_finish_ns;
+  // Where acknowledged puts spend their time (Stats::puts_timed).
+  Counter puts_timed, put_encode_ns, put_queue_ns, put_place_ns, put_write_ns, put_sync_ns, put_commit_ns;
   Counter recovery_scanned_bytes, recovery_reindexed, recovery_torn_bytes;
   std::atomic<bool> recovered_from_crash{false};
   std::atomic<double> open_seconds{0};

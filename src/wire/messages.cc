@@ -6,7 +6,7 @@ namespace kvtier::wire {
 namespace {
 
 // A new field in one of these structs must be added to its visitor below.
-static_assert(sizeof(Stats) == 640, "Stats changed: list the new field in VisitStats");
+static_assert(sizeof(Stats) == 696, "Stats changed: list the new field in VisitStats");
 static_assert(sizeof(BlockInfo) == 128, "BlockInfo changed: list the new field in VisitBlockInfo");
 static_assert(sizeof(SegmentInfo) == 32, "SegmentInfo changed: list the new field in VisitSegmentInfo");
 static_assert(sizeof(VerifyReport) == 96, "VerifyReport changed: list the new field in VisitVerifyReport");
@@ -23,6 +23,8 @@ void VisitStats(T& s, V& v) {
   v(s.device_bytes_written); v(s.device_bytes_read); v(s.zero_copy_put_bytes); v(s.direct_read_bytes);
   v(s.small_page_copies); v(s.registered_writes); v(s.syncs); v(s.group_commits); v(s.disk_reads_timed);
   v(s.disk_read_queue_ns); v(s.disk_read_index_ns); v(s.disk_read_device_ns); v(s.disk_read_finish_ns);
+  v(s.puts_timed); v(s.put_encode_ns); v(s.put_queue_ns); v(s.put_place_ns); v(s.put_write_ns); v(s.put_sync_ns);
+  v(s.put_commit_ns);
   v(s.write_amplification);
   v(s.evictions); v(s.evicted_blocks); v(s.evicted_bytes); v(s.capacity_configured_bytes);
   v(s.disk_full_events); v(s.reinsertions); v(s.reinserted_bytes); v(s.capacity_bytes); v(s.used_bytes);

@@ -424,6 +424,32 @@ TEST_P(StoreTest, DiskReadsAreTimedPhaseByPhase) {
   EXPECT_EQ(s->GetStats().disk_reads_timed, uint64_t(2 * kBlocks));
 }
 
+TEST_P(StoreTest, PutsAreTimedPhaseByPhase) {
+  constexpr int kPuts = 8;
+  auto s = OpenStore();
+  const NamespaceId ns = Ns(s.get());
+  const auto t0 = Clock::now();
+  for (int i = 0; i < kPuts; ++i) {  // one at a time: their phases cannot overlap
+    auto p = Payload(ns, Key(i), 300000);
+    ASSERT_TRUE(s->Put(ns, Key(i), p.data(), p.size()).ok());
+  }
+  const uint64_t elapsed =
+      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
+  Stats st = s->GetStats();
+  EXPECT_EQ(st.puts_timed, uint64_t(kPuts));
+  for (uint64_t phase : {st.put_encode_ns, st.put_queue_ns, st.put_place_ns, st.put_write_ns, st.put_sync_ns,
+                         st.put_commit_ns})
+    EXPECT_GT(phase, 0u);
+  EXPECT_LE(st.put_encode_ns + st.put_queue_ns + st.put_place_ns + st.put_write_ns + st.put_sync_ns +
+                st.put_commit_ns,
+            elapsed);
+  // A refused put is not timed, and neither is a flush.
+  std::vector<uint8_t> small(16);
+  EXPECT_FALSE(s->Put(ns, "", small.data(), small.size()).ok());
+  ASSERT_TRUE(s->Flush().ok());
+  EXPECT_EQ(s->GetStats().puts_timed, uint64_t(kPuts));
+}
+
 TEST_P(StoreTest, FlippedPayloadBitIsAMissNeverWrongBytes) {
   NamespaceId ns;
   BlockInfo info;

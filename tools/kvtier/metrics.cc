@@ -146,6 +146,13 @@ std::string RenderMetrics(const MetricsInput& in, nlohmann::json* json) {
   e.One("disk_read_queue_seconds_total", "counter", "Time those gets waited for a read thread.", static_cast<double>(s.disk_read_queue_ns) * 1e-9);
   e.One("disk_read_index_seconds_total", "counter", "Time those gets spent in the index lookup.", static_cast<double>(s.disk_read_index_ns) * 1e-9);
   e.One("disk_read_device_seconds_total", "counter", "Time those gets spent from submitting the read to reaping it.", static_cast<double>(s.disk_read_device_ns) * 1e-9);
+  e.One("puts_timed_total", "counter", "Acknowledged puts, whose phases the put_*_seconds_total counters sum.", static_cast<double>(s.puts_timed));
+  e.One("put_encode_seconds_total", "counter", "Time those puts spent on the caller's thread: room in the write queue, the copy and the checksum.", static_cast<double>(s.put_encode_ns) * 1e-9);
+  e.One("put_queue_seconds_total", "counter", "Time those puts waited for the writer thread.", static_cast<double>(s.put_queue_ns) * 1e-9);
+  e.One("put_place_seconds_total", "counter", "Time those puts spent being placed (segment roll-over and reclaim included).", static_cast<double>(s.put_place_ns) * 1e-9);
+  e.One("put_write_seconds_total", "counter", "Time those puts spent in the device write.", static_cast<double>(s.put_write_ns) * 1e-9);
+  e.One("put_sync_seconds_total", "counter", "Time those puts waited for the committer and fdatasync.", static_cast<double>(s.put_sync_ns) * 1e-9);
+  e.One("put_commit_seconds_total", "counter", "Time those puts spent in the index commit up to their acknowledgment.", static_cast<double>(s.put_commit_ns) * 1e-9);
   e.One("disk_read_finish_seconds_total", "counter", "Time those gets spent verifying, admitting to the RAM tier and completing.", static_cast<double>(s.disk_read_finish_ns) * 1e-9);
   e.One("small_page_copies_total", "counter", "Large puts and gets copied because the caller's memory is on 4 KiB pages.", static_cast<double>(s.small_page_copies));
   e.One("registered_writes_total", "counter", "Device writes from io_uring-registered memory (write ring, RAM tier).", static_cast<double>(s.registered_writes));
