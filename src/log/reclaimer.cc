@@ -91,6 +91,17 @@ Status Reclaimer::Reclaim(uint32_t seg, bool reuse, AppendPosition* pos, AppendP
   return Status::OK();
 }
 
+void Reclaimer::RunRequests(std::vector<IoRequest>& reqs) {
+  if (reqs.empty()) return;
+  if (d_.io != nullptr) {
+    d_.io->Submit(reqs).IgnoreError();  // per-request statuses
+    return;
+  }
+  for (IoRequest& r : reqs)
+    r.status = r.op == IoRequest::Op::kRead ? r.file->ReadAt(r.offset, r.buf, r.len)
+                                            : r.file->WriteAt(r.offset, r.buf, r.len);
+}
+
 std::vector<Reclaimer::Reinsert> Reclaimer::GatherReinserts(uint32_t seg, uint32_t old_gen,
                                                             const std::vector<Row>& rows) {
   std::vector<Reinsert> out;
@@ -99,6 +110,12 @@ std::vector<Reclaimer::Reinsert> Reclaimer::GatherReinserts(uint32_t seg, uint32
   Counters& c = *d_.counters;
   File* file = d_.table->file(seg);
   d_.policy->BeginSegment(d_.table->segment_size());
+  // What to read back: the policy decides from the index and the reads.
+  struct Wanted {
+    format::IndexValue v;
+    uint64_t first, paged;
+  };
+  std::vector<Wanted> wanted;
   for (const Row& r : rows) {
     ReinsertCandidate cand;
     cand.ns = r.ns;
@@ -121,21 +138,43 @@ std::vector<Reclaimer::Reinsert> Reclaimer::GatherReinserts(uint32_t seg, uint32
     const uint64_t rec_bytes = v.RecordBytes();
     cand.bytes = format::AlignUp(rec_bytes);
     if (!d_.policy->Wants(cand)) continue;
+    d_.policy->Taken(cand);
     const uint64_t first = format::PageStart(v.offset), paged = format::PagedBytes(v.offset, rec_bytes);
     Reinsert ri{AlignedBuffer(paged), cand.bytes, r.ns, r.key, {}};
-    if (ri.rec.size() == 0 || !file->ReadAt(first, ri.rec.data(), paged).ok()) continue;
-    c.device_bytes_read.Add(paged);
-    if (v.offset != first) std::memmove(ri.rec.data(), ri.rec.data() + (v.offset - first), rec_bytes);
-    std::memset(ri.rec.data() + rec_bytes, 0, cand.bytes - rec_bytes);
+    if (ri.rec.size() == 0) continue;
+    out.push_back(std::move(ri));
+    wanted.push_back(Wanted{v, first, paged});
+  }
+  // Every read in flight at once: one at a time, a segment with many hot
+  // blocks held the writer, and every put behind it, for tens of ms.
+  std::vector<IoRequest> reads(out.size());
+  for (size_t i = 0; i < out.size(); ++i) {
+    reads[i].op = IoRequest::Op::kRead;
+    reads[i].file = file;
+    reads[i].offset = wanted[i].first;
+    reads[i].buf = out[i].rec.data();
+    reads[i].len = wanted[i].paged;
+  }
+  RunRequests(reads);
+  size_t kept = 0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (!reads[i].status.ok()) continue;
+    c.device_bytes_read.Add(wanted[i].paged);
+    Reinsert& ri = out[i];
+    const format::IndexValue& v = wanted[i].v;
+    const uint64_t rec_bytes = v.RecordBytes();
+    if (v.offset != wanted[i].first) std::memmove(ri.rec.data(), ri.rec.data() + (v.offset - wanted[i].first), rec_bytes);
+    std::memset(ri.rec.data() + rec_bytes, 0, ri.bytes - rec_bytes);
     std::string_view k;
     auto hdr = format::DecodeRecordHeader({ri.rec.data(), rec_bytes}, d_.stored_payload_limit, &k);
-    if (!hdr.ok() || format::RecordAgainstEntry(*hdr, k, r.ns, r.key, v) != 0 ||
+    if (!hdr.ok() || format::RecordAgainstEntry(*hdr, k, ri.ns, ri.key, v) != 0 ||
         format::Checksum(ri.rec.data() + v.PayloadOffset(), hdr->payload_len) != hdr->payload_checksum)
       continue;
     ri.h = *hdr;
-    d_.policy->Taken(cand);
-    out.push_back(std::move(ri));
+    if (kept != i) out[kept] = std::move(ri);
+    ++kept;
   }
+  out.resize(kept);
   return out;
 }
 
@@ -176,32 +215,50 @@ size_t Reclaimer::WriteReinserts(std::vector<Reinsert>& reinserts, size_t next, 
   // wins below.
   Counters& c = *d_.counters;
   File* file = d_.table->file(at->seg);
-  IndexBatch re;
-  uint64_t written = 0;
-  for (; next < reinserts.size(); ++next) {
+  const size_t begin = next;
+  std::vector<IoRequest> writes;
+  std::vector<format::IndexValue> values;
+  for (uint64_t off = at->off; next < reinserts.size(); ++next) {
     Reinsert& ri = reinserts[next];
-    if (at->off + ri.bytes > d_.table->segment_size()) break;
+    if (off + ri.bytes > d_.table->segment_size()) break;
     format::RecordHeader h = ri.h;
     h.segment_id = at->seg;
     h.generation = at->gen;
     h.sequence = (*seq)++;
     format::EncodeRecordHeader(h, ri.key, ri.rec.data());
-    if (!file->WriteAt(at->off, ri.rec.data(), ri.bytes).ok()) {
-      if (d_.ram != nullptr)
-        for (size_t j = next; j < reinserts.size(); ++j) d_.ram->Erase(reinserts[j].ns, reinserts[j].key);
-      next = reinserts.size();
-      at->off = d_.table->segment_size();  // nothing more goes to this segment
-      break;
-    }
-    const format::IndexValue v = format::IndexValueOf(h, at->off);
+    IoRequest w;
+    w.op = IoRequest::Op::kWrite;
+    w.file = file;
+    w.offset = off;
+    w.buf = ri.rec.data();
+    w.len = ri.bytes;
+    writes.push_back(w);
+    values.push_back(format::IndexValueOf(h, off));
+    off += ri.bytes;
+  }
+  RunRequests(writes);
+  size_t good = 0;  // the writes before the first failed one
+  while (good < writes.size() && writes[good].status.ok()) ++good;
+  uint64_t written = 0;
+  IndexBatch re;
+  for (size_t i = 0; i < good; ++i) {
+    Reinsert& ri = reinserts[begin + i];
     auto e = d_.index->Get(ri.ns, ri.key);
-    if (e.ok() && !e->has_value()) re.Put(ri.ns, ri.key, v);  // not replaced or removed meanwhile
-    at->off += ri.bytes;
+    if (e.ok() && !e->has_value()) re.Put(ri.ns, ri.key, values[i]);  // not replaced or removed meanwhile
     written += ri.bytes;
     c.reinsertions.Add();
-    c.reinserted_bytes.Add(h.payload_len);
+    c.reinserted_bytes.Add(ri.h.payload_len);
   }
   c.device_bytes_written.Add(written);
+  at->off += written;
+  if (good < writes.size()) {
+    // A write failed: what it and the rest held leaves the RAM tier too,
+    // and nothing more goes to this segment.
+    if (d_.ram != nullptr)
+      for (size_t j = begin + good; j < reinserts.size(); ++j) d_.ram->Erase(reinserts[j].ns, reinserts[j].key);
+    next = reinserts.size();
+    at->off = d_.table->segment_size();
+  }
   if (written > 0) {
     Status s = file->Sync();
     c.syncs.Add();

@@ -18,6 +18,7 @@
 #include <memory>
 
 #include "index/index.h"
+#include "kvtier/io.h"
 #include "log/committer.h"
 #include "log/reinsertion.h"
 #include "log/segment_table.h"
@@ -36,6 +37,9 @@ class Reclaimer {
     RamTier* ram = nullptr;          // evicted blocks leave it too (may be null)
     HitCounts* hits = nullptr;
     Counters* counters = nullptr;
+    // The writer's queue: a segment's reinserted blocks are read back, and
+    // written again, all in flight at once (null: one at a time).
+    IoQueue* io = nullptr;
     uint64_t stored_payload_limit = 0;
     bool reinsert = true;     // Options::reinsert_hot_blocks
     bool punch_holes = true;  // Options::punch_holes
@@ -53,16 +57,21 @@ class Reclaimer {
  private:
   struct Row;
   struct Reinsert;
-  // Reads back and verifies the blocks of `seg` the policy wants.
+  // Reads back and verifies the blocks of `seg` the policy wants, all
+  // reads in flight together.
   std::vector<Reinsert> GatherReinserts(uint32_t seg, uint32_t old_gen, const std::vector<Row>& rows);
+  // Runs `reqs` through the writer's queue, or one at a time without one;
+  // each request's status says how it went.
+  void RunRequests(std::vector<IoRequest>& reqs);
   // Drops the old generation's entries (and their RAM copies, but for
   // blocks about to be reinserted).
   void DropEntries(uint32_t seg, uint32_t old_gen, uint32_t new_gen, bool reuse, const std::vector<Row>& rows,
                    const std::vector<Reinsert>& reinserts);
   // Writes reinserted blocks from `next` on at `at` (its seg, gen and off)
-  // while they fit in the segment, with sequence numbers from `seq`; returns
-  // the index of the first one not written. After a failed write the rest
-  // leave the RAM tier too, all count as handled, and the segment as full.
+  // while they fit in the segment, with sequence numbers from `seq`, all
+  // writes in flight together; returns the index of the first one not
+  // written. From the first failed write on, the blocks leave the RAM tier
+  // too (unindexed), all count as handled, and the segment as full.
   size_t WriteReinserts(std::vector<Reinsert>& reinserts, size_t next, AppendPosition* at, uint64_t* seq);
 
   Deps d_;

@@ -19,6 +19,7 @@ void Writer::Start(RamTier* ram) {
   rd.ram = ram;
   rd.hits = d_.hits;
   rd.counters = d_.counters;
+  rd.io = d_.io.get();
   rd.stored_payload_limit = d_.stored_payload_limit;
   rd.reinsert = d_.reinsert;
   rd.punch_holes = d_.punch_holes;

@@ -84,5 +84,53 @@ TEST(FailedWrite, ASyncFailureHoldsTheCheckpointUntilRecoveryCutsTheTail) {
   EXPECT_EQ(rep->records_corrupt, 0u) << (rep->problems.empty() ? "" : rep->problems[0]);
 }
 
+// A reclaimed segment's hot blocks are written again together; when one of
+// those writes fails, it and every block after it are dropped (misses, never
+// wrong bytes), the blocks before it stay, and puts go on in another segment.
+TEST(FailedWrite, AFailedReinsertWriteDropsThatBlockAndTheRestNeverWrongBytes) {
+  testing::TempDir dir;
+  auto fs = std::make_shared<FaultInjectionFileSystem>(DefaultFileSystem(IoBackend::kPosix));
+  Options o = testing::SmallOptions(IoBackend::kPosix);
+  o.file_system = fs;
+  o.capacity_bytes = 4 << 20;     // 4 segments of 1 MiB
+  o.hot_region_fraction = 0;      // reinserted blocks go to the start of their own segment
+  o.reinsert_max_fraction = 0.5;  // room for all three
+  auto s = Store::Open(dir.Sub("store"), o);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  Store* st = s->get();
+  const NamespaceId ns = testing::RegisterOrFail(st);
+  const size_t size = 60000;  // 15 pages a record: 17 fill a segment
+  auto put = [&](int i) { auto p = Payload(ns, Key(i), size); return st->Put(ns, Key(i), p.data(), p.size()); };
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(put(i).ok()) << i;  // segment 0 full and sealed
+  for (int pass = 0; pass < 2; ++pass)  // keys 0, 1 and 2 are hot: read twice
+    for (int k : {0, 1, 2}) ASSERT_TRUE(st->GetVector(ns, Key(k)).ok());
+  // Segment 0's next writes: its new header when it is reclaimed, then its
+  // hot blocks in key order. The second of those (key 1's) fails.
+  fs->SetFault(FaultOp::kWrite, FaultSpec::Nth(3).OnPaths("seg-000000"));
+  int next = 20;
+  while (fs->Faults(FaultOp::kWrite) == 0 && next < 200) {  // up to segment 0's reclaim
+    Status ps = put(next++);
+    ASSERT_TRUE(ps.ok()) << next - 1 << ": " << ps.ToString();
+  }
+  ASSERT_EQ(fs->Faults(FaultOp::kWrite), 1u);
+  EXPECT_EQ(st->GetStats().reinsertions, 1u);
+  // Key 0 was written again before the failure; keys 1 and 2 were not.
+  auto k0 = st->GetVector(ns, Key(0));
+  ASSERT_TRUE(k0.ok()) << k0.status().ToString();
+  EXPECT_EQ(*k0, Payload(ns, Key(0), size));
+  EXPECT_TRUE(st->GetVector(ns, Key(1)).status().IsNotFound());
+  EXPECT_TRUE(st->GetVector(ns, Key(2)).status().IsNotFound());
+  // Puts go on, in other segments, and nothing read is ever wrong.
+  while (next < 200) ASSERT_TRUE(put(next++).ok()) << next - 1;
+  EXPECT_GE(st->GetStats().evictions, 4u);
+  for (int i = 0; i < 200; ++i) {
+    auto r = st->GetVector(ns, Key(i));
+    if (r.ok()) EXPECT_EQ(*r, Payload(ns, Key(i), size)) << i;
+    else EXPECT_TRUE(r.status().IsNotFound()) << i << ": " << r.status().ToString();
+  }
+  ASSERT_TRUE(put(200).ok());
+  EXPECT_TRUE(st->GetVector(ns, Key(200)).ok());
+}
+
 }  // namespace
 }  // namespace kvtier
