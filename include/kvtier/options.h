@@ -142,7 +142,10 @@ struct Options {
   // writes them again at the start of the reclaimed segment instead. In
   // [0, 1).
   double hot_region_fraction = 0.5;
-  // Release reclaimed space to the device (fallocate punch hole / TRIM).
+  // Give the space of segments left free (EvictTo, a capacity lowered by a
+  // full disk) back to the device (fallocate punch hole / TRIM). A segment
+  // reclaimed to be written again keeps its space either way: its pages are
+  // rewritten at once, and its stale bytes are harmless (docs/format.md).
   bool punch_holes = true;
 
   // --- Admission (SSD endurance) --------------------------------------------
