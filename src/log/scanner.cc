@@ -130,9 +130,11 @@ Status SegmentScanner::Scan(uint64_t start, bool verify_payload, bool resync,
       continue;
     }
     if (!c->valid) {
-      // The word at `off` is not zero (above): damage or a torn write.
+      // A whole record of an earlier life: where this life's writes end in
+      // a segment reused without punching. Else the word at `off` is not
+      // zero (above): damage or a torn write.
       if (!resync) {
-        r->torn = true;
+        r->torn = !c->earlier_life;
         break;
       }
       auto next = NextStart(off);

@@ -53,7 +53,9 @@ struct ScanResult {
   uint64_t records = 0;         // valid records visited
   uint64_t corrupt_regions = 0; // runs of non-zero pages that did not verify (resync only)
   uint64_t bytes_read = 0;
-  bool torn = false;            // stopped at a non-zero page that did not verify
+  // Stopped at non-zero bytes that did not verify and are not a whole record
+  // of an earlier life (where a reused segment's new writes end).
+  bool torn = false;
   // Non-zero bytes after the last valid record that hold no header of this
   // segment's life (resync only): an earlier life's bytes behind the new end
   // where holes are not punched. Not corruption: nothing can point there.
