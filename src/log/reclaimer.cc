@@ -97,17 +97,6 @@ Status Reclaimer::Reclaim(uint32_t seg, bool reuse, AppendPosition* pos, AppendP
   return Status::OK();
 }
 
-void Reclaimer::RunRequests(std::vector<IoRequest>& reqs) {
-  if (reqs.empty()) return;
-  if (d_.io != nullptr) {
-    d_.io->Submit(reqs).IgnoreError();  // per-request statuses
-    return;
-  }
-  for (IoRequest& r : reqs)
-    r.status = r.op == IoRequest::Op::kRead ? r.file->ReadAt(r.offset, r.buf, r.len)
-                                            : r.file->WriteAt(r.offset, r.buf, r.len);
-}
-
 std::vector<Reclaimer::Reinsert> Reclaimer::GatherReinserts(uint32_t seg, uint32_t old_gen,
                                                             const std::vector<Row>& rows) {
   std::vector<Reinsert> out;
@@ -161,7 +150,7 @@ std::vector<Reclaimer::Reinsert> Reclaimer::GatherReinserts(uint32_t seg, uint32
     reads[i].buf = out[i].rec.data();
     reads[i].len = wanted[i].paged;
   }
-  RunRequests(reads);
+  if (!reads.empty()) d_.io->Submit(reads).IgnoreError();  // per-request statuses below
   size_t kept = 0;
   for (size_t i = 0; i < out.size(); ++i) {
     if (!reads[i].status.ok()) continue;
@@ -242,7 +231,7 @@ size_t Reclaimer::WriteReinserts(std::vector<Reinsert>& reinserts, size_t next, 
     values.push_back(format::IndexValueOf(h, off));
     off += ri.bytes;
   }
-  RunRequests(writes);
+  if (!writes.empty()) d_.io->Submit(writes).IgnoreError();  // per-request statuses below
   size_t good = 0;  // the writes before the first failed one
   while (good < writes.size() && writes[good].status.ok()) ++good;
   uint64_t written = 0;

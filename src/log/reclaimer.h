@@ -37,8 +37,8 @@ class Reclaimer {
     RamTier* ram = nullptr;          // evicted blocks leave it too (may be null)
     HitCounts* hits = nullptr;
     Counters* counters = nullptr;
-    // The writer's queue: a segment's reinserted blocks are read back, and
-    // written again, all in flight at once (null: one at a time).
+    // The writer's queue (required): a segment's reinserted blocks are read
+    // back, and written again, all in flight at once.
     IoQueue* io = nullptr;
     uint64_t stored_payload_limit = 0;
     bool reinsert = true;     // Options::reinsert_hot_blocks
@@ -60,9 +60,6 @@ class Reclaimer {
   // Reads back and verifies the blocks of `seg` the policy wants, all
   // reads in flight together.
   std::vector<Reinsert> GatherReinserts(uint32_t seg, uint32_t old_gen, const std::vector<Row>& rows);
-  // Runs `reqs` through the writer's queue, or one at a time without one;
-  // each request's status says how it went.
-  void RunRequests(std::vector<IoRequest>& reqs);
   // Drops the old generation's entries (and their RAM copies, but for
   // blocks about to be reinserted).
   void DropEntries(uint32_t seg, uint32_t old_gen, uint32_t new_gen, bool reuse, const std::vector<Row>& rows,
