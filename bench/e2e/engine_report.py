@@ -71,10 +71,7 @@ def markdown(results):
             f"| {_f(hrate)} ({_f(hrate / mem if hrate and mem else None, 2)}) "
             f"| {_f(pred)}{x(gt, pred) if pred else ''} "
             f"| {_even(even, odirect) if phase == 'disk' else '-'} |")
-    reads = ", ".join(f"{k}: {d.get('gbps')} GB/s ({d.get('threads')} threads)"
-                      + (f", loaded by {d['store_read_threads']} read threads x {d['store_queue_depth']} in flight"
-                         if d.get("store_read_threads") else "")
-                      for k, d in disk.items())
+    reads = ", ".join(f"{k}: {d.get('gbps')} GB/s ({d.get('threads')} threads)" for k, d in disk.items())
     swept = sorted({int(t) for d in disk.values() for t in d.get("by_threads", {})})
     over = f"{swept[0]}-{swept[-1]}" if swept else "4/16/32"  # runs before the sweep began at one thread
     lines += ["", f"O_DIRECT reads of the stores' segment files (best over {over} threads): {reads or '-'}."]

@@ -166,8 +166,7 @@ class Worker:
             if s.get("ram_streaming_min_kib") is not None and s["ram_streaming_min_kib"] >= 0:
                 extra["ram_streaming_copy_min_bytes"] = s["ram_streaming_min_kib"] << 10
             store = self.kvtier.Store(s["store_dir"], ram_tier_bytes=ram, ram_tier_shared_memory=True,
-                                      capacity_bytes=s["capacity_bytes"], read_threads=s.get("read_threads", 8),
-                                      queue_depth=s.get("queue_depth", 32), **extra)
+                                      capacity_bytes=s["capacity_bytes"], read_threads=8, queue_depth=32, **extra)
         self.res["store_open_s"] = round(time.perf_counter() - t, 3)
         st = store.stats()
         self.res["store_open_stats"] = {k: st.get(k) for k in (
@@ -473,9 +472,6 @@ def parse_args(argv):
                    help="the kvtier command, for the service phases")
     p.add_argument("--host-bench", default=os.path.join(REPO, ".gpu", "bin", "kvtier-host-bench"),
                    help="kvtier-host-bench, for the best host copy at each model's block size (skipped when absent)")
-    p.add_argument("--disk-read-shape", default="auto",
-                   help="the disk phase's read threads and reads in flight each, THREADS,DEPTH; auto: the "
-                        "winner of the run's O_DIRECT sweep, one read each (the other phases: 8,32)")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--worker-timeout-s", type=float, default=420)
     return p.parse_args(argv)
@@ -512,24 +508,6 @@ def odirect_rate(store_dir):
         if g and g > best[0]:
             best = (g, threads)
     return {"gbps": round(best[0], 2), "threads": best[1], "files": len(paths), "by_threads": rates}
-
-
-def disk_read_shape(choice, limit):
-    """(read threads, reads in flight each) for the disk phase's store.
-    `auto`: the shape that won the disk limit's sweep in the same run, N
-    threads with one read each, so that the loads meet the disk the way its
-    best was measured (kvtier's defaults keep up to 32 loads in flight, and
-    a virtio disk reads fastest with a few). `T,Q`: as given."""
-    if choice != "auto":
-        try:
-            t, q = (int(x) for x in choice.split(","))
-        except ValueError:
-            raise ValueError(f"--disk-read-shape wants auto or THREADS,DEPTH, not {choice!r}") from None
-        if t < 1 or q < 1:
-            raise ValueError(f"--disk-read-shape: threads and depth must be >= 1, not {choice!r}")
-        return t, q
-    threads = limit.get("threads") or 0
-    return (threads, 1) if threads > 0 else (8, 32)  # no limit measured: the other phases' shape
 
 
 def host_copy_limit(bench, block_bytes, batch_bytes, out):
@@ -582,7 +560,6 @@ class Service:
 
 def main(argv):
     a = parse_args(argv)
-    disk_read_shape(a.disk_read_shape, {})  # a malformed shape fails here, not after the first phases
     out = os.path.abspath(a.out)
     os.makedirs(os.path.join(out, "workers"), exist_ok=True)
     lengths = [int(x) for x in a.doc_tokens.split(",")]
@@ -609,12 +586,8 @@ def main(argv):
             remove_store(store_dir)
             service = None
             for phase in phases:
-                shape = (8, 32)  # read threads, reads in flight each
                 if phase == "disk":
-                    limit = odirect_rate(store_dir)
-                    shape = disk_read_shape(a.disk_read_shape, limit)
-                    limit["store_read_threads"], limit["store_queue_depth"] = shape
-                    results["disk"][f"{model}/rep{rep}"] = limit
+                    results["disk"][f"{model}/rep{rep}"] = odirect_rate(store_dir)
                 if phase in SERVED and service is None:
                     remove_store(store_dir)
                     service = Service(a.kvtier_bin, store_dir, a,
@@ -628,7 +601,6 @@ def main(argv):
                             ram_streaming_min_kib=a.ram_streaming_min_kib,
                             socket=service.socket if service else None,
                             capacity_bytes=int(a.capacity_gib * (1 << 30)),
-                            read_threads=shape[0], queue_depth=shape[1],
                             result_path=os.path.join(out, "workers", name + ".json"))
                 spec_path = os.path.join(out, "workers", name + ".spec.json")
                 wl.write_json(spec_path, spec)

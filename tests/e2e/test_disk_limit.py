@@ -75,25 +75,3 @@ def test_the_limit_sweeps_from_one_reader_up(tmp_path):
     assert got["gbps"] == max(got["by_threads"].values())
     md = engine_report.markdown({"date": "test", "disk": {"m/rep0": got}, "workers": []})
     assert "best over 1-32 threads" in md
-
-
-def test_the_disk_phase_loads_at_the_shape_that_won_the_limit():
-    # auto: the sweep's best thread count, one read in flight each, as the limit was measured.
-    assert engine_run.disk_read_shape("auto", {"gbps": 2.2, "threads": 4}) == (4, 1)
-    # No limit measured (no segment files): the other phases' shape.
-    assert engine_run.disk_read_shape("auto", {"gbps": 0.0, "threads": 0}) == (8, 32)
-    assert engine_run.disk_read_shape("auto", {}) == (8, 32)
-    assert engine_run.disk_read_shape("2,4", {"threads": 4}) == (2, 4)
-
-
-@pytest.mark.parametrize("bad", ["4", "a,b", "0,1", "4,0", "1,2,3", ""])
-def test_a_malformed_disk_read_shape_is_refused_with_its_name(bad):
-    with pytest.raises(ValueError, match="--disk-read-shape"):
-        engine_run.disk_read_shape(bad, {})
-
-
-def test_the_report_says_how_the_disk_phase_read():
-    res = {"date": "d", "workers": [],
-           "disk": {"m/rep0": {"gbps": 2.2, "threads": 4, "store_read_threads": 4, "store_queue_depth": 1}}}
-    md = engine_report.markdown(res)
-    assert "m/rep0: 2.2 GB/s (4 threads), loaded by 4 read threads x 1 in flight" in md
