@@ -40,8 +40,8 @@ def markdown(results):
     lines = [f"Run of {results.get('date')}; machine: {_machine(results)}.", "",
              "| model | phase | doc tokens | batch | recompute TTFT ms | GPU path TTFT ms (x) | host path TTFT ms (x) "
              "| suffix fwd ms | recompute fwd ms | GPU load ms (GB/s, x link) | host get_batch GB/s (x memcpy) "
-             "| disk prediction ms (x) | at block-size reads ms (x) | disk rate to beat recompute GB/s |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| disk prediction ms (x) | disk rate to beat recompute GB/s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for (model, phase, n, b), v in sorted(rows(results).items(), key=lambda kv: tuple(map(str, kv[0]))):
         arms = v["arms"]
         rc = _med([r["ttft_ms"] for r in arms.get("recompute", [])])
@@ -57,11 +57,7 @@ def markdown(results):
         hrate = _med([r["loaded_bytes"] / _get_ms(r) / 1e6 for r in h if _get_ms(r)])
         sfwd = _med([r["forward_ms"] for r in g])
         rfwd = _med([r["forward_ms"] for r in arms.get("recompute", [])])
-        pred = even = pred_block = None
-        # The same prediction from reads of the model's block size, where measured.
-        block = _med([d["block_gbps"] for k, d in disk.items() if k.split("/")[0] == model and d.get("block_gbps")])
-        if phase == "disk" and block and sfwd is not None:
-            pred_block = gbytes / block / 1e6 + sfwd
+        pred = even = None
         if phase == "disk" and odirect and sfwd is not None:
             pred = gbytes / odirect / 1e6 + sfwd
             # The read rate at which loading ties with recomputing.
@@ -74,12 +70,8 @@ def markdown(results):
             f"| {_f(rfwd)} | {_f(gl)} ({_f(grate)}, {_f(grate / link if grate and link else None, 2)}) "
             f"| {_f(hrate)} ({_f(hrate / mem if hrate and mem else None, 2)}) "
             f"| {_f(pred)}{x(gt, pred) if pred else ''} "
-            f"| {_f(pred_block)}{x(gt, pred_block) if pred_block else ''} "
             f"| {_even(even, odirect) if phase == 'disk' else '-'} |")
-    reads = ", ".join(f"{k}: {d.get('gbps')} GB/s ({d.get('threads')} threads)"
-                      + (f"; in {d['block_bytes'] >> 10} KiB reads {d['block_gbps']} GB/s ({d['block_threads']} threads)"
-                         if d.get("block_gbps") else "")
-                      for k, d in disk.items())
+    reads = ", ".join(f"{k}: {d.get('gbps')} GB/s ({d.get('threads')} threads)" for k, d in disk.items())
     swept = sorted({int(t) for d in disk.values() for t in d.get("by_threads", {})})
     over = f"{swept[0]}-{swept[-1]}" if swept else "4/16/32"  # runs before the sweep began at one thread
     lines += ["", f"O_DIRECT reads of the stores' segment files (best over {over} threads): {reads or '-'}."]

@@ -495,31 +495,19 @@ def remove_store(store_dir):
 DISK_LIMIT_THREADS = (1, 2, 4, 8, 16, 32)
 
 
-def odirect_rate(store_dir, block_bytes=None):
-    """The best O_DIRECT read rate of the store's segment files over
-    DISK_LIMIT_THREADS, in 2 MiB reads (the limit the predictions use) and,
-    beside it, in reads of the model's block size (`block_*`): the loads read
-    one block at a time, and a disk can serve small reads slower per byte."""
+def odirect_rate(store_dir):
+    """The best O_DIRECT read rate of the store's segment files over DISK_LIMIT_THREADS."""
     import prefix_reuse
     seg = os.path.join(store_dir, "segments")
     paths = sorted(os.path.join(seg, f) for f in os.listdir(seg) if f.endswith(".kvs")) if os.path.isdir(seg) else []
-
-    def sweep(chunk):
-        best, rates = (0.0, 0), {}
-        for threads in DISK_LIMIT_THREADS:
-            g, n, _ = prefix_reuse.odirect_read(paths, 4 << 30, threads=threads, chunk=chunk)
-            rates[threads] = round(g or 0.0, 2)
-            if g and g > best[0]:
-                best = (g, threads)
-        return best, rates
-
-    best, rates = sweep(2 << 20)
-    out = {"gbps": round(best[0], 2), "threads": best[1], "files": len(paths), "by_threads": rates}
-    if block_bytes:
-        chunk = -(-block_bytes // 4096) * 4096  # O_DIRECT reads whole pages
-        best, rates = sweep(chunk)
-        out.update(block_bytes=chunk, block_gbps=round(best[0], 2), block_threads=best[1], block_by_threads=rates)
-    return out
+    best = (0.0, 0)
+    rates = {}
+    for threads in DISK_LIMIT_THREADS:
+        g, n, _ = prefix_reuse.odirect_read(paths, 4 << 30, threads=threads)
+        rates[threads] = round(g or 0.0, 2)
+        if g and g > best[0]:
+            best = (g, threads)
+    return {"gbps": round(best[0], 2), "threads": best[1], "files": len(paths), "by_threads": rates}
 
 
 def host_copy_limit(bench, block_bytes, batch_bytes, out):
@@ -599,7 +587,7 @@ def main(argv):
             service = None
             for phase in phases:
                 if phase == "disk":
-                    results["disk"][f"{model}/rep{rep}"] = odirect_rate(store_dir, bb)
+                    results["disk"][f"{model}/rep{rep}"] = odirect_rate(store_dir)
                 if phase in SERVED and service is None:
                     remove_store(store_dir)
                     service = Service(a.kvtier_bin, store_dir, a,

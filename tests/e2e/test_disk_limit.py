@@ -75,20 +75,3 @@ def test_the_limit_sweeps_from_one_reader_up(tmp_path):
     assert got["gbps"] == max(got["by_threads"].values())
     md = engine_report.markdown({"date": "test", "disk": {"m/rep0": got}, "workers": []})
     assert "best over 1-32 threads" in md
-
-
-def test_the_limit_is_also_swept_at_the_block_size(tmp_path):
-    seg = tmp_path / "segments"
-    seg.mkdir()
-    path = str(seg / "00000000.kvs")
-    preallocated_file(path, 8 * MIB, 4 * MIB)
-    try:
-        os.close(os.open(path, os.O_RDONLY | os.O_DIRECT))
-    except OSError as e:
-        pytest.skip(f"no O_DIRECT on {tmp_path}: {e}")
-    got = engine_run.odirect_rate(str(tmp_path), 512 * 1024 + 100)  # rounded up to whole pages
-    assert got["gbps"] > 0 and got["threads"] in engine_run.DISK_LIMIT_THREADS
-    assert got["block_bytes"] == 512 * 1024 + 4096
-    assert got["block_gbps"] > 0 and got["block_threads"] in engine_run.DISK_LIMIT_THREADS
-    assert set(got["block_by_threads"]) == set(engine_run.DISK_LIMIT_THREADS)
-    assert "block_gbps" not in engine_run.odirect_rate(str(tmp_path))

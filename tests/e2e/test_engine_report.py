@@ -54,18 +54,6 @@ def test_the_disk_row_predicts_and_says_what_rate_would_tie():
     assert "4.2 (slower than recompute at 2.00)" in row
 
 
-def test_the_disk_row_also_predicts_from_reads_of_the_block_size():
-    res = results()
-    # A 2 MiB sweep of 2 GB/s, and 1.6 GB/s in reads of the model's block size.
-    res["disk"]["m/rep0"].update(block_bytes=512 << 10, block_gbps=1.6, block_threads=2)
-    row = table_row(engine_report.markdown(res), "disk")
-    assert "| 205.0 (1.02x) | 255.0 (0.82x) |" in row  # 400 MB at 1.6 GB/s = 250 ms, plus the 5 ms suffix
-    assert "in 512 KiB reads 1.6 GB/s (2 threads)" in engine_report.markdown(res)
-    # Without that sweep (runs before it), the column is empty, and other phases never have it.
-    assert "| 205.0 (1.02x) | - |" in table_row(engine_report.markdown(results()), "disk")
-    assert "| - | - | - |" in table_row(engine_report.markdown(res), "warm")
-
-
 def test_each_repetition_has_its_column():
     md = engine_report.markdown(results())
     assert "| model | phase | doc tokens | batch | rep 0 | rep 1 |" in md
