@@ -185,6 +185,9 @@ struct Stats {
   uint64_t capacity_configured_bytes = 0;
   uint64_t disk_full_events = 0;  // a new segment file found no space: the store shrank instead
   uint64_t reinsertions = 0, reinserted_bytes = 0;
+  // Of the reinsertions, those copied from the RAM tier's copy (verified)
+  // instead of read back from the disk.
+  uint64_t reinserted_from_ram = 0;
   uint64_t capacity_bytes = 0, used_bytes = 0;
   uint64_t blocks_estimate = 0;                  // RocksDB's estimate of index entries
   // The index (RocksDB): table files on disk, memtables, and bytes written

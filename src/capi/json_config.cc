@@ -297,6 +297,7 @@ std::string StatsToJson(const Stats& s) {
       {"evicted_bytes", s.evicted_bytes},
       {"reinsertions", s.reinsertions},
       {"reinserted_bytes", s.reinserted_bytes},
+      {"reinserted_from_ram", s.reinserted_from_ram},
       {"capacity_bytes", s.capacity_bytes},
       {"used_bytes", s.used_bytes},
       {"blocks_estimate", s.blocks_estimate},

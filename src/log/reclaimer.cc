@@ -17,14 +17,18 @@ struct Reclaimer::Row {
 };
 
 struct Reclaimer::Reinsert {
-  AlignedBuffer rec;  // the record at its start, zero padded to a page
-  uint64_t bytes;     // on-disk bytes when rewritten: whole pages
+  uint8_t* rec;    // in the arena: the record at its start, zero padded to a page
+  uint64_t bytes;  // on-disk bytes when rewritten: whole pages
   NamespaceId ns;
   std::string key;
   format::RecordHeader h;
 };
 
 Status Reclaimer::Reclaim(uint32_t seg, bool reuse, AppendPosition* pos, AppendPosition* hot) {
+  struct TrimAtEnd {
+    Reclaimer* r;
+    ~TrimAtEnd() { r->TrimArena(); }
+  } trim{this};
   const SegmentInfo info = d_.table->Info(seg);
   const uint32_t old_gen = info.generation;
   d_.table->BeginReclaim(seg);
@@ -97,6 +101,20 @@ Status Reclaimer::Reclaim(uint32_t seg, bool reuse, AppendPosition* pos, AppendP
   return Status::OK();
 }
 
+uint8_t* Reclaimer::ArenaFor(uint64_t bytes) {
+  if (arena_.size() < bytes) {
+    // Fresh memory costs a fault per page on first touch, which was most of
+    // a 2 MiB reclaim's time (a VM's faults are dear); huge pages and reuse
+    // across reclaims take that away.
+    if (!arena_.ResetHuge(bytes)) return nullptr;
+  }
+  return arena_.data();
+}
+
+void Reclaimer::TrimArena() {
+  if (arena_.size() > kArenaKeepBytes) arena_ = AlignedBuffer();
+}
+
 std::vector<Reclaimer::Reinsert> Reclaimer::GatherReinserts(uint32_t seg, uint32_t old_gen,
                                                             const std::vector<Row>& rows) {
   std::vector<Reinsert> out;
@@ -108,9 +126,11 @@ std::vector<Reclaimer::Reinsert> Reclaimer::GatherReinserts(uint32_t seg, uint32
   // What to read back: the policy decides from the index and the reads.
   struct Wanted {
     format::IndexValue v;
-    uint64_t first, paged;
+    uint64_t first, paged;  // the pages the record touches
+    uint64_t at;            // its place in the arena
   };
   std::vector<Wanted> wanted;
+  uint64_t arena_bytes = 0;
   for (const Row& r : rows) {
     ReinsertCandidate cand;
     cand.ns = r.ns;
@@ -135,42 +155,82 @@ std::vector<Reclaimer::Reinsert> Reclaimer::GatherReinserts(uint32_t seg, uint32
     if (!d_.policy->Wants(cand)) continue;
     d_.policy->Taken(cand);
     const uint64_t first = format::PageStart(v.offset), paged = format::PagedBytes(v.offset, rec_bytes);
-    Reinsert ri{AlignedBuffer(paged), cand.bytes, r.ns, r.key, {}};
-    if (ri.rec.size() == 0) continue;
-    out.push_back(std::move(ri));
-    wanted.push_back(Wanted{v, first, paged});
+    out.push_back(Reinsert{nullptr, cand.bytes, r.ns, r.key, {}});
+    wanted.push_back(Wanted{v, first, paged, arena_bytes});
+    arena_bytes += paged;  // >= bytes
   }
-  // Every read in flight at once: one at a time, a segment with many hot
-  // blocks held the writer, and every put behind it, for tens of ms.
-  std::vector<IoRequest> reads(out.size());
+  if (out.empty()) return out;
+  uint8_t* arena = ArenaFor(arena_bytes);
+  if (arena == nullptr) return {};  // no memory: nothing is reinserted
+  // A block read again is usually still in the RAM tier: its copy there
+  // (verified below, as a read from the disk is) spares the disk a read.
+  // The rest are read all in flight at once: one at a time, a segment with
+  // many hot blocks held the writer, and every put behind it, for tens of ms.
+  std::vector<IoRequest> reads;
+  std::vector<size_t> read_of(out.size(), SIZE_MAX);
   for (size_t i = 0; i < out.size(); ++i) {
-    reads[i].op = IoRequest::Op::kRead;
-    reads[i].file = file;
-    reads[i].offset = wanted[i].first;
-    reads[i].buf = out[i].rec.data();
-    reads[i].len = wanted[i].paged;
+    out[i].rec = arena + wanted[i].at;
+    if (d_.ram != nullptr && CopyFromRam(wanted[i].v, &out[i])) continue;
+    read_of[i] = reads.size();
+    IoRequest rd;
+    rd.op = IoRequest::Op::kRead;
+    rd.file = file;
+    rd.offset = wanted[i].first;
+    rd.buf = out[i].rec;
+    rd.len = wanted[i].paged;
+    reads.push_back(rd);
   }
   if (!reads.empty()) d_.io->Submit(reads).IgnoreError();  // per-request statuses below
   size_t kept = 0;
   for (size_t i = 0; i < out.size(); ++i) {
-    if (!reads[i].status.ok()) continue;
-    c.device_bytes_read.Add(wanted[i].paged);
     Reinsert& ri = out[i];
     const format::IndexValue& v = wanted[i].v;
-    const uint64_t rec_bytes = v.RecordBytes();
-    if (v.offset != wanted[i].first) std::memmove(ri.rec.data(), ri.rec.data() + (v.offset - wanted[i].first), rec_bytes);
-    std::memset(ri.rec.data() + rec_bytes, 0, ri.bytes - rec_bytes);
-    std::string_view k;
-    auto hdr = format::DecodeRecordHeader({ri.rec.data(), rec_bytes}, d_.stored_payload_limit, &k);
-    if (!hdr.ok() || format::RecordAgainstEntry(*hdr, k, ri.ns, ri.key, v) != 0 ||
-        format::Checksum(ri.rec.data() + v.PayloadOffset(), hdr->payload_len) != hdr->payload_checksum)
-      continue;
-    ri.h = *hdr;
+    if (read_of[i] == SIZE_MAX) {
+      if (format::Checksum(ri.rec + v.PayloadOffset(), v.payload_len) != v.payload_checksum) continue;
+      c.reinserted_from_ram.Add();
+    } else {
+      if (!reads[read_of[i]].status.ok()) continue;
+      c.device_bytes_read.Add(wanted[i].paged);
+      const uint64_t rec_bytes = v.RecordBytes();
+      if (v.offset != wanted[i].first) std::memmove(ri.rec, ri.rec + (v.offset - wanted[i].first), rec_bytes);
+      std::memset(ri.rec + rec_bytes, 0, ri.bytes - rec_bytes);
+      std::string_view k;
+      auto hdr = format::DecodeRecordHeader({ri.rec, rec_bytes}, d_.stored_payload_limit, &k);
+      if (!hdr.ok() || format::RecordAgainstEntry(*hdr, k, ri.ns, ri.key, v) != 0 ||
+          format::Checksum(ri.rec + v.PayloadOffset(), hdr->payload_len) != hdr->payload_checksum)
+        continue;
+      ri.h = *hdr;
+    }
     if (kept != i) out[kept] = std::move(ri);
     ++kept;
   }
   out.resize(kept);
   return out;
+}
+
+bool Reclaimer::CopyFromRam(const format::IndexValue& v, Reinsert* ri) {
+  RamTier::Pin pin = d_.ram->Peek(ri->ns, ri->key);
+  if (!pin || pin.size() != v.payload_len || pin.checksum() != v.payload_checksum) return false;
+  format::RecordHeader& h = ri->h;
+  h.flags = v.flags;
+  h.key_len = v.key_len;
+  h.ns_id = ri->ns;
+  h.payload_len = v.payload_len;
+  h.payload_checksum = v.payload_checksum;
+  h.written_unix_ms = v.written_unix_ms;
+  // The header is written again with its new place (WriteReinserts); the
+  // gap after the key and the tail of the last page are zeros, as a put
+  // leaves them.
+  uint8_t* rec = ri->rec;
+  const uint64_t payload_at = v.PayloadOffset();
+  std::memset(rec, 0, payload_at);
+  uint64_t at = payload_at;
+  for (const RamTier::Piece& p : pin.pieces()) {
+    std::memcpy(rec + at, p.data, p.size);
+    at += p.size;
+  }
+  std::memset(rec + at, 0, ri->bytes - at);
+  return true;
 }
 
 void Reclaimer::DropEntries(uint32_t seg, uint32_t old_gen, uint32_t new_gen, bool reuse,
@@ -220,12 +280,12 @@ size_t Reclaimer::WriteReinserts(std::vector<Reinsert>& reinserts, size_t next, 
     h.segment_id = at->seg;
     h.generation = at->gen;
     h.sequence = (*seq)++;
-    format::EncodeRecordHeader(h, ri.key, ri.rec.data());
+    format::EncodeRecordHeader(h, ri.key, ri.rec);
     IoRequest w;
     w.op = IoRequest::Op::kWrite;
     w.file = file;
     w.offset = off;
-    w.buf = ri.rec.data();
+    w.buf = ri.rec;
     w.len = ri.bytes;
     writes.push_back(w);
     values.push_back(format::IndexValueOf(h, off));

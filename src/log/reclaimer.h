@@ -24,6 +24,7 @@
 #include "log/segment_table.h"
 #include "log/write_op.h"
 #include "tier/ram_tier.h"
+#include "util/aligned_buffer.h"
 #include "util/counters.h"
 
 namespace kvtier {
@@ -57,9 +58,17 @@ class Reclaimer {
  private:
   struct Row;
   struct Reinsert;
-  // Reads back and verifies the blocks of `seg` the policy wants, all
-  // reads in flight together.
+  // Reads back and verifies the blocks of `seg` the policy wants: copied
+  // from the RAM tier where it holds them, else all read in flight together.
   std::vector<Reinsert> GatherReinserts(uint32_t seg, uint32_t old_gen, const std::vector<Row>& rows);
+  // A buffer of `bytes` for this reclaim's records (nullptr: no memory),
+  // kept for the next one when at most kArenaKeepBytes.
+  uint8_t* ArenaFor(uint64_t bytes);
+  void TrimArena();
+  // Fills ri (record and header, but its place) from the RAM tier's copy
+  // of the block `v` names; false when the tier has no such copy. The
+  // caller verifies the payload.
+  bool CopyFromRam(const format::IndexValue& v, Reinsert* ri);
   // Drops the old generation's entries (and their RAM copies, but for
   // blocks about to be reinserted).
   void DropEntries(uint32_t seg, uint32_t old_gen, uint32_t new_gen, bool reuse, const std::vector<Row>& rows,
@@ -71,7 +80,13 @@ class Reclaimer {
   // too (unindexed), all count as handled, and the segment as full.
   size_t WriteReinserts(std::vector<Reinsert>& reinserts, size_t next, AppendPosition* at, uint64_t* seq);
 
+  // What the writer keeps between reclaims for reinserted records: a 2 MiB
+  // block store's reclaim rewrites up to reinsert_max_fraction of a
+  // segment, and more than this is freed after each reclaim.
+  static constexpr uint64_t kArenaKeepBytes = 64ull << 20;
+
   Deps d_;
+  AlignedBuffer arena_;
 };
 
 }  // namespace kvtier

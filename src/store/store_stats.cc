@@ -55,6 +55,7 @@ Stats StoreImpl::GetStats() {
   s.evicted_bytes = c_.evicted_bytes.Get();
   s.reinsertions = c_.reinsertions.Get();
   s.reinserted_bytes = c_.reinserted_bytes.Get();
+  s.reinserted_from_ram = c_.reinserted_from_ram.Get();
   s.recovered_from_crash = c_.recovered_from_crash.load();
   s.recovery_scanned_bytes = c_.recovery_scanned_bytes.Get();
   s.recovery_reindexed = c_.recovery_reindexed.Get();

@@ -288,6 +288,16 @@ RamTier::Pin RamTier::Acquire(NamespaceId ns, std::string_view key) {
   return Pin(this, it->second);
 }
 
+RamTier::Pin RamTier::Peek(NamespaceId ns, std::string_view key) {
+  std::string mk = MapKey(ns, key);
+  Shard& s = ShardFor(format::Checksum(mk.data(), mk.size()));
+  std::lock_guard<std::mutex> l(s.mu);
+  auto it = s.map.find(mk);
+  if (it == s.map.end()) return Pin();
+  it->second->node.pins++;
+  return Pin(this, it->second);
+}
+
 namespace {
 // A shared copy's piece, and the distance between the hash states a block's
 // first read (or its put) records: 8 pieces for a 2 MiB block, each a few

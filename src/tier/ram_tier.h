@@ -157,6 +157,10 @@ class RamTier {
 
   // Pins a block for reading; an empty Pin on a miss. Counts a hit or miss.
   Pin Acquire(NamespaceId ns, std::string_view key);
+  // Pins a block without counting a hit, a miss or a read, and without
+  // touching the eviction order: for the store's own copies (reclaim's
+  // reinsertion), which are not the engine's reads.
+  Pin Peek(NamespaceId ns, std::string_view key);
   // Copies a block into `out`: its size, NotFound, BufferTooSmall, or
   // Corruption (verify_reads: the copy no longer matches its checksum; the
   // block is dropped and `out` holds garbage).

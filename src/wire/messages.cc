@@ -6,7 +6,7 @@ namespace kvtier::wire {
 namespace {
 
 // A new field in one of these structs must be added to its visitor below.
-static_assert(sizeof(Stats) == 696, "Stats changed: list the new field in VisitStats");
+static_assert(sizeof(Stats) == 704, "Stats changed: list the new field in VisitStats");
 static_assert(sizeof(BlockInfo) == 128, "BlockInfo changed: list the new field in VisitBlockInfo");
 static_assert(sizeof(SegmentInfo) == 32, "SegmentInfo changed: list the new field in VisitSegmentInfo");
 static_assert(sizeof(VerifyReport) == 96, "VerifyReport changed: list the new field in VisitVerifyReport");
@@ -27,7 +27,7 @@ void VisitStats(T& s, V& v) {
   v(s.put_commit_ns);
   v(s.write_amplification);
   v(s.evictions); v(s.evicted_blocks); v(s.evicted_bytes); v(s.capacity_configured_bytes);
-  v(s.disk_full_events); v(s.reinsertions); v(s.reinserted_bytes); v(s.capacity_bytes); v(s.used_bytes);
+  v(s.disk_full_events); v(s.reinsertions); v(s.reinserted_bytes); v(s.reinserted_from_ram); v(s.capacity_bytes); v(s.used_bytes);
   v(s.blocks_estimate); v(s.segments_total); v(s.segments_sealed); v(s.segments_free);
   v(s.segments_hot); v(s.segment_entries_ignored); v(s.recovered_from_crash); v(s.recovery_scanned_bytes);
   v(s.recovery_reindexed); v(s.recovery_torn_bytes); v(s.open_seconds); v(s.io_backend); v(s.remote_connected);

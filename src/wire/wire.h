@@ -41,7 +41,7 @@ inline constexpr uint32_t kWireMagic = 0x5653564B;
 // 2: Stats carries the lookup map's state; 3: get_batch; 4: Stats carries
 // the hot region's segments and the disk reads' phase times; 5: and the
 // puts' phase times.
-inline constexpr uint16_t kWireVersion = 5;
+inline constexpr uint16_t kWireVersion = 6;
 inline constexpr size_t kHeaderBytes = 24;
 inline constexpr uint32_t kMaxBodyBytes = 4u << 20;
 inline constexpr uint32_t kMaxFragments = 64;     // per put or get

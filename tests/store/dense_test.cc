@@ -159,6 +159,28 @@ TEST_P(DenseTest, HotDenseBlocksAreReinsertedWhenTheirSegmentIsReclaimed) {
   ExpectBlocks(s.get(), ns, 10, 5, 6000);
 }
 
+// The same from the RAM tier's copies: a dense record rebuilt from memory is
+// written alone, padded to a page, and reads back from the disk.
+TEST_P(DenseTest, HotDenseBlocksAreReinsertedFromTheRamTier) {
+  opt_.capacity_bytes = 4 << 20;
+  opt_.reinsert_hot_blocks = true;
+  opt_.ram_tier_bytes = 64 << 20;
+  auto s = OpenStore();
+  NamespaceId ns = Ns(s.get());
+  PutBlocks(s.get(), ns, 0, 64, 6000);
+  ExpectBlocks(s.get(), ns, 10, 5, 6000);
+  ExpectBlocks(s.get(), ns, 10, 5, 6000);
+  PutBlocks(s.get(), ns, 1000, 1000, 6000);
+  const Stats st = s->GetStats();
+  EXPECT_GT(st.reinserted_from_ram, 0u);
+  EXPECT_EQ(st.reinserted_from_ram, st.reinsertions);
+  ASSERT_TRUE(s->Close().ok());
+  opt_.ram_tier_bytes = 0;
+  s = OpenStore();
+  ExpectBlocks(s.get(), ns, 10, 5, 6000);
+  EXPECT_GT(s->GetStats().hits_disk, 0u);
+}
+
 // A cold get of a small record reads the sectors it lies in, not the pages:
 // on a device of 512-byte sectors a 4 KiB block's record (4,200 bytes, most
 // of them across a page boundary) costs one read of 4.5-5 KiB, not of 8-12.

@@ -682,6 +682,37 @@ TEST_P(StoreTest, ReclaimRewritesBlocksTheRamTierServedNotBlocksItHolds) {
   ExpectBlock(s.get(), ns, Key(99), size);
 }
 
+// A hot block the RAM tier holds is rewritten from that copy (checked against
+// the index's checksum), not read back from the disk; the record it makes is
+// the one a put writes, as the disk alone shows after a reopen.
+TEST_P(StoreTest, ReclaimRewritesHotBlocksFromTheRamTiersCopy) {
+  opt_.capacity_bytes = 4 << 20;
+  opt_.ram_tier_bytes = 32 << 20;
+  auto s = OpenStore();
+  NamespaceId ns = Ns(s.get());
+  const size_t size = 60000;
+  PutKeys(s.get(), ns, 0, 16, size);
+  ReadTwoHotKeysAndOneOnce(s.get(), ns, size);
+  const Stats before = s->GetStats();
+  PutKeys(s.get(), ns, 16, 100, size);
+  const Stats st = s->GetStats();
+  EXPECT_EQ(st.reinsertions, 2u);
+  EXPECT_EQ(st.reinserted_from_ram, 2u);
+  EXPECT_EQ(st.device_bytes_read, before.device_bytes_read);  // nothing read back
+  ASSERT_TRUE(s->Close().ok());
+  opt_.ram_tier_bytes = 0;  // the disk alone now
+  s = OpenStore();
+  ExpectBlock(s.get(), ns, Key(0), size);
+  ExpectBlock(s.get(), ns, Key(1), size);
+  EXPECT_GT(s->GetStats().hits_disk, 0u);
+  VerifyOptions vo;
+  vo.deep = true;
+  auto rep = s->Verify(vo);
+  ASSERT_TRUE(rep.ok());
+  EXPECT_TRUE(rep->ok()) << (rep->problems.empty() ? "" : rep->problems[0]);
+  EXPECT_EQ(rep->records_corrupt, 0u);
+}
+
 TEST_P(StoreTest, StaleEntriesAfterSegmentReuseAreDropped) {
   opt_.capacity_bytes = 2 << 20;
   opt_.reinsert_hot_blocks = false;
