@@ -324,11 +324,16 @@ WorkloadResult RunSteadyState(const SteadyConfig& c, const Payloads& payloads,
                     HumanBytes(r.index_sst_bytes).c_str(), HumanBytes(r.index_written_bytes).c_str(),
                     r.index_written_bytes / payload);
       r.put.note += more;
-      w.details["write_amplification"].push_back(
-          {{"design", name}, {"device", r.device_write_amp}, {"segments", r.segment_write_amp},
-           {"reinserted_bytes", r.reinserted_bytes}, {"index_sst_bytes", r.index_sst_bytes},
-           {"index_written_bytes", r.index_written_bytes}, {"payload_bytes", r.mixed_put_bytes}});
     }
+    // Every design's, so that --json compares them as the table does.
+    nlohmann::json amp = {{"design", name}, {"device", r.device_write_amp}, {"payload_bytes", r.mixed_put_bytes}};
+    if (r.has_segments) {
+      amp["segments"] = r.segment_write_amp;
+      amp["reinserted_bytes"] = r.reinserted_bytes;
+      amp["index_sst_bytes"] = r.index_sst_bytes;
+      amp["index_written_bytes"] = r.index_written_bytes;
+    }
+    w.details["write_amplification"].push_back(amp);
     w.results.push_back(r.get);
     w.results.push_back(r.put);
     w.notes.push_back(name +

@@ -293,6 +293,12 @@ TEST_F(BenchHarnessTest, SteadyStateUnderEvictionNeverReturnsWrongBytes) {
       EXPECT_GT(x["device"].get<double>(), 0.0) << x.dump();
     }
     EXPECT_EQ(later_half.size(), 4u) << d.dump();
+    // The whole run's too, for every design: file-per-block writes about its payload.
+    std::map<std::string, double> whole;
+    for (const auto& x : d["write_amplification"]) whole[x["design"].get<std::string>()] = x["device"].get<double>();
+    EXPECT_EQ(whole.size(), 4u) << d.dump();
+    EXPECT_GE(whole["file-per-block"], 0.99) << d.dump();
+    EXPECT_GT(whole["rocksdb-blob"], 0.0) << d.dump();
     uint64_t block = w["block_bytes"];
     if (block == 0) {  // mixed: the mean of its sizes
       ASSERT_EQ(d["sizes"].size(), 3u) << d["sizes"].dump();
