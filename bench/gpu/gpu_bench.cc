@@ -1,6 +1,7 @@
 // kvtier_gpu_bench: the GPU data path against its limits, in one run.
 //
 //   kvtier_gpu_bench --dir /path/on/nvme [--data-mib 2048] [--iters 5] [--out result.json]
+//                    [--shapes 2MiB_block,per_layer_32KiB,512KiB_block]
 //
 // Measures, with the same device and disk:
 //   limits   pinned cudaMemcpy H2D / D2H (256 MiB), cudaMemcpyBatchAsync over
@@ -10,12 +11,16 @@
 //   kvtier   RAM tier -> GPU (GetToDevice, all RAM hits), GPU -> RAM tier
 //            (PutFromDevice returning once in RAM and queued; and durable),
 //            disk -> GPU (GetToDevice on a store without a RAM tier, at the
-//            default depth and at 1-32 reads in flight),
-//            for 2 MiB cross-layer blocks and per-layer blocks of 56 x 32 KiB.
+//            default depth and at 1-32 reads in flight), and beside it the
+//            host path from the same files (one GetBatch into pinned host
+//            memory, as an engine's CPU tier loads),
+//            for 2 MiB and 512 KiB cross-layer blocks and per-layer blocks of
+//            56 x 32 KiB.
 // Prints one JSON object (also written to --out). Without a GPU it prints
 // {"skipped": reason} and exits 0.
 #include <cuda_runtime_api.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -120,18 +125,61 @@ double DiskLoad(kvtier::Store* store, kvtier::NamespaceId ns, const Blocks& dst,
   return GBps(double(dst.bytes), Seconds(t0));
 }
 
+// Pinned host memory on huge pages, as an engine's CPU tier has it.
+class PinnedHost {
+ public:
+  explicit PinnedHost(size_t bytes) : len_((bytes + (2u << 20) - 1) / (2u << 20) * (2u << 20)) {
+    void* p = mmap(nullptr, len_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+      std::fprintf(stderr, "mmap of %zu bytes failed\n", len_);
+      std::exit(1);
+    }
+    madvise(p, len_, MADV_HUGEPAGE);
+    std::memset(p, 0, len_);
+    CK(cudaHostRegister(p, len_, cudaHostRegisterDefault));
+    data_ = static_cast<uint8_t*>(p);
+  }
+  ~PinnedHost() {
+    cudaHostUnregister(data_);
+    munmap(data_, len_);
+  }
+  PinnedHost(const PinnedHost&) = delete;
+  PinnedHost& operator=(const PinnedHost&) = delete;
+  uint8_t* data() { return data_; }
+
+ private:
+  size_t len_;
+  uint8_t* data_ = nullptr;
+};
+
+// The host path from the same store: one GetBatch of every block of `dst`
+// (its keys, each into `block` bytes of `host`); GB/s.
+double HostLoad(kvtier::Store* store, kvtier::NamespaceId ns, const Blocks& dst, size_t block, PinnedHost& host) {
+  std::vector<kvtier::MutableFragment> frags(dst.keys.size());
+  std::vector<kvtier::GetItem> items(dst.keys.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    frags[i] = kvtier::MutableFragment{host.data() + i * block, block};
+    items[i] = kvtier::GetItem{dst.keys[i], {&frags[i], 1}};
+  }
+  const auto t0 = Clock::now();
+  CheckAll(store->GetBatch(ns, items), "get_batch");
+  return GBps(double(dst.bytes), Seconds(t0));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string dir = "/tmp/kvtier-gpu-bench", out;
   size_t data_mib = 2048;
   int iters = 5;
+  std::string shape_list = ",2MiB_block,per_layer_32KiB,512KiB_block,";
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
     if (a == "--dir") dir = argv[i + 1];
     else if (a == "--data-mib") data_mib = std::strtoull(argv[i + 1], nullptr, 10);
     else if (a == "--iters") iters = std::atoi(argv[i + 1]);
     else if (a == "--out") out = argv[i + 1];
+    else if (a == "--shapes") shape_list = "," + std::string(argv[i + 1]) + ",";
   }
   json = "{";
   char date[64];
@@ -205,8 +253,10 @@ int main(int argc, char** argv) {
     int layers;
     size_t frag;
   };
-  const Shape shapes[] = {{"2MiB_block", 0, 2u << 20}, {"per_layer_32KiB", 28, 32u << 10}};
+  const Shape shapes[] = {
+      {"2MiB_block", 0, 2u << 20}, {"per_layer_32KiB", 28, 32u << 10}, {"512KiB_block", 0, 512u << 10}};
   for (const Shape& sh : shapes) {
+    if (shape_list.find("," + std::string(sh.name) + ",") == std::string::npos) continue;
     const size_t block = sh.layers == 0 ? sh.frag : 2 * sh.layers * sh.frag;
     const int n = static_cast<int>(data / block);
     Blocks src = Make(dsrc, n, sh.layers, sh.frag, "b");
@@ -298,8 +348,16 @@ int main(int argc, char** argv) {
       // Loads at the default depth (reads in flight per call), then at each
       // depth of a sweep: the drive's best is often at one read in flight, so
       // the default's cost, if any, shows beside the others.
-      const double disk_gbps = DiskLoad(store->get(), *ns, dst, stream, TransferOptions{}.pipeline_depth);
+      // The GPU path at its default depth and the host path, alternated
+      // twice (the drive moves between minutes); the better of each.
+      PinnedHost host(dst.bytes);
+      double disk_gbps = 0, host_gbps = 0;
+      for (int round = 0; round < 2; ++round) {
+        disk_gbps = std::max(disk_gbps, DiskLoad(store->get(), *ns, dst, stream, TransferOptions{}.pipeline_depth));
+        host_gbps = std::max(host_gbps, HostLoad(store->get(), *ns, dst, block, host));
+      }
       Field(p + "disk_to_gpu_GBps", disk_gbps);
+      Field(p + "disk_to_host_GBps", host_gbps);
       double best_depth_gbps = 0;
       unsigned best_depth = 0;
       for (unsigned depth : {1u, 2u, 4u, 8u, 16u, 32u}) {
@@ -329,6 +387,7 @@ int main(int argc, char** argv) {
       Field(p + "limit_disk_read_best_qd", limit.qd);
       Field(p + "limit_disk_read_best_sequential", limit.sequential ? 1 : 0);
       Field(p + "disk_to_gpu_x_best", disk_gbps / limit.gbps);
+      Field(p + "disk_to_host_x_best", host_gbps / limit.gbps);
       Field(p + "disk_to_gpu_best_depth_x_best", best_depth_gbps / limit.gbps);
     }
   }

@@ -116,13 +116,16 @@ void TransferImpl::ReadMisses(GetCall& call, NamespaceId ns, std::span<const Dev
   std::mutex m;
   std::condition_variable cv;
   std::deque<Landed> landed;
-  std::vector<size_t> free_slots;
-  for (size_t s = slots_.size(); s-- > 0;) free_slots.push_back(s);
+  // Taken oldest-freed first: the slot just landed still has its copy to the
+  // device in flight, and taking it again at once waited for that copy
+  // before the next read could be queued.
+  std::deque<size_t> free_slots;
+  for (size_t s = 0; s < slots_.size(); ++s) free_slots.push_back(s);
   size_t next = 0, inflight = 0;
   while (next < misses.size() || inflight > 0) {
     while (next < misses.size() && !free_slots.empty()) {
-      const size_t s = free_slots.back();
-      free_slots.pop_back();
+      const size_t s = free_slots.front();
+      free_slots.pop_front();
       Status w = WaitSlot(slots_[s]);
       const size_t i = misses[next++];
       if (!w.ok()) {
