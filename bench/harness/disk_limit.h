@@ -31,6 +31,18 @@ struct ReadLimit {
 // The best UringRead over the sweep, and which point gave it.
 ReadLimit BestRead(const std::vector<std::string>& files, size_t io, size_t total);
 
+// One read of the device: a file's bytes [offset, offset + len), page aligned.
+struct Extent {
+  std::string file;
+  uint64_t offset = 0;
+  size_t len = 0;
+};
+// O_DIRECT reads of exactly `extents`, in order, `qd` in flight: a store's
+// own reads with nothing of the store around them. GB/s; 0 on any failure.
+double ReplayReads(const std::vector<Extent>& extents, unsigned qd);
+// The best ReplayReads at queue depth 1, 2, 4, 8, 16 and 32.
+ReadLimit BestReplay(const std::vector<Extent>& extents);
+
 }  // namespace kvbench
 
 #endif  // KVTIER_BENCH_HARNESS_DISK_LIMIT_H_

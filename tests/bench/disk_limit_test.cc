@@ -75,5 +75,24 @@ TEST_F(DiskLimitTest, TheSweepReadsAndNamesItsBest) {
   }
 }
 
+// A store's reads replayed: every extent read once, whatever the depth; an
+// extent past the file's end (a short read) gives no rate, not a wrong one.
+TEST_F(DiskLimitTest, TheReplayReadsEachExtentAndRefusesShortReads) {
+  const std::string path = Preallocated("seg-000003.kvs", 8 * kMiB, 8 * kMiB);
+  const int probe = ::open(path.c_str(), O_RDONLY | O_DIRECT);
+  if (probe < 0) GTEST_SKIP() << "no O_DIRECT here";
+  ::close(probe);
+  std::vector<Extent> extents;
+  for (uint64_t off = 0; off + 516 * 1024 <= 8 * kMiB; off += 516 * 1024) extents.push_back({path, off, 516 * 1024});
+  for (unsigned qd : {1u, 4u, 32u}) EXPECT_GT(ReplayReads(extents, qd), 0.0) << qd;
+  const ReadLimit best = BestReplay(extents);
+  EXPECT_GT(best.gbps, 0.0);
+  EXPECT_TRUE(best.qd >= 1 && best.qd <= 32) << best.qd;
+  extents.push_back({path, 8 * kMiB - 4096, 2 * 4096});  // half of it past the end
+  EXPECT_EQ(ReplayReads(extents, 4), 0.0);
+  EXPECT_EQ(ReplayReads({{(dir_ / "missing.kvs").string(), 0, 4096}}, 1), 0.0);
+  EXPECT_EQ(ReplayReads({}, 1), 0.0);
+}
+
 }  // namespace
 }  // namespace kvbench
