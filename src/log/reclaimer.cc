@@ -7,6 +7,7 @@
 
 #include "format/record.h"
 #include "util/aligned_buffer.h"
+#include "util/copy_checksum.h"
 
 namespace kvtier {
 
@@ -170,7 +171,7 @@ std::vector<Reclaimer::Reinsert> Reclaimer::GatherReinserts(uint32_t seg, uint32
   std::vector<size_t> read_of(out.size(), SIZE_MAX);
   for (size_t i = 0; i < out.size(); ++i) {
     out[i].rec = arena + wanted[i].at;
-    if (d_.ram != nullptr && CopyFromRam(wanted[i].v, &out[i])) continue;
+    if (d_.ram != nullptr && CopyFromRam(wanted[i].v, &out[i])) continue;  // else read it from the disk
     read_of[i] = reads.size();
     IoRequest rd;
     rd.op = IoRequest::Op::kRead;
@@ -186,8 +187,7 @@ std::vector<Reclaimer::Reinsert> Reclaimer::GatherReinserts(uint32_t seg, uint32
     Reinsert& ri = out[i];
     const format::IndexValue& v = wanted[i].v;
     if (read_of[i] == SIZE_MAX) {
-      if (format::Checksum(ri.rec + v.PayloadOffset(), v.payload_len) != v.payload_checksum) continue;
-      c.reinserted_from_ram.Add();
+      c.reinserted_from_ram.Add();  // copied and verified by CopyFromRam
     } else {
       if (!reads[read_of[i]].status.ok()) continue;
       c.device_bytes_read.Add(wanted[i].paged);
@@ -224,13 +224,16 @@ bool Reclaimer::CopyFromRam(const format::IndexValue& v, Reinsert* ri) {
   uint8_t* rec = ri->rec;
   const uint64_t payload_at = v.PayloadOffset();
   std::memset(rec, 0, payload_at);
+  // Hashed as it is copied, one pass, and checked against the index's
+  // checksum as a read from the disk is.
+  Xxh3Copy sum(v.payload_len);
   uint64_t at = payload_at;
   for (const RamTier::Piece& p : pin.pieces()) {
-    std::memcpy(rec + at, p.data, p.size);
+    sum.Copy(rec + at, p.data, p.size);
     at += p.size;
   }
   std::memset(rec + at, 0, ri->bytes - at);
-  return true;
+  return sum.Digest() == v.payload_checksum;
 }
 
 void Reclaimer::DropEntries(uint32_t seg, uint32_t old_gen, uint32_t new_gen, bool reuse,

@@ -66,8 +66,8 @@ class Reclaimer {
   uint8_t* ArenaFor(uint64_t bytes);
   void TrimArena();
   // Fills ri (record and header, but its place) from the RAM tier's copy
-  // of the block `v` names; false when the tier has no such copy. The
-  // caller verifies the payload.
+  // of the block `v` names, verified as it is copied; false when the tier
+  // has no such copy or it does not match `v`'s checksum.
   bool CopyFromRam(const format::IndexValue& v, Reinsert* ri);
   // Drops the old generation's entries (and their RAM copies, but for
   // blocks about to be reinserted).

@@ -272,28 +272,20 @@ uint64_t RamTier::Insert(NamespaceId ns, std::string_view key, std::span<const F
   return Commit(std::move(r), checksum);
 }
 
-RamTier::Pin RamTier::Acquire(NamespaceId ns, std::string_view key) {
+RamTier::Pin RamTier::PinEntry(NamespaceId ns, std::string_view key, bool as_read) {
   std::string mk = MapKey(ns, key);
   Shard& s = ShardFor(format::Checksum(mk.data(), mk.size()));
   std::lock_guard<std::mutex> l(s.mu);
   auto it = s.map.find(mk);
   if (it == s.map.end()) {
-    s.misses++;
+    if (as_read) s.misses++;
     return Pin();
   }
-  s.hits++;
-  if (it->second->reads != UINT32_MAX) it->second->reads++;
-  s.policy->OnHit(&it->second->node);
-  it->second->node.pins++;
-  return Pin(this, it->second);
-}
-
-RamTier::Pin RamTier::Peek(NamespaceId ns, std::string_view key) {
-  std::string mk = MapKey(ns, key);
-  Shard& s = ShardFor(format::Checksum(mk.data(), mk.size()));
-  std::lock_guard<std::mutex> l(s.mu);
-  auto it = s.map.find(mk);
-  if (it == s.map.end()) return Pin();
+  if (as_read) {
+    s.hits++;
+    if (it->second->reads != UINT32_MAX) it->second->reads++;
+    s.policy->OnHit(&it->second->node);
+  }
   it->second->node.pins++;
   return Pin(this, it->second);
 }

@@ -156,11 +156,11 @@ class RamTier {
   uint64_t CommitKeepPin(Pin& reservation, uint64_t checksum);
 
   // Pins a block for reading; an empty Pin on a miss. Counts a hit or miss.
-  Pin Acquire(NamespaceId ns, std::string_view key);
+  Pin Acquire(NamespaceId ns, std::string_view key) { return PinEntry(ns, key, /*as_read=*/true); }
   // Pins a block without counting a hit, a miss or a read, and without
   // touching the eviction order: for the store's own copies (reclaim's
   // reinsertion), which are not the engine's reads.
-  Pin Peek(NamespaceId ns, std::string_view key);
+  Pin Peek(NamespaceId ns, std::string_view key) { return PinEntry(ns, key, /*as_read=*/false); }
   // Copies a block into `out`: its size, NotFound, BufferTooSmall, or
   // Corruption (verify_reads: the copy no longer matches its checksum; the
   // block is dropped and `out` holds garbage).
@@ -217,6 +217,8 @@ class RamTier {
   const std::string& shm_path() const { return opt_.shm_path; }
 
  private:
+  // Acquire (as_read) and Peek: the lookup and the pin.
+  Pin PinEntry(NamespaceId ns, std::string_view key, bool as_read);
   explicit RamTier(const RamTierOptions& o);
   Status Map(bool* adopt);
   bool IsAdoptable(File& f) const;
