@@ -23,7 +23,6 @@
 // {"skipped": reason} and exits 0.
 #include <cuda_runtime_api.h>
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -36,9 +35,11 @@
 #include <string>
 #include <vector>
 
+#include "harness/common.h"
 #include "harness/disk_limit.h"
 #include "kvtier/cuda.h"
 #include "kvtier/store.h"
+#include "log/segment_table.h"
 
 namespace {
 
@@ -128,31 +129,18 @@ double DiskLoad(kvtier::Store* store, kvtier::NamespaceId ns, const Blocks& dst,
   return GBps(double(dst.bytes), Seconds(t0));
 }
 
-// Pinned host memory on huge pages, as an engine's CPU tier has it.
+// Pinned host memory on huge pages (the harness's buffer, registered with
+// CUDA), as an engine's CPU tier has it.
 class PinnedHost {
  public:
-  explicit PinnedHost(size_t bytes) : len_((bytes + (2u << 20) - 1) / (2u << 20) * (2u << 20)) {
-    void* p = mmap(nullptr, len_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) {
-      std::fprintf(stderr, "mmap of %zu bytes failed\n", len_);
-      std::exit(1);
-    }
-    madvise(p, len_, MADV_HUGEPAGE);
-    std::memset(p, 0, len_);
-    CK(cudaHostRegister(p, len_, cudaHostRegisterDefault));
-    data_ = static_cast<uint8_t*>(p);
-  }
-  ~PinnedHost() {
-    cudaHostUnregister(data_);
-    munmap(data_, len_);
-  }
+  explicit PinnedHost(size_t bytes) : buf_(bytes) { CK(cudaHostRegister(buf_.data(), buf_.size(), cudaHostRegisterDefault)); }
+  ~PinnedHost() { cudaHostUnregister(buf_.data()); }
   PinnedHost(const PinnedHost&) = delete;
   PinnedHost& operator=(const PinnedHost&) = delete;
-  uint8_t* data() { return data_; }
+  uint8_t* data() { return buf_.data(); }
 
  private:
-  size_t len_;
-  uint8_t* data_ = nullptr;
+  kvbench::AlignedBuf buf_;
 };
 
 // The host path from the same store: one GetBatch of every block of `dst`
@@ -408,9 +396,8 @@ int main(int argc, char** argv) {
         for (const std::string& key : dst.keys) {
           auto bi = (*reopened)->Stat(*ns, key);
           if (!bi.ok()) return 1;
-          char name[32];
-          std::snprintf(name, sizeof name, "seg-%06u.kvs", bi->segment);
-          extents.push_back(kvbench::Extent{sdir + "/segments/" + name, bi->offset, bi->record_bytes});
+          extents.push_back(kvbench::Extent{sdir + "/segments/" + kvtier::SegmentTable::FileName(bi->segment),
+                                            bi->offset, bi->record_bytes});
         }
         if (!(*reopened)->Close().ok()) return 1;
       }
