@@ -287,7 +287,10 @@ int kvtier_gpu_set_copy_method(kvtier_store* s, const char* method);
 int kvtier_gpu_stats_json(kvtier_store* s, char* buf, size_t cap, size_t* out_len);
 /* Enqueues every block's copies on `stream` and returns: work queued on the stream
  * afterwards sees the data. With event != 0 (a cudaEvent_t) it is recorded after the
- * last copy. RAM hits are copied at once, disk reads as they complete. */
+ * last copy. RAM hits are copied at once, disk reads as they complete. Every block is
+ * verified before the call returns: disk reads on the host, RAM hits by hashing the
+ * bytes that landed on the device (a block that fails is loaded again from disk), so
+ * the call waits for the RAM hits' copies. */
 int kvtier_get_to_device(kvtier_store* s, kvtier_ns ns, const kvtier_get_item* items, size_t n, uint64_t stream,
                          uint64_t event, int32_t* statuses, uint64_t* sizes);
 /* Copies the blocks off the device after the work queued on `stream` (the KV's

@@ -83,6 +83,10 @@ struct TransferStats {
   // (the rest: on the host, e.g. payloads of <= 240 bytes or unaligned
   // fragments).
   uint64_t gpu_hashed_blocks = 0;
+  // RAM hits checked on the device after their copy (XXH3 of the bytes that
+  // landed, against the block's checksum), and those that failed the check
+  // and were loaded again through the store's verified read path.
+  uint64_t ram_hits_verified_on_device = 0, ram_hits_reloaded = 0;
   bool ram_tier_pinned = false;  // the RAM tier is registered with CUDA
   bool batch_api = false;        // cudaMemcpyBatchAsync is compiled in
   CopyMethod method = CopyMethod::kAuto;  // as set now (TransferOptions, SetCopyMethod)
@@ -113,8 +117,13 @@ class Transfer {
 
   // Loads blocks into their device fragments. Copies are enqueued on
   // `stream` (not the legacy default stream for the batch API): RAM hits at
-  // once, disk reads as they complete. Returns when every copy is enqueued,
-  // so work queued on `stream` afterwards sees the data; results[i] is the
+  // once, disk reads as they complete. Every block is verified before the
+  // call returns: a disk read on the host before its copy, a RAM hit on the
+  // device after its copy (a kernel hashes the bytes that landed while the
+  // disk reads run; one that fails is loaded again through the store's
+  // verified read, which drops the changed RAM copy). So the call returns
+  // once the RAM hits' copies have run and every other copy is enqueued, and
+  // work queued on `stream` afterwards sees verified data; results[i] is the
   // payload size, NotFound (miss), BufferTooSmall, or an error. When given,
   // `done_event` is recorded after the last copy and `done` runs once the
   // copies have finished.

@@ -228,6 +228,8 @@ std::string GpuStatsToJson(const gpu::TransferStats& s, int device) {
             {"loop_calls", s.loop_calls},
             {"kernel_calls", s.kernel_calls},
             {"gpu_hashed_blocks", s.gpu_hashed_blocks},
+            {"ram_hits_verified_on_device", s.ram_hits_verified_on_device},
+            {"ram_hits_reloaded", s.ram_hits_reloaded},
             {"ram_tier_pinned", s.ram_tier_pinned},
             {"batch_api", s.batch_api},
             {"last_put_call_ms", s.last_put_call_ms},

@@ -79,7 +79,8 @@ Status TransferImpl::Init() {
   completion_ = std::thread([this] { CompletionLoop(); });
   // Without it puts hash on the host, as before.
   gpu_hash_ = InitGpuHash() == cudaSuccess &&
-              cudaStreamCreateWithFlags(&hash_stream_, cudaStreamNonBlocking) == cudaSuccess;
+              cudaStreamCreateWithFlags(&hash_stream_, cudaStreamNonBlocking) == cudaSuccess &&
+              cudaStreamCreateWithFlags(&hash_stream2_, cudaStreamNonBlocking) == cudaSuccess;
   if (!gpu_hash_) cudaGetLastError();
   if (ram_ != nullptr && opt_.pin_ram_tier) {
     bool all = true;
@@ -102,9 +103,13 @@ TransferImpl::~TransferImpl() {
   for (cudaEvent_t ev : spare_events_) cudaEventDestroy(ev);
   FreeStaging();
   if (hash_stream_ != nullptr) cudaStreamSynchronize(hash_stream_);
+  if (hash_stream2_ != nullptr) cudaStreamSynchronize(hash_stream2_);
   if (d_hash_ != nullptr) cudaFree(d_hash_);
   if (h_sums_ != nullptr) cudaFreeHost(h_sums_);
+  if (h_get_plan_ != nullptr) cudaFreeHost(h_get_plan_);
+  if (d_get_plan_ != nullptr) cudaFree(d_get_plan_);
   if (hash_stream_ != nullptr) cudaStreamDestroy(hash_stream_);
+  if (hash_stream2_ != nullptr) cudaStreamDestroy(hash_stream2_);
   for (const Region& r : regions_) cudaHostUnregister(r.host);
 }
 

@@ -1,14 +1,16 @@
 // Loads: blocks from the store into device memory. RAM-tier hits are copied
-// from the tier's pinned chunks in one enqueue; the rest are read from disk
-// into staging slots, each copied to the device as soon as its read lands
-// while the others are still being read.
+// from the tier's pinned chunks in one enqueue, then hashed on the device
+// while the rest are read from disk into staging slots, each copied to the
+// device as soon as its read lands while the others are still being read.
 #include "cuda/transfer_impl.h"
+#include "util/checksum.h"
 
 namespace kvtier::gpu {
 
 // One GetToDevice call's results and counts.
 struct TransferImpl::GetCall {
-  explicit GetCall(size_t n) : results(n, Result<size_t>(Status::Aborted("not run"))), totals(n) {}
+  explicit GetCall(size_t n)
+      : results(n, Result<size_t>(Status::Aborted("not run"))), totals(n), sums(n), pin_of(n, -1), sum_slot(n, -1) {}
   void Fail(size_t i, Status st) {
     if (first_error.ok()) first_error = st;
     results[i] = std::move(st);
@@ -17,6 +19,18 @@ struct TransferImpl::GetCall {
   std::vector<size_t> totals;  // device bytes per block
   Status first_error;
   uint64_t ram_blocks = 0, ram_bytes = 0, disk_blocks = 0, disk_bytes = 0, missing = 0;
+  // The RAM hits' check: each one's checksum, its pin (held until the
+  // copies have run) and its sum's index in the plan (-1: hashed on the host).
+  std::vector<uint64_t> sums;
+  std::vector<int64_t> pin_of;
+  std::vector<int64_t> sum_slot;
+  std::shared_ptr<std::vector<RamTier::Pin>> pins = std::make_shared<std::vector<RamTier::Pin>>();
+  std::vector<size_t> checked;    // the RAM hits to check, in order
+  size_t planned = 0, planned_frags = 0;  // payloads and fragments in the plan so far
+  size_t groups = 0;                      // hashed so far
+  cudaEvent_t sums_ready = nullptr;  // after the last group's sums
+  bool hash_failed = false;          // a group could not be hashed: the host checks every hit
+  uint64_t verified = 0, reloaded = 0;
 };
 
 // A disk read that finished, in the staging slot it landed in.
@@ -33,7 +47,12 @@ std::vector<Result<size_t>> TransferImpl::GetToDevice(NamespaceId ns, std::span<
   std::vector<size_t> misses;
   CopyRamHits(call, ns, blocks, stream, &misses);
   if (!misses.empty()) ReadMisses(call, ns, blocks, misses, stream);
+  const std::vector<size_t> again = CheckRamHits(call);
+  if (!again.empty()) ReadMisses(call, ns, blocks, again, stream);
+  if (!call.pins->empty()) AfterStream(stream, [pins = call.pins] { pins->clear(); });
   AddStats([&](TransferStats& s) {
+    s.ram_hits_verified_on_device += call.verified;
+    s.ram_hits_reloaded += call.reloaded;
     s.ram_hits += call.ram_blocks;
     s.disk_reads += call.disk_blocks;
     s.misses += call.missing;
@@ -53,25 +72,20 @@ std::vector<Result<size_t>> TransferImpl::GetToDevice(NamespaceId ns, std::span<
 
 // RAM hits, enqueued a few MiB at a time: the device copies the first while
 // this thread checks and pins the next (a single enqueue at the end left the
-// device idle for all of that; docs/e2e.md). Their
-// pins are released after the copies have run. Blocks the tier does not hold
-// go to `misses`.
+// device idle for all of that; docs/e2e.md). Each flush is hashed on the
+// device as soon as its copies have run (HashRamGroup), beside the later
+// copies, on two streams in turn: a group's hash takes the H200 about 0.1 ms
+// whatever its size (XXH3's last step is a chain over the payload's 1 KiB
+// blocks), about as long as an 8 MiB flush's copy, so one stream fell behind
+// the copies; two keep up, and only the last flush's hash is left when the
+// copies end. Their pins go to call.pins, released after the copies have
+// run. Blocks the tier does not hold go to `misses`.
 void TransferImpl::CopyRamHits(GetCall& call, NamespaceId ns, std::span<const DeviceBlock> blocks,
                                cudaStream_t stream, std::vector<size_t>* misses) {
   constexpr uint64_t kFlushBytes = 8u << 20;
-  auto pins = std::make_shared<std::vector<RamTier::Pin>>();
-  std::vector<CopyPiece> copies;
-  std::vector<size_t> hits;      // of the copies not yet enqueued
-  uint64_t pending_bytes = 0;
-  auto flush = [&] {
-    if (copies.empty()) return;
-    Status st = Enqueue(copies, /*to_device=*/true, stream);
-    if (!st.ok())
-      for (size_t i : hits) call.Fail(i, st);
-    copies.clear();
-    hits.clear();
-    pending_bytes = 0;
-  };
+  std::vector<RamTier::Pin>* pins = call.pins.get();
+  const bool verify = ram_ != nullptr && ram_->verifies_reads();
+  size_t frag_count = 0, largest = 0;
   for (size_t i = 0; i < blocks.size(); ++i) {
     Result<size_t> total = CheckBlock(i, blocks[i], opt_.device);
     if (!total.ok()) {
@@ -79,6 +93,32 @@ void TransferImpl::CopyRamHits(GetCall& call, NamespaceId ns, std::span<const De
       continue;
     }
     call.totals[i] = *total;
+    frag_count += blocks[i].fragments.size();
+    largest = std::max(largest, *total);
+  }
+  // Room for every block's plan and a group's scratch rows: a group ends
+  // with the block that takes it past kFlushBytes.
+  const bool on_device = verify && gpu_hash_ &&
+                         EnsureGetHashArea(blocks.size(), frag_count, (kFlushBytes + largest) / 1024 + 1).ok();
+  std::vector<CopyPiece> copies;
+  std::vector<size_t> hits;        // of the copies not yet enqueued
+  std::vector<HashPayload> group;  // the plan of the copies not yet hashed: scratch rows from 0
+  std::vector<HashFrag> frags;     // the call's, in order
+  uint64_t pending_bytes = 0, rows = 0;
+  auto flush = [&] {
+    if (copies.empty()) return;
+    Status st = Enqueue(copies, /*to_device=*/true, stream);
+    if (!st.ok())
+      for (size_t i : hits) call.Fail(i, st);  // not checked: the result is the error
+    if (!group.empty()) HashRamGroup(call, group, frags, rows, stream);
+    copies.clear();
+    hits.clear();
+    group.clear();
+    pending_bytes = 0;
+    rows = 0;
+  };
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    if (call.totals[i] == 0) continue;  // refused above
     RamTier::Pin pin = ram_ != nullptr ? ram_->Acquire(ns, blocks[i].key) : RamTier::Pin();
     if (!pin) {
       misses->push_back(i);
@@ -95,11 +135,131 @@ void TransferImpl::CopyRamHits(GetCall& call, NamespaceId ns, std::span<const De
     ++call.ram_blocks;
     hits.push_back(i);
     pending_bytes += pin.size();
+    if (verify) {
+      call.sums[i] = pin.checksum();
+      call.checked.push_back(i);
+      if (on_device && PlanHash(blocks[i], pin.size(), rows, &group, &frags)) {
+        call.sum_slot[i] = static_cast<int64_t>(call.planned + group.size() - 1);
+        rows += (pin.size() - 1) / 1024;
+      }
+    }
+    call.pin_of[i] = static_cast<int64_t>(pins->size());
     pins->push_back(std::move(pin));
     if (pending_bytes >= kFlushBytes) flush();
   }
   flush();
-  if (!pins->empty()) AfterStream(stream, [pins] { pins->clear(); });
+  if (call.planned > 0 && !call.hash_failed) {
+    // hash_stream_ waits for hash_stream2_'s groups; the event follows both.
+    cudaEvent_t odd = nullptr;
+    cudaError_t e = cudaEventCreateWithFlags(&odd, cudaEventDisableTiming);
+    if (e == cudaSuccess) e = cudaEventRecord(odd, hash_stream2_);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(hash_stream_, odd, 0);
+    if (odd != nullptr) cudaEventDestroy(odd);
+    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&call.sums_ready, cudaEventDisableTiming);
+    if (e == cudaSuccess) e = cudaEventRecord(call.sums_ready, hash_stream_);
+    if (e != cudaSuccess) call.hash_failed = true;
+  }
+}
+
+void TransferImpl::HashRamGroup(GetCall& call, std::vector<HashPayload>& payloads, const std::vector<HashFrag>& frags,
+                                uint64_t rows, cudaStream_t stream) {
+  if (call.hash_failed) return;
+  auto* h_pay = reinterpret_cast<HashPayload*>(h_get_plan_);
+  auto* h_frag = reinterpret_cast<HashFrag*>(h_get_plan_ + get_n_ * sizeof(HashPayload));
+  auto* h_sums = reinterpret_cast<uint64_t*>(h_get_plan_ + get_n_ * sizeof(HashPayload) + get_f_ * sizeof(HashFrag));
+  auto* d_pay = reinterpret_cast<HashPayload*>(d_get_plan_);
+  auto* d_frag = reinterpret_cast<HashFrag*>(d_get_plan_ + get_n_ * sizeof(HashPayload));
+  auto* d_sums = reinterpret_cast<uint64_t*>(d_get_plan_ + get_n_ * sizeof(HashPayload) + get_f_ * sizeof(HashFrag));
+  // Groups alternate between the two streams, each with scratch rows of its
+  // own: a stream's groups run one after another and share them.
+  const bool odd = call.groups++ % 2 == 1;
+  cudaStream_t hs = odd ? hash_stream2_ : hash_stream_;
+  auto* d_scratch = d_sums + get_n_ + (odd ? get_rows_ * 8 : 0);
+  const size_t p0 = call.planned, f0 = call.planned_frags, n = payloads.size(), nf = frags.size() - f0;
+  std::copy(payloads.begin(), payloads.end(), h_pay + p0);
+  std::copy(frags.begin() + static_cast<std::ptrdiff_t>(f0), frags.end(), h_frag + f0);
+  call.planned += n;
+  call.planned_frags = frags.size();
+  cudaEvent_t copied = nullptr;
+  cudaError_t e = cudaEventCreateWithFlags(&copied, cudaEventDisableTiming);
+  if (e == cudaSuccess) e = cudaEventRecord(copied, stream);
+  if (e == cudaSuccess) e = cudaStreamWaitEvent(hs, copied, 0);
+  if (copied != nullptr) cudaEventDestroy(copied);  // released once it has completed
+  if (e == cudaSuccess)
+    e = cudaMemcpyAsync(d_pay + p0, h_pay + p0, n * sizeof(HashPayload), cudaMemcpyHostToDevice, hs);
+  if (e == cudaSuccess && nf > 0)
+    e = cudaMemcpyAsync(d_frag + f0, h_frag + f0, nf * sizeof(HashFrag), cudaMemcpyHostToDevice, hs);
+  if (e == cudaSuccess) e = LaunchGpuHash(d_pay + p0, n, d_frag, rows, d_scratch, d_sums + p0, hs);
+  if (e == cudaSuccess)
+    e = cudaMemcpyAsync(h_sums + p0, d_sums + p0, n * sizeof(uint64_t), cudaMemcpyDeviceToHost, hs);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    call.hash_failed = true;
+  }
+}
+
+Status TransferImpl::EnsureGetHashArea(size_t n, size_t f, uint64_t rows) {
+  if (n <= get_n_ && f <= get_f_ && rows <= get_rows_) return Status::OK();
+  // Grown only between calls' hashing (every call waits for its sums), so
+  // nothing in flight uses the old areas.
+  if (h_get_plan_ != nullptr) cudaFreeHost(h_get_plan_);
+  if (d_get_plan_ != nullptr) cudaFree(d_get_plan_);
+  h_get_plan_ = d_get_plan_ = nullptr;
+  get_n_ = get_f_ = 0;
+  get_rows_ = 0;
+  n = std::max(n, size_t{256});
+  f = std::max(f, size_t{1024});
+  rows = std::max<uint64_t>(rows, 8u << 10);
+  const size_t host = n * sizeof(HashPayload) + f * sizeof(HashFrag) + n * sizeof(uint64_t);
+  const size_t dev = host + 2 * rows * 8 * sizeof(uint64_t);
+  cudaError_t e = cudaMallocHost(reinterpret_cast<void**>(&h_get_plan_), host);
+  if (e != cudaSuccess) return CudaError(e, "pinned memory for the loads' hash plan");
+  e = cudaMalloc(reinterpret_cast<void**>(&d_get_plan_), dev);
+  if (e != cudaSuccess) {
+    cudaFreeHost(h_get_plan_);
+    h_get_plan_ = nullptr;
+    return CudaError(e, "device memory for the loads' hash plan");
+  }
+  get_n_ = n;
+  get_f_ = f;
+  get_rows_ = rows;
+  return Status::OK();
+}
+
+std::vector<size_t> TransferImpl::CheckRamHits(GetCall& call) {
+  std::vector<size_t> again;
+  if (call.sums_ready != nullptr) {
+    if (cudaEventSynchronize(call.sums_ready) != cudaSuccess) call.hash_failed = true;
+    cudaEventDestroy(call.sums_ready);
+    call.sums_ready = nullptr;
+  } else if (call.planned > 0) {
+    call.hash_failed = true;
+  }
+  const auto* h_sums = reinterpret_cast<const uint64_t*>(h_get_plan_ + get_n_ * sizeof(HashPayload) +
+                                                         get_f_ * sizeof(HashFrag));
+  for (size_t i : call.checked) {
+    if (!call.results[i].ok()) continue;
+    uint64_t sum = 0;
+    if (call.sum_slot[i] >= 0 && !call.hash_failed) {
+      sum = h_sums[call.sum_slot[i]];
+    } else {
+      // The kernel could not hash the landed bytes: the tier's copy, on the host.
+      Xxh3Stream st;
+      for (const RamTier::Piece& p : (*call.pins)[call.pin_of[i]].pieces()) st.Update(p.data, p.size);
+      sum = st.Digest();
+    }
+    ++call.verified;
+    if (sum == call.sums[i]) continue;
+    // The bytes that landed are not the block's: load it again through the
+    // store's read, which verifies the tier's copy (dropping it when it
+    // changed) or reads the disk. Its copy follows this one on the stream.
+    ++call.reloaded;
+    --call.ram_blocks;
+    call.ram_bytes -= *call.results[i];
+    call.results[i] = Status::Aborted("reloading");
+    again.push_back(i);
+  }
+  return again;
 }
 
 // Reads the misses into staging slots, keeping every slot busy, and lands

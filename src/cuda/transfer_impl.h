@@ -85,6 +85,29 @@ inline size_t TotalBytes(const DeviceBlock& b, bool* bad) {
   return t;
 }
 
+// Adds the first `len` bytes of `b`'s fragments to a hash plan, its 1 KiB
+// blocks at scratch row `block_begin`; false, the plan unchanged, where the
+// kernel cannot take them (GpuHashable). A get's payload may end inside a
+// fragment.
+inline bool PlanHash(const DeviceBlock& b, uint64_t len, uint64_t block_begin, std::vector<HashPayload>* payloads,
+                     std::vector<HashFrag>* frags) {
+  const size_t first = frags->size();
+  uint64_t end = 0;
+  for (const DeviceFragment& f : b.fragments) {
+    if (end == len) break;
+    if (f.size == 0) continue;
+    end += std::min<uint64_t>(f.size, len - end);
+    frags->push_back(HashFrag{static_cast<const uint8_t*>(f.ptr), end});
+  }
+  const uint32_t count = static_cast<uint32_t>(frags->size() - first);
+  if (end != len || !GpuHashable(frags->data() + first, count, len)) {
+    frags->resize(first);
+    return false;
+  }
+  payloads->push_back(HashPayload{len, block_begin, static_cast<uint32_t>(first), count});
+  return true;
+}
+
 // Block i's device bytes, or why the block is refused: an empty key, a null
 // fragment, no bytes, or a first fragment that is not memory of `device`
 // (host memory or another GPU's would fault the copy kernel, and a fault
@@ -131,6 +154,17 @@ class TransferImpl final : public Transfer {
   void ReadMisses(GetCall& call, NamespaceId ns, std::span<const DeviceBlock> blocks,
                   const std::vector<size_t>& misses, cudaStream_t stream);
   void LandMiss(GetCall& call, const Landed& landed, std::span<const DeviceBlock> blocks, cudaStream_t stream);
+  // Queues the GPU's XXH3 of one group of RAM hits' landed bytes on
+  // hash_stream_, after their copies on `stream`.
+  void HashRamGroup(GetCall& call, std::vector<HashPayload>& payloads, const std::vector<HashFrag>& frags,
+                    uint64_t rows, cudaStream_t stream);
+  // Waits for those sums and compares them with the blocks' checksums (the
+  // tier's copy hashed on the host where the kernel could not hash the
+  // landed bytes); returns the blocks to load again (their results reset).
+  std::vector<size_t> CheckRamHits(GetCall& call);
+  // Device and pinned host room for a get's hash plan: n payloads, f
+  // fragments, `rows` scratch rows for each of two groups in flight.
+  Status EnsureGetHashArea(size_t n, size_t f, uint64_t rows);
 
   // PutFromDevice's steps (transfer_put.cpp).
   struct PutCall;
@@ -144,11 +178,12 @@ class TransferImpl final : public Transfer {
                          const std::vector<size_t>& via_staging, cudaStream_t stream, GpuSums& sums);
 
   Status Register(uint8_t* p, size_t n);
-  // Queues XXH3 of the blocks on the GPU (hash_stream_, after the work
-  // queued on `stream` so far) and the copy of the sums to h_sums_;
-  // (*slot)[i] is block i's index in h_sums_, or -1 where the host must hash
-  // it. `*done` is recorded after the copy. Any error: every slot is -1.
-  void HashOnDevice(std::span<const DeviceBlock> blocks, const std::vector<size_t>& totals, cudaStream_t stream,
+  // Queues XXH3 of the first lens[i] bytes of each block's fragments on the
+  // GPU (hash_stream_, after the work queued on `stream` so far; lens[i] 0:
+  // not hashed) and the copy of the sums to h_sums_; (*slot)[i] is block i's
+  // index in h_sums_, or -1 where the host must hash it. `*done` is recorded
+  // after the copy. Any error: every slot is -1.
+  void HashOnDevice(std::span<const DeviceBlock> blocks, const std::vector<size_t>& lens, cudaStream_t stream,
                     std::vector<int64_t>* slot, cudaEvent_t* done);
   // HashOnDevice's launch: device memory for the plan, then the kernel and
   // the copy of the sums, after `stream`'s work so far.
@@ -187,10 +222,18 @@ class TransferImpl final : public Transfer {
   // and the sums' pinned landing place; grown as calls need.
   bool gpu_hash_ = false;
   cudaStream_t hash_stream_ = nullptr;
+  cudaStream_t hash_stream2_ = nullptr;  // a get's odd groups (beside hash_stream_'s even ones)
   uint8_t* d_hash_ = nullptr;
   size_t d_hash_len_ = 0;
   uint64_t* h_sums_ = nullptr;
   size_t h_sums_cap_ = 0;
+  // A get's: [payloads][fragments][sums] pinned on the host, the same then
+  // two groups' scratch on the device. A group's descriptors are uploaded from
+  // their own slice, so that no upload waits for an earlier group's kernel.
+  uint8_t* h_get_plan_ = nullptr;
+  uint8_t* d_get_plan_ = nullptr;
+  size_t get_n_ = 0, get_f_ = 0;
+  uint64_t get_rows_ = 0;
 
   std::mutex done_mu_;
   std::condition_variable done_cv_;

@@ -255,7 +255,7 @@ void TransferImpl::PutThroughStaging(const std::shared_ptr<PutCall>& call, Names
   }
 }
 
-void TransferImpl::HashOnDevice(std::span<const DeviceBlock> blocks, const std::vector<size_t>& totals,
+void TransferImpl::HashOnDevice(std::span<const DeviceBlock> blocks, const std::vector<size_t>& lens,
                                 cudaStream_t stream, std::vector<int64_t>* slot, cudaEvent_t* done) {
   slot->assign(blocks.size(), -1);
   *done = nullptr;
@@ -264,22 +264,9 @@ void TransferImpl::HashOnDevice(std::span<const DeviceBlock> blocks, const std::
   std::vector<HashFrag> frags;
   uint64_t total_blocks = 0;
   for (size_t i = 0; i < blocks.size(); ++i) {
-    if (totals[i] == 0) continue;
-    const size_t first = frags.size();
-    uint64_t end = 0;
-    for (const DeviceFragment& f : blocks[i].fragments) {
-      if (f.size == 0) continue;
-      end += f.size;
-      frags.push_back(HashFrag{static_cast<const uint8_t*>(f.ptr), end});
-    }
-    const uint32_t count = static_cast<uint32_t>(frags.size() - first);
-    if (!GpuHashable(frags.data() + first, count, totals[i])) {
-      frags.resize(first);
-      continue;
-    }
-    (*slot)[i] = static_cast<int64_t>(payloads.size());
-    payloads.push_back(HashPayload{totals[i], total_blocks, static_cast<uint32_t>(first), count});
-    total_blocks += (totals[i] - 1) / 1024;
+    if (lens[i] == 0 || !PlanHash(blocks[i], lens[i], total_blocks, &payloads, &frags)) continue;
+    (*slot)[i] = static_cast<int64_t>(payloads.size() - 1);
+    total_blocks += (lens[i] - 1) / 1024;
   }
   if (payloads.empty()) return;
   if (LaunchHash(payloads, frags, total_blocks, stream, done) != cudaSuccess) {

@@ -173,6 +173,9 @@ class RamTier {
   // finish together.
   void ReadBatch(NamespaceId ns, std::span<const GetItem> items, std::span<Result<size_t>> results);
   bool Contains(NamespaceId ns, std::string_view key);
+  // Whether reads check each copy against its checksum (RamTierOptions::
+  // verify_reads): the GPU path's copies straight to the device follow it.
+  bool verifies_reads() const { return opt_.verify_reads; }
   // How many reads the tier served of this block since it was inserted or
   // since the last call, which starts the count again (0 when absent). The
   // disk's reclaim asks it: reads served here never reach the disk's counts.

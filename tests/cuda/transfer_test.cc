@@ -2,6 +2,7 @@
 // where no CUDA device is usable.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -126,12 +127,12 @@ class GpuStore : public ::testing::Test {
     std::error_code ec;
     if (!dir_.empty()) std::filesystem::remove_all(dir_, ec);
   }
-  void Open(uint64_t ram_bytes, CopyMethod method) {
+  void Open(uint64_t ram_bytes, CopyMethod method, bool shared_tier = false) {
     Options o;
     o.segment_size_bytes = 64 << 20;
     o.capacity_bytes = 4ull << 30;
     o.ram_tier_bytes = ram_bytes;
-    o.ram_tier_shared_memory = false;
+    o.ram_tier_shared_memory = shared_tier;
     auto s = Store::Open(dir_, o);
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     store_ = std::move(s).value();
@@ -231,6 +232,9 @@ class GpuStore : public ::testing::Test {
     ASSERT_EQ(cudaEventSynchronize(ev), cudaSuccess);
     cudaEventDestroy(ev);
     ExpectSame(src, dst);
+    const TransferStats ts = transfer_->GetStats();
+    EXPECT_EQ(ts.ram_hits_verified_on_device, ts.ram_hits);  // every RAM hit checked
+    EXPECT_EQ(ts.ram_hits_reloaded, 0u);
     for (int i = 0; i < 100 && done.load() == 0; ++i) usleep(10000);
     EXPECT_EQ(done.load(), 1);
   }
@@ -272,6 +276,55 @@ TEST_F(GpuStore, CopyMethodChangesBetweenCalls) {
     EXPECT_GT(transfer_->GetStats().*c.calls, before.*c.calls) << CopyMethodName(c.method);
   }
 }
+
+// A RAM-tier copy changed in memory (a stray write into the shared mapping)
+// never reaches the device as a hit: the device's hash of the landed bytes
+// fails, and the block is loaded again through the store's verified read,
+// which drops the changed copy and reads the disk. Fragments the hash kernel
+// takes (layers 0) and fragments it does not (1,001 bytes, unaligned: the
+// tier's copy is hashed on the host) are both checked.
+class GpuStoreChangedRam : public GpuStore, public ::testing::WithParamInterface<std::pair<int, size_t>> {};
+
+TEST_P(GpuStoreChangedRam, IsReloadedFromDiskNeverServed) {
+  constexpr uint64_t kTier = 16 << 20;
+  Open(kTier, CopyMethod::kAuto, /*shared_tier=*/true);
+  if (!store_->GetStats().ram_shared_memory) GTEST_SKIP() << "no /dev/shm with room for the tier";
+  const auto [layers, frag] = GetParam();
+  Layout src = MakeLayout(4, layers, frag, "c");
+  Fill(src, 21);
+  for (const Status& st : transfer_->PutFromDevice(ns_, src.blocks, stream_, true)) ASSERT_TRUE(st.ok());
+  // One byte flipped in every MiB of the tier's data area, which ends the
+  // shared-memory file: whichever blocks lie there are changed.
+  int fd = open(shm_.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0) << shm_;
+  const off_t data = lseek(fd, 0, SEEK_END) - static_cast<off_t>(kTier);
+  for (off_t at = 0; at < static_cast<off_t>(kTier); at += 1 << 20) {
+    uint8_t b = 0;
+    ASSERT_EQ(pread(fd, &b, 1, data + at + 8), 1);
+    b ^= 0x40;
+    ASSERT_EQ(pwrite(fd, &b, 1, data + at + 8), 1);
+  }
+  close(fd);
+  const Stats before = store_->GetStats();
+  const TransferStats tb = transfer_->GetStats();
+  Layout dst = MakeLayout(4, layers, frag, "c");
+  auto got = transfer_->GetToDevice(ns_, dst.blocks, stream_);
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_TRUE(got[i].ok()) << i << ": " << got[i].status().ToString();
+  ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+  ExpectSame(src, dst);
+  const Stats after = store_->GetStats();
+  const TransferStats ta = transfer_->GetStats();
+  const uint64_t reloaded = ta.ram_hits_reloaded - tb.ram_hits_reloaded;
+  EXPECT_GE(reloaded, 1u);
+  EXPECT_EQ(ta.ram_hits_verified_on_device - tb.ram_hits_verified_on_device, 4u);
+  EXPECT_EQ(ta.ram_hits - tb.ram_hits, 4u - reloaded);
+  EXPECT_EQ(ta.disk_reads - tb.disk_reads, reloaded);
+  EXPECT_EQ(after.ram_checksum_failures - before.ram_checksum_failures, reloaded);
+  EXPECT_EQ(after.hits_disk - before.hits_disk, reloaded);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, GpuStoreChangedRam,
+                         ::testing::Values(std::make_pair(0, size_t{1} << 20), std::make_pair(2, size_t{1001})));
 
 TEST(Gpu, CopyMethodNamesRoundTrip) {
   for (CopyMethod m : {CopyMethod::kAuto, CopyMethod::kBatch, CopyMethod::kLoop, CopyMethod::kKernel}) {

@@ -197,6 +197,10 @@ def test_round_trip_through_the_device(store_dir, ram, layers):
     torch.cuda.current_stream().synchronize()
     want = (2 * layers * frag) if layers else 2 * frag
     assert got == [want] * blocks + [None]
+    st = s.gpu_stats()
+    # Every RAM hit was checked on the device before the call returned.
+    assert st["ram_hits_verified_on_device"] == st["ram_hits"] == (blocks if ram else 0)
+    assert st["ram_hits_reloaded"] == 0
     if layers:
         assert all(torch.equal(a, b) for a, b in zip(caches, dst_caches))
     else:

@@ -420,8 +420,10 @@ class Namespace:
         """Loads blocks into device memory (CUDA tensors, __cuda_array_interface__
         arrays, or (address, size) pairs; a list per block for fragments). The
         copies are queued on `stream` (default: torch's current stream of the
-        tensors' device): work queued there afterwards sees the data. Returns
-        payload sizes, None for misses (and, with return_codes, the Codes)."""
+        tensors' device): work queued there afterwards sees the data. Every
+        block is verified before the call returns (RAM hits by hashing the
+        landed bytes on the device). Returns payload sizes, None for misses
+        (and, with return_codes, the Codes)."""
         return _device.get_to_device(self, keys, outs, sizes, stream, return_codes)
 
     def get_to_device_async(self, keys, outs, sizes=None, stream=None, return_codes=False):
