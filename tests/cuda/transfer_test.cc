@@ -14,6 +14,7 @@
 
 #include "kvtier/cuda.h"
 #include "cuda/hash_kernel.h"
+#include "cuda/transfer_impl.h"
 #include "kvtier/store.h"
 #include "tier/ram_tier.h"
 
@@ -325,6 +326,42 @@ TEST_P(GpuStoreChangedRam, IsReloadedFromDiskNeverServed) {
 
 INSTANTIATE_TEST_SUITE_P(Layouts, GpuStoreChangedRam,
                          ::testing::Values(std::make_pair(0, size_t{1} << 20), std::make_pair(2, size_t{1001})));
+
+// A get's hash plan covers exactly the payload's bytes: a payload may end
+// inside a fragment (the caller's buffer is larger), and fragments the
+// kernel cannot take leave the plan unchanged (the host checks those).
+// Runs without a device: no memory is touched.
+TEST(Gpu, AHashPlanCoversExactlyThePayload) {
+  auto* base = reinterpret_cast<uint8_t*>(uintptr_t{1} << 20);
+  const DeviceFragment f4[] = {{base, 4096}, {base + 8192, 4096}, {base + 16384, 4096}, {base + 24576, 4096}};
+  const DeviceBlock block{"k", f4};
+  std::vector<HashPayload> pay;
+  std::vector<HashFrag> frags;
+  ASSERT_TRUE(PlanHash(block, 10000, 7, &pay, &frags));
+  ASSERT_EQ(pay.size(), 1u);
+  EXPECT_EQ(pay[0].len, 10000u);
+  EXPECT_EQ(pay[0].block_begin, 7u);
+  EXPECT_EQ(pay[0].frag_begin, 0u);
+  ASSERT_EQ(pay[0].frag_count, 3u);  // the fourth fragment holds none of the payload
+  EXPECT_EQ(frags[2].ptr, base + 16384);
+  EXPECT_EQ(frags[2].end, 10000u);
+  // A second payload's fragments follow the first's.
+  ASSERT_TRUE(PlanHash(block, 4096 * 4, 100, &pay, &frags));
+  EXPECT_EQ(pay[1].frag_begin, 3u);
+  EXPECT_EQ(pay[1].frag_count, 4u);
+  EXPECT_EQ(frags.back().end, 4096u * 4);
+  // Refused, the plan unchanged: more payload than fragments, too short for
+  // the kernel, an unaligned fragment, a middle fragment not a multiple of 8.
+  const DeviceFragment odd[] = {{base + 3, 4096}, {base + 8192, 4096}};
+  const DeviceFragment ragged[] = {{base, 1001}, {base + 8192, 4096}};
+  for (auto [b, len] : {std::pair{block, uint64_t{4096 * 4 + 1}}, std::pair{block, uint64_t{240}},
+                        std::pair{DeviceBlock{"o", odd}, uint64_t{5000}},
+                        std::pair{DeviceBlock{"r", ragged}, uint64_t{5000}}}) {
+    EXPECT_FALSE(PlanHash(b, len, 0, &pay, &frags)) << len;
+    EXPECT_EQ(pay.size(), 2u);
+    EXPECT_EQ(frags.size(), 7u);
+  }
+}
 
 TEST(Gpu, CopyMethodNamesRoundTrip) {
   for (CopyMethod m : {CopyMethod::kAuto, CopyMethod::kBatch, CopyMethod::kLoop, CopyMethod::kKernel}) {
