@@ -212,7 +212,8 @@ int kvtier_list_keys(kvtier_store* s, kvtier_ns ns, const void* prefix, size_t p
 /* ---- Removal, durability, statistics -------------------------------------------- */
 /* OK also when the key was absent. */
 int kvtier_remove(kvtier_store* s, kvtier_ns ns, const void* key, size_t key_len);
-/* Returns when every put submitted before it has completed. */
+/* Returns when every put submitted before it has completed and its index entry is
+ * durable (a read-only open then sees it). */
 int kvtier_flush(kvtier_store* s);
 /* Shared tier: seals the open segment and waits up to timeout_ms for every
  * sealed segment to be uploaded (Store::ShareNow). KVTIER_TIMED_OUT when the

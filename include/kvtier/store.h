@@ -413,7 +413,10 @@ class Store {
   // --- Removal, durability, capacity -------------------------------------------
   // Removes a key. OK also when it was absent.
   virtual Status Remove(NamespaceId ns, std::string_view key) = 0;
-  // Returns when every put submitted before the call has completed.
+  // Returns when every put submitted before the call has completed and its
+  // index entry is durable: a read-only open (the `kvtier` tools) then sees
+  // it, and a crash makes recovery scan nothing before it. (Puts are durable
+  // when acknowledged; the index is flushed every checkpoint_interval_bytes.)
   virtual Status Flush() = 0;
   // Reclaims oldest segments until used bytes <= target.
   virtual Status EvictTo(uint64_t target_used_bytes) = 0;

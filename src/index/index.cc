@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "index/rocks_fs.h"
+#include "index/rocks_threads.h"
 #include "index/rocks_options.h"
 #include "index/rocks_util.h"
 #include "index/index_rep.h"
@@ -175,9 +176,9 @@ Index::~Index() {
   if (rep_ == nullptr || rep_->db == nullptr) return;
   rep_->stop_loader.store(true);
   if (rep_->loader.joinable()) rep_->loader.join();
-  // Handles must go before the DB. Close() may report a failed final sync of
-  // the WAL; the index is a cache that recovery rebuilds, and a destructor
-  // has nobody to tell, so it is dropped.
+  // Handles must go before the DB. Close() may report a failure; the index
+  // is a cache that recovery rebuilds, and a destructor has nobody to tell,
+  // so it is dropped.
   if (rep_->entries != nullptr) rep_->db->DestroyColumnFamilyHandle(rep_->entries).PermitUncheckedError();
   if (rep_->by_segment != nullptr) rep_->db->DestroyColumnFamilyHandle(rep_->by_segment).PermitUncheckedError();
   rep_->db->Close().PermitUncheckedError();
@@ -216,7 +217,7 @@ Result<std::unique_ptr<Index>> Index::Open(const std::string& path, const IndexO
   KVTIER_RETURN_IF_ERROR(CheckFolder(fs.get(), path, o));
   auto cache = rocksdb::NewLRUCache(kBlockCacheBytes);
   rocksdb::DBOptions dbo = MakeDBOptions(o);
-  std::unique_ptr<rocksdb::Env> env = NewRocksEnv(fs, o.file_mode, o.dir_mode);
+  std::unique_ptr<rocksdb::Env> env = WithOwnThreads(NewRocksEnv(fs, o.file_mode, o.dir_mode));
   dbo.env = env.get();
   std::vector<rocksdb::ColumnFamilyDescriptor> cfs;
   cfs.emplace_back(rocksdb::kDefaultColumnFamilyName, MakeCfOptions(cache, true, o.write_buffer_bytes));
@@ -227,7 +228,8 @@ Result<std::unique_ptr<Index>> Index::Open(const std::string& path, const IndexO
   rocksdb::Status rs;
   if (o.read_only) {
     // Does not take the LOCK file, so it works while a writer has the index
-    // open; it sees what the writer had written when it opened (WAL included).
+    // open; it sees what the writer's last memtable flush made durable (its
+    // last checkpoint or later).
     rs = rocksdb::DB::OpenForReadOnly(dbo, path, cfs, &handles, &db);
   } else {
     rs = rocksdb::DB::Open(dbo, path, cfs, &handles, &db);
@@ -282,9 +284,8 @@ bool Index::FindLocations(NamespaceId ns, std::span<const std::string_view> keys
 Status Index::Commit(IndexBatch& batch, bool sync) {
   KVTIER_RETURN_IF_ERROR(rep_->CheckWritable("Commit"));
   if (batch.empty()) return Status::OK();
-  rocksdb::WriteOptions wo;
-  wo.sync = sync;
-  Status st = rep_->Written(rep_->db->Write(wo, &batch.rep()->batch), "commit");
+  Status st = rep_->Written(rep_->db->Write(Rep::NoWal(), &batch.rep()->batch), "commit");
+  if (st.ok() && sync) st = FlushMemtables();
   if (st.ok()) {
     for (const auto& [hash, loc] : batch.rep()->presence) {
       if (loc == PresenceMap::kAbsent) {
@@ -449,12 +450,12 @@ Status Index::ForEachInSegment(uint32_t segment, uint32_t generation,
 Status Index::DropSegmentRowsBelow(uint32_t segment, uint32_t below_generation) {
   KVTIER_RETURN_IF_ERROR(rep_->CheckWritable("DropSegmentRowsBelow"));
   if (below_generation == 0) return Status::OK();
-  // Not synced: rows this loses in a crash are still stale after restart,
-  // and the caller drops them again.
+  // Not made durable: rows this loses in a crash are still stale after
+  // restart, and the caller drops them again.
   std::string begin, end;
   AppendSegmentRowKey(&begin, segment, 0, 0);
   AppendSegmentRowKey(&end, segment, below_generation, 0);
-  return rep_->Written(rep_->db->DeleteRange(rocksdb::WriteOptions(), rep_->by_segment, begin, end),
+  return rep_->Written(rep_->db->DeleteRange(Rep::NoWal(), rep_->by_segment, begin, end),
                       "drop by_segment rows");
 }
 

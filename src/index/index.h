@@ -8,10 +8,14 @@
 //               (which keys a segment generation holds: reclaim and verify
 //               walk it instead of reading the segment)
 //
-// Durability: the index is a cache of what the segments say. Its WAL is not
-// synced per commit; entries lost in a crash are re-created by the recovery
-// scan of everything after the last checkpoint. WriteCheckpoint syncs the WAL
-// first, so a checkpoint never claims entries that could still be lost.
+// Durability: the index is a cache of what the segments say, and the
+// segments are its log: it is written without RocksDB's WAL. A write is
+// durable once its memtable is flushed; flushes commit every column family
+// at one cut of the writes (atomic_flush), so after a crash the index is a
+// prefix of what was written. Entries a crash takes are re-created by the
+// recovery scan of everything after the last durable checkpoint, and the
+// checkpoint record is written after the entries it covers, so it is never
+// durable before them. A read-only open sees the last flush.
 //
 // Thread safety: all methods are thread-safe (RocksDB is).
 #ifndef KVTIER_SRC_INDEX_INDEX_H_
@@ -85,7 +89,8 @@ class Index {
   static Result<std::unique_ptr<Index>> Open(const std::string& path, const IndexOpenOptions& o);
   ~Index();
 
-  // Commits atomically. sync=true also syncs RocksDB's WAL.
+  // Commits atomically (in memory until the next flush). sync=true then
+  // flushes the memtables, waiting: the batch is durable on return.
   Status Commit(IndexBatch& batch, bool sync);
   Result<std::optional<format::IndexValue>> Get(NamespaceId ns, std::string_view key);
   // Locations (PresenceMap::Location(segment, generation), or
@@ -118,11 +123,13 @@ class Index {
   Result<std::vector<std::pair<NamespaceId, NamespaceSpec>>> ListNamespaces();
   Status DeleteNamespace(NamespaceId id, bool sync);
 
-  // Checkpoint: SyncWAL, then write and sync the checkpoint record.
-  Status WriteCheckpoint(const Checkpoint& cp);
+  // Checkpoint: the record, after every entry written before it, then
+  // (kStart) a flush that makes them durable together, or (kWait) that
+  // flush waited for. With kNone it becomes durable with the next flush.
+  enum class CheckpointFlush { kNone, kStart, kWait };
+  Status WriteCheckpoint(const Checkpoint& cp, CheckpointFlush flush);
   // nullopt on a fresh index.
   Result<std::optional<Checkpoint>> ReadCheckpoint();
-  Status SyncWAL();
 
   // The hot region's segments, (segment, generation) pairs: a hint kept
   // across a reopen, written without a sync (it is durable with the next
@@ -147,8 +154,10 @@ class Index {
     uint64_t lookup_map_entries = 0;
   };
   Footprint GetFootprint();
-  // Flushes memtables so the next open replays little WAL.
+  // Flushes every memtable, waiting: every write so far is durable.
   Status FlushMemtables();
+  // Starts that flush and returns.
+  Status StartFlush();
 
  private:
   Index();

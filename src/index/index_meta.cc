@@ -18,10 +18,10 @@ using namespace index_internal;  // NOLINT: the room's own helpers
 
 Status Index::PutNamespace(NamespaceId id, const NamespaceSpec& spec, bool sync) {
   KVTIER_RETURN_IF_ERROR(rep_->CheckWritable("PutNamespace"));
-  rocksdb::WriteOptions wo;
-  wo.sync = sync;
-  return rep_->Written(rep_->db->Put(wo, rep_->entries, NamespaceKey(id), spec.Encode()),
-                      "put namespace " + NamespaceIdToHex(id));
+  Status st = rep_->Written(rep_->db->Put(Rep::NoWal(), rep_->entries, NamespaceKey(id), spec.Encode()),
+                            "put namespace " + NamespaceIdToHex(id));
+  if (st.ok() && sync) st = FlushMemtables();
+  return st;
 }
 
 Result<std::optional<NamespaceSpec>> Index::GetNamespace(NamespaceId id) {
@@ -64,24 +64,19 @@ Result<std::vector<std::pair<NamespaceId, NamespaceSpec>>> Index::ListNamespaces
 
 Status Index::DeleteNamespace(NamespaceId id, bool sync) {
   KVTIER_RETURN_IF_ERROR(rep_->CheckWritable("DeleteNamespace"));
-  rocksdb::WriteOptions wo;
-  wo.sync = sync;
-  return rep_->Written(rep_->db->Delete(wo, rep_->entries, NamespaceKey(id)),
-                      "delete namespace " + NamespaceIdToHex(id));
+  Status st = rep_->Written(rep_->db->Delete(Rep::NoWal(), rep_->entries, NamespaceKey(id)),
+                            "delete namespace " + NamespaceIdToHex(id));
+  if (st.ok() && sync) st = FlushMemtables();
+  return st;
 }
 
 // ---- checkpoint ----
 
-Status Index::SyncWAL() {
-  KVTIER_RETURN_IF_ERROR(rep_->CheckWritable("SyncWAL"));
-  return rep_->Written(rep_->db->SyncWAL(), "sync WAL");
-}
-
-Status Index::WriteCheckpoint(const Checkpoint& cp) {
+Status Index::WriteCheckpoint(const Checkpoint& cp, CheckpointFlush flush) {
   KVTIER_RETURN_IF_ERROR(rep_->CheckWritable("WriteCheckpoint"));
-  // Entries committed without sync must be durable before a checkpoint
-  // says recovery may skip the records they came from.
-  KVTIER_RETURN_IF_ERROR(SyncWAL());
+  // Written after every entry it covers, into the same memtables: the flush
+  // that makes it durable makes them durable too (atomic_flush), so no
+  // checkpoint on disk ever claims entries a crash could still take.
   uint8_t buf[kCheckpointBytes] = {};
   format::PutFixed64(buf + 0, cp.epoch);
   format::PutFixed64(buf + 8, cp.offset);
@@ -89,11 +84,16 @@ Status Index::WriteCheckpoint(const Checkpoint& cp) {
   buf[24] = kCheckpointVersion;
   buf[25] = cp.clean ? 1 : 0;
   format::PutFixed64(buf + 32, format::Checksum(buf, 32));
-  rocksdb::WriteOptions wo;
-  wo.sync = true;
-  return rep_->Written(rep_->db->Put(wo, rep_->entries, CheckpointKey(),
-                                    rocksdb::Slice(reinterpret_cast<const char*>(buf), sizeof(buf))),
-                      "write checkpoint");
+  Status st = rep_->Written(rep_->db->Put(Rep::NoWal(), rep_->entries, CheckpointKey(),
+                                          rocksdb::Slice(reinterpret_cast<const char*>(buf), sizeof(buf))),
+                            "write checkpoint");
+  if (!st.ok()) return st;
+  switch (flush) {
+    case CheckpointFlush::kNone: return st;
+    case CheckpointFlush::kStart: return StartFlush();
+    case CheckpointFlush::kWait: return FlushMemtables();
+  }
+  return st;
 }
 
 // 8 bytes per pair (segment, generation; fixed32 each), then an XXH3-64 of them.
@@ -106,7 +106,7 @@ Status Index::WriteHotSegments(const std::vector<std::pair<uint32_t, uint32_t>>&
     format::PutFixed32(p + 8 * i + 4, segments[i].second);
   }
   format::PutFixed64(p + 8 * segments.size(), format::Checksum(p, 8 * segments.size()));
-  return rep_->Written(rep_->db->Put(rocksdb::WriteOptions(), rep_->entries, HotSegmentsKey(), v),
+  return rep_->Written(rep_->db->Put(Rep::NoWal(), rep_->entries, HotSegmentsKey(), v),
                       "write hot segments");
 }
 
@@ -163,13 +163,12 @@ Status Index::DropAllEntries() {
                                    rep_->Context("drop entries")));
   KVTIER_RETURN_IF_ERROR(FromRocks(wb.DeleteRange(rep_->by_segment, s_begin, s_end),
                                    rep_->Context("drop by_segment rows")));
-  rocksdb::WriteOptions wo;
-  wo.sync = true;
   // The background loader may still be filling the map from an older view:
   // stop it; the now empty map is complete.
   rep_->stop_loader.store(true);
   if (rep_->loader.joinable()) rep_->loader.join();
-  KVTIER_RETURN_IF_ERROR(rep_->Written(rep_->db->Write(wo, &wb), "drop all entries"));
+  KVTIER_RETURN_IF_ERROR(rep_->Written(rep_->db->Write(Rep::NoWal(), &wb), "drop all entries"));
+  KVTIER_RETURN_IF_ERROR(FlushMemtables());
   rep_->presence.Clear();
   rep_->presence.FinishLoad();
 
@@ -213,7 +212,16 @@ Status Index::FlushMemtables() {
   KVTIER_RETURN_IF_ERROR(rep_->CheckWritable("FlushMemtables"));
   rocksdb::FlushOptions fo;
   fo.wait = true;
+  fo.allow_write_stall = true;
   return rep_->Written(rep_->db->Flush(fo, {rep_->entries, rep_->by_segment}), "flush memtables");
+}
+
+Status Index::StartFlush() {
+  KVTIER_RETURN_IF_ERROR(rep_->CheckWritable("StartFlush"));
+  rocksdb::FlushOptions fo;
+  fo.wait = false;
+  fo.allow_write_stall = true;
+  return rep_->Written(rep_->db->Flush(fo, {rep_->entries, rep_->by_segment}), "start a flush of the memtables");
 }
 
 }  // namespace kvtier

@@ -100,6 +100,12 @@ struct Index::Rep {
     write_failed.store(false);
     return Status::OK();
   }
+  // Every write of the index: no WAL (index.h, "Durability").
+  static rocksdb::WriteOptions NoWal() {
+    rocksdb::WriteOptions wo;
+    wo.disableWAL = true;
+    return wo;
+  }
   // The status of a write; a failure of the file system marks the index.
   Status Written(const rocksdb::Status& rs, std::string_view what) {
     if (!rs.ok() && (rs.IsIOError() || rs.IsCorruption() || rs.IsNoSpace() || rs.IsIncomplete()))

@@ -31,14 +31,16 @@ rocksdb::DBOptions MakeDBOptions(const IndexOpenOptions& o) {
   d.avoid_unnecessary_blocking_io = true;
   d.keep_log_file_num = 2;
   d.max_log_file_size = 8u << 20;
-  // Every Write reaches the WAL file (the OS) before it returns, so a process
-  // crash loses nothing; only a machine crash can, and recovery covers that.
-  d.manual_wal_flush = false;
-  // After a crash, DB::Open replays the WAL into memtables and by default
-  // writes them out as SST files before it returns: seconds of a reopen of
-  // a large store spent on data that is already safe in the WAL. Keep the
-  // replayed memtables (and the WAL behind them) instead; they are flushed
-  // later like any other.
+  // kvtier writes the index without RocksDB's WAL (index.h: the segments
+  // are the log, and recovery re-indexes what a crash took from the
+  // memtables). Without a WAL, only a flush that commits every column
+  // family at one cut of the writes keeps entries, segment rows and the
+  // checkpoint consistent with each other after a crash.
+  d.atomic_flush = true;
+  // A store written by an older kvtier may still have a WAL: DB::Open
+  // replays it into memtables and by default writes them out as SST files
+  // before it returns. Keep the replayed memtables (and the WAL behind them)
+  // instead; they are flushed later like any other.
   d.avoid_flush_during_recovery = true;
   d.stats_dump_period_sec = 0;
   d.stats_persist_period_sec = 0;

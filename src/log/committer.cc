@@ -116,14 +116,18 @@ void Committer::CommitPass(CommitJob& job) {
       c.puts_failed.Add();
     }
   }
-  // 3. A checkpoint after a seal or every checkpoint_interval_bytes.
-  bool checkpoint;
+  // 3. A checkpoint after a seal, and every checkpoint_interval_bytes one
+  // with a flush of the index that makes it durable (started, not waited
+  // for: the next commits go on meanwhile).
+  bool checkpoint, flush;
   {
     MutexLock l(&checkpoint_mu_);
-    bytes_since_checkpoint_ += committed_bytes;
-    checkpoint = job.sealed || bytes_since_checkpoint_ >= d_.checkpoint_interval_bytes;
+    bytes_since_flush_ += committed_bytes;
+    flush = bytes_since_flush_ >= d_.checkpoint_interval_bytes;
+    checkpoint = job.sealed || flush;
   }
-  if (checkpoint) CheckpointAt(job.frontier).IgnoreError();  // a failed checkpoint only lengthens recovery
+  if (checkpoint)  // a failed checkpoint only lengthens recovery
+    CheckpointAt(job.frontier, flush ? Index::CheckpointFlush::kStart : Index::CheckpointFlush::kNone).IgnoreError();
   NotePutTimes(job.ops, synced);
   // 4. Acknowledge.
   d_.release(job.ops);
@@ -187,7 +191,7 @@ void Committer::HoldCheckpointAtFailedWrites(const CommitJob& job) {
   }
 }
 
-Status Committer::CheckpointAt(const Checkpoint& cp) {
+Status Committer::CheckpointAt(const Checkpoint& cp, Index::CheckpointFlush flush) {
   MutexLock l(&checkpoint_mu_);
   Checkpoint to = cp;
   if (failed_write_at_) {
@@ -195,8 +199,8 @@ Status Committer::CheckpointAt(const Checkpoint& cp) {
     to.offset = failed_write_at_->offset;
     to.clean = false;
   }
-  Status st = d_.index->WriteCheckpoint(to);
-  if (st.ok()) bytes_since_checkpoint_ = 0;
+  Status st = d_.index->WriteCheckpoint(to, flush);
+  if (st.ok() && flush != Index::CheckpointFlush::kNone) bytes_since_flush_ = 0;
   return st;
 }
 

@@ -59,8 +59,9 @@ class Committer {
   bool IsPoisoned(uint32_t seg);
   void Unpoison(uint32_t seg);  // the segment starts a new life
   // Writes checkpoint `cp`, or the first failed write's position (unclean)
-  // when one failed since open.
-  Status CheckpointAt(const Checkpoint& cp);
+  // when one failed since open, made durable as `flush` says
+  // (Index::WriteCheckpoint).
+  Status CheckpointAt(const Checkpoint& cp, Index::CheckpointFlush flush);
 
  private:
   void Loop();
@@ -79,7 +80,9 @@ class Committer {
   Mutex poison_mu_;
   std::unordered_set<uint32_t> poisoned_ GUARDED_BY(poison_mu_);  // a write or sync failed there
   Mutex checkpoint_mu_;
-  uint64_t bytes_since_checkpoint_ GUARDED_BY(checkpoint_mu_) = 0;
+  // Record bytes committed since the last flush of the index: what a crash
+  // now would make recovery scan (checkpoint_interval_bytes bounds it).
+  uint64_t bytes_since_flush_ GUARDED_BY(checkpoint_mu_) = 0;
   // The earliest record whose write or sync failed (epoch of its segment,
   // offset): its bytes may be torn, so no checkpoint may pass it. Held until
   // the store is opened again.

@@ -90,7 +90,7 @@ void Writer::Loop() {
 void Writer::Run(WriteOp& op) {
   switch (op.kind) {
     case WriteOp::Kind::kRecord: break;  // WriteGroup's
-    case WriteOp::Kind::kFlush: FinishPut(op.done, Status::OK()); break;
+    case WriteOp::Kind::kFlush: DoFlush(op); break;
     case WriteOp::Kind::kRemove: DoRemove(op); break;
     case WriteOp::Kind::kDrop: DoDrop(op); break;
     case WriteOp::Kind::kEvictTo: DoEvictTo(op); break;
@@ -131,6 +131,7 @@ Status Writer::OpenNextSegment(const Touched& touched) {
         return Status::NoSpace("capacity holds no segment to reclaim");
       if (touched.count(seg)) return Status::Aborted("victim segment is being written");
       const bool hot_region = d_.hot_region_fraction > 0;
+      KVTIER_RETURN_IF_ERROR(MakeEntriesDurableBeforeReclaim(seg));
       KVTIER_RETURN_IF_ERROR(reclaimer_->Reclaim(seg, /*reuse=*/true, &pos_, hot_region ? &hot_ : nullptr));
     }
     return Status::OK();
@@ -140,6 +141,22 @@ Status Writer::OpenNextSegment(const Touched& touched) {
   pos_.seg = seg;
   pos_.gen = *gen;
   pos_.off = format::kSegmentDataStart;
+  return Status::OK();
+}
+
+// The index has no WAL: an entry is durable only once a flush of its
+// memtables has run. A reclaim destroys its victim's records, so recovery
+// can no longer re-create their entries from them, and an older version of a
+// key whose newer entry was still only in memory would come back after a
+// crash. So the entries of every record in the victim must be durable first:
+// one flush, after the committer has committed every pass written so far,
+// covers every segment sealed by then (their epochs are below the open
+// segment's), and later reclaims of those segments need none.
+Status Writer::MakeEntriesDurableBeforeReclaim(uint32_t seg) {
+  if (d_.table->Info(seg).epoch < flushed_below_epoch_) return Status::OK();
+  d_.committer->Drain();
+  KVTIER_RETURN_IF_ERROR(d_.index->FlushMemtables());
+  flushed_below_epoch_ = pos_.seg == UINT32_MAX ? pos_.epoch + 1 : pos_.epoch;
   return Status::OK();
 }
 
@@ -160,8 +177,8 @@ void Writer::SealHotSegment() {
   hot_.seg = UINT32_MAX;
 }
 
-Status Writer::CheckpointNow(bool clean) {
-  return d_.committer->CheckpointAt(CheckpointOf(pos_, d_.table->segment_size(), clean));
+Status Writer::CheckpointNow(bool clean, Index::CheckpointFlush flush) {
+  return d_.committer->CheckpointAt(CheckpointOf(pos_, d_.table->segment_size(), clean), flush);
 }
 
 void Writer::DoRemove(WriteOp& op) {
@@ -172,11 +189,18 @@ void Writer::DoRemove(WriteOp& op) {
     b.Delete(op.ns, op.key, **e);
     st = d_.index->Commit(b, false);
     // Move the checkpoint past the record so recovery can never re-index it;
-    // this also makes the delete durable (the WAL is synced first).
+    // its flush also makes the delete durable.
     if (st.ok()) st = CheckpointNow(false);
   }
   if (ram_ != nullptr) ram_->Erase(op.ns, op.key);
   FinishPut(op.done, st);
+}
+
+// Every put before it committed, and the index flushed behind a checkpoint:
+// a read-only open then sees them, and a crash rescans nothing before them.
+void Writer::DoFlush(WriteOp& op) {
+  d_.committer->Drain();
+  FinishPut(op.done, CheckpointNow(false));
 }
 
 void Writer::DoDrop(WriteOp& op) {
@@ -201,7 +225,8 @@ void Writer::DoEvictTo(WriteOp& op) {
       pos_.seg = UINT32_MAX;
       continue;
     }
-    st = reclaimer_->Reclaim(seg, /*reuse=*/false, &pos_);
+    st = MakeEntriesDurableBeforeReclaim(seg);
+    if (st.ok()) st = reclaimer_->Reclaim(seg, /*reuse=*/false, &pos_);
   }
   if (st.ok()) st = CheckpointNow(false);
   FinishPut(op.done, st);

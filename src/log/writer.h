@@ -75,8 +75,9 @@ class Writer {
   bool running() const { return thread_.joinable(); }
 
   AppendPosition& position() { return pos_; }
-  // Checkpoints the append position through the committer.
-  Status CheckpointNow(bool clean);
+  // Checkpoints the append position through the committer, durable on
+  // return unless `flush` says otherwise.
+  Status CheckpointNow(bool clean, Index::CheckpointFlush flush = Index::CheckpointFlush::kWait);
 
  private:
   enum class Place : uint8_t { kPlaced, kEndGroup, kFailed };
@@ -100,6 +101,10 @@ class Writer {
   // The segment to reclaim next, or UINT32_MAX: the oldest sealed one, or
   // with a hot region the oldest outside it until the region holds its share.
   uint32_t ChooseVictim();
+  // Flushes the index first when `seg` may hold records whose entries are
+  // not durable (writer.cc says why).
+  Status MakeEntriesDurableBeforeReclaim(uint32_t seg);
+  void DoFlush(WriteOp& op);
   // Seals the hot region's open segment at the page after its last write
   // and leaves the region none open.
   void SealHotSegment();
@@ -120,6 +125,11 @@ class Writer {
   // The hot region's open segment (seg, gen, off only; epochs and sequence
   // numbers are pos_'s). Reinserted blocks only, written by the reclaimer.
   AppendPosition hot_;
+  // Segments of a lower epoch hold no record whose index entry is not
+  // durable (MakeEntriesDurableBeforeReclaim). The hot region's open
+  // segment is written below it; its records are moved blocks whose newest
+  // entries were durable before the move.
+  uint64_t flushed_below_epoch_ = 0;
   bool ram_unregistered_ = false;  // the kernel refused to register the RAM tier
   uint64_t registered_ = 0;        // ring bytes registered
   bool ever_registered_ = false;

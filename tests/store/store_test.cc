@@ -320,6 +320,7 @@ TEST_P(StoreTest, OpenErrors) {
   NamespaceId ns = Ns(s.get());
   auto p = Payload(ns, "k", 5000);
   ASSERT_TRUE(s->Put(ns, "k", p.data(), p.size()).ok());
+  ASSERT_TRUE(s->Flush().ok());  // a reader sees the index as of the writer's last flush
   Options ro = opt_;
   ro.read_only = true;
   auto reader = Store::Open(dir_.Sub("store"), ro);

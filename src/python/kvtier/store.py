@@ -140,7 +140,8 @@ class Store:
 
     # ---- store-wide -------------------------------------------------------
     def flush(self):
-        """Returns when every put submitted before it has completed."""
+        """Returns when every put submitted before it has completed and its
+        index entry is durable (a read-only open then sees it)."""
         _check(lib.kvtier_flush(self._handle()))
 
     def share_now(self, timeout=30.0):
