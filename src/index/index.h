@@ -154,10 +154,9 @@ class Index {
     uint64_t lookup_map_entries = 0;
   };
   Footprint GetFootprint();
-  // Flushes every memtable, waiting: every write so far is durable.
-  Status FlushMemtables();
-  // Starts that flush and returns.
-  Status StartFlush();
+  // Flushes every memtable: with `wait`, every write so far is durable on
+  // return; without, the flush is started and runs on.
+  Status FlushMemtables(bool wait = true);
 
  private:
   Index();

@@ -90,8 +90,8 @@ Status Index::WriteCheckpoint(const Checkpoint& cp, CheckpointFlush flush) {
   if (!st.ok()) return st;
   switch (flush) {
     case CheckpointFlush::kNone: return st;
-    case CheckpointFlush::kStart: return StartFlush();
-    case CheckpointFlush::kWait: return FlushMemtables();
+    case CheckpointFlush::kStart: return FlushMemtables(/*wait=*/false);
+    case CheckpointFlush::kWait: return FlushMemtables(/*wait=*/true);
   }
   return st;
 }
@@ -208,20 +208,12 @@ Index::Footprint Index::GetFootprint() {
   return f;
 }
 
-Status Index::FlushMemtables() {
+Status Index::FlushMemtables(bool wait) {
   KVTIER_RETURN_IF_ERROR(rep_->CheckWritable("FlushMemtables"));
   rocksdb::FlushOptions fo;
-  fo.wait = true;
+  fo.wait = wait;
   fo.allow_write_stall = true;
   return rep_->Written(rep_->db->Flush(fo, {rep_->entries, rep_->by_segment}), "flush memtables");
-}
-
-Status Index::StartFlush() {
-  KVTIER_RETURN_IF_ERROR(rep_->CheckWritable("StartFlush"));
-  rocksdb::FlushOptions fo;
-  fo.wait = false;
-  fo.allow_write_stall = true;
-  return rep_->Written(rep_->db->Flush(fo, {rep_->entries, rep_->by_segment}), "start a flush of the memtables");
 }
 
 }  // namespace kvtier
