@@ -149,14 +149,15 @@ Status Writer::OpenNextSegment(const Touched& touched) {
 // can no longer re-create their entries from them, and an older version of a
 // key whose newer entry was still only in memory would come back after a
 // crash. So the entries of every record in the victim must be durable first:
-// one flush, after the committer has committed every pass written so far,
-// covers every segment sealed by then (their epochs are below the open
-// segment's), and later reclaims of those segments need none.
+// one flush, after the committer has committed every pass handed to it,
+// covers every segment below the newest one, and later reclaims of those
+// need none. Not the newest: it is open, or was sealed by the roll-over
+// that called this, with the pass being placed still holding records for it.
 Status Writer::MakeEntriesDurableBeforeReclaim(uint32_t seg) {
   if (d_.table->Info(seg).epoch < flushed_below_epoch_) return Status::OK();
   d_.committer->Drain();
   KVTIER_RETURN_IF_ERROR(d_.index->FlushMemtables());
-  flushed_below_epoch_ = pos_.seg == UINT32_MAX ? pos_.epoch + 1 : pos_.epoch;
+  flushed_below_epoch_ = pos_.epoch;
   return Status::OK();
 }
 
