@@ -269,7 +269,7 @@ struct FolderState {
 
 // A block's record header as decoded from its segment file.
 struct RecordHeaderInfo {
-  uint32_t magic = 0;  // 0x5254564B, "KVTR"
+  uint32_t magic = 0;  // 0x5254564B "KVTR", or 0x4454564B "KVTD": a dense record's compact header
   uint32_t format_version = 0;
   uint32_t flags = 0;
   bool dense = false;

@@ -66,6 +66,25 @@ constexpr size_t kRhPayloadChecksum = 48;
 constexpr size_t kRhWritten = 56;
 constexpr size_t kRhChecksum = 64;
 static_assert(kRhChecksum + 8 == kRecordHeaderBytes);
+
+// The compact header (dense records of version-4 stores).
+constexpr size_t kChMagic = 0;
+constexpr size_t kChKeyLen = 4;     // u8
+constexpr size_t kChFlags = 5;      // u8: kRecordDense | kRecordCompact
+constexpr size_t kChSeqHigh = 6;    // u16: sequence bits 32..47
+constexpr size_t kChSeqLow = 8;     // u32: sequence bits 0..31
+constexpr size_t kChSegmentId = 12;
+constexpr size_t kChGeneration = 16;
+constexpr size_t kChPayloadLen = 20;  // u32
+constexpr size_t kChNs = 24;
+constexpr size_t kChPayloadChecksum = 32;
+constexpr size_t kChWritten = 40;   // u32: Unix seconds
+constexpr size_t kChChecksum = 44;  // u32: the low half of XXH3-64 over bytes 0..44 and the key
+static_assert(kChChecksum + 4 == kCompactHeaderBytes);
+static_assert(kChNs % 8 == 0 && kChPayloadChecksum % 8 == 0, "8-byte fields stay 8-byte aligned");
+static_assert(kMaxKeyBytes <= UINT8_MAX, "key_len is a u8 in the compact header");
+static_assert(kCompactHeaderBytes % kDenseAlign == 0);
+static_assert(kCompactHeaderBytes < kRecordHeaderBytes);
 // The scanner reads one page at a record boundary and must find the whole
 // header and key in it.
 static_assert(kRecordHeaderBytes + kMaxKeyBytes <= kPage);
@@ -104,12 +123,73 @@ std::string SegmentSizeError(uint64_t s) {
 // header[0,64) || key[0,key_len). Both parts are bounded (64 + 255 bytes), so
 // they are concatenated in a stack buffer and hashed in one call: this is the
 // same value XXH3's streaming API would give, without its heap-allocated state.
-uint64_t RecordHeaderChecksum(const uint8_t* header, const uint8_t* key, size_t key_len) {
-  assert(key_len <= kMaxKeyBytes);
+// XXH3-64 of the header's first `covered` bytes followed by the key.
+uint64_t RecordHeaderChecksum(const uint8_t* header, const uint8_t* key, size_t key_len,
+                              size_t covered = kRhChecksum) {
+  assert(key_len <= kMaxKeyBytes && covered <= kRhChecksum);
   uint8_t buf[kRhChecksum + kMaxKeyBytes];
-  std::memcpy(buf, header, kRhChecksum);
-  if (key_len > 0) std::memcpy(buf + kRhChecksum, key, key_len);
-  return XXH3_64bits(buf, kRhChecksum + key_len);
+  std::memcpy(buf, header, covered);
+  if (key_len > 0) std::memcpy(buf + covered, key, key_len);
+  return XXH3_64bits(buf, covered + key_len);
+}
+
+uint32_t CompactHeaderChecksum(const uint8_t* header, const uint8_t* key, size_t key_len) {
+  return static_cast<uint32_t>(RecordHeaderChecksum(header, key, key_len, kChChecksum));
+}
+
+void EncodeCompactHeader(const RecordHeader& h, uint16_t key_len, std::string_view key, uint8_t* dst) {
+  assert(h.sequence <= kCompactMaxSequence && h.payload_len <= kCompactMaxPayload);
+  dst[kChKeyLen] = static_cast<uint8_t>(key_len);
+  dst[kChFlags] = static_cast<uint8_t>(kRecordDense | kRecordCompact);
+  PutFixed32(dst + kChMagic, kCompactRecordMagic);
+  PutFixed16(dst + kChSeqHigh, static_cast<uint16_t>(h.sequence >> 32));
+  PutFixed32(dst + kChSeqLow, static_cast<uint32_t>(h.sequence));
+  PutFixed32(dst + kChSegmentId, h.segment_id);
+  PutFixed32(dst + kChGeneration, h.generation);
+  PutFixed32(dst + kChPayloadLen, static_cast<uint32_t>(h.payload_len));
+  PutFixed64(dst + kChNs, h.ns_id);
+  PutFixed64(dst + kChPayloadChecksum, h.payload_checksum);
+  PutFixed32(dst + kChWritten, static_cast<uint32_t>(h.written_unix_ms / 1000));
+  if (!key.empty()) std::memcpy(dst + kCompactHeaderBytes, key.data(), key.size());
+  PutFixed32(dst + kChChecksum, CompactHeaderChecksum(dst, dst + kCompactHeaderBytes, key_len));
+}
+
+Result<RecordHeader> DecodeCompactHeader(std::span<const uint8_t> in, uint64_t max_payload,
+                                         std::string_view* key_out) {
+  if (in.size() < kCompactHeaderBytes) {
+    return Status::Corruption("record header truncated: " + std::to_string(in.size()) + " bytes");
+  }
+  const uint8_t* p = in.data();
+  // key_len is bounds-checked before it sizes the checksum (as below).
+  const uint16_t key_len = p[kChKeyLen];
+  if (key_len == 0) return Status::Corruption("bad record key length 0");
+  if (in.size() - kCompactHeaderBytes < key_len) {
+    return Status::Corruption("record truncated: key of " + std::to_string(key_len) + " bytes extends past the " +
+                              std::to_string(in.size()) + " bytes read");
+  }
+  const uint8_t* key = p + kCompactHeaderBytes;
+  if (GetFixed32(p + kChChecksum) != CompactHeaderChecksum(p, key, key_len)) {
+    return Status::Corruption("record header checksum mismatch");
+  }
+  RecordHeader h;
+  h.flags = p[kChFlags];
+  if (h.flags != (kRecordDense | kRecordCompact)) {
+    return Status::Corruption("compact record header has flags " + std::to_string(h.flags));
+  }
+  h.key_len = key_len;
+  h.sequence = (uint64_t{GetFixed16(p + kChSeqHigh)} << 32) | GetFixed32(p + kChSeqLow);
+  h.segment_id = GetFixed32(p + kChSegmentId);
+  h.generation = GetFixed32(p + kChGeneration);
+  h.payload_len = GetFixed32(p + kChPayloadLen);
+  h.ns_id = GetFixed64(p + kChNs);
+  h.payload_checksum = GetFixed64(p + kChPayloadChecksum);
+  h.written_unix_ms = uint64_t{GetFixed32(p + kChWritten)} * 1000;
+  if (h.payload_len == 0 || h.payload_len > max_payload) {
+    return Status::Corruption("bad record payload length " + std::to_string(h.payload_len) + " (limit " +
+                              std::to_string(max_payload) + ")");
+  }
+  if (key_out != nullptr) *key_out = std::string_view(reinterpret_cast<const char*>(key), key_len);
+  return h;
 }
 
 }  // namespace
@@ -246,6 +326,7 @@ void EncodeRecordHeader(const RecordHeader& h, std::string_view key, uint8_t* ds
   assert(!key.empty() && key.size() <= kMaxKeyBytes);
   const bool key_ok = !key.empty() && key.size() <= kMaxKeyBytes;
   const uint16_t key_len = key_ok ? static_cast<uint16_t>(key.size()) : 0;
+  if (IsCompact(h.flags)) return EncodeCompactHeader(h, key_len, key_ok ? key : std::string_view(), dst);
 
   PutFixed32(dst + kRhMagic, kRecordMagic);
   PutFixed16(dst + kRhVersion, static_cast<uint16_t>(kFormatVersion));
@@ -260,13 +341,14 @@ void EncodeRecordHeader(const RecordHeader& h, std::string_view key, uint8_t* ds
   PutFixed64(dst + kRhPayloadLen, h.payload_len);
   PutFixed64(dst + kRhPayloadChecksum, h.payload_checksum);
   PutFixed64(dst + kRhWritten, h.written_unix_ms);
-  if (!key.empty()) std::memcpy(dst + kRecordHeaderBytes, key.data(), key.size());
+  if (key_ok) std::memcpy(dst + kRecordHeaderBytes, key.data(), key.size());
   PutFixed64(dst + kRhChecksum,
              RecordHeaderChecksum(dst, dst + kRecordHeaderBytes, key_len));
 }
 
 Result<RecordHeader> DecodeRecordHeader(std::span<const uint8_t> in, uint64_t max_payload,
                                         std::string_view* key_out) {
+  if (in.size() >= 4 && GetFixed32(in.data()) == kCompactRecordMagic) return DecodeCompactHeader(in, max_payload, key_out);
   if (in.size() < kRecordHeaderBytes) {
     return Status::Corruption("record header truncated: " + std::to_string(in.size()) +
                               " bytes");
@@ -364,7 +446,7 @@ Result<IndexValue> DecodeIndexValue(std::string_view in) {
   v.key_len = GetFixed16(p + kIvKeyLen);
   v.flags = GetFixed16(p + kIvFlags);
   v.reserved = GetFixed32(p + kIvReserved);
-  if ((v.flags & ~kRecordDense) != 0) {
+  if (!KnownRecordFlags(v.flags)) {
     return Status::Corruption("index value has unknown flags " + std::to_string(v.flags));
   }
   if (v.offset % (IsDense(v.flags) ? kDenseAlign : kPage) != 0) {

@@ -20,7 +20,9 @@ namespace kvtier::format {
 
 // 2: a payload starts on its own page when that costs no space (PayloadOffset).
 // 3: dense records (kRecordDense) share pages; written only in version-3 stores.
-inline constexpr uint32_t kFormatVersion = 3;
+// 4: dense records carry a 48-byte header (kRecordCompact); written only in
+//    version-4 stores, so a version-3 store stays readable by version-3 builds.
+inline constexpr uint32_t kFormatVersion = 4;
 // Oldest format this build reads (1 placed every payload right after its key).
 inline constexpr uint32_t kMinFormatVersion = 2;
 inline constexpr size_t kPage = 4096;           // alignment of every write and of non-dense records
@@ -83,12 +85,22 @@ Result<SegmentHeader> DecodeSegmentHeader(std::span<const uint8_t> in);
 // Dense records start on an 8-byte boundary and are written back to back in
 // one write, whose last page is zero-padded: small records then share pages
 // instead of each wasting most of one (a 4 KiB payload took 8 KiB).
-inline constexpr uint32_t kRecordMagic = 0x5254564Bu;  // "KVTR"
+// In a version-4 store a dense record has the compact header instead
+// (kRecordCompact, magic "KVTD", 48 bytes): the same fields, with the
+// sequence in 48 bits, the payload length in 32, the time in seconds and a
+// 32-bit header checksum. On a 4 KiB block the full header was a third of
+// the bytes written beyond the payload (issue 21).
+inline constexpr uint32_t kRecordMagic = 0x5254564Bu;         // "KVTR"
+inline constexpr uint32_t kCompactRecordMagic = 0x4454564Bu;  // "KVTD"
 inline constexpr size_t kRecordHeaderBytes = 72;
-inline constexpr uint16_t kRecordDense = 1;  // flags bit: dense layout
+inline constexpr size_t kCompactHeaderBytes = 48;
+inline constexpr uint16_t kRecordDense = 1;    // flags bit: dense layout
+inline constexpr uint16_t kRecordCompact = 2;  // flags bit: compact header (always with kRecordDense)
+inline constexpr uint64_t kCompactMaxSequence = (1ull << 48) - 1;
+inline constexpr uint64_t kCompactMaxPayload = UINT32_MAX;
 
 struct RecordHeader {
-  uint16_t flags = 0;  // 0 or kRecordDense
+  uint16_t flags = 0;  // 0, kRecordDense, or kRecordDense | kRecordCompact
   uint16_t key_len = 0;
   uint32_t segment_id = 0;
   uint32_t generation = 0;
@@ -96,14 +108,20 @@ struct RecordHeader {
   uint64_t sequence = 0;
   uint64_t payload_len = 0;
   uint64_t payload_checksum = 0;  // XXH3-64 of the payload
-  uint64_t written_unix_ms = 0;
+  uint64_t written_unix_ms = 0;   // whole seconds in a compact header
 };
 
+// The flag sets a record may carry: none, dense, dense with a compact header.
+inline bool KnownRecordFlags(uint16_t flags) {
+  return flags == 0 || flags == kRecordDense || flags == (kRecordDense | kRecordCompact);
+}
+inline bool IsCompact(uint16_t flags) { return (flags & kRecordCompact) != 0; }
+inline size_t HeaderBytes(uint16_t flags) { return IsCompact(flags) ? kCompactHeaderBytes : kRecordHeaderBytes; }
 inline bool IsDense(uint16_t flags) { return (flags & kRecordDense) != 0; }
 // Bytes a record occupies on disk: header + key + payload, page aligned (the
 // same for the aligned and packed layouts), or 8-byte aligned when dense.
 inline uint64_t RecordBytes(size_t key_len, uint64_t payload_len, uint16_t flags) {
-  return IsDense(flags) ? AlignUp(kRecordHeaderBytes + key_len + payload_len, kDenseAlign)
+  return IsDense(flags) ? AlignUp(HeaderBytes(flags) + key_len + payload_len, kDenseAlign)
                         : AlignUp(kRecordHeaderBytes + key_len + payload_len);
 }
 // True when the payload starts at kPage (the aligned layout).
@@ -112,7 +130,7 @@ inline bool PayloadAligned(size_t key_len, uint64_t payload_len, uint16_t flags)
 }
 // Offset of the payload from the start of the record.
 inline uint64_t PayloadOffset(size_t key_len, uint64_t payload_len, uint16_t flags) {
-  return PayloadAligned(key_len, payload_len, flags) ? kPage : kRecordHeaderBytes + key_len;
+  return PayloadAligned(key_len, payload_len, flags) ? kPage : HeaderBytes(flags) + key_len;
 }
 // The pages a record at `offset` touches: [AlignDown(offset), AlignUp(end)).
 // With a smaller granule (a power of two dividing kPage: a device's sector
@@ -122,14 +140,17 @@ inline uint64_t PagedBytes(uint64_t offset, uint64_t record_bytes, uint64_t gran
   return ((offset + record_bytes + granule - 1) & ~(granule - 1)) - PageStart(offset, granule);
 }
 
-// Writes header + key at dst (dst must hold kRecordHeaderBytes + key.size() bytes).
-// The header checksum covers the header fields and the key.
+// Writes header + key at dst (dst must hold HeaderBytes(h.flags) + key.size()
+// bytes), in the compact layout when h.flags has kRecordCompact. The header
+// checksum covers the header fields and the key. A compact header needs
+// sequence <= kCompactMaxSequence and payload_len <= kCompactMaxPayload (the
+// writer checks both before it places the record).
 void EncodeRecordHeader(const RecordHeader& h, std::string_view key, uint8_t* dst);
 
-// Parses and checks the header at in[0..) (magic, version, header checksum,
-// key length, payload length <= max_payload, flags known). `in` must hold at least
-// kRecordHeaderBytes; the key is checked only if it fits in `in`, otherwise
-// Corruption. On success `key_out` views the key inside `in`.
+// Parses and checks the header at in[0..), either layout (magic, version,
+// header checksum, key length, payload length <= max_payload, flags known).
+// `in` must hold the whole header; the key is checked only if it fits in
+// `in`, otherwise Corruption. On success `key_out` views the key inside `in`.
 Result<RecordHeader> DecodeRecordHeader(std::span<const uint8_t> in, uint64_t max_payload,
                                         std::string_view* key_out);
 

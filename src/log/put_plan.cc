@@ -10,6 +10,7 @@ RecordPlan PlanRecord(const RecordPlanInput& in) {
   // small ones among them go dense.
   p.dense = in.dense_ok && in.payload_len <= in.dense_record_max_bytes && in.payload_len < in.zero_copy_min_bytes;
   p.flags = p.dense ? format::kRecordDense : 0;
+  if (p.dense && in.compact_ok && in.payload_len <= format::kCompactMaxPayload) p.flags |= format::kRecordCompact;
   p.rec_bytes = format::RecordBytes(in.key_len, in.payload_len, p.flags);
   p.payload_offset = format::PayloadOffset(in.key_len, in.payload_len, p.flags);
   p.aligned = format::PayloadAligned(in.key_len, in.payload_len, p.flags);

@@ -11,7 +11,7 @@ namespace kvtier {
 // The record, decided from sizes and options.
 struct RecordPlan {
   bool dense = false;          // packed at 8 bytes (small records below zero_copy_min_bytes)
-  uint16_t flags = 0;          // format::kRecordDense or 0
+  uint16_t flags = 0;          // 0, format::kRecordDense, or with format::kRecordCompact
   uint64_t rec_bytes = 0;      // on-disk size
   uint64_t payload_offset = 0;
   bool aligned = false;        // the payload starts at a page (the aligned layout)
@@ -22,6 +22,7 @@ struct RecordPlanInput {
   uint64_t key_len = 0;
   uint64_t payload_len = 0;
   bool dense_ok = false;             // the store's format has dense records
+  bool compact_ok = false;           // and compact headers for them (format 4)
   uint64_t dense_record_max_bytes = 0;
   uint64_t zero_copy_min_bytes = 0;
   bool ram_tier = false;             // a RAM tier is on

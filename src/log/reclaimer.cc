@@ -279,6 +279,7 @@ size_t Reclaimer::WriteReinserts(std::vector<Reinsert>& reinserts, size_t next, 
   for (uint64_t off = at->off; next < reinserts.size(); ++next) {
     Reinsert& ri = reinserts[next];
     if (off + ri.bytes > d_.table->segment_size()) break;
+    if (format::IsCompact(ri.h.flags) && *seq > format::kCompactMaxSequence) break;  // not written again
     format::RecordHeader h = ri.h;
     h.segment_id = at->seg;
     h.generation = at->gen;

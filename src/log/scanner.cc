@@ -57,11 +57,12 @@ Result<SegmentScanner::Candidate> SegmentScanner::ReadCandidate(uint64_t off, bo
   // Only dense records may start off a page boundary.
   c.valid = c.own_life && (aligned || format::IsDense(h.flags)) && fits;
   if (!c.valid) return c;
-  auto w = Window(off, verify_payload ? c.rec_bytes : format::kRecordHeaderBytes + h.key_len);
+  const uint64_t head = format::HeaderBytes(h.flags);
+  auto w = Window(off, verify_payload ? c.rec_bytes : head + h.key_len);
   if (!w.ok()) return w.status();
   c.rec = *w;
   // The key view must point into the current window (it may have moved).
-  c.key = std::string_view(reinterpret_cast<const char*>(c.rec) + format::kRecordHeaderBytes, h.key_len);
+  c.key = std::string_view(reinterpret_cast<const char*>(c.rec) + head, h.key_len);
   if (verify_payload) {
     const uint8_t* payload = c.rec + format::PayloadOffset(h.key_len, h.payload_len, h.flags);
     c.valid = format::Checksum(payload, h.payload_len) == h.payload_checksum;
@@ -71,11 +72,12 @@ Result<SegmentScanner::Candidate> SegmentScanner::ReadCandidate(uint64_t off, bo
 
 Result<uint64_t> SegmentScanner::NextStart(uint64_t off) {
   uint64_t next = off + format::kDenseAlign;
-  for (; next % format::kPage != 0 && next + format::kRecordHeaderBytes <= segment_size_;
+  for (; next % format::kPage != 0 && next + format::kCompactHeaderBytes <= segment_size_;
        next += format::kDenseAlign) {
     auto m = Window(next, 4);
     if (!m.ok()) return m.status();
-    if (format::GetFixed32(*m) == format::kRecordMagic) break;
+    const uint32_t magic = format::GetFixed32(*m);
+    if (magic == format::kRecordMagic || magic == format::kCompactRecordMagic) break;
   }
   return std::min(next, segment_size_);
 }
@@ -103,7 +105,8 @@ Status SegmentScanner::Scan(uint64_t start, bool verify_payload, bool resync,
   uint64_t off = std::max<uint64_t>(format::AlignUp(start), format::kSegmentDataStart);
   r->end = off;
   uint64_t last_progress = off;
-  while (off + format::kRecordHeaderBytes <= segment_size_) {
+  // The smallest header bounds where a record can start.
+  while (off + format::kCompactHeaderBytes <= segment_size_) {
     // Zeros up to the page end are padding: after the last record of a
     // write, or before a dense run that starts inside its page. A page of
     // zeros is where the written part ends.
@@ -120,6 +123,12 @@ Status SegmentScanner::Scan(uint64_t start, bool verify_payload, bool resync,
       continue;
     }
     off = *nz;
+    if (off + format::kRecordHeaderBytes > segment_size_) {
+      // Only a compact header fits this close to the end.
+      auto m = Window(off, 4);
+      if (!m.ok()) return m.status();
+      if (format::GetFixed32(*m) != format::kCompactRecordMagic) break;
+    }
     auto c = ReadCandidate(off, verify_payload);
     if (!c.ok()) return c.status();
     if (!c->valid && resync && c->earlier_life) {

@@ -28,6 +28,7 @@ struct WriteOp {
   WriteRing::Allocation alloc;  // the whole record, or its header (+ tail) pages
   uint64_t rec_bytes = 0;       // on-disk size of the record (8-byte aligned when dense)
   bool dense = false;           // kRecordDense: the record is at alloc.data, 8-byte aligned
+  uint16_t flags = 0;           // the record's flags (RecordPlan::flags)
   // The record in disk order: ring memory, or header page + the payload's
   // whole pages where they already are (caller or RAM-tier memory) + tail
   // page. Empty means the whole record is in `alloc`.
@@ -84,7 +85,7 @@ inline Checkpoint CheckpointOf(const AppendPosition& pos, uint64_t segment_size,
 // The header of a placed record, and its index entry.
 inline format::RecordHeader HeaderOf(const WriteOp& op) {
   format::RecordHeader h;
-  h.flags = op.dense ? format::kRecordDense : 0;
+  h.flags = op.flags;
   h.key_len = static_cast<uint16_t>(op.key.size());
   h.segment_id = op.segment;
   h.generation = op.generation;
@@ -92,7 +93,8 @@ inline format::RecordHeader HeaderOf(const WriteOp& op) {
   h.sequence = op.sequence;
   h.payload_len = op.payload_len;
   h.payload_checksum = op.checksum;
-  h.written_unix_ms = op.written_ms;
+  // A compact header keeps whole seconds: the entry says what the record says.
+  h.written_unix_ms = format::IsCompact(op.flags) ? op.written_ms / 1000 * 1000 : op.written_ms;
   return h;
 }
 inline format::IndexValue IndexValueOf(const WriteOp& op) { return format::IndexValueOf(HeaderOf(op), op.offset); }

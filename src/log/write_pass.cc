@@ -13,6 +13,11 @@ constexpr uint64_t kPage = format::kPage;
 }  // namespace
 
 Writer::Place Writer::PlaceRecord(WriteOp& op, const Touched& touched) {
+  if (format::IsCompact(op.flags) && pos_.next_seq > format::kCompactMaxSequence) {
+    // A compact header holds 48 bits of sequence (2.8e14 puts).
+    op.status = Status::NoSpace("sequence numbers of compact records are exhausted");
+    return Place::kFailed;
+  }
   const uint64_t seg_size = d_.table->segment_size();
   // A dense record that follows the previous one in the ring follows it on
   // disk. Any other starts on a fresh page, a dense one at its offset within

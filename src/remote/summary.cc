@@ -13,8 +13,10 @@ namespace {
 constexpr uint32_t kSummaryMagic = 0x5352564Bu;  // "KVRS"
 constexpr uint32_t kCatalogMagic = 0x4352564Bu;  // "KVRC"
 constexpr uint32_t kCatalogVersion = 1;
-// 2 added each entry's record flags (dense records, format 3); 1 is still read.
-constexpr uint32_t kSummaryVersion = 2;
+// 2 added each entry's record flags (dense records, format 3); 3 lets those
+// flags mark a compact header (format 4), which a version-2 reader refuses.
+// 1 and 2 are still read.
+constexpr uint32_t kSummaryVersion = 3;
 constexpr size_t kMaxStringBytes = 1u << 20;
 
 void PutString(std::string* out, std::string_view s) {
@@ -152,7 +154,8 @@ Result<SegmentSummary> DecodeSummary(std::string_view in) {
     if (!r.U64(&e.offset) || !r.U64(&e.payload_len) || !r.U64(&e.checksum) || !r.U64(&e.sequence) ||
         (version >= 2 && !r.U16(&e.flags)))
       return bad("truncated entry");
-    if ((e.flags & ~format::kRecordDense) != 0) return bad("unknown record flags");
+    if (!format::KnownRecordFlags(e.flags) || (version < 3 && format::IsCompact(e.flags)))
+      return bad("unknown record flags");
     if (e.offset < format::kSegmentDataStart || e.payload_len == 0 ||
         e.offset % (format::IsDense(e.flags) ? format::kDenseAlign : format::kPage) != 0 ||
         e.offset + format::RecordBytes(klen, e.payload_len, e.flags) > s.bytes)

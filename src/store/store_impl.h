@@ -137,6 +137,9 @@ class StoreImpl final : public Store, public BlockSink {
   void FillRecord(WriteOp* op, size_t key_len, std::span<const Fragment> source, const RecordPlan& plan,
                   const WritePlan& w, const uint64_t* checksum);
   bool DenseOk() const { return description_.format_version >= 3 && opt_.dense_record_max_bytes > 0; }
+  // Compact headers on dense records: only in stores created at format 4, so
+  // that a format-3 store stays readable by the builds that made it.
+  bool CompactOk() const { return description_.format_version >= 4; }
   Status OpenRamTier();
   // Queues a non-record op and waits for its status.
   Status RunOnWriter(WriteOp op);

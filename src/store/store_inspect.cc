@@ -41,6 +41,7 @@ Result<RecordInspection> StoreImpl::InspectRecord(NamespaceId ns, std::string_vi
   of.read_only = true;
   auto file = fs_->Open(out.segment_file, of);
   if (!file.ok()) return file.status();
+  // Enough for either header: a compact one is shorter.
   std::vector<uint8_t> buf(format::AlignUp(format::kRecordHeaderBytes + key.size()));
   KVTIER_RETURN_IF_ERROR((*file)->ReadAt(v.offset, buf.data(), buf.size()));
   std::string_view rec_key;
@@ -50,7 +51,7 @@ Result<RecordInspection> StoreImpl::InspectRecord(NamespaceId ns, std::string_vi
     return out;
   }
   RecordHeaderInfo hi;
-  hi.magic = format::kRecordMagic;
+  hi.magic = format::IsCompact(h->flags) ? format::kCompactRecordMagic : format::kRecordMagic;
   hi.format_version = format::kFormatVersion;
   hi.flags = h->flags;
   hi.dense = format::IsDense(h->flags);

@@ -92,7 +92,7 @@ void StoreImpl::SubmitPut(NamespaceId ns, std::string_view key, std::span<const 
     c_.puts_not_admitted.Add();
     return FinishPut(done, Status::NotAdmitted("declined by the admission policy"));
   }
-  const RecordPlan plan = PlanRecord({key.size(), payload_len, DenseOk(), opt_.dense_record_max_bytes,
+  const RecordPlan plan = PlanRecord({key.size(), payload_len, DenseOk(), CompactOk(), opt_.dense_record_max_bytes,
                                       opt_.zero_copy_min_bytes, ram_ != nullptr,
                                       reserved != nullptr && static_cast<bool>(*reserved)});
   RamTier::Pin pin;
@@ -121,6 +121,7 @@ void StoreImpl::SubmitPut(NamespaceId ns, std::string_view key, std::span<const 
   }
   WriteOp op;
   op.dense = plan.dense;
+  op.flags = plan.flags;
   op.rec_bytes = plan.rec_bytes;
   st = ops_.Reserve(&op, w.ring_bytes, w.borrowed, blocking);
   if (!st.ok()) {
@@ -166,7 +167,7 @@ void StoreImpl::SubmitPut(NamespaceId ns, std::string_view key, std::span<const 
 void StoreImpl::FillRecord(WriteOp* op, size_t key_len, std::span<const Fragment> source, const RecordPlan& plan,
                            const WritePlan& w, const uint64_t* checksum) {
   uint8_t* rec = op->alloc.data;
-  const size_t head = format::kRecordHeaderBytes + key_len;
+  const size_t head = format::HeaderBytes(plan.flags) + key_len;
   const uint64_t payload_len = w.whole + w.tail;
   if (!w.direct) {
     std::memset(rec + head, 0, plan.payload_offset - head);

@@ -144,7 +144,8 @@ TEST(SuperblockTest, NewerVersionNotSupported) {
   auto r = DecodeSuperblock(buf);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Code::kNotSupported);
-  EXPECT_EQ(r.status().message(), "format version 4 is newer than this build supports (3)");
+  EXPECT_EQ(r.status().message(), "format version " + std::to_string(kFormatVersion + 1) +
+                                      " is newer than this build supports (" + std::to_string(kFormatVersion) + ")");
 }
 
 TEST(SuperblockTest, OlderLayoutNotSupported) {
@@ -564,6 +565,153 @@ TEST(RecordHeaderTest, DenseFlagRoundTripsAndUnknownFlagsAreCorruption) {
   PutFixed16(rec.data() + 6, 0);
   Resign(&rec);
   EXPECT_TRUE(DecodeRecordHeader(rec, kMaxPayload, nullptr).ok());  // v2 records are still read
+}
+
+// ---------------------------------------------------------------------------
+// Compact record header (format 4, dense records)
+
+RecordHeader CompactHeader(uint64_t payload_len) {
+  RecordHeader h = TestRecordHeader(payload_len);
+  h.flags = kRecordDense | kRecordCompact;
+  return h;
+}
+
+// The documented definition: the low 32 bits of XXH3-64 over the first 44
+// bytes and the key.
+uint32_t ReferenceCompactChecksum(const uint8_t* rec, size_t key_len) {
+  std::vector<uint8_t> buf(rec, rec + 44);
+  buf.insert(buf.end(), rec + kCompactHeaderBytes, rec + kCompactHeaderBytes + key_len);
+  return static_cast<uint32_t>(XXH3_64bits(buf.data(), buf.size()));
+}
+
+TEST(CompactHeaderTest, GoldenLayoutAndRoundTrip) {
+  const std::string key = "abc";
+  RecordHeader h = CompactHeader(4096);
+  h.sequence = 0x0000'BEEF'1234'5678ull;  // uses the 48th bit's neighbours
+  const std::vector<uint8_t> rec = EncodeRecord(h, key);
+  EXPECT_EQ(rec.size(), 4152u) << "48 + 3 + 4096, at 8 bytes";
+  const uint8_t* p = rec.data();
+  EXPECT_EQ(Bytes(p, 4), "KVTD");
+  EXPECT_EQ(p[4], 3u);
+  EXPECT_EQ(p[5], kRecordDense | kRecordCompact);
+  EXPECT_EQ(GetFixed16(p + 6), 0xBEEFu);
+  EXPECT_EQ(GetFixed32(p + 8), 0x12345678u);
+  EXPECT_EQ(GetFixed32(p + 12), 3u);
+  EXPECT_EQ(GetFixed32(p + 16), 9u);
+  EXPECT_EQ(GetFixed32(p + 20), 4096u);
+  EXPECT_EQ(GetFixed64(p + 24), 0x1122334455667788ull);
+  EXPECT_EQ(GetFixed64(p + 32), 0xabcdefu);
+  EXPECT_EQ(GetFixed32(p + 40), 1700000001u) << "whole seconds";
+  EXPECT_EQ(GetFixed32(p + 44), ReferenceCompactChecksum(p, key.size()));
+  EXPECT_EQ(Bytes(p + 48, 3), "abc");
+  EXPECT_EQ(PayloadOffset(key.size(), 4096, h.flags), 51u);
+  std::string_view key_out;
+  auto r = DecodeRecordHeader(rec, kMaxPayload, &key_out);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(key_out, key);
+  EXPECT_EQ(static_cast<const void*>(key_out.data()), static_cast<const void*>(p + kCompactHeaderBytes));
+  EXPECT_EQ(r->flags, kRecordDense | kRecordCompact);
+  EXPECT_EQ(r->key_len, 3u);
+  EXPECT_EQ(r->segment_id, 3u);
+  EXPECT_EQ(r->generation, 9u);
+  EXPECT_EQ(r->ns_id, 0x1122334455667788ull);
+  EXPECT_EQ(r->sequence, h.sequence);
+  EXPECT_EQ(r->payload_len, 4096u);
+  EXPECT_EQ(r->payload_checksum, 0xabcdefu);
+  EXPECT_EQ(r->written_unix_ms, 1700000001000ull);
+}
+
+TEST(CompactHeaderTest, SavesTwentyFourBytesOnAFourKiBBlock) {
+  const uint16_t compact = kRecordDense | kRecordCompact;
+  EXPECT_EQ(RecordBytes(32, 4096, kRecordDense), 4200u);
+  EXPECT_EQ(RecordBytes(32, 4096, compact), 4176u);
+  EXPECT_EQ(PayloadOffset(32, 4096, compact), 80u);
+  EXPECT_FALSE(PayloadAligned(32, 4096, compact));
+}
+
+TEST(CompactHeaderTest, LargestFieldsRoundTrip) {
+  RecordHeader h = CompactHeader(kCompactMaxPayload);
+  h.sequence = kCompactMaxSequence;
+  h.segment_id = UINT32_MAX;
+  h.generation = UINT32_MAX;
+  h.written_unix_ms = uint64_t{UINT32_MAX} * 1000;
+  std::vector<uint8_t> rec(kPage, 0);
+  const std::string key(kMaxKeyBytes, 'k');
+  EncodeRecordHeader(h, key, rec.data());
+  auto r = DecodeRecordHeader(rec, UINT64_MAX, nullptr);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->sequence, kCompactMaxSequence);
+  EXPECT_EQ(r->payload_len, kCompactMaxPayload);
+  EXPECT_EQ(r->key_len, kMaxKeyBytes);
+  EXPECT_EQ(r->written_unix_ms, h.written_unix_ms);
+  // The store's bound still applies.
+  EXPECT_EQ(DecodeRecordHeader(rec, kCompactMaxPayload - 1, nullptr).status().code(), Code::kCorruption);
+}
+
+TEST(CompactHeaderTest, EveryBitFlipInHeaderAndKeyDetected) {
+  for (const std::string& key : {std::string("k"), std::string(32, 'x'), std::string(kMaxKeyBytes, 'y')}) {
+    const std::vector<uint8_t> rec = EncodeRecord(CompactHeader(4096), key);
+    for (size_t bit = 0; bit < (kCompactHeaderBytes + key.size()) * 8; ++bit) {
+      std::vector<uint8_t> copy = rec;
+      copy[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
+      auto r = DecodeRecordHeader(copy, kMaxPayload, nullptr);
+      ASSERT_FALSE(r.ok()) << "key " << key.size() << " bit " << bit;
+      EXPECT_EQ(r.status().code(), Code::kCorruption) << "bit " << bit;
+    }
+  }
+}
+
+TEST(CompactHeaderTest, TruncatedRejectedWithoutReadingPastTheInput) {
+  const std::string key(100, 'q');
+  const std::vector<uint8_t> rec = EncodeRecord(CompactHeader(7), key);
+  for (size_t n = 0; n < kCompactHeaderBytes + key.size(); ++n) {
+    // A heap copy of exactly n bytes: ASan catches a read past it.
+    const std::vector<uint8_t> part(rec.begin(), rec.begin() + static_cast<std::ptrdiff_t>(n));
+    auto r = DecodeRecordHeader(part, kMaxPayload, nullptr);
+    ASSERT_FALSE(r.ok()) << n;
+    EXPECT_EQ(r.status().code(), Code::kCorruption) << n;
+  }
+  EXPECT_TRUE(DecodeRecordHeader(std::span<const uint8_t>(rec.data(), kCompactHeaderBytes + 100), kMaxPayload,
+                                 nullptr)
+                  .ok());
+}
+
+TEST(CompactHeaderTest, FlagsOtherThanDenseAndCompactAreCorruption) {
+  std::vector<uint8_t> rec = EncodeRecord(CompactHeader(10), "key");
+  for (uint8_t flags : {uint8_t{0}, uint8_t{kRecordDense}, uint8_t{kRecordCompact}, uint8_t{7}}) {
+    std::vector<uint8_t> copy = rec;
+    copy[5] = flags;
+    PutFixed32(copy.data() + 44, ReferenceCompactChecksum(copy.data(), 3));  // re-signed
+    EXPECT_EQ(DecodeRecordHeader(copy, kMaxPayload, nullptr).status().code(), Code::kCorruption) << int(flags);
+  }
+  // And the full header never carries the compact bit.
+  RecordHeader full = TestRecordHeader(10);
+  full.flags = kRecordDense;
+  std::vector<uint8_t> f = EncodeRecord(full, "key");
+  PutFixed16(f.data() + 6, kRecordDense | kRecordCompact);
+  Resign(&f);
+  EXPECT_EQ(DecodeRecordHeader(f, kMaxPayload, nullptr).status().code(), Code::kCorruption);
+}
+
+TEST(CompactHeaderTest, KeyLengthZeroIsCorruption) {
+  std::vector<uint8_t> rec = EncodeRecord(CompactHeader(10), "key");
+  rec[4] = 0;
+  PutFixed32(rec.data() + 44, ReferenceCompactChecksum(rec.data(), 0));
+  EXPECT_EQ(DecodeRecordHeader(rec, kMaxPayload, nullptr).status().code(), Code::kCorruption);
+}
+
+TEST(CompactHeaderTest, IndexValuesCarryTheFlag) {
+  IndexValue v;
+  v.offset = 3 * kPage + 40;
+  v.payload_len = 4096;
+  v.key_len = 32;
+  v.flags = kRecordDense | kRecordCompact;
+  auto r = DecodeIndexValue(EncodeIndexValue(v));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->RecordBytes(), 4176u);
+  EXPECT_EQ(r->PayloadOffset(), kCompactHeaderBytes + 32);
+  v.flags = kRecordCompact;  // never without kRecordDense
+  EXPECT_EQ(DecodeIndexValue(EncodeIndexValue(v)).status().code(), Code::kCorruption);
 }
 
 // ---------------------------------------------------------------------------

@@ -42,11 +42,12 @@ void PutU16(Bytes* b, uint16_t v) {
 
 // ---- scanner_fuzz: segment images ----
 // Segment 7, generation 3 (the ids scanner_fuzz.cc scans for).
-Bytes Record(uint32_t seg, uint32_t gen, std::string_view key, size_t payload_len, uint8_t fill) {
-  Bytes rec(kvtier::format::RecordBytes(key.size(), payload_len, 0), 0);
-  uint8_t* payload = rec.data() + kvtier::format::PayloadOffset(key.size(), payload_len, 0);
+Bytes Record(uint32_t seg, uint32_t gen, std::string_view key, size_t payload_len, uint8_t fill, uint16_t flags = 0) {
+  Bytes rec(kvtier::format::RecordBytes(key.size(), payload_len, flags), 0);
+  uint8_t* payload = rec.data() + kvtier::format::PayloadOffset(key.size(), payload_len, flags);
   for (size_t i = 0; i < payload_len; ++i) payload[i] = static_cast<uint8_t>(fill + i);
   kvtier::format::RecordHeader h;
+  h.flags = flags;
   h.key_len = static_cast<uint16_t>(key.size());
   h.segment_id = seg;
   h.generation = gen;
@@ -162,6 +163,9 @@ void NamespaceSeeds(const fs::path& dir) {
 void RecordSeeds(const fs::path& dir) {
   const Bytes rec = Record(1, 1, "prefix-hash-0001", 4000, 9);
   Write(dir, "record_header", Bytes(rec.begin(), rec.begin() + kvtier::format::kRecordHeaderBytes + 16));
+  const Bytes compact = Record(1, 1, "prefix-hash-0002", 4000, 9,
+                               kvtier::format::kRecordDense | kvtier::format::kRecordCompact);
+  Write(dir, "record_header_compact", Bytes(compact.begin(), compact.begin() + kvtier::format::kCompactHeaderBytes + 16));
   kvtier::format::IndexValue v;
   v.segment = 3;
   v.generation = 1;

@@ -71,15 +71,18 @@ void FuzzRecordHeader(std::span<const uint8_t> in) {
   if (!r.ok()) return;
   // The key must lie inside the input.
   const auto* k = reinterpret_cast<const uint8_t*>(key.data());
+  const size_t head = HeaderBytes(r->flags);
   FUZZ_CHECK(key.size() == r->key_len && key.size() >= 1 && key.size() <= kMaxKeyBytes);
-  FUZZ_CHECK(k == in.data() + kRecordHeaderBytes);
-  FUZZ_CHECK(kRecordHeaderBytes + key.size() <= in.size());
+  FUZZ_CHECK(k == in.data() + head);
+  FUZZ_CHECK(head + key.size() <= in.size());
   FUZZ_CHECK(r->payload_len >= 1 && r->payload_len <= kFuzzMaxPayload);
-  FUZZ_CHECK(r->flags == 0 || r->flags == kRecordDense);
+  FUZZ_CHECK(KnownRecordFlags(r->flags));
+  FUZZ_CHECK(IsCompact(r->flags) == (GetFixed32(in.data()) == kCompactRecordMagic));
   FUZZ_CHECK(RecordBytes(key.size(), r->payload_len, r->flags) % (IsDense(r->flags) ? kDenseAlign : kPage) == 0);
-  std::vector<uint8_t> out(kRecordHeaderBytes + key.size());
+  std::vector<uint8_t> out(head + key.size());
   EncodeRecordHeader(*r, key, out.data());
-  if (GetFixed16(in.data() + 4) == kFormatVersion) {
+  // A compact header has one encoding of its fields: it re-encodes exactly.
+  if (IsCompact(r->flags) || GetFixed16(in.data() + 4) == kFormatVersion) {
     FUZZ_CHECK(std::memcmp(out.data(), in.data(), out.size()) == 0);
   } else {
     // An older version still read: the encoder writes today's version, so
@@ -144,6 +147,14 @@ std::vector<uint8_t> Resigned(std::span<const uint8_t> in, size_t sum_at) {
 
 std::vector<uint8_t> ResignedRecord(std::span<const uint8_t> in) {
   std::vector<uint8_t> v(in.begin(), in.end());
+  if (v.size() >= kCompactHeaderBytes && GetFixed32(v.data()) == kCompactRecordMagic) {
+    const size_t key_len = v[4];
+    if (v.size() < kCompactHeaderBytes + key_len) return v;
+    std::vector<uint8_t> covered(v.begin(), v.begin() + 44);
+    covered.insert(covered.end(), v.begin() + kCompactHeaderBytes, v.begin() + kCompactHeaderBytes + key_len);
+    PutFixed32(v.data() + 44, static_cast<uint32_t>(XXH3_64bits(covered.data(), covered.size())));
+    return v;
+  }
   if (v.size() < kRecordHeaderBytes) return v;
   const size_t key_len = GetFixed16(v.data() + 8);
   if (key_len > kMaxKeyBytes || v.size() < kRecordHeaderBytes + key_len) return v;
@@ -237,7 +248,14 @@ void FuzzStructured(std::span<const uint8_t> in) {
   std::span<const uint8_t> rest = b.Rest();
   if (rest.empty() || rest.size() > kMaxKeyBytes) return;
   const std::string key(reinterpret_cast<const char*>(rest.data()), rest.size());
-  std::vector<uint8_t> v(kRecordHeaderBytes + key.size());
+  if (IsCompact(rh.flags)) {
+    // What the writer guarantees before it encodes a compact header.
+    rh.flags = kRecordDense | kRecordCompact;
+    rh.sequence &= kCompactMaxSequence;
+    rh.payload_len = std::min<uint64_t>(rh.payload_len, kCompactMaxPayload);
+    rh.written_unix_ms = rh.written_unix_ms % (uint64_t{UINT32_MAX} + 1) * 1000;
+  }
+  std::vector<uint8_t> v(HeaderBytes(rh.flags) + key.size());
   EncodeRecordHeader(rh, key, v.data());
   const bool hit = damaged(&v);
   const bool cut = truncate > 0 && truncate <= v.size();
@@ -247,9 +265,10 @@ void FuzzStructured(std::span<const uint8_t> in) {
   if (hit || cut) FUZZ_CHECK(!r.ok());
   if (r.ok()) {
     FUZZ_CHECK(key_out == key && r->payload_len == rh.payload_len && r->flags == rh.flags &&
-               r->ns_id == rh.ns_id && r->sequence == rh.sequence);
+               r->ns_id == rh.ns_id && r->sequence == rh.sequence && r->written_unix_ms == rh.written_unix_ms);
   } else if (!hit && !cut) {
-    FUZZ_CHECK(rh.payload_len == 0 || rh.payload_len > kFuzzMaxPayload || (rh.flags & ~kRecordDense) != 0);
+    FUZZ_CHECK(rh.payload_len == 0 || rh.payload_len > kFuzzMaxPayload ||
+               (!IsCompact(rh.flags) && (rh.flags & ~kRecordDense) != 0));
   }
   FuzzRecordHeader(v);
 }

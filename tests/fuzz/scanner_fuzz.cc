@@ -119,7 +119,7 @@ Scan RunScanner(const std::vector<uint8_t>& data, uint64_t file_size, uint64_t s
         FUZZ_CHECK(r.key.size() == r.header.key_len);
         // The key handed out is the one in the file.
         for (size_t i = 0; i < r.key.size(); ++i) {
-          const uint64_t at = r.offset + format::kRecordHeaderBytes + i;
+          const uint64_t at = r.offset + format::HeaderBytes(r.header.flags) + i;
           FUZZ_CHECK(static_cast<uint8_t>(r.key[i]) == (at < data.size() ? data[at] : 0));
         }
         if (verify) {
@@ -203,6 +203,8 @@ struct Element {
   bool stale = false;     // decodes, but another segment or generation
   bool payload_ok = true;
   bool dense = false;     // format 3: 8-byte aligned, back to back within a write
+  bool compact = false;   // format 4: a dense record with the 48-byte header
+  bool magic_ok = true;   // its first four bytes are intact
   uint64_t payload_len = 0;
   std::string key;
 };
@@ -228,19 +230,23 @@ void FuzzStructured(uint8_t mode, Bytes& b) {
       case 1:
       case 4:
       case 5: {
-        const uint16_t flags = dense ? format::kRecordDense : 0;
-        e.dense = dense;
         const size_t key_len = 1 + b.U8() % format::kMaxKeyBytes;
         const uint8_t size_class = b.U8();
         // Mostly small; 1 in 128 large enough to cross the 4 MiB read window
         // (rare: megabyte inputs cost the fuzzer a second each).
         uint64_t payload_len = 1 + (size_class >= 254 ? b.U24() % (5u << 20) : b.U16());
-        if (format::AlignUp(data.size() + format::RecordBytes(key_len, payload_len, flags)) > kMaxSegmentBytes) {
-          payload_len = 1;
-        }
         const uint8_t damage = b.U8();
         const uint16_t damage_at = b.U16();
         const uint8_t fill = b.U8();
+        // The damage byte's high bit, unused by the damage kinds, picks the
+        // compact header for a dense record.
+        e.dense = dense;
+        e.compact = dense && (damage & 0x80) != 0;
+        const uint16_t flags = e.compact ? format::kRecordDense | format::kRecordCompact
+                                         : dense ? format::kRecordDense : 0;
+        if (format::AlignUp(data.size() + format::RecordBytes(key_len, payload_len, flags)) > kMaxSegmentBytes) {
+          payload_len = 1;
+        }
         for (size_t i = 0; i < key_len; ++i) e.key.push_back(static_cast<char>(b.U8()));
         e.kind = Element::kRecord;
         e.payload_len = payload_len;
@@ -271,8 +277,9 @@ void FuzzStructured(uint8_t mode, Bytes& b) {
         format::EncodeRecordHeader(h, e.key, rec);
         switch (damage % 8) {
           case 3:  // one byte of the header or key
-            rec[damage_at % (format::kRecordHeaderBytes + key_len)] ^= static_cast<uint8_t>(fill | 1);
+            rec[damage_at % (format::HeaderBytes(flags) + key_len)] ^= static_cast<uint8_t>(fill | 1);
             e.header_ok = false;
+            e.magic_ok = damage_at % (format::HeaderBytes(flags) + key_len) >= 4;
             break;
           case 4:  // one byte of the payload
             payload[damage_at % payload_len] ^= static_cast<uint8_t>(fill | 1);
@@ -330,7 +337,10 @@ void FuzzStructured(uint8_t mode, Bytes& b) {
         e.offset + e.bytes <= segment_size) {
       torn = false;  // a whole record of another life: where this life's writes end
     } else if (e.dense) {
-      torn = e.offset + format::kRecordHeaderBytes <= segment_size;  // its magic is never zero
+      // Its magic is never zero. Where a full header would not fit, only a
+      // compact record's intact magic is read at all.
+      torn = e.offset + format::kRecordHeaderBytes <= segment_size ||
+             (e.compact && e.magic_ok && e.offset + format::kCompactHeaderBytes <= segment_size);
     } else if (e.offset + kPage <= segment_size) {
       torn = !AllZero(data.data() + e.offset, kPage);
     }

@@ -13,20 +13,36 @@ constexpr uint64_t kPage = format::kPage;
 constexpr uint64_t kZeroCopyMin = 64 * 1024;
 
 RecordPlanInput In(uint64_t payload, bool ram = false, bool reservation = false) {
-  return RecordPlanInput{32, payload, /*dense_ok=*/true, /*dense_record_max_bytes=*/16 * 1024, kZeroCopyMin, ram,
-                         reservation};
+  return RecordPlanInput{32, payload, /*dense_ok=*/true, /*compact_ok=*/true, /*dense_record_max_bytes=*/16 * 1024,
+                         kZeroCopyMin, ram, reservation};
 }
 
 TEST(PutPlan, SmallRecordsGoDenseAndAreCopied) {
   const RecordPlan p = PlanRecord(In(4000, /*ram=*/true));
   EXPECT_TRUE(p.dense);
-  EXPECT_EQ(p.flags, format::kRecordDense);
-  EXPECT_EQ(p.rec_bytes, format::RecordBytes(32, 4000, format::kRecordDense));
+  EXPECT_EQ(p.flags, format::kRecordDense | format::kRecordCompact);
+  EXPECT_EQ(p.rec_bytes, 4080u) << "a 48-byte header, the key and the payload, at 8 bytes";
+  EXPECT_EQ(p.payload_offset, 80u);
   EXPECT_FALSE(p.reserve_ram_copy);  // below zero_copy_min_bytes: the ring's copy is the RAM tier's source
   const WritePlan w = PlanWrite(p, {4000, kZeroCopyMin, false, /*borrow=*/true, true, false});
   EXPECT_FALSE(w.direct);
   EXPECT_EQ(w.ring_bytes, p.rec_bytes);
   EXPECT_EQ(w.borrowed, 0u);
+}
+
+TEST(PutPlan, FormatThreeStoresKeepTheFullHeader) {
+  RecordPlanInput in = In(4000);
+  in.compact_ok = false;
+  const RecordPlan p = PlanRecord(in);
+  EXPECT_TRUE(p.dense);
+  EXPECT_EQ(p.flags, format::kRecordDense);
+  EXPECT_EQ(p.rec_bytes, 4104u) << "a 72-byte header, the key and the payload, at 8 bytes";
+  EXPECT_EQ(p.payload_offset, 104u);
+}
+
+TEST(PutPlan, OnlyDenseRecordsGetACompactHeader) {
+  EXPECT_EQ(PlanRecord(In(64 * 1024)).flags, 0) << "at zero_copy_min_bytes: page-aligned, full header";
+  EXPECT_EQ(PlanRecord(In(16 * 1024 + 8)).flags, 0) << "above dense_record_max_bytes";
 }
 
 TEST(PutPlan, AShortTailPacksTheHeaderBesideIt) {

@@ -1,6 +1,7 @@
-// SegmentScanner over dense records (format 3): records back to back inside
-// pages, zero padding to the end of a write, a torn or corrupt record in the
-// middle of a page, and ZeroRange over ranges that do not start on a page.
+// SegmentScanner over dense records (format 3, and format 4's compact
+// headers): records back to back inside pages, zero padding to the end of a
+// write, a torn or corrupt record in the middle of a page, a record in a
+// segment's last bytes, and ZeroRange over ranges that do not start on a page.
 #include "log/scanner.h"
 
 #include <gtest/gtest.h>
@@ -60,8 +61,8 @@ struct Placed {
 
 // Writes a record at `off` (dense or not) and returns where it lies.
 Placed PutRecord(VecFile* f, uint64_t off, const std::string& key, uint64_t payload_len, bool dense,
-                 uint8_t fill) {
-  const uint16_t flags = dense ? format::kRecordDense : 0;
+                 uint8_t fill, bool compact = false) {
+  const uint16_t flags = dense ? (compact ? format::kRecordDense | format::kRecordCompact : format::kRecordDense) : 0;
   const uint64_t bytes = format::RecordBytes(key.size(), payload_len, flags);
   uint8_t* rec = f->data_.data() + off;
   uint8_t* payload = rec + format::PayloadOffset(key.size(), payload_len, flags);
@@ -123,6 +124,51 @@ TEST(ScannerDense, FindsRecordsInsidePagesAndStepsOverPadding) {
   }
   EXPECT_FALSE(r.torn);
   EXPECT_EQ(r.end, l.recs[3].offset + l.recs[3].bytes);
+}
+
+// Compact records of 64 bytes (48-byte header, 8-byte key and payload) from
+// the first data page to the segment's end: the last starts 64 bytes before
+// it, closer than a full header is long.
+struct CompactLayout {
+  VecFile file{kSegmentBytes};
+  std::vector<Placed> recs;
+  CompactLayout() {
+    for (uint64_t off = format::kSegmentDataStart; off < kSegmentBytes; off += 64) {
+      std::string key(8, '\0');
+      const uint64_t i = recs.size();
+      std::memcpy(key.data(), &i, 8);
+      recs.push_back(PutRecord(&file, off, key, 8, true, uint8_t(i), /*compact=*/true));
+    }
+  }
+};
+
+TEST(ScannerCompact, FindsTheRecordInTheSegmentsLastBytes) {
+  for (bool resync : {false, true}) {
+    CompactLayout l;
+    ASSERT_EQ(l.recs.back().bytes, 64u);
+    ASSERT_EQ(l.recs.back().offset, kSegmentBytes - 64);
+    ScanResult r;
+    auto found = ScanAll(&l.file, resync, &r);
+    ASSERT_EQ(found.size(), l.recs.size()) << "resync " << resync;
+    EXPECT_EQ(found.back().offset, kSegmentBytes - 64);
+    EXPECT_TRUE(format::IsCompact(found.back().header.flags));
+    EXPECT_EQ(r.end, kSegmentBytes);
+    EXPECT_EQ(r.corrupt_regions, 0u);
+  }
+}
+
+TEST(ScannerCompact, ResyncFindsTheCompactRecordAfterACorruptOne) {
+  CompactLayout l;
+  l.file.data_[l.recs[5].offset + 30] ^= 1;  // inside record 5's header
+  ScanResult r;
+  auto found = ScanAll(&l.file, /*resync=*/true, &r);
+  ASSERT_EQ(found.size(), l.recs.size() - 1);
+  EXPECT_EQ(found[5].offset, l.recs[6].offset);
+  EXPECT_EQ(r.corrupt_regions, 1u);
+  // Without resync the scan ends at the damage, as for a torn write.
+  ScanResult plain;
+  EXPECT_EQ(ScanAll(&l.file, /*resync=*/false, &plain).size(), 5u);
+  EXPECT_TRUE(plain.torn);
 }
 
 TEST(ScannerDense, ARunMayStartInsideItsPageAfterZeros) {

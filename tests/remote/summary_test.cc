@@ -1,5 +1,6 @@
 // The shared tier's segment summary (src/remote/summary.*): version 2 carries
-// each record's flags (dense records, format 3); version 1 is still read.
+// each record's flags (dense records, format 3), version 3 lets them mark a
+// compact header (format 4); versions 1 and 2 are still read.
 #include <gtest/gtest.h>
 
 #ifdef KVTIER_WITH_CEPH
@@ -96,9 +97,30 @@ TEST(SegmentSummary, VersionOneIsReadWithoutFlags) {
   format::PutFixed32(reinterpret_cast<uint8_t*>(v2.data()) + 4, 1);
   format::PutFixed64(reinterpret_cast<uint8_t*>(v2.data()) + v2.size() - 8, format::Checksum(v2.data(), v2.size() - 8));
   EXPECT_EQ(DecodeSummary(v2).status().code(), Code::kCorruption);
-  format::PutFixed32(reinterpret_cast<uint8_t*>(v2.data()) + 4, 3);
+  format::PutFixed32(reinterpret_cast<uint8_t*>(v2.data()) + 4, 4);
   format::PutFixed64(reinterpret_cast<uint8_t*>(v2.data()) + v2.size() - 8, format::Checksum(v2.data(), v2.size() - 8));
   EXPECT_EQ(DecodeSummary(v2).status().code(), Code::kNotSupported);
+}
+
+// Relabels an encoded summary's version and re-signs it.
+std::string WithVersion(std::string s, uint32_t version) {
+  format::PutFixed32(reinterpret_cast<uint8_t*>(s.data()) + 4, version);
+  format::PutFixed64(reinterpret_cast<uint8_t*>(s.data()) + s.size() - 8, format::Checksum(s.data(), s.size() - 8));
+  return s;
+}
+
+TEST(SegmentSummary, CompactHeadersNeedVersionThree) {
+  SegmentSummary s = TwoEntries();
+  s.entries[1].flags = format::kRecordDense | format::kRecordCompact;
+  const std::string v3 = EncodeSummary(s);
+  auto r = DecodeSummary(v3);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->entries[1].flags, format::kRecordDense | format::kRecordCompact);
+  EXPECT_EQ(DecodeSummary(WithVersion(v3, 2)).status().code(), Code::kCorruption) << "version 2 had no compact headers";
+  s.entries[1].flags = format::kRecordCompact;  // never without kRecordDense
+  EXPECT_EQ(DecodeSummary(EncodeSummary(s)).status().code(), Code::kCorruption);
+  s.entries[1].flags = format::kRecordDense;
+  EXPECT_TRUE(DecodeSummary(WithVersion(EncodeSummary(s), 2)).ok()) << "version 2 is still read";
 }
 
 }  // namespace

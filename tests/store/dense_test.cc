@@ -1,6 +1,7 @@
-// Dense records (format 3): small blocks put together share pages on disk,
-// read back whole after a clean reopen and after a kill, survive reclaim with
-// reinsertion, and stores of format 2 keep every record on its own pages.
+// Dense records (format 3, with compact headers from format 4): small blocks
+// put together share pages on disk, read back whole after a clean reopen and
+// after a kill, survive reclaim with reinsertion; stores of format 3 keep the
+// full header and stores of format 2 every record on its own pages.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -67,6 +68,23 @@ class DenseTest : public ::testing::TestWithParam<IoBackend> {
     }
   }
 
+  // Makes the closed store look made by an older build.
+  void RewriteFormatVersion(uint32_t version) {
+    const std::string sb_path = dir_.Sub("store/SUPERBLOCK");
+    std::vector<char> sb(format::kSuperblockFileBytes);
+    std::ifstream(sb_path, std::ios::binary).read(sb.data(), static_cast<std::streamsize>(sb.size()));
+    auto old = format::DecodeSuperblock({reinterpret_cast<uint8_t*>(sb.data()), format::kSuperblockEncodedBytes});
+    ASSERT_TRUE(old.ok());
+    EXPECT_EQ(old->format_version, format::kFormatVersion);
+    old->format_version = version;
+    for (size_t copy = 0; copy < 2; ++copy)
+      format::EncodeSuperblock(*old, std::span<uint8_t, format::kSuperblockEncodedBytes>(
+                                         reinterpret_cast<uint8_t*>(sb.data()) + copy * format::kPage,
+                                         format::kSuperblockEncodedBytes));
+    std::ofstream(sb_path, std::ios::binary | std::ios::trunc)
+        .write(sb.data(), static_cast<std::streamsize>(sb.size()));
+  }
+
   TempDir dir_;
   Options opt_;
 };
@@ -79,16 +97,16 @@ TEST_P(DenseTest, SmallBlocksSharePagesAndReadBackAfterReopen) {
     PutBlocks(s.get(), ns, 0, 512, 4096);
     const Stats st = s->GetStats();
     EXPECT_EQ(st.put_bytes, 512u * 4096);
-    // Each record is 4096 + 72 + 32 bytes; with its own pages it took 8192
-    // (2.0). Packed, 1.03, plus the padding of each write's last page: how
+    // Each record is 4096 + 48 + 32 bytes; with its own pages it took 8192
+    // (2.0). Packed, 1.02, plus the padding of each write's last page: how
     // many writes a batch takes depends on when the writer wakes, and under
     // a sanitizer on two busy cores it reached 1.26 (CI, 2026-12-02).
     EXPECT_LT(st.write_amplification, 1.5) << st.device_bytes_written;
     auto info = s->Stat(ns, Key(7));
     ASSERT_TRUE(info.ok());
     EXPECT_TRUE(info->dense);
-    EXPECT_EQ(info->record_bytes, 4200u);
-    EXPECT_EQ(info->payload_offset, info->offset + format::kRecordHeaderBytes + 32);
+    EXPECT_EQ(info->record_bytes, 4176u);
+    EXPECT_EQ(info->payload_offset, info->offset + format::kCompactHeaderBytes + 32);
     ExpectBlocks(s.get(), ns, 0, 512, 4096);
     // Segments filled up in the middle of a batch are sealed at a page
     // boundary (their last write is padded; uploads read them with O_DIRECT).
@@ -238,6 +256,36 @@ TEST_P(DenseTest, ColdSmallGetsReadTheSectorsOfTheirRecordsNotTheirPages) {
   EXPECT_EQ(s->GetStats().device_bytes_read - before, expected(64, 64)) << "granule " << granule;
 }
 
+// A store made at format 3 keeps writing dense records with the full header,
+// and they read back after a reopen and a kill.
+TEST_P(DenseTest, FormatThreeStoresKeepTheFullHeader) {
+  {
+    auto s = OpenStore();
+    ASSERT_TRUE(s->Close().ok());
+  }
+  RewriteFormatVersion(3);
+  NamespaceId ns;
+  {
+    auto s = OpenStore();
+    EXPECT_EQ(s->Description().format_version, 3u);
+    ns = Ns(s.get());
+    PutBlocks(s.get(), ns, 0, 128, 4096);
+    auto info = s->Stat(ns, Key(7));
+    ASSERT_TRUE(info.ok());
+    EXPECT_TRUE(info->dense);
+    EXPECT_EQ(info->record_bytes, 4200u);
+    EXPECT_EQ(info->payload_offset, info->offset + format::kRecordHeaderBytes + 32);
+    ExpectBlocks(s.get(), ns, 0, 128, 4096);
+  }
+  auto s = OpenStore();
+  ExpectBlocks(s.get(), ns, 0, 128, 4096);
+  VerifyOptions vo;
+  vo.deep = true;
+  auto rep = s->Verify(vo);
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  EXPECT_EQ(rep->records_ok, 128u);
+}
+
 TEST_P(DenseTest, OffOrFormatTwoStoresGiveEveryRecordItsOwnPages) {
   {
     Options o = opt_;
@@ -254,18 +302,7 @@ TEST_P(DenseTest, OffOrFormatTwoStoresGiveEveryRecordItsOwnPages) {
     auto s = OpenStore();
     ASSERT_TRUE(s->Close().ok());
   }
-  const std::string sb_path = dir_.Sub("store/SUPERBLOCK");
-  std::vector<char> sb(format::kSuperblockFileBytes);
-  std::ifstream(sb_path, std::ios::binary).read(sb.data(), static_cast<std::streamsize>(sb.size()));
-  auto old = format::DecodeSuperblock({reinterpret_cast<uint8_t*>(sb.data()), format::kSuperblockEncodedBytes});
-  ASSERT_TRUE(old.ok());
-  EXPECT_EQ(old->format_version, format::kFormatVersion);
-  old->format_version = 2;
-  for (size_t copy = 0; copy < 2; ++copy)
-    format::EncodeSuperblock(*old, std::span<uint8_t, format::kSuperblockEncodedBytes>(
-                                       reinterpret_cast<uint8_t*>(sb.data()) + copy * format::kPage,
-                                       format::kSuperblockEncodedBytes));
-  std::ofstream(sb_path, std::ios::binary | std::ios::trunc).write(sb.data(), static_cast<std::streamsize>(sb.size()));
+  RewriteFormatVersion(2);
   auto s = OpenStore();
   EXPECT_EQ(s->Description().format_version, 2u);
   NamespaceId ns = Ns(s.get());

@@ -69,7 +69,7 @@ TEST(InspectRecord, DecodesTheHeaderAndFindsItMatchesTheEntry) {
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   ASSERT_TRUE(r->header.has_value());
   EXPECT_TRUE(r->problems.empty()) << r->problems.front();
-  EXPECT_EQ(r->header->magic, format::kRecordMagic);
+  EXPECT_EQ(r->header->magic, format::kCompactRecordMagic) << "a small block: dense, with the compact header";
   EXPECT_EQ(r->header->payload_len, p.size());
   EXPECT_EQ(r->header->ns, *ns);
   EXPECT_EQ(r->header->sequence, r->entry.sequence);

@@ -8,6 +8,8 @@ namespace kvtier::cli {
 
 namespace {
 
+constexpr uint32_t kCompactMagic = 0x4454564B;  // "KVTD" (RecordHeaderInfo::magic)
+
 struct Show {
   StoreArgs a;
   std::string ns, key;
@@ -54,8 +56,11 @@ int Run(const Show& in) {
     if (h) {
       std::snprintf(cks, sizeof cks, "%016llx", static_cast<unsigned long long>(h->payload_checksum));
       std::cout << "record header (decoded, header checksum ok)\n"
-                << "  magic          KVTR, format v" << h->format_version << "\n"
-                << "  flags          " << h->flags << (h->dense ? " (dense)" : "") << "\n"
+                << "  magic          " << (h->magic == kCompactMagic ? "KVTD" : "KVTR")
+                << ", format v" << h->format_version << "\n"
+                << "  flags          " << h->flags
+                << (h->magic == kCompactMagic ? " (dense, compact header)" : h->dense ? " (dense)" : "")
+                << "\n"
                 << "  key_len        " << h->key_len << "\n"
                 << "  segment        " << h->segment << " generation " << h->generation << "\n"
                 << "  ns_id          " << NamespaceIdToHex(h->ns) << "\n"
