@@ -197,6 +197,8 @@ class StoreImpl final : public Store, public BlockSink {
   Status WriteNamespaceFile(NamespaceId id, const NamespaceSpec& spec);
   Status RemoveNamespaceFile(NamespaceId id);
   Status Recover();
+  Status RecoverSegment(const SegmentInfo& s, uint64_t start, uint64_t min_sequence, uint64_t* max_seq);
+  Status RecoverHotTail(const std::vector<SegmentInfo>& segs, const Checkpoint& cp, uint64_t* max_seq);
   void StartThreads();
   Result<NamespaceSpec> SpecOf(NamespaceId ns);
 

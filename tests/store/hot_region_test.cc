@@ -2,7 +2,8 @@
 // are rewritten once, into segments the puts' FIFO does not come round to,
 // instead of at every pass of the log; the region keeps to its share; and
 // what it holds reads back right after a clean reopen and after a kill,
-// removed blocks included.
+// removed blocks included; a write into it torn by a kill is cut.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -10,7 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "format/record.h"
 #include "kvtier/store.h"
+#include "store/layout.h"
 #include "store/store_test_util.h"
 
 namespace kvtier {
@@ -191,6 +194,65 @@ TEST_P(HotRegionTest, HotBlocksSurviveReopenAndKillAndRemovesStay) {
   vo.deep = true;
   auto rep = s->Verify(vo);
   ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  EXPECT_TRUE(rep->ok()) << (rep->problems.empty() ? "" : rep->problems[0]);
+}
+
+// A kill inside a reclaim's write into the hot region's open segment, which
+// is older than the checkpoint: recovery must cut the torn record there as
+// it does in the segments after the checkpoint, so that nothing after the
+// last good record is left to fail a verify (found by the kill torture).
+TEST_P(HotRegionTest, ATornWriteInTheHotRegionIsCutAfterAKill) {
+  opt_.hot_region_fraction = 0.5;
+  NamespaceId ns;
+  {
+    auto s = OpenStore();
+    ns = Ns(s.get());
+  }
+  testing::InKilledChild([&] {
+    auto s = Store::Open(dir_.Sub("store"), opt_);
+    if (!s.ok()) _exit(2);
+    Traffic(s->get(), ns, 16, 20);
+    if ((*s)->GetStats().reinsertions < 16) _exit(3);
+    // The index and a checkpoint past the hot segment's epoch made durable.
+    if (!(*s)->Flush().ok()) _exit(4);
+    // Two open segments: the puts' (the newest epoch) and the hot region's.
+    std::vector<SegmentInfo> open;
+    for (const SegmentInfo& g : (*s)->Segments())
+      if (g.state == SegmentState::kOpen) open.push_back(g);
+    if (open.size() != 2) _exit(5);
+    const SegmentInfo hot = open[0].epoch < open[1].epoch ? open[0] : open[1];
+    // A record of the hot segment's own life at its append point, of which
+    // only the first page reached the file: a torn write.
+    const std::string key = Key(9999);
+    const size_t rec_bytes = format::RecordBytes(key.size(), kSize, 0);
+    if (hot.used_bytes % format::kPage != 0 || hot.used_bytes + rec_bytes > opt_.segment_size_bytes) _exit(6);
+    std::vector<uint8_t> rec(rec_bytes, 0);
+    const size_t at = format::PayloadOffset(key.size(), kSize, 0);
+    const auto payload = Payload(ns, key, kSize);
+    std::copy(payload.begin(), payload.end(), rec.begin() + static_cast<std::ptrdiff_t>(at));
+    format::RecordHeader h;
+    h.key_len = static_cast<uint16_t>(key.size());
+    h.segment_id = hot.id;
+    h.generation = hot.generation;
+    h.ns_id = ns;
+    h.sequence = 1ull << 40;
+    h.payload_len = kSize;
+    h.payload_checksum = format::Checksum(payload.data(), kSize);
+    format::EncodeRecordHeader(h, key, rec.data());
+    const int fd = ::open(layout::SegmentPath(dir_.Sub("store"), hot.id).c_str(), O_WRONLY);
+    if (fd < 0 || ::pwrite(fd, rec.data(), format::kPage, static_cast<off_t>(hot.used_bytes)) != format::kPage) _exit(7);
+    ::close(fd);
+    _exit(0);  // no Close: as if killed
+  });
+  auto s = OpenStore();
+  EXPECT_TRUE(s->GetStats().recovered_from_crash);
+  EXPECT_TRUE(s->GetVector(ns, Key(9999)).status().IsNotFound());
+  for (int i = 0; i < 16; ++i) ExpectBlockAt(s.get(), ns, i);
+  VerifyOptions vo;
+  vo.deep = true;
+  auto rep = s->Verify(vo);
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  EXPECT_EQ(rep->records_corrupt, 0u) << (rep->problems.empty() ? "" : rep->problems[0]);
   EXPECT_TRUE(rep->ok()) << (rep->problems.empty() ? "" : rep->problems[0]);
 }
 
