@@ -380,8 +380,12 @@ TEST_F(KvtierCli, GetShowPutRoundTrip) {
   ASSERT_EQ(sh.rc, 0) << sh.err;
   EXPECT_NE(sh.out.find("payload_len    40960"), std::string::npos) << sh.out;
   EXPECT_NE(sh.out.find("matches index    yes"), std::string::npos);
+  // 40 KiB is a dense record: format 4's compact header.
+  EXPECT_NE(sh.out.find("magic          KVTD, format v4"), std::string::npos) << sh.out;
+  EXPECT_NE(sh.out.find("(dense, compact header)"), std::string::npos) << sh.out;
   json sj = Json(Kv({"show", f_.dir, "--ns", "beta", Hex(KeyOf(1)), "--json"}));
   EXPECT_EQ(sj["record"]["payload_len"], 100 << 10);
+  EXPECT_EQ(sj["record"]["magic"], 0x4454564B) << "100 KiB is dense too (below zero_copy_min_bytes)";
   EXPECT_EQ(sj["record"]["ns_id"], NamespaceIdToHex(f_.beta));
   EXPECT_EQ(sj["record"]["key_len"], KeyOf(1).size());
   EXPECT_TRUE(sj["problems"].empty());
