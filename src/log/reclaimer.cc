@@ -81,10 +81,10 @@ Status Reclaimer::Reclaim(uint32_t seg, bool reuse, AppendPosition* pos, AppendP
     pos->seg = seg;
     pos->gen = new_gen;
     pos->off = format::kSegmentDataStart;
-    WriteReinserts(reinserts, 0, pos, &pos->next_seq);
+    WriteReinserts(reinserts, 0, pos);
     return Status::OK();
   }
-  size_t next = hot->seg == UINT32_MAX ? 0 : WriteReinserts(reinserts, 0, hot, &pos->next_seq);
+  size_t next = hot->seg == UINT32_MAX ? 0 : WriteReinserts(reinserts, 0, hot);
   if (next == reinserts.size()) {
     pos->seg = seg;
     pos->gen = new_gen;
@@ -98,7 +98,7 @@ Status Reclaimer::Reclaim(uint32_t seg, bool reuse, AppendPosition* pos, AppendP
   hot->off = format::kSegmentDataStart;
   d_.table->MarkHot(seg);
   d_.index->WriteHotSegments(d_.table->HotSegments()).IgnoreError();  // a hint for the next open
-  WriteReinserts(reinserts, next, hot, &pos->next_seq);
+  WriteReinserts(reinserts, next, hot);
   return Status::OK();
 }
 
@@ -217,6 +217,7 @@ bool Reclaimer::CopyFromRam(const format::IndexValue& v, Reinsert* ri) {
   h.ns_id = ri->ns;
   h.payload_len = v.payload_len;
   h.payload_checksum = v.payload_checksum;
+  h.sequence = v.sequence;
   h.written_unix_ms = v.written_unix_ms;
   // The header is written again with its new place (WriteReinserts); the
   // gap after the key and the tail of the last page are zeros, as a put
@@ -267,10 +268,12 @@ void Reclaimer::DropEntries(uint32_t seg, uint32_t old_gen, uint32_t new_gen, bo
   c.evicted_bytes.Add(evicted_bytes);
 }
 
-size_t Reclaimer::WriteReinserts(std::vector<Reinsert>& reinserts, size_t next, AppendPosition* at,
-                                 uint64_t* seq) {
-  // New sequence numbers: an index entry written meanwhile by a newer put
-  // wins below.
+size_t Reclaimer::WriteReinserts(std::vector<Reinsert>& reinserts, size_t next, AppendPosition* at) {
+  // A block keeps the sequence number it was put with: the copy is no newer
+  // than its data. A fresh number let an older version outrank a newer put
+  // still in flight at the reclaim, in recovery's comparison (the kill
+  // torture: "version 2 is not allowed (last acked 3)"). In memory, an entry
+  // written meanwhile by a newer put wins below.
   Counters& c = *d_.counters;
   File* file = d_.table->file(at->seg);
   const size_t begin = next;
@@ -279,11 +282,9 @@ size_t Reclaimer::WriteReinserts(std::vector<Reinsert>& reinserts, size_t next, 
   for (uint64_t off = at->off; next < reinserts.size(); ++next) {
     Reinsert& ri = reinserts[next];
     if (off + ri.bytes > d_.table->segment_size()) break;
-    if (format::IsCompact(ri.h.flags) && *seq > format::kCompactMaxSequence) break;  // not written again
     format::RecordHeader h = ri.h;
     h.segment_id = at->seg;
     h.generation = at->gen;
-    h.sequence = (*seq)++;
     format::EncodeRecordHeader(h, ri.key, ri.rec);
     IoRequest w;
     w.op = IoRequest::Op::kWrite;

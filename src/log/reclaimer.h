@@ -74,11 +74,12 @@ class Reclaimer {
   void DropEntries(uint32_t seg, uint32_t old_gen, uint32_t new_gen, bool reuse, const std::vector<Row>& rows,
                    const std::vector<Reinsert>& reinserts);
   // Writes reinserted blocks from `next` on at `at` (its seg, gen and off)
-  // while they fit in the segment, with sequence numbers from `seq`, all
-  // writes in flight together; returns the index of the first one not
-  // written. From the first failed write on, the blocks leave the RAM tier
-  // too (unindexed), all count as handled, and the segment as full.
-  size_t WriteReinserts(std::vector<Reinsert>& reinserts, size_t next, AppendPosition* at, uint64_t* seq);
+  // while they fit in the segment, each with the sequence number its block
+  // was put with, all writes in flight together; returns the index of the
+  // first one not written. From the first failed write on, the blocks leave
+  // the RAM tier too (unindexed), all count as handled, and the segment as
+  // full.
+  size_t WriteReinserts(std::vector<Reinsert>& reinserts, size_t next, AppendPosition* at);
 
   // What the writer keeps between reclaims for reinserted records: a 2 MiB
   // block store's reclaim rewrites up to reinsert_max_fraction of a

@@ -407,9 +407,10 @@ Status StoreImpl::RecoverSegment(const SegmentInfo& s, uint64_t start, uint64_t 
 // can be older than the checkpoint: the scan above does not reach it, and a
 // crash inside such a write left a torn record there that nothing cut (a
 // deep verify after a kill found one). That segment is the hot one of the
-// highest epoch. What it got before the checkpoint is settled (a block
-// removed since must not come back), so its records are re-indexed only
-// from the first one with a sequence at or after the checkpoint's.
+// highest epoch: its records are verified and the rest after the last good
+// one cut, as above, but none is re-indexed. A reinserted block whose entry
+// the crash took is evicted, as a cache may; re-indexing it could bring back
+// a block removed or replaced since.
 Status StoreImpl::RecoverHotTail(const std::vector<SegmentInfo>& segs, const Checkpoint& cp, uint64_t* max_seq) {
   const auto hot_ids = table_->HotSegments();  // marked from the index's hint above
   const SegmentInfo* hot = nullptr;
@@ -420,21 +421,7 @@ Status StoreImpl::RecoverHotTail(const std::vector<SegmentInfo>& segs, const Che
     if (is_hot && (hot == nullptr || s.epoch > hot->epoch)) hot = &s;
   }
   if (hot == nullptr || hot->epoch >= cp.epoch) return Status::OK();  // scanned above
-  // Where the settled part ends: after the last record older than the checkpoint.
-  SegmentScanner scanner(table_->file(hot->id), hot->id, hot->generation, description_.segment_size_bytes,
-                         StoredPayloadLimit());
-  uint64_t settled_end = format::kSegmentDataStart;
-  ScanResult r;
-  Status st = scanner.Scan(format::kSegmentDataStart, /*verify_payload=*/false, /*resync=*/true,
-                           [&](const ScannedRecord& rec) {
-                             if (rec.header.sequence < cp.next_sequence)
-                               settled_end = rec.offset + rec.record_bytes;
-                             return true;
-                           }, &r);
-  if (!st.ok()) return st.WithContext("recovery scan of hot segment " + std::to_string(hot->id));
-  c_.recovery_scanned_bytes.Add(r.bytes_read);
-  // Reinserted records are each padded to a page: the next write starts there.
-  return RecoverSegment(*hot, format::AlignUp(settled_end), cp.next_sequence, max_seq);
+  return RecoverSegment(*hot, format::kSegmentDataStart, /*min_sequence=*/UINT64_MAX, max_seq);
 }
 
 void StoreImpl::StartThreads() {
