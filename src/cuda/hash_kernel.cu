@@ -16,11 +16,15 @@ namespace {
 constexpr int kLanes = 8;
 constexpr uint64_t kStripe = 64, kBlock = 1024, kSecretSize = 192;
 constexpr uint64_t kStripesPerBlock = (kSecretSize - kStripe) / 8;  // 16
+constexpr uint64_t kPrime32_1 = XXH_PRIME32_1;  // a constant the compiler multiplies by in two steps
+// Rows of BlockSums loaded ahead of the closing chain, in two alternating
+// sets: with one load per step the chain waited on memory at every step.
+constexpr int kChainAhead = 16;
 
 __constant__ uint8_t c_secret[kSecretSize];
 __constant__ uint64_t c_secret_words[kSecretSize / 8];  // the same bytes as words (the device is little-endian)
 __constant__ uint64_t c_init_acc[kLanes];
-__constant__ uint64_t c_prime32_1, c_prime64_1;
+__constant__ uint64_t c_prime64_1;
 
 __device__ uint64_t SecretWord(uint64_t at) {  // little-endian, any alignment
   uint64_t v = 0;
@@ -120,12 +124,34 @@ __global__ void Finish(const HashPayload* payloads, size_t n, const HashFrag* fr
     const uint64_t* rows = scratch + p.block_begin * kLanes + lane;
     const uint64_t scramble_key = SecretWord(kSecretSize - kStripe + 8 * lane);
     uint64_t acc = c_init_acc[lane];
-    for (uint64_t b = 0; b < nb; ++b) {
-      acc += rows[b * kLanes];
+    auto step = [&](uint64_t row) {
+      acc += row;
       acc ^= acc >> 47;
       acc ^= scramble_key;
-      acc *= c_prime32_1;
+      acc *= kPrime32_1;
+    };
+    // The next set's loads are issued before this set's steps run, so the
+    // chain's own latency, not memory's, sets its pace.
+    const uint64_t whole = nb / kChainAhead * kChainAhead;
+    uint64_t cur[kChainAhead], next[kChainAhead];
+    if (whole > 0) {
+#pragma unroll
+      for (int j = 0; j < kChainAhead; ++j) cur[j] = __ldg(rows + j * kLanes);
     }
+    for (uint64_t b = 0; b < whole; b += kChainAhead) {
+      const bool more = b + kChainAhead < whole;
+      if (more) {
+#pragma unroll
+        for (int j = 0; j < kChainAhead; ++j) next[j] = __ldg(rows + (b + kChainAhead + j) * kLanes);
+      }
+#pragma unroll
+      for (int j = 0; j < kChainAhead; ++j) step(cur[j]);
+      if (more) {
+#pragma unroll
+        for (int j = 0; j < kChainAhead; ++j) cur[j] = next[j];
+      }
+    }
+    for (uint64_t b = whole; b < nb; ++b) step(rows[b * kLanes]);
     // The last partial block, then the input's last 64 bytes.
     auto read = [&](uint64_t off) { return Word(f, p.frag_count, off); };
     const uint64_t stripes = ((p.len - 1) - kBlock * nb) / kStripe;
@@ -166,11 +192,10 @@ bool GpuHashable(const HashFrag* frags, uint32_t count, uint64_t len) {
 cudaError_t InitGpuHash() {
   static_assert(sizeof(XXH3_kSecret) == kSecretSize, "XXH3's default secret is 192 bytes");
   const uint64_t init[kLanes] = XXH3_INIT_ACC;
-  const uint64_t p32 = XXH_PRIME32_1, p64 = XXH_PRIME64_1;
+  const uint64_t p64 = XXH_PRIME64_1;
   cudaError_t e = cudaMemcpyToSymbol(c_secret, XXH3_kSecret, kSecretSize);
   if (e == cudaSuccess) e = cudaMemcpyToSymbol(c_secret_words, XXH3_kSecret, kSecretSize);
   if (e == cudaSuccess) e = cudaMemcpyToSymbol(c_init_acc, init, sizeof(init));
-  if (e == cudaSuccess) e = cudaMemcpyToSymbol(c_prime32_1, &p32, sizeof(p32));
   if (e == cudaSuccess) e = cudaMemcpyToSymbol(c_prime64_1, &p64, sizeof(p64));
   return e;
 }

@@ -164,12 +164,10 @@ void TransferImpl::CopyRamHits(GetCall& call, NamespaceId ns, std::span<const De
 void TransferImpl::HashRamGroup(GetCall& call, std::vector<HashPayload>& payloads, const std::vector<HashFrag>& frags,
                                 uint64_t rows, cudaStream_t stream) {
   if (call.hash_failed) return;
-  auto* h_pay = reinterpret_cast<HashPayload*>(h_get_plan_);
-  auto* h_frag = reinterpret_cast<HashFrag*>(h_get_plan_ + get_n_ * sizeof(HashPayload));
-  auto* h_sums = reinterpret_cast<uint64_t*>(h_get_plan_ + get_n_ * sizeof(HashPayload) + get_f_ * sizeof(HashFrag));
-  auto* d_pay = reinterpret_cast<HashPayload*>(d_get_plan_);
-  auto* d_frag = reinterpret_cast<HashFrag*>(d_get_plan_ + get_n_ * sizeof(HashPayload));
-  auto* d_sums = reinterpret_cast<uint64_t*>(d_get_plan_ + get_n_ * sizeof(HashPayload) + get_f_ * sizeof(HashFrag));
+  const GetHashArea h = GetHashAreaAt(h_get_plan_), d = GetHashAreaAt(d_get_plan_);
+  HashPayload *h_pay = h.payloads, *d_pay = d.payloads;
+  HashFrag *h_frag = h.frags, *d_frag = d.frags;
+  uint64_t *h_sums = h.sums, *d_sums = d.sums;
   // Groups alternate between the two streams, each with scratch rows of its
   // own: a stream's groups run one after another and share them.
   const bool odd = call.groups++ % 2 == 1;
@@ -198,6 +196,14 @@ void TransferImpl::HashRamGroup(GetCall& call, std::vector<HashPayload>& payload
   }
 }
 
+TransferImpl::GetHashArea TransferImpl::GetHashAreaAt(uint8_t* base) const {
+  GetHashArea a;
+  a.payloads = reinterpret_cast<HashPayload*>(base);
+  a.frags = reinterpret_cast<HashFrag*>(base + get_n_ * sizeof(HashPayload));
+  a.sums = reinterpret_cast<uint64_t*>(base + get_n_ * sizeof(HashPayload) + get_f_ * sizeof(HashFrag));
+  return a;
+}
+
 Status TransferImpl::EnsureGetHashArea(size_t n, size_t f, uint64_t rows) {
   if (n <= get_n_ && f <= get_f_ && rows <= get_rows_) return Status::OK();
   // Grown only between calls' hashing (every call waits for its sums), so
@@ -210,6 +216,7 @@ Status TransferImpl::EnsureGetHashArea(size_t n, size_t f, uint64_t rows) {
   n = std::max(n, size_t{256});
   f = std::max(f, size_t{1024});
   rows = std::max<uint64_t>(rows, 8u << 10);
+  // GetHashAreaAt's parts; the device's adds two groups' scratch rows.
   const size_t host = n * sizeof(HashPayload) + f * sizeof(HashFrag) + n * sizeof(uint64_t);
   const size_t dev = host + 2 * rows * 8 * sizeof(uint64_t);
   cudaError_t e = cudaMallocHost(reinterpret_cast<void**>(&h_get_plan_), host);
@@ -235,8 +242,7 @@ std::vector<size_t> TransferImpl::CheckRamHits(GetCall& call) {
   } else if (call.planned > 0) {
     call.hash_failed = true;
   }
-  const auto* h_sums = reinterpret_cast<const uint64_t*>(h_get_plan_ + get_n_ * sizeof(HashPayload) +
-                                                         get_f_ * sizeof(HashFrag));
+  const uint64_t* h_sums = GetHashAreaAt(h_get_plan_).sums;
   for (size_t i : call.checked) {
     if (!call.results[i].ok()) continue;
     uint64_t sum = 0;

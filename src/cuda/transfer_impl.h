@@ -234,6 +234,13 @@ class TransferImpl final : public Transfer {
   uint8_t* d_get_plan_ = nullptr;
   size_t get_n_ = 0, get_f_ = 0;
   uint64_t get_rows_ = 0;
+  struct GetHashArea {
+    HashPayload* payloads;
+    HashFrag* frags;
+    uint64_t* sums;  // get_n_ of them; on the device the scratch rows follow
+  };
+  // The three parts of h_get_plan_ or d_get_plan_ (EnsureGetHashArea sizes them).
+  GetHashArea GetHashAreaAt(uint8_t* base) const;
 
   std::mutex done_mu_;
   std::condition_variable done_cv_;
