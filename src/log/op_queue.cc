@@ -21,7 +21,7 @@ Status OpQueue::Reserve(WriteOp* op, uint64_t ring_bytes, uint64_t borrowed, boo
     const bool fits =
         borrowed == 0 || borrowed_inflight_ == 0 || borrowed_inflight_ + borrowed + ring_.used() <= budget_;
     if (fits) {
-      op->alloc = ring_.Allocate(ring_bytes, op->dense ? format::kDenseAlign : format::kPage);
+      op->alloc = ring_.Allocate(ring_bytes, op->dense() ? format::kDenseAlign : format::kPage);
       if (op->alloc.data != nullptr) break;
     }
     if (!blocking) return Status::NotAdmitted("write queue full");

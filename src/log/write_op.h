@@ -27,8 +27,9 @@ struct WriteOp {
   uint64_t alloc_id = 0;
   WriteRing::Allocation alloc;  // the whole record, or its header (+ tail) pages
   uint64_t rec_bytes = 0;       // on-disk size of the record (8-byte aligned when dense)
-  bool dense = false;           // kRecordDense: the record is at alloc.data, 8-byte aligned
   uint16_t flags = 0;           // the record's flags (RecordPlan::flags)
+  // kRecordDense: the record is at alloc.data, 8-byte aligned.
+  bool dense() const { return format::IsDense(flags); }
   // The record in disk order: ring memory, or header page + the payload's
   // whole pages where they already are (caller or RAM-tier memory) + tail
   // page. Empty means the whole record is in `alloc`.

@@ -25,9 +25,9 @@ Writer::Place Writer::PlaceRecord(WriteOp& op, const Touched& touched) {
   // as they are (WriteGroup). Every write ends on a page: the record must fit
   // with its padding.
   auto where = [&]() -> uint64_t {
-    if (op.dense && dense_mem_end_ == op.alloc.data) return pos_.off;
+    if (op.dense() && dense_mem_end_ == op.alloc.data) return pos_.off;
     const uint64_t page = format::AlignUp(pos_.off);
-    return op.dense ? page + reinterpret_cast<uintptr_t>(op.alloc.data) % kPage : page;
+    return op.dense() ? page + reinterpret_cast<uintptr_t>(op.alloc.data) % kPage : page;
   };
   uint64_t at = where();
   if (pos_.seg == UINT32_MAX || format::AlignUp(at + op.rec_bytes) > seg_size || d_.committer->IsPoisoned(pos_.seg)) {
@@ -49,7 +49,7 @@ Writer::Place Writer::PlaceRecord(WriteOp& op, const Touched& touched) {
   op.offset = at;
   op.sequence = pos_.next_seq++;
   pos_.off = at + op.rec_bytes;
-  dense_mem_end_ = op.dense ? op.alloc.data + op.rec_bytes : nullptr;
+  dense_mem_end_ = op.dense() ? op.alloc.data + op.rec_bytes : nullptr;
   format::EncodeRecordHeader(HeaderOf(op), op.key, op.alloc.data);
   return Place::kPlaced;
 }
@@ -87,7 +87,7 @@ size_t Writer::PlacePass(std::vector<WriteOp>& group, size_t begin, Touched* tou
   size_t end = begin;
   for (; end < group.size(); ++end) {
     WriteOp& op = group[end];
-    if (op.dense && dense_mem_end_ != op.alloc.data) {
+    if (op.dense() && dense_mem_end_ != op.alloc.data) {
       if (end > begin && scratch + 2 * kPage > kStagingBytes) break;
       scratch += 2 * kPage;
     }
@@ -114,7 +114,7 @@ struct DenseRun {
 std::vector<DenseRun> FindDenseRuns(const std::vector<WriteOp>& group, size_t begin, size_t end) {
   std::vector<DenseRun> runs;
   for (size_t i = begin; i < end;) {
-    if (!group[i].status.ok() || !group[i].dense) {
+    if (!group[i].status.ok() || !group[i].dense()) {
       ++i;
       continue;
     }
@@ -123,7 +123,7 @@ std::vector<DenseRun> FindDenseRuns(const std::vector<WriteOp>& group, size_t be
       const WriteOp& o = group[j];
       if (!o.status.ok()) continue;
       const WriteOp& p = group[last];
-      if (!o.dense || o.segment != p.segment || o.offset != p.offset + p.rec_bytes ||
+      if (!o.dense() || o.segment != p.segment || o.offset != p.offset + p.rec_bytes ||
           o.alloc.data != p.alloc.data + p.rec_bytes)
         break;
       last = j;
@@ -160,7 +160,7 @@ void Writer::QueueWrites(std::vector<WriteOp>& group, size_t begin, size_t end, 
       continue;
     }
     File* file = d_.table->file(op.segment);
-    if (op.dense) {
+    if (op.dense()) {
       const auto [last, next] = dense[run++];
       // The run is [f0, f1) on disk and starts at m0 in the ring, at the same
       // offset within a page (PlaceRecord).

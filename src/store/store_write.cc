@@ -120,7 +120,6 @@ void StoreImpl::SubmitPut(NamespaceId ns, std::string_view key, std::span<const 
     c_.small_page_copies.Add();
   }
   WriteOp op;
-  op.dense = plan.dense;
   op.flags = plan.flags;
   op.rec_bytes = plan.rec_bytes;
   st = ops_.Reserve(&op, w.ring_bytes, w.borrowed, blocking);
