@@ -328,6 +328,45 @@ class KvtierDesign final : public Design {
     return rs;
   }
 
+  // GetBatch calls of `batch` keys from queue-depth threads, each thread
+  // with its own buffers: the store reads a batch's misses side by side.
+  RunStats GetBatches(const std::vector<uint64_t>& ids, size_t size, const Payloads& payloads,
+                      uint32_t batch) override {
+    RunStats rs;
+    const uint32_t threads = std::max<uint32_t>(1, cfg_.queue_depth);
+    batch = std::max<uint32_t>(1, batch);
+    const size_t calls = (ids.size() + batch - 1) / batch;
+    rs.lat_us.assign(calls, 0);
+    bufs_.Ensure(size_t{threads} * batch, size);
+    ErrorSink errs;
+    RunOnThreads(threads, calls, [&](size_t c, uint32_t t) {
+      const size_t first = c * batch, n = std::min<size_t>(batch, ids.size() - first);
+      std::vector<std::string> keys(n);
+      std::vector<kvtier::MutableFragment> frags(n);
+      std::vector<kvtier::GetItem> items(n);
+      for (size_t j = 0; j < n; ++j) {
+        keys[j] = MakeKey(cfg_.key_seed, ids[first + j]);
+        frags[j] = {bufs_[size_t{t} * batch + j], size};
+        items[j] = {keys[j], std::span<const kvtier::MutableFragment>(&frags[j], 1)};
+      }
+      const auto t0 = SteadyClock::now();
+      auto rs_batch = store_->GetBatch(ns_, items);
+      rs.lat_us[c] = MicrosSince(t0);
+      for (size_t j = 0; j < n; ++j) {
+        const Result<size_t>& r = rs_batch[j];
+        if (!r.ok() && r.status().IsNotFound()) {
+          errs.Miss(ids[first + j]);
+        } else if (!r.ok()) {
+          errs.Fail("get: " + r.status().ToString());
+        } else if (*r != size || !payloads.Verify(ids[first + j], size, static_cast<const uint8_t*>(frags[j].data))) {
+          errs.Fail("get: block did not verify");
+        }
+      }
+    });
+    errs.Into(&rs);
+    return rs;
+  }
+
   // Blocks the store reads on its caller's thread: blocking Gets from
   // queue-depth threads, the way file-per-block reads its files (GetAsync
   // would hand each to a read thread and back).

@@ -96,6 +96,15 @@ class Design {
   virtual RunStats Put(const std::vector<uint64_t>& ids, size_t size, const Payloads& payloads) = 0;
   // Reads blocks `ids` and verifies each against `payloads`.
   virtual RunStats Get(const std::vector<uint64_t>& ids, size_t size, const Payloads& payloads) = 0;
+  // Reads blocks `ids` in calls of `batch` keys each, from queue-depth threads
+  // (an engine loading a prefix); latencies are per call. Designs with no
+  // batch read serve a batch key by key, as their Get does (SGLang's file
+  // backend's batch_get reads its files one after another).
+  virtual RunStats GetBatches(const std::vector<uint64_t>& ids, size_t size, const Payloads& payloads,
+                              uint32_t batch) {
+    (void)batch;
+    return Get(ids, size, payloads);
+  }
   // How many leading keys are stored (an engine's prefix match); keys come
   // from MakeKey(config.key_seed, id). NotSupported where the design has no
   // existence check short of reading the value.

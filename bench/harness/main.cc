@@ -159,6 +159,9 @@ int main(int argc, char** argv) {
   app.add_option("--rocksdb-max-blocks", c.rocksdb_max_blocks,
                  "Cap on rocksdb-blob blocks in small (0: none)");
   app.add_option("--small-get-sample", c.small_get_sample, "Cold gets measured per small store");
+  app.add_option("--small-get-batch", c.small_get_batch,
+                 "The same cold gets again in batch calls of this many keys (0 or 1: not run)")
+      ->capture_default_str();
   app.add_option("--kill-blocks", c.kill_blocks,
                  "4 KiB blocks put by the kill-reopen child (0: skip reopen-kill)");
   app.add_option("--lookup-keys", c.lookup_keys, "Keys looked up by prefix-lookup");

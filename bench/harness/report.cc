@@ -82,8 +82,11 @@ void PrintMachine(const nlohmann::json& m) {
 
 std::optional<double> RatioTo(const WorkloadResult& w, const Measurement& m,
                               const std::string& design) {
+  // A batch of gets is held to the limit of single gets: the device's best
+  // read of the block size, however the reads are grouped.
+  const bool to_limit = design == "fio" && m.op == "get-batch";
   for (const Measurement& r : w.results) {
-    if (r.design != design || r.op != m.op) continue;
+    if (r.design != design || (r.op != m.op && !(to_limit && r.op == "get"))) continue;
     if (r.gbps && m.gbps && *r.gbps > 0) return *m.gbps / *r.gbps;
     if (r.ops_per_s && m.ops_per_s && *r.ops_per_s > 0) return *m.ops_per_s / *r.ops_per_s;
     // Reopen: a shorter time is better, so invert.
@@ -98,11 +101,11 @@ void PrintTable(const WorkloadResult& w) {
   if (!w.block_bytes && w.name == "steady") std::printf(" (mixed sizes)");
   std::printf("\n");
   if (!w.params.empty()) std::printf("   %s\n", w.params.c_str());
-  std::printf("%-21s %-6s %8s %8s %11s %10s %10s %10s %7s %7s %7s %7s\n", "design", "op", "ops",
+  std::printf("%-21s %-9s %8s %8s %11s %10s %10s %10s %7s %7s %7s %7s\n", "design", "op", "ops",
               "GB/s", "blocks/s", "p50 us", "p99 us", "p99.9 us", "w-amp", "cpu/GB", "x fio",
               "x kvt");
   for (const Measurement& m : w.results) {
-    std::printf("%-21s %-6s %8llu %8s %11s %10s %10s %10s %7s %7s %7s %7s\n", m.design.c_str(),
+    std::printf("%-21s %-9s %8llu %8s %11s %10s %10s %10s %7s %7s %7s %7s\n", m.design.c_str(),
                 m.op.c_str(), static_cast<unsigned long long>(m.ops), Fmt(m.gbps, "%.3f").c_str(),
                 Fmt(m.ops_per_s, "%.0f").c_str(), Fmt(m.p50_us, "%.0f").c_str(),
                 Fmt(m.p99_us, "%.0f").c_str(), Fmt(m.p999_us, "%.0f").c_str(),
@@ -216,6 +219,37 @@ std::vector<Target> EvaluateTargets(const std::vector<WorkloadResult>& ws) {
     Judge(&t);
     out.push_back(t);
   }
+  // Issue 21: 4 KiB cold gets at least 1.2x file-per-block's, key by key and
+  // in batches. File-per-block reads a batch key by key, so both of its
+  // passes over the sample are the same reads; the faster one counts (its
+  // second pass finds the files' inodes cached).
+  for (const WorkloadResult& w : ws) {
+    if (w.name != "small-blocks" || w.block_bytes != (4u << 10)) continue;
+    const Measurement* f1 = FindResult(w, "file-per-block", "get");
+    const Measurement* f2 = FindResult(w, "file-per-block", "get-batch");
+    std::optional<double> fpb;
+    for (const Measurement* f : {f1, f2})
+      if (f && f->ops_per_s && (!fpb || *f->ops_per_s > *fpb)) fpb = *f->ops_per_s;
+    for (const char* op : {"get", "get-batch"}) {
+      const Measurement* k = FindResult(w, "kvtier", op);
+      if (!k) continue;
+      Target t;
+      t.workload = w.name;
+      t.block_bytes = w.block_bytes;
+      t.target = std::string("kvtier ") + op + " >= 1.20x file-per-block's best pass";
+      t.threshold = 1.2;
+      if (!k->ops_per_s || !fpb || *fpb <= 0) {
+        t.detail = "file-per-block not run or failed";
+      } else {
+        t.value = *k->ops_per_s / *fpb;
+        char b[96];
+        std::snprintf(b, sizeof b, "%.0f vs %.0f gets/s", *k->ops_per_s, *fpb);
+        t.detail = b;
+      }
+      Judge(&t);
+      out.push_back(t);
+    }
+  }
   // 64 KiB against 2 MiB, per byte.
   for (const char* wname : {"seq-put", "cold-get"}) {
     const std::string op = std::string(wname) == "seq-put" ? "put" : "get";
@@ -254,7 +288,7 @@ std::vector<Target> EvaluateTargets(const std::vector<WorkloadResult>& ws) {
 }
 
 void PrintTargets(const std::vector<Target>& ts) {
-  std::printf("== targets (issue 5)\n");
+  std::printf("== targets (issues 5 and 21)\n");
   std::string last;
   for (const Target& t : ts) {
     const std::string where = t.workload + " " + (t.block_bytes ? HumanBytes(t.block_bytes) : "mixed");

@@ -80,7 +80,7 @@ std::vector<uint64_t> Iota(uint64_t n) {
 // `after` (e.g. a Close that flushes), time only the call.
 Measurement Measure(Design* d, const std::string& op, const std::vector<uint64_t>& ids,
                     size_t size, const Payloads& payloads,
-                    const std::function<void()>& after = nullptr) {
+                    const std::function<void()>& after = nullptr, uint32_t batch = 0) {
   Measurement m;
   m.design = d->name();
   m.op = op;
@@ -88,7 +88,9 @@ Measurement Measure(Design* d, const std::string& op, const std::vector<uint64_t
   auto quiet = Quiet();
   const ProcCounters c0 = ProcCounters::Now();
   const auto t0 = SteadyClock::now();
-  RunStats rs = op == "put" ? d->Put(ids, size, payloads) : d->Get(ids, size, payloads);
+  RunStats rs = op == "put"         ? d->Put(ids, size, payloads)
+                : op == "get-batch" ? d->GetBatches(ids, size, payloads, batch)
+                                    : d->Get(ids, size, payloads);
   const double secs = SecondsSince(t0);
   if (after) after();
   const ProcCounters c1 = ProcCounters::Now();
@@ -482,6 +484,13 @@ void RunSmall(const BenchConfig& c, uint64_t size, uint64_t count, const Payload
       if (Cool(d.get(), path).ok()) {
         Progress(Step(step, "small-blocks " + HumanBytes(size) + " " + name + " get"));
         wr.results.push_back(Measure(d.get(), "get", sample, size, payloads));
+      }
+      // The same keys again, cold, in batches (an engine loading a prefix).
+      if (c.small_get_batch > 1 && Cool(d.get(), path).ok()) {
+        Progress(Step(step, "small-blocks " + HumanBytes(size) + " " + name + " get-batch"));
+        Measurement m = Measure(d.get(), "get-batch", sample, size, payloads, nullptr, c.small_get_batch);
+        AddNote(&m, "ops = keys; latency per call of " + std::to_string(c.small_get_batch) + " keys");
+        wr.results.push_back(m);
       }
     }
     if (with_lookup_reopen && c.lookup_keys > 0) {

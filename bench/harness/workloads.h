@@ -33,6 +33,7 @@ struct BenchConfig {
   uint64_t small_4k_blocks = 0, small_64k_blocks = 0;
   uint64_t fpb_max_files = 0, fpb_fsync_max_files = 0, rocksdb_max_blocks = 0;  // 0: no cap
   uint64_t small_get_sample = 0;      // cold gets measured on the small stores
+  uint32_t small_get_batch = 32;      // the same keys again in batches of this many (0, 1: not)
   uint64_t kill_blocks = 0;           // 4 KiB blocks the kill-reopen child puts (0: skip)
   uint64_t lookup_keys = 0;           // keys looked up (in batches)
   uint32_t lookup_batch = 32;
