@@ -13,8 +13,10 @@
 #include <vector>
 
 #include "format/record.h"
+#include "index/index.h"
 #include "kvtier/io.h"
 #include "kvtier/store.h"
+#include "store/layout.h"
 #include "store/store_test_util.h"
 
 namespace kvtier {
@@ -284,6 +286,48 @@ TEST_P(DenseTest, FormatThreeStoresKeepTheFullHeader) {
   auto rep = s->Verify(vo);
   ASSERT_TRUE(rep.ok()) << rep.status().ToString();
   EXPECT_EQ(rep->records_ok, 128u);
+}
+
+// A compact header holds 48 bits of sequence. Once they are spent, a small
+// put is refused with a clear error, nothing put before is lost, and blocks
+// large enough for the full header (64 bits) still go in.
+TEST_P(DenseTest, CompactSequenceNumbersRunOutWithAClearErrorAndLoseNothing) {
+  NamespaceId ns;
+  {
+    auto s = OpenStore();
+    ns = Ns(s.get());
+    PutBlocks(s.get(), ns, 0, 1, 4096);
+    ASSERT_TRUE(s->Close().ok());
+  }
+  {  // As if 2^48 - 1 puts had gone before: the next is the last a compact header holds.
+    auto idx = Index::Open(layout::IndexDir(dir_.Sub("store")), IndexOpenOptions{});
+    ASSERT_TRUE(idx.ok()) << idx.status().ToString();
+    auto cp = (*idx)->ReadCheckpoint();
+    ASSERT_TRUE(cp.ok() && cp->has_value());
+    Checkpoint moved = **cp;
+    moved.next_sequence = format::kCompactMaxSequence;
+    ASSERT_TRUE((*idx)->WriteCheckpoint(moved, Index::CheckpointFlush::kWait).ok());
+  }
+  constexpr size_t kLarge = 300u << 10;  // above dense_record_max_bytes: a full header
+  for (int round = 0; round < 2; ++round) {
+    auto s = OpenStore();
+    if (round == 0) {
+      PutBlocks(s.get(), ns, 1, 1, 4096);  // takes the last compact sequence number
+      const std::vector<uint8_t> small = Payload(ns, Key(2), 4096);
+      Status st = s->Put(ns, Key(2), small.data(), small.size());
+      EXPECT_EQ(st.code(), Code::kNoSpace) << st.ToString();
+      EXPECT_NE(st.ToString().find("sequence numbers of compact records are exhausted"), std::string::npos)
+          << st.ToString();
+      const std::vector<uint8_t> large = Payload(ns, Key(3), kLarge);
+      ASSERT_TRUE(s->Put(ns, Key(3), large.data(), large.size()).ok());
+      EXPECT_EQ(s->Put(ns, Key(4), small.data(), small.size()).code(), Code::kNoSpace);
+    }
+    ExpectBlocks(s.get(), ns, 0, 2, 4096);
+    ExpectBlocks(s.get(), ns, 3, 1, kLarge);
+    EXPECT_TRUE(s->GetVector(ns, Key(2)).status().IsNotFound());
+    EXPECT_TRUE(s->GetVector(ns, Key(4)).status().IsNotFound());
+    ASSERT_TRUE(s->Close().ok());
+  }
 }
 
 TEST_P(DenseTest, OffOrFormatTwoStoresGiveEveryRecordItsOwnPages) {
