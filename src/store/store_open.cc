@@ -8,6 +8,7 @@
 
 #include "client/service_store.h"
 #include "format/coding.h"
+#include "log/reindexer.h"
 #include "store/layout.h"
 #include "store/store_impl.h"
 #include "util/clock.h"
@@ -365,30 +366,24 @@ Status StoreImpl::RecoverSegment(const SegmentInfo& s, uint64_t start, uint64_t 
   if (start >= description_.segment_size_bytes) return Status::OK();
   SegmentScanner scanner(table_->file(s.id), s.id, s.generation, description_.segment_size_bytes,
                          StoredPayloadLimit());
-  IndexBatch batch;
+  Reindexer reindex(index_.get());
   Status ist;
   ScanResult r;
   Status st = scanner.Scan(start, /*verify_payload=*/true, /*resync=*/false, [&](const ScannedRecord& rec) {
     *max_seq = std::max(*max_seq, rec.header.sequence);
     if (rec.header.sequence < min_sequence) return true;
     if (!namespaces_.Contains(rec.header.ns_id)) return true;  // namespace was removed
-    auto e = index_->Get(rec.header.ns_id, rec.key);
-    if (!e.ok()) {
-      ist = e.status();
+    auto taken = reindex.Offer(rec, s.id, s.generation);
+    if (!taken.ok()) {
+      ist = taken.status();
       return false;
     }
-    if (e->has_value() && (*e)->sequence >= rec.header.sequence) return true;
-    batch.Put(rec.header.ns_id, rec.key, IndexValueOf(rec, s.id, s.generation));
-    c_.recovery_reindexed.Add();
-    if (batch.count() >= 4096) {
-      ist = index_->Commit(batch, false);
-      batch = IndexBatch();
-    }
-    return ist.ok();
+    if (*taken) c_.recovery_reindexed.Add();
+    return true;
   }, &r);
   if (!st.ok()) return st.WithContext("recovery scan of segment " + std::to_string(s.id));
   if (!ist.ok()) return ist.WithContext("recovery re-index");
-  if (!batch.empty()) KVTIER_RETURN_IF_ERROR(index_->Commit(batch, false));
+  KVTIER_RETURN_IF_ERROR(reindex.Finish().WithContext("recovery re-index"));
   c_.recovery_scanned_bytes.Add(r.bytes_read);
   table_->Seal(s.id, format::AlignUp(r.end));  // zero from r.end (cut below)
   if (r.end < description_.segment_size_bytes) {

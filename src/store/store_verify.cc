@@ -4,6 +4,7 @@
 #include <cstring>
 #include <unordered_map>
 
+#include "log/reindexer.h"
 #include "log/scanner.h"
 #include "store/store_impl.h"
 
@@ -126,8 +127,7 @@ Result<RepairReport> StoreImpl::RebuildIndex(const std::function<void(uint64_t, 
   for (const SegmentInfo& s : segs) {
     SegmentScanner scanner(table_->file(s.id), s.id, s.generation, description_.segment_size_bytes,
                            StoredPayloadLimit());
-    IndexBatch batch;
-    std::unordered_map<std::string, uint64_t> pending;  // name -> sequence in this batch
+    Reindexer reindex(index_.get());
     Status ist;
     ScanResult r;
     Status st = scanner.Scan(format::kSegmentDataStart, /*verify_payload=*/true, /*resync=*/true,
@@ -138,21 +138,12 @@ Result<RepairReport> StoreImpl::RebuildIndex(const std::function<void(uint64_t, 
             ++rep.records_dropped;
             return true;
           }
-          std::string name(reinterpret_cast<const char*>(&rec.header.ns_id), sizeof(NamespaceId));
-          name.append(rec.key);
-          auto p = pending.find(name);
-          if (p != pending.end() && p->second >= rec.header.sequence) return true;
-          if (p == pending.end()) {
-            auto e = index_->Get(rec.header.ns_id, rec.key);
-            if (!e.ok()) {
-              ist = e.status();
-              return false;
-            }
-            if (e->has_value() && (*e)->sequence >= rec.header.sequence) return true;
+          auto taken = reindex.Offer(rec, s.id, s.generation);
+          if (!taken.ok()) {
+            ist = taken.status();
+            return false;
           }
-          batch.Put(rec.header.ns_id, rec.key, IndexValueOf(rec, s.id, s.generation));
-          pending[name] = rec.header.sequence;
-          ++rep.records_indexed;
+          if (*taken) ++rep.records_indexed;
           return true;
         },
         &r, [&](uint64_t n) {
@@ -162,7 +153,7 @@ Result<RepairReport> StoreImpl::RebuildIndex(const std::function<void(uint64_t, 
     if (!st.ok()) return st.WithContext("scanning segment " + std::to_string(s.id));
     if (!ist.ok()) return ist;
     rep.records_dropped += r.corrupt_regions;
-    if (!batch.empty()) KVTIER_RETURN_IF_ERROR(index_->Commit(batch, false));
+    KVTIER_RETURN_IF_ERROR(reindex.Finish());
     // Zero what does not verify, so later scans and Verify see unused space
     // rather than the same damage again.
     if (!r.corrupt.empty()) {
