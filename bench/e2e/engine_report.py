@@ -71,6 +71,7 @@ def markdown(results):
             f"| {_f(hrate)} ({_f(hrate / mem if hrate and mem else None, 2)}) "
             f"| {_f(pred)}{x(gt, pred) if pred else ''} "
             f"| {_even(even, odirect) if phase == 'disk' else '-'} |")
+    lines += _load_split(results)
     reads = ", ".join(f"{k}: {d.get('gbps')} GB/s ({d.get('threads')} threads)" for k, d in disk.items())
     swept = sorted({int(t) for d in disk.values() for t in d.get("by_threads", {})})
     over = f"{swept[0]}-{swept[-1]}" if swept else "4/16/32"  # runs before the sweep began at one thread
@@ -125,6 +126,33 @@ def markdown(results):
     for m, p, e in errors:
         lines.append(f"Error in {m}/{p}: {e}")
     return "\n".join(lines) + "\n"
+
+
+def _load_split(results):
+    """Where the GPU path's loads of RAM hits spend their time (medians): the
+    load as the serving process times it (its stream's events around the
+    call), the call on the host, the host's queuing of the copies, the
+    device's time from the call's start to the last copy's end, the hashing
+    after it, and what the bytes take at the measured link."""
+    out = []
+    for (model, phase, n, b), v in sorted(rows(results).items(), key=lambda kv: tuple(map(str, kv[0]))):
+        g = [r for r in v["arms"].get("gpu", []) if r.get("gpu_load_split")]
+        if not g:
+            continue
+        link = _med([l.get("h2d_pinned_gbps") for l in v["links"] if l.get("h2d_pinned_gbps")])
+        split = {k: _med([r["gpu_load_split"][k] for r in g]) for k in ("call_ms", "enqueue_ms", "copy_ms",
+                                                                       "hash_tail_ms")}
+        at_link = _med([r["loaded_bytes"] for r in g]) / link / 1e6 if link else None
+        out.append(f"| {model} | {phase} | {n} | {b} | {_f(_med([r['load_ms'] for r in g]), 2)} "
+                   f"| {_f(split['call_ms'], 2)} | {_f(split['enqueue_ms'], 2)} | {_f(split['copy_ms'], 2)} "
+                   f"| {_f(split['hash_tail_ms'], 2)} | {_f(at_link, 2)} |")
+    if not out:
+        return []
+    return ["", "GPU path loads of RAM hits, split (ms, medians): the load on the serving stream's events; the "
+            "call on the host; its queuing of the copies; the device from the call's start to the last copy's "
+            "end; the hashing after that; the bytes at the measured link.", "",
+            "| model | phase | doc tokens | batch | load | call | queuing | copies | hash tail | at the link |",
+            "|---|---|---|---|---|---|---|---|---|---|"] + out
 
 
 def _ratio(a, base):

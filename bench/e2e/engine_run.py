@@ -407,6 +407,12 @@ class Worker:
                                 rec["gpu_path"] = {k: g1[k] - g0[k] for k in (
                                     "ram_hits", "disk_reads", "copies", "batch_calls", "loop_calls",
                                     "kernel_calls")}
+                                if arm == "gpu" and rec["gpu_path"]["ram_hits"] > 0 and "last_get_call_ms" in g1:
+                                    # The load's split: host queuing, the copies on the device
+                                    # from the call's start, the check's tail after them.
+                                    rec["gpu_load_split"] = {k[len("last_get_"):]: g1[k] for k in (
+                                        "last_get_call_ms", "last_get_enqueue_ms", "last_get_copy_ms",
+                                        "last_get_hash_tail_ms")}
                             rec.update(round=rnd, doc_tokens=length, docs=g)
                             self.res["requests"].append(rec)
                             if arm != "recompute" and b == 1 and rnd == 1 and g[0] < s["check_docs"]:

@@ -95,6 +95,13 @@ struct TransferStats {
   // and the device's time for the copies (CUDA events), so a slow put can be
   // told apart from a slow link.
   double last_put_call_ms = 0, last_put_enqueue_ms = 0, last_put_copy_ms = 0;
+  // The last GetToDevice that copied RAM-tier hits, in milliseconds: the
+  // whole call; the part spent finding, pinning and queuing the hits'
+  // copies; the device's time from the call's start on the stream (once the
+  // stream's earlier work was done) to the end of the last hit's copy; and
+  // from there to the hits' checksums being ready (the hashing's tail). A
+  // slow load is thus told apart into host work, the link and the check.
+  double last_get_call_ms = 0, last_get_enqueue_ms = 0, last_get_copy_ms = 0, last_get_hash_tail_ms = 0;
 };
 
 // OK when a CUDA device can be used here; else NotSupported with the reason

@@ -234,7 +234,11 @@ std::string GpuStatsToJson(const gpu::TransferStats& s, int device) {
             {"batch_api", s.batch_api},
             {"last_put_call_ms", s.last_put_call_ms},
             {"last_put_enqueue_ms", s.last_put_enqueue_ms},
-            {"last_put_copy_ms", s.last_put_copy_ms}};
+            {"last_put_copy_ms", s.last_put_copy_ms},
+            {"last_get_call_ms", s.last_get_call_ms},
+            {"last_get_enqueue_ms", s.last_get_enqueue_ms},
+            {"last_get_copy_ms", s.last_get_copy_ms},
+            {"last_get_hash_tail_ms", s.last_get_hash_tail_ms}};
   return j.dump();
 }
 

@@ -29,6 +29,10 @@ struct TransferImpl::GetCall {
   size_t planned = 0, planned_frags = 0;  // payloads and fragments in the plan so far
   size_t groups = 0;                      // hashed so far
   cudaEvent_t sums_ready = nullptr;  // after the last group's sums
+  // Timing (TransferStats::last_get_*): on the call's stream at its start
+  // and after the last RAM hit's copy; the host's time to queue them.
+  cudaEvent_t started = nullptr, copied = nullptr;
+  double enqueue_ms = 0, copy_ms = 0, hash_tail_ms = 0;
   bool hash_failed = false;          // a group could not be hashed: the host checks every hit
   uint64_t verified = 0, reloaded = 0;
 };
@@ -43,14 +47,25 @@ std::vector<Result<size_t>> TransferImpl::GetToDevice(NamespaceId ns, std::span<
                                                       cudaStream_t stream, cudaEvent_t done_event,
                                                       TransferDone done) {
   std::lock_guard<std::mutex> lock(call_mu_);
+  const auto call_start = std::chrono::steady_clock::now();
   GetCall call(blocks.size());
   std::vector<size_t> misses;
   CopyRamHits(call, ns, blocks, stream, &misses);
+  call.enqueue_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - call_start).count();
   if (!misses.empty()) ReadMisses(call, ns, blocks, misses, stream);
   const std::vector<size_t> again = CheckRamHits(call);
+  TimeRamHits(call);  // releases the timing events where CheckRamHits did not
   if (!again.empty()) ReadMisses(call, ns, blocks, again, stream);
   if (!call.pins->empty()) AfterStream(stream, [pins = call.pins] { pins->clear(); });
+  const double call_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - call_start).count();
   AddStats([&](TransferStats& s) {
+    if (call.ram_blocks > 0) {
+      s.last_get_call_ms = call_ms;
+      s.last_get_enqueue_ms = call.enqueue_ms;
+      s.last_get_copy_ms = call.copy_ms;
+      s.last_get_hash_tail_ms = call.hash_tail_ms;
+    }
     s.ram_hits_verified_on_device += call.verified;
     s.ram_hits_reloaded += call.reloaded;
     s.ram_hits += call.ram_blocks;
@@ -100,6 +115,11 @@ void TransferImpl::CopyRamHits(GetCall& call, NamespaceId ns, std::span<const De
   // with the block that takes it past kFlushBytes.
   const bool on_device = verify && gpu_hash_ &&
                          EnsureGetHashArea(blocks.size(), frag_count, (kFlushBytes + largest) / 1024 + 1).ok();
+  if (cudaEventCreate(&call.started) != cudaSuccess || cudaEventRecord(call.started, stream) != cudaSuccess) {
+    cudaGetLastError();
+    if (call.started != nullptr) cudaEventDestroy(call.started);
+    call.started = nullptr;  // untimed; the load itself goes on
+  }
   std::vector<CopyPiece> copies;
   std::vector<size_t> hits;        // of the copies not yet enqueued
   std::vector<HashPayload> group;  // the plan of the copies not yet hashed: scratch rows from 0
@@ -148,6 +168,12 @@ void TransferImpl::CopyRamHits(GetCall& call, NamespaceId ns, std::span<const De
     if (pending_bytes >= kFlushBytes) flush();
   }
   flush();
+  if (call.started != nullptr && call.ram_blocks > 0 &&
+      (cudaEventCreate(&call.copied) != cudaSuccess || cudaEventRecord(call.copied, stream) != cudaSuccess)) {
+    cudaGetLastError();
+    if (call.copied != nullptr) cudaEventDestroy(call.copied);
+    call.copied = nullptr;
+  }
   if (call.planned > 0 && !call.hash_failed) {
     // hash_stream_ waits for hash_stream2_'s groups; the event follows both.
     cudaEvent_t odd = nullptr;
@@ -155,7 +181,7 @@ void TransferImpl::CopyRamHits(GetCall& call, NamespaceId ns, std::span<const De
     if (e == cudaSuccess) e = cudaEventRecord(odd, hash_stream2_);
     if (e == cudaSuccess) e = cudaStreamWaitEvent(hash_stream_, odd, 0);
     if (odd != nullptr) cudaEventDestroy(odd);
-    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&call.sums_ready, cudaEventDisableTiming);
+    if (e == cudaSuccess) e = cudaEventCreate(&call.sums_ready);  // timed: the hashing's tail
     if (e == cudaSuccess) e = cudaEventRecord(call.sums_ready, hash_stream_);
     if (e != cudaSuccess) call.hash_failed = true;
   }
@@ -233,10 +259,29 @@ Status TransferImpl::EnsureGetHashArea(size_t n, size_t f, uint64_t rows) {
   return Status::OK();
 }
 
+// The device's times of the hits' copies and of the hashing after them
+// (TransferStats::last_get_*) when the call waited for their sums anyway (an
+// unverified load returns before its copies have run, and is not timed);
+// then the events go.
+void TransferImpl::TimeRamHits(GetCall& call) {
+  float ms = 0;
+  if (call.sums_ready != nullptr && call.started != nullptr && call.copied != nullptr &&
+      cudaEventSynchronize(call.copied) == cudaSuccess) {
+    if (cudaEventElapsedTime(&ms, call.started, call.copied) == cudaSuccess) call.copy_ms = ms;
+    if (cudaEventElapsedTime(&ms, call.copied, call.sums_ready) == cudaSuccess) call.hash_tail_ms = ms;
+  }
+  cudaGetLastError();  // an untimed load is still a load
+  for (cudaEvent_t* ev : {&call.started, &call.copied}) {
+    if (*ev != nullptr) cudaEventDestroy(*ev);
+    *ev = nullptr;
+  }
+}
+
 std::vector<size_t> TransferImpl::CheckRamHits(GetCall& call) {
   std::vector<size_t> again;
   if (call.sums_ready != nullptr) {
     if (cudaEventSynchronize(call.sums_ready) != cudaSuccess) call.hash_failed = true;
+    TimeRamHits(call);
     cudaEventDestroy(call.sums_ready);
     call.sums_ready = nullptr;
   } else if (call.planned > 0) {

@@ -162,6 +162,7 @@ class TransferImpl final : public Transfer {
   // tier's copy hashed on the host where the kernel could not hash the
   // landed bytes); returns the blocks to load again (their results reset).
   std::vector<size_t> CheckRamHits(GetCall& call);
+  void TimeRamHits(GetCall& call);
   // Device and pinned host room for a get's hash plan: n payloads, f
   // fragments, `rows` scratch rows for each of two groups in flight.
   Status EnsureGetHashArea(size_t n, size_t f, uint64_t rows);

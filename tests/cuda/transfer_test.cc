@@ -236,6 +236,12 @@ class GpuStore : public ::testing::Test {
     const TransferStats ts = transfer_->GetStats();
     EXPECT_EQ(ts.ram_hits_verified_on_device, ts.ram_hits);  // every RAM hit checked
     EXPECT_EQ(ts.ram_hits_reloaded, 0u);
+    if (ram_bytes != 0 && ts.ram_hits_verified_on_device > 0) {  // the load's time split
+      EXPECT_GT(ts.last_get_copy_ms, 0);
+      EXPECT_GT(ts.last_get_enqueue_ms, 0);
+      EXPECT_GE(ts.last_get_hash_tail_ms, 0);
+      EXPECT_GE(ts.last_get_call_ms, ts.last_get_enqueue_ms);
+    }
     for (int i = 0; i < 100 && done.load() == 0; ++i) usleep(10000);
     EXPECT_EQ(done.load(), 1);
   }

@@ -102,3 +102,17 @@ def test_a_run_cut_short_reports_the_phases_that_finished(tmp_path):
     r["workers"] = results()["workers"]
     engine_run.write_report(str(tmp_path), r)
     assert "| 25.0 (0.25x) | 45.0 (0.45x) |" in table_row((tmp_path / "results.md").read_text(), "warm")
+
+
+def test_gpu_loads_are_split_into_host_copies_and_the_checks_tail():
+    r = results()
+    for w, tail in zip(r["workers"], (0.1, 0.3, 0.2)):
+        for q in w["requests"]:
+            if q["arm"] == "gpu" and w["spec"]["phase"] == "warm":
+                q["gpu_load_split"] = {"call_ms": 9.5, "enqueue_ms": 2.0, "copy_ms": 8.5, "hash_tail_ms": tail}
+    md = engine_report.markdown(r)
+    assert "| model | phase | doc tokens | batch | load | call | queuing | copies | hash tail | at the link |" in md
+    # Medians of the two warm repetitions; 400 MB at the 50 GB/s link is 8 ms.
+    assert "| m | warm | 2750 | 1 | 10.00 | 9.50 | 2.00 | 8.50 | 0.20 | 8.00 |" in md
+    split = md.split("GPU path loads of RAM hits")[1].split("O_DIRECT reads")[0]
+    assert "| m | disk |" not in split  # its loads had no RAM hits: nothing to split
