@@ -125,6 +125,32 @@ def test_batches_of_address_pairs(store_dir):
             ns.put_batch([""], [(src.ctypes.data, 10)])
 
 
+def test_address_pairs_with_keys_of_several_widths(store_dir):
+    """The packed path lays out keys of one width by arithmetic and of
+    several one by one: each block lands under its own key either way, and an
+    address past 64 bits or a key past 255 bytes is refused whatever its
+    place in the batch."""
+    with open_store(store_dir) as s:
+        ns = s.register_namespace(name="t")
+        n = 40
+        src = np.random.default_rng(3).integers(0, 256, (n, 512), dtype=np.uint8)
+        for keys in ([os.urandom(32) for _ in range(n)], [b"k" * (1 + i % 7) + bytes([i]) for i in range(n)]):
+            assert ns.put_batch(keys, [(src[i].ctypes.data, 512) for i in range(n)]) == [Code.OK] * n
+            dst = np.zeros_like(src)
+            assert ns.get_batch(keys, [(dst[i].ctypes.data, 512) for i in range(n)]) == [512] * n
+            assert np.array_equal(dst, src)
+            for i in (0, 17):  # one block, read alone, is the one put under its key
+                assert ns.get(keys[i]) == src[i].tobytes()
+        good = [(src[i].ctypes.data, 512) for i in range(3)]
+        for bad_pairs in (good[:2] + [(1 << 64, 8)], good[:2] + [(src.ctypes.data, 1 << 64)]):
+            with pytest.raises(KvtierError) as e:
+                ns.get_batch(["a", "b", "c"], bad_pairs)
+            assert e.value.code == Code.INVALID_ARGUMENT
+        with pytest.raises(KvtierError) as e:
+            ns.get_batch([b"a", b"x" * 256], good[:2])
+        assert e.value.code == Code.INVALID_ARGUMENT and "255" in str(e.value)
+
+
 def test_async(store_dir):
     with open_store(store_dir) as s:
         ns = s.register_namespace(name="t")

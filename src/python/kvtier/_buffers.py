@@ -202,26 +202,40 @@ def packed_items(item_type, keys, values):
     packed in two flat arrays instead of one ctypes object per item (an
     engine's load of hundreds of blocks would otherwise spend milliseconds
     here). Returns (pointer to the items, keepalive), or None when some value
-    has another form (the general path takes those)."""
+    has another form (the general path takes those). Whole-list operations
+    where one per item would do: a load's Python share is paid per block."""
     import array
     import struct
     if not all(type(v) is tuple and len(v) == 2 and type(v[0]) is int and type(v[1]) is int for v in values):
         return None
-    ks = [key_bytes(k) for k in keys]
+    ks = keys if all(type(k) is bytes for k in keys) else [key_bytes(k) for k in keys]
+    lens = set(map(len, ks))
+    if min(lens, default=1) < 1 or max(lens, default=1) > 255:
+        for k in ks:
+            key_bytes(k)  # raises for the first bad one, as the general path would
+    flat = [x for v in values for x in v]
+    addrs, sizes = flat[0::2], flat[1::2]
+    if (min(flat, default=0) < 0 or max(flat, default=0) >= 1 << 64 or
+            (0 in addrs and any(n and not a for a, n in zip(addrs, sizes)))):
+        raise _invalid("a device or host address must be a positive 64-bit value and size >= 0")
+    frags = array.array("Q", flat)
     blob = b"".join(ks)
-    frags = array.array("Q")
-    for addr, size in values:
-        if size < 0 or size >= 1 << 64 or addr < 0 or addr >= 1 << 64 or (size and not addr):
-            raise _invalid("a device or host address must be a positive 64-bit value and size >= 0")
-        frags.append(addr)
-        frags.append(size)
     base = bytes_address(blob) if blob else 0
     fbase = frags.buffer_info()[0]
-    items = array.array("Q")
-    off = 0
-    for i, k in enumerate(ks):
-        items.extend((base + off, len(k), fbase + 16 * i, 1))
-        off += len(k)
+    n = len(ks)
+    items = array.array("Q", [0, 0, 0, 1]) * n
+    if len(lens) == 1:  # engine hashes: one width
+        width = next(iter(lens))
+        items[0::4] = array.array("Q", range(base, base + n * width, width))
+        items[1::4] = array.array("Q", [width]) * n
+    else:
+        offs, off = [], 0
+        for k in ks:
+            offs.append(base + off)
+            off += len(k)
+        items[0::4] = array.array("Q", offs)
+        items[1::4] = array.array("Q", map(len, ks))
+    items[2::4] = array.array("Q", range(fbase, fbase + 16 * n, 16))
     assert struct.calcsize("PNPN") == 32 and ctypes.sizeof(item_type) == 32
     ptr = ctypes.cast(items.buffer_info()[0], ctypes.POINTER(item_type))
     return ptr, (blob, frags, items, ks)

@@ -113,6 +113,9 @@ class _Call:
         return [Code.of(self.statuses[i]) for i in range(self.n)]
 
     def loaded(self, return_codes):
+        if not any(self.statuses[:self.n]):  # every block loaded: no Code per block to look up
+            got = self.sizes[:self.n]
+            return (got, [Code.OK] * self.n) if return_codes else got
         codes = self.codes()
         got = [self.sizes[i] if codes[i] == Code.OK else None for i in range(self.n)]
         return (got, codes) if return_codes else got
