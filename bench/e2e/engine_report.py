@@ -140,19 +140,23 @@ def _load_split(results):
         if not g:
             continue
         link = _med([l.get("h2d_pinned_gbps") for l in v["links"] if l.get("h2d_pinned_gbps")])
-        split = {k: _med([r["gpu_load_split"][k] for r in g]) for k in ("call_ms", "enqueue_ms", "copy_ms",
-                                                                       "hash_tail_ms")}
+        split = {k: _med([r["gpu_load_split"][k] for r in g if k in r["gpu_load_split"]])
+                 for k in ("call_ms", "enqueue_ms", "copy_ms", "hash_tail_ms", "prepare_ms", "library_ms",
+                           "results_ms")}
         at_link = _med([r["loaded_bytes"] for r in g]) / link / 1e6 if link else None
         out.append(f"| {model} | {phase} | {n} | {b} | {_f(_med([r['load_ms'] for r in g]), 2)} "
                    f"| {_f(split['call_ms'], 2)} | {_f(split['enqueue_ms'], 2)} | {_f(split['copy_ms'], 2)} "
-                   f"| {_f(split['hash_tail_ms'], 2)} | {_f(at_link, 2)} |")
+                   f"| {_f(split['hash_tail_ms'], 2)} | {_f(at_link, 2)} | {_f(split['prepare_ms'], 2)} "
+                   f"| {_f(split['library_ms'], 2)} | {_f(split['results_ms'], 2)} |")
     if not out:
         return []
     return ["", "GPU path loads of RAM hits, split (ms, medians): the load on the serving stream's events; the "
             "call on the host; its queuing of the copies; the device from the call's start to the last copy's "
-            "end; the hashing after that; the bytes at the measured link.", "",
-            "| model | phase | doc tokens | batch | load | call | queuing | copies | hash tail | at the link |",
-            "|---|---|---|---|---|---|---|---|---|---|"] + out
+            "end; the hashing after that; the bytes at the measured link; then the Python package's share: "
+            "its marshaling, the C call as Python sees it, the results.", "",
+            "| model | phase | doc tokens | batch | load | call | queuing | copies | hash tail | at the link "
+            "| Python: marshaling | C call | results |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"] + out
 
 
 def _ratio(a, base):

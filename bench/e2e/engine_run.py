@@ -413,6 +413,11 @@ class Worker:
                                     rec["gpu_load_split"] = {k[len("last_get_"):]: g1[k] for k in (
                                         "last_get_call_ms", "last_get_enqueue_ms", "last_get_copy_ms",
                                         "last_get_hash_tail_ms")}
+                                    # The Python package's share around the library's call.
+                                    py = getattr(self.kvtier._device, "last_get_times", None)
+                                    if py:
+                                        rec["gpu_load_split"].update(
+                                            {k[:-2] + "_ms": round(v * 1e3, 4) for k, v in py.items()})
                             rec.update(round=rnd, doc_tokens=length, docs=g)
                             self.res["requests"].append(rec)
                             if arm != "recompute" and b == 1 and rnd == 1 and g[0] < s["check_docs"]:

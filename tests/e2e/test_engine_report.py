@@ -109,10 +109,12 @@ def test_gpu_loads_are_split_into_host_copies_and_the_checks_tail():
     for w, tail in zip(r["workers"], (0.1, 0.3, 0.2)):
         for q in w["requests"]:
             if q["arm"] == "gpu" and w["spec"]["phase"] == "warm":
-                q["gpu_load_split"] = {"call_ms": 9.5, "enqueue_ms": 2.0, "copy_ms": 8.5, "hash_tail_ms": tail}
+                q["gpu_load_split"] = {"call_ms": 9.5, "enqueue_ms": 2.0, "copy_ms": 8.5, "hash_tail_ms": tail,
+                                       "prepare_ms": 0.1, "library_ms": 9.7, "results_ms": 0.05}
     md = engine_report.markdown(r)
-    assert "| model | phase | doc tokens | batch | load | call | queuing | copies | hash tail | at the link |" in md
+    assert ("| model | phase | doc tokens | batch | load | call | queuing | copies | hash tail | at the link "
+            "| Python: marshaling | C call | results |") in md
     # Medians of the two warm repetitions; 400 MB at the 50 GB/s link is 8 ms.
-    assert "| m | warm | 2750 | 1 | 10.00 | 9.50 | 2.00 | 8.50 | 0.20 | 8.00 |" in md
+    assert "| m | warm | 2750 | 1 | 10.00 | 9.50 | 2.00 | 8.50 | 0.20 | 8.00 | 0.10 | 9.70 | 0.05 |" in md
     split = md.split("GPU path loads of RAM hits")[1].split("O_DIRECT reads")[0]
     assert "| m | disk |" not in split  # its loads had no RAM hits: nothing to split

@@ -201,6 +201,8 @@ def test_round_trip_through_the_device(store_dir, ram, layers):
     # Every RAM hit was checked on the device before the call returned.
     assert st["ram_hits_verified_on_device"] == st["ram_hits"] == (blocks if ram else 0)
     assert st["ram_hits_reloaded"] == 0
+    from kvtier import _device  # the call's Python share, timed around the library
+    assert _device.last_get_times["library_s"] > 0 and _device.last_get_times["prepare_s"] > 0
     if ram:  # the load's time split: host queuing, the copies, the check's tail
         assert st["last_get_copy_ms"] > 0 and st["last_get_enqueue_ms"] > 0
         assert st["last_get_hash_tail_ms"] >= 0

@@ -11,6 +11,7 @@ sees the loaded KV (and a put copies what was queued before it).
 """
 import ctypes
 import sys
+import time
 
 from . import _buffers
 from ._errors import Code, KvtierError
@@ -129,12 +130,24 @@ class _Call:
         return value()
 
 
+# The last get_to_device's time in this process, in seconds: marshaling the
+# arguments, the library's call, the results (a load's Python share, which the
+# e2e driver reports beside the library's own split).
+last_get_times = {"prepare_s": 0.0, "library_s": 0.0, "results_s": 0.0}
+
+
 def get_to_device(ns, keys, outs, sizes, stream, return_codes):
+    t0 = time.perf_counter()
     c = _Call(ns, GetItem, keys, outs, sizes, stream)
-    rc = lib.kvtier_get_to_device(ns.store._handle(), ns.id, c.items, c.n, c.stream, 0, c.statuses, c.sizes)
+    h = ns.store._handle()
+    t1 = time.perf_counter()
+    rc = lib.kvtier_get_to_device(h, ns.id, c.items, c.n, c.stream, 0, c.statuses, c.sizes)
+    t2 = time.perf_counter()
     if rc != 0:
         _raise_call(rc)
-    return c.loaded(return_codes)
+    got = c.loaded(return_codes)
+    last_get_times.update(prepare_s=t1 - t0, library_s=t2 - t1, results_s=time.perf_counter() - t2)
+    return got
 
 
 def get_to_device_async(ns, keys, outs, sizes, stream, return_codes):
