@@ -115,7 +115,9 @@ void TransferImpl::CopyRamHits(GetCall& call, NamespaceId ns, std::span<const De
   // with the block that takes it past kFlushBytes.
   const bool on_device = verify && gpu_hash_ &&
                          EnsureGetHashArea(blocks.size(), frag_count, (kFlushBytes + largest) / 1024 + 1).ok();
-  if (cudaEventCreate(&call.started) != cudaSuccess || cudaEventRecord(call.started, stream) != cudaSuccess) {
+  // Timed only where the call will wait for the hits' sums on the device.
+  if (on_device &&
+      (cudaEventCreate(&call.started) != cudaSuccess || cudaEventRecord(call.started, stream) != cudaSuccess)) {
     cudaGetLastError();
     if (call.started != nullptr) cudaEventDestroy(call.started);
     call.started = nullptr;  // untimed; the load itself goes on
