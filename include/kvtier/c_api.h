@@ -264,7 +264,8 @@ uint64_t kvtier_pending(kvtier_store* s);
  * cudaStream_t as an integer (torch: torch.cuda.current_stream().cuda_stream); 0 is
  * the legacy default stream, on which copies cannot be batched. A handle serves one
  * device: the one given to kvtier_gpu_bind, else the calling thread's current CUDA
- * device at the first GPU call. Every fragment must be memory of that device.
+ * device at the first GPU call. Every byte of every fragment must be memory of that
+ * device (a fragment running past its allocation is refused).
  * Errors: KVTIER_NOT_SUPPORTED naming why the GPU path cannot run (a library built
  * without CUDA, no driver or device, a store served by `kvtier serve`), at every call;
  * KVTIER_INVALID_ARGUMENT for bad items. Per-item results go to statuses[i]

@@ -43,7 +43,10 @@ typedef struct CUevent_st* cudaEvent_t;
 namespace kvtier::gpu {
 
 // A piece of device memory (cudaMalloc, or any pointer the device can read
-// and write with cudaMemcpy).
+// and write with cudaMemcpy). Every byte of it must be memory of the
+// Transfer's device: a block with a fragment that is not, or that runs past
+// its allocation into memory that is not, is refused with InvalidArgument
+// before any copy.
 struct DeviceFragment {
   void* ptr = nullptr;
   size_t size = 0;
@@ -87,6 +90,9 @@ struct TransferStats {
   // landed, against the block's checksum), and those that failed the check
   // and were loaded again through the store's verified read path.
   uint64_t ram_hits_verified_on_device = 0, ram_hits_reloaded = 0;
+  // Driver queries that checked the calls' fragments: one per device
+  // allocation a call's fragments lie in, not one per block.
+  uint64_t pointer_queries = 0;
   bool ram_tier_pinned = false;  // the RAM tier is registered with CUDA
   bool batch_api = false;        // cudaMemcpyBatchAsync is compiled in
   CopyMethod method = CopyMethod::kAuto;  // as set now (TransferOptions, SetCopyMethod)

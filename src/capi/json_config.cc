@@ -230,6 +230,7 @@ std::string GpuStatsToJson(const gpu::TransferStats& s, int device) {
             {"gpu_hashed_blocks", s.gpu_hashed_blocks},
             {"ram_hits_verified_on_device", s.ram_hits_verified_on_device},
             {"ram_hits_reloaded", s.ram_hits_reloaded},
+            {"pointer_queries", s.pointer_queries},
             {"ram_tier_pinned", s.ram_tier_pinned},
             {"batch_api", s.batch_api},
             {"last_put_call_ms", s.last_put_call_ms},

@@ -29,27 +29,16 @@ int CurrentDevice() {
   return d;
 }
 
-Result<size_t> CheckBlock(size_t i, const DeviceBlock& b, int device) {
+Result<size_t> CheckBlock(size_t i, const DeviceBlock& b, DeviceRanges& ranges) {
   bool bad = false;
   const size_t total = TotalBytes(b, &bad);
   const std::string which = "block " + std::to_string(i) + ": ";
   if (b.key.empty()) return Status::InvalidArgument(which + "empty key");
   if (bad) return Status::InvalidArgument(which + "null device fragment");
   if (total == 0) return Status::InvalidArgument(which + "no device bytes");
-  const void* first = nullptr;
-  for (const DeviceFragment& f : b.fragments)
-    if (f.size != 0 && first == nullptr) first = f.ptr;
-  cudaPointerAttributes a{};
-  cudaError_t e = cudaPointerGetAttributes(&a, first);
-  if (e != cudaSuccess) {
-    cudaGetLastError();  // not sticky: clear it for the caller's next check
-    return Status::InvalidArgument(which + "fragment address is not CUDA memory (" + cudaGetErrorName(e) + ")");
-  }
-  const bool device_memory = a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
-  if (!device_memory || a.device != device) {
-    return Status::InvalidArgument(which + "fragments must be memory of device " + std::to_string(device) +
-                                   (device_memory ? ", not of device " + std::to_string(a.device)
-                                                  : ", not host memory"));
+  for (const DeviceFragment& f : b.fragments) {
+    Status st = ranges.Check(f.ptr, f.size);
+    if (!st.ok()) return Status::InvalidArgument(which + st.message());
   }
   return total;
 }

@@ -35,6 +35,7 @@ struct TransferImpl::GetCall {
   double enqueue_ms = 0, copy_ms = 0, hash_tail_ms = 0;
   bool hash_failed = false;          // a group could not be hashed: the host checks every hit
   uint64_t verified = 0, reloaded = 0;
+  uint64_t pointer_queries = 0;  // the driver's, checking the fragments
 };
 
 // A disk read that finished, in the staging slot it landed in.
@@ -68,6 +69,7 @@ std::vector<Result<size_t>> TransferImpl::GetToDevice(NamespaceId ns, std::span<
     }
     s.ram_hits_verified_on_device += call.verified;
     s.ram_hits_reloaded += call.reloaded;
+    s.pointer_queries += call.pointer_queries;
     s.ram_hits += call.ram_blocks;
     s.disk_reads += call.disk_blocks;
     s.misses += call.missing;
@@ -101,8 +103,9 @@ void TransferImpl::CopyRamHits(GetCall& call, NamespaceId ns, std::span<const De
   std::vector<RamTier::Pin>* pins = call.pins.get();
   const bool verify = ram_ != nullptr && ram_->verifies_reads();
   size_t frag_count = 0, largest = 0;
+  DeviceRanges ranges(opt_.device);
   for (size_t i = 0; i < blocks.size(); ++i) {
-    Result<size_t> total = CheckBlock(i, blocks[i], opt_.device);
+    Result<size_t> total = CheckBlock(i, blocks[i], ranges);
     if (!total.ok()) {
       call.Fail(i, total.status());
       continue;
@@ -111,6 +114,7 @@ void TransferImpl::CopyRamHits(GetCall& call, NamespaceId ns, std::span<const De
     frag_count += blocks[i].fragments.size();
     largest = std::max(largest, *total);
   }
+  call.pointer_queries = ranges.queries();
   // Room for every block's plan and a group's scratch rows: a group ends
   // with the block that takes it past kFlushBytes.
   const bool on_device = verify && gpu_hash_ &&

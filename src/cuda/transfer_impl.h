@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "cuda/copy_kernel.h"
+#include "cuda/device_ranges.h"
 #include "cuda/hash_kernel.h"
 #include "kvtier/cuda.h"
 #include "store/block_sink.h"
@@ -109,11 +110,10 @@ inline bool PlanHash(const DeviceBlock& b, uint64_t len, uint64_t block_begin, s
 }
 
 // Block i's device bytes, or why the block is refused: an empty key, a null
-// fragment, no bytes, or a first fragment that is not memory of `device`
-// (host memory or another GPU's would fault the copy kernel, and a fault
-// poisons the caller's CUDA context). One check per block: the fragments of
-// a block come from the same KV cache.
-Result<size_t> CheckBlock(size_t i, const DeviceBlock& b, int device);
+// fragment, no bytes, or a fragment that is not wholly memory of the
+// device `ranges` checks for (host memory or another GPU's would fault the
+// copy kernel, and a fault poisons the caller's CUDA context).
+Result<size_t> CheckBlock(size_t i, const DeviceBlock& b, DeviceRanges& ranges);
 
 class TransferImpl final : public Transfer {
  public:

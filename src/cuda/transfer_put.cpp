@@ -79,8 +79,9 @@ std::vector<Status> TransferImpl::PutFromDevice(NamespaceId ns, std::span<const 
   call->done = std::move(done);
   call->totals.resize(blocks.size());
   call->refusals.resize(blocks.size());
+  DeviceRanges ranges(opt_.device);
   for (size_t i = 0; i < blocks.size(); ++i) {
-    Result<size_t> total = CheckBlock(i, blocks[i], opt_.device);
+    Result<size_t> total = CheckBlock(i, blocks[i], ranges);
     call->totals[i] = total.ok() ? *total : 0;  // refused below
     if (!total.ok()) call->refusals[i] = total.status();
   }
@@ -101,6 +102,7 @@ std::vector<Status> TransferImpl::PutFromDevice(NamespaceId ns, std::span<const 
     s.blocks_from_device += put;
     s.bytes_from_device += call->bytes;
     s.gpu_hashed_blocks += gpu_hashed;
+    s.pointer_queries += ranges.queries();
   });
   std::unique_lock<std::mutex> l(call->m);
   if (wait_durable) call->cv.wait(l, [&] { return call->left == 0; });

@@ -221,6 +221,9 @@ class GpuStore : public ::testing::Test {
       EXPECT_GT(ts.last_put_enqueue_ms, 0);
       EXPECT_GE(ts.last_put_call_ms, ts.last_put_enqueue_ms);
     }
+    // Every fragment lies in one allocation: one driver query for the call.
+    const uint64_t queries = transfer_->GetStats().pointer_queries;
+    EXPECT_EQ(queries, 1u);
     Layout dst = MakeLayout(nblocks, layers, frag, "k");
     cudaEvent_t ev;
     ASSERT_EQ(cudaEventCreate(&ev), cudaSuccess);
@@ -234,6 +237,7 @@ class GpuStore : public ::testing::Test {
     cudaEventDestroy(ev);
     ExpectSame(src, dst);
     const TransferStats ts = transfer_->GetStats();
+    EXPECT_EQ(ts.pointer_queries, queries + 1);
     EXPECT_EQ(ts.ram_hits_verified_on_device, ts.ram_hits);  // every RAM hit checked
     EXPECT_EQ(ts.ram_hits_reloaded, 0u);
     if (ram_bytes != 0 && ts.ram_hits_verified_on_device > 0) {  // the load's time split
@@ -452,6 +456,42 @@ TEST_F(GpuStore, FragmentsOffTheDeviceAreRefused) {
   ASSERT_TRUE(got[0].ok());
   ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
   ExpectSame(good, again);
+}
+
+// Every byte of a fragment is checked, not only its first: one that runs
+// past its allocation into memory that is not the device's is refused
+// before a copy could fault the context, and fragments in allocations of
+// their own cost one driver query per allocation, not per block.
+TEST_F(GpuStore, AFragmentPastItsAllocationIsRefused) {
+  Open(64 << 20, CopyMethod::kAuto);
+  Layout a = MakeLayout(4, 0, 1 << 20, "a");
+  Layout b = MakeLayout(4, 0, 1 << 20, "b");
+  Fill(a, 3);
+  Fill(b, 4);
+  std::vector<DeviceBlock> both = a.blocks;
+  both.insert(both.end(), b.blocks.begin(), b.blocks.end());
+  const uint64_t before = transfer_->GetStats().pointer_queries;
+  auto put = transfer_->PutFromDevice(ns_, both, stream_, true);
+  for (size_t i = 0; i < put.size(); ++i) ASSERT_TRUE(put[i].ok()) << i << ": " << put[i].ToString();
+  EXPECT_EQ(transfer_->GetStats().pointer_queries, before + 2);  // two allocations
+  // One terabyte from the last block's address: past any allocation.
+  DeviceFragment over{a.frags[3][0].ptr, size_t{1} << 40};
+  std::vector<DeviceBlock> bad = {a.blocks[0], DeviceBlock{"over", {&over, 1}}};
+  put = transfer_->PutFromDevice(ns_, bad, stream_, true);
+  ASSERT_EQ(put.size(), 2u);
+  EXPECT_TRUE(put[0].ok()) << put[0].ToString();
+  EXPECT_EQ(put[1].code(), Code::kInvalidArgument) << put[1].ToString();
+  EXPECT_NE(put[1].message().find("runs past its allocation"), std::string::npos) << put[1].ToString();
+  EXPECT_FALSE(*store_->Contains(ns_, "over"));
+  auto got = transfer_->GetToDevice(ns_, std::vector<DeviceBlock>{DeviceBlock{"a1", {&over, 1}}}, stream_);
+  EXPECT_EQ(got[0].status().code(), Code::kInvalidArgument) << got[0].status().ToString();
+  ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  Layout again = MakeLayout(4, 0, 1 << 20, "a");
+  got = transfer_->GetToDevice(ns_, again.blocks, stream_);
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_TRUE(got[i].ok()) << i;
+  ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+  ExpectSame(a, again);
 }
 
 }  // namespace
