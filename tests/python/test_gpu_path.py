@@ -111,10 +111,13 @@ def test_host_memory_is_refused_before_the_library(ns):
     ([FakeCudaTensor(0, contiguous=False)], "contiguous"),
     ([True], "bool"),
     ([(0x1000, -1)], "size"),
+    ([(0x1000, 1 << 64)], "64-bit"),
+    ([(0, 4096)], "positive"),
+    ([(0x7F0000000000, 4096), (0, 4096)], "positive"),
 ])
 def test_bad_device_payloads_are_refused(ns, bad, words):
     with pytest.raises(KvtierError) as e:
-        ns.get_to_device(["k"], bad)
+        ns.get_to_device([f"k{i}" for i in range(len(bad))], bad)
     assert e.value.code == Code.INVALID_ARGUMENT and words in str(e.value)
 
 

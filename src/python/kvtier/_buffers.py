@@ -205,20 +205,26 @@ def packed_items(item_type, keys, values):
     has another form (the general path takes those). Whole-list operations
     where one per item would do: a load's Python share is paid per block."""
     import array
+    import itertools
     import struct
-    if not all(type(v) is tuple and len(v) == 2 and type(v[0]) is int and type(v[1]) is int for v in values):
+    # Each check is one pass in C (map, set, array): a generator over the
+    # items cost about as much again as all the rest of the packing.
+    if set(map(type, values)) != {tuple} or set(map(len, values)) != {2}:
         return None
-    ks = keys if all(type(k) is bytes for k in keys) else [key_bytes(k) for k in keys]
+    flat = list(itertools.chain.from_iterable(values))
+    if set(map(type, flat)) != {int}:
+        return None
+    ks = keys if set(map(type, keys)) == {bytes} else [key_bytes(k) for k in keys]
     lens = set(map(len, ks))
     if min(lens, default=1) < 1 or max(lens, default=1) > 255:
         for k in ks:
             key_bytes(k)  # raises for the first bad one, as the general path would
-    flat = [x for v in values for x in v]
-    addrs, sizes = flat[0::2], flat[1::2]
-    if (min(flat, default=0) < 0 or max(flat, default=0) >= 1 << 64 or
-            (0 in addrs and any(n and not a for a, n in zip(addrs, sizes)))):
+    try:
+        frags = array.array("Q", flat)
+    except OverflowError:
+        frags = None
+    if frags is None or (0 in frags[0::2] and any(n and not a for a, n in zip(flat[0::2], flat[1::2]))):
         raise _invalid("a device or host address must be a positive 64-bit value and size >= 0")
-    frags = array.array("Q", flat)
     blob = b"".join(ks)
     base = bytes_address(blob) if blob else 0
     fbase = frags.buffer_info()[0]
