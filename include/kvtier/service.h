@@ -84,6 +84,9 @@ struct ServiceStats {
   uint64_t malformed = 0;       // frames refused as malformed
   uint64_t over_cap = 0;        // puts answered NotAdmitted for a client's cap
   uint64_t regions = 0;         // mapped now
+  // Bytes of clients' regions (staging, registered memory) whose pages the
+  // service mapped ahead of the first copy into or out of them, since start.
+  uint64_t region_bytes_populated = 0;
   uint64_t pooled_gets = 0;     // gets and get_batch requests run on the service's get threads
   uint64_t pooled_puts = 0;     // blocking puts that waited for write-queue room on a service thread
   std::vector<ServiceNamespaceStats> namespaces;

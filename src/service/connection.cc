@@ -269,6 +269,7 @@ Status Connection::OnHello(wire::Frame& f) {
       Reply(f.header, mapped.status());
       return mapped.status();
     }
+    core_->PopulateAhead(*mapped, id_);
     MutexLock l(&regions_mu_);
     region = next_region_++;
     regions_[region] = std::move(mapped).value();
@@ -300,6 +301,7 @@ Status Connection::OnRegisterRegion(wire::Frame& f) {
     Reply(f.header, mapped.status());
     return Status::OK();
   }
+  core_->PopulateAhead(*mapped, id_);
   uint32_t region;
   {
     MutexLock l(&regions_mu_);

@@ -47,12 +47,19 @@ struct ServerCore {
   WorkPool gets;     // gets of large blocks (their copies out of the RAM tier)
   std::atomic<uint64_t> requests{0}, malformed{0}, over_cap{0}, regions{0}, pooled_gets{0},
       pooled_puts{0};
+  std::atomic<uint64_t> populated{0};  // bytes of clients' regions mapped ahead of use
+  // Maps a region's present pages ahead of its first copy, on `populate`,
+  // step by step while the region is still mapped by someone (`owner`: the
+  // connection, for the pool's turns).
+  void PopulateAhead(const std::shared_ptr<wire::SharedRegion>& region, uint64_t owner);
   void Log(const std::string& line) const;
 
   ServerCore(Store* s, const ServiceOptions& o, uid_t self)
       : store(s), sink(BlockSinkOf(s)), opt(o), access(o.tenancy, self), gets(GetThreads()) {}
   // One per core, at most 16: a copy out of memory takes one core.
   static unsigned GetThreads();
+  // Last: stopped first, before the counters its jobs add to.
+  WorkPool populate{1};
 };
 
 class Connection : public std::enable_shared_from_this<Connection> {

@@ -10,6 +10,22 @@
 
 namespace kvtier::service {
 
+void ServerCore::PopulateAhead(const std::shared_ptr<wire::SharedRegion>& region, uint64_t owner) {
+  std::weak_ptr<wire::SharedRegion> weak = region;
+  populate.Submit(owner, [this, weak] {
+    // The region is held a step at a time: one unregistered meanwhile is
+    // unmapped after the step, not after the whole file.
+    for (uint64_t off = 0;; off += wire::SharedRegion::kPopulateStep) {
+      std::shared_ptr<wire::SharedRegion> r = weak.lock();
+      if (r == nullptr || off >= r->size()) return;
+      uint64_t n = 0;
+      const bool ok = r->PopulateStep(off, &n);
+      populated += n;
+      if (!ok) return;
+    }
+  });
+}
+
 unsigned ServerCore::GetThreads() {
   return std::clamp(std::thread::hardware_concurrency(), 2u, 16u);
 }

@@ -109,6 +109,7 @@ class ServiceImpl final : public Service {
     s.pooled_gets = core_.pooled_gets.load();
     s.pooled_puts = core_.pooled_puts.load();
     s.regions = core_.regions.load();
+    s.region_bytes_populated = core_.populated.load();
     s.namespaces = core_.access.Stats();
     return s;
   }

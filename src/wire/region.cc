@@ -5,7 +5,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <vector>
 
 namespace kvtier::wire {
 
@@ -63,6 +65,31 @@ Result<std::shared_ptr<SharedRegion>> SharedRegion::Map(int fd, bool trusted, ui
   void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, own.get(), 0);
   if (p == MAP_FAILED) return Status::FromErrno(errno, "mapping a region of " + std::to_string(size) + " bytes");
   return std::shared_ptr<SharedRegion>(new SharedRegion(std::move(own), static_cast<uint8_t*>(p), size));
+}
+
+bool SharedRegion::PopulateStep(uint64_t offset, uint64_t* populated) const {
+  // mincore says which pages the file holds (a shared mapping reports the
+  // page cache): only their runs are populated, since populating a hole
+  // would allocate it.
+  if (offset >= size_) return true;
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const uint64_t n = std::min(kPopulateStep, size_ - offset);
+  const uint64_t pages = (n + page - 1) / page;
+  std::vector<unsigned char> present(pages);
+  if (::mincore(data_ + offset, n, present.data()) != 0) return false;
+  for (uint64_t i = 0; i < pages;) {
+    if ((present[i] & 1) == 0) {
+      ++i;
+      continue;
+    }
+    uint64_t j = i;
+    while (j < pages && (present[j] & 1) != 0) ++j;
+    const uint64_t len = std::min(j * page, n) - i * page;
+    if (::madvise(data_ + offset + i * page, len, MADV_POPULATE_WRITE) != 0) return false;
+    *populated += len;
+    i = j;
+  }
+  return true;
 }
 
 SharedRegion::~SharedRegion() {

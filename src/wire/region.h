@@ -8,6 +8,12 @@
 // sealed, or unsealed only where the caller says the peer is trusted (the
 // same user as the service: a /dev/shm file such as vLLM's CPU tier).
 //
+// A fresh mapping has no page table entries: the service's first write to
+// each 4 KiB page of a client's memory is a fault, paid by the first loads
+// after a registration. PopulateStep maps the pages the file already holds
+// ahead of them, a step at a time; it never allocates the file's holes (a
+// client cannot make the service take memory it did not give).
+//
 // Thread safety: immutable after creation; the bytes are the users' to order.
 #ifndef KVTIER_SRC_WIRE_REGION_H_
 #define KVTIER_SRC_WIRE_REGION_H_
@@ -31,6 +37,12 @@ class SharedRegion {
   ~SharedRegion();
   SharedRegion(const SharedRegion&) = delete;
   SharedRegion& operator=(const SharedRegion&) = delete;
+
+  // Maps the pages the file holds in [offset, offset + kPopulateStep) into
+  // this mapping (MADV_POPULATE_WRITE), adding their bytes to *populated.
+  // False where the kernel cannot: the pages are then faulted in by use.
+  static constexpr uint64_t kPopulateStep = 64ull << 20;
+  bool PopulateStep(uint64_t offset, uint64_t* populated) const;
 
   uint8_t* data() const { return data_; }
   uint64_t size() const { return size_; }

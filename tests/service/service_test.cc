@@ -2,13 +2,17 @@
 // every call of the Store interface, through the service (issue 19).
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cstring>
+#include <fstream>
 #include <future>
 #include <set>
+#include <thread>
 
 #include "service/service_util.h"
 
@@ -243,6 +247,66 @@ TEST_F(ServiceTest, RegisteredMemoryMovesPayloadsWithoutStaging) {
   ASSERT_TRUE(c->UnregisterMemory(mem).ok());
   c.reset();
   EXPECT_TRUE(Eventually([&] { return served.service()->GetStats().regions == 0; }));
+}
+
+// The resident set of every mapping of memfd "engine-buffers" in this
+// process, in bytes (the client's and, in-process, the service's).
+std::vector<uint64_t> EngineBufferMappingsRss() {
+  std::ifstream smaps("/proc/self/smaps");
+  std::vector<uint64_t> rss;
+  bool in = false;
+  for (std::string line; std::getline(smaps, line);) {
+    if (!line.empty() && std::isxdigit(static_cast<unsigned char>(line[0])) && line.find('-') != std::string::npos &&
+        line.find(' ') > line.find('-')) {
+      in = line.find("memfd:engine-buffers") != std::string::npos;
+    } else if (in && line.rfind("Rss:", 0) == 0) {
+      rss.push_back(std::stoull(line.substr(4)) << 10);
+    }
+  }
+  return rss;
+}
+
+// Registered memory has its present pages mapped in the service ahead of the
+// first copy (no fault per 4 KiB page then), and its holes are left alone:
+// the service never allocates memory a client did not give it.
+TEST_F(ServiceTest, RegisteredMemoryIsMappedAheadButItsHolesAreNotAllocated) {
+  ServedStore served(dir_.path(), ServiceOptions{}, SmallOptions());
+  auto c = served.Client();
+  ASSERT_NE(c, nullptr);
+  // The client's staging is mapped ahead too: let that settle first.
+  uint64_t before = served.service()->GetStats().region_bytes_populated;
+  for (int i = 0; i < 100; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const uint64_t now = served.service()->GetStats().region_bytes_populated;
+    if (now == before) break;
+    before = now;
+  }
+  const size_t kBytes = 16 << 20, kTouched = 6 << 20;
+  SharedBuffer buf(kBytes);
+  ASSERT_NE(buf.mem, nullptr);
+  std::memset(buf.mem, 7, kTouched);  // the rest of the file stays a hole
+  ASSERT_TRUE(c->RegisterMemory(buf.mem, kBytes, buf.fd, 0).ok());
+  EXPECT_TRUE(Eventually([&] { return served.service()->GetStats().region_bytes_populated - before >= kTouched; }));
+  EXPECT_EQ(served.service()->GetStats().region_bytes_populated - before, kTouched);
+  struct stat st {};
+  ASSERT_EQ(fstat(buf.fd, &st), 0);
+  EXPECT_EQ(static_cast<uint64_t>(st.st_blocks) * 512, kTouched);  // no hole allocated
+  // Two mappings of the file: the client's, and the service's with the same
+  // pages already mapped.
+  const std::vector<uint64_t> rss = EngineBufferMappingsRss();
+  ASSERT_EQ(rss.size(), 2u);
+  EXPECT_EQ(rss[0], kTouched);
+  EXPECT_EQ(rss[1], kTouched);
+  // Gets and puts through it still work, the untouched part included.
+  const NamespaceId ns = c->RegisterNamespace(TestSpec()).value();
+  auto p = Payload(ns, Key(1), 256 << 10);
+  std::memcpy(buf.mem, p.data(), p.size());
+  Status put = c->Put(ns, Key(1), buf.mem, p.size());
+  ASSERT_TRUE(put.ok()) << put.ToString();
+  auto n = c->Get(ns, Key(1), buf.mem + kBytes - p.size(), p.size());
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(0, std::memcmp(buf.mem + kBytes - p.size(), p.data(), p.size()));
+  ASSERT_TRUE(c->UnregisterMemory(buf.mem).ok());
 }
 
 TEST_F(ServiceTest, ABatchOfGetsLargerThanTheStagingGoesThroughItInTurnsInsteadOfMissing) {

@@ -55,6 +55,9 @@ void ServiceMetrics(const ServiceStats& sv, Exposition& e) {
   e.One("service_over_cap_total", "counter", "Puts refused for a client's in-flight cap.",
         static_cast<double>(sv.over_cap));
   e.One("service_regions", "gauge", "Shared-memory regions mapped for clients.", static_cast<double>(sv.regions));
+  e.One("service_region_populated_bytes_total", "counter",
+        "Bytes of clients' regions the service mapped ahead of their first copy.",
+        static_cast<double>(sv.region_bytes_populated));
   e.One("service_pooled_gets_total", "counter", "Gets and get_batch requests run on the service's get threads.",
         static_cast<double>(sv.pooled_gets));
   e.One("service_pooled_puts_total", "counter",
