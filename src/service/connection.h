@@ -52,6 +52,7 @@ struct ServerCore {
   // step by step while the region is still mapped by someone (`owner`: the
   // connection, for the pool's turns).
   void PopulateAhead(const std::shared_ptr<wire::SharedRegion>& region, uint64_t owner);
+  void PopulateFrom(std::weak_ptr<wire::SharedRegion> weak, uint64_t offset, uint64_t owner);
   void Log(const std::string& line) const;
 
   ServerCore(Store* s, const ServiceOptions& o, uid_t self)

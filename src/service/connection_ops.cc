@@ -11,18 +11,20 @@
 namespace kvtier::service {
 
 void ServerCore::PopulateAhead(const std::shared_ptr<wire::SharedRegion>& region, uint64_t owner) {
-  std::weak_ptr<wire::SharedRegion> weak = region;
-  populate.Submit(owner, [this, weak] {
-    // The region is held a step at a time: one unregistered meanwhile is
-    // unmapped after the step, not after the whole file.
-    for (uint64_t off = 0;; off += wire::SharedRegion::kPopulateStep) {
-      std::shared_ptr<wire::SharedRegion> r = weak.lock();
-      if (r == nullptr || off >= r->size()) return;
-      uint64_t n = 0;
-      const bool ok = r->PopulateStep(off, &n);
-      populated += n;
-      if (!ok) return;
-    }
+  PopulateFrom(region, 0, owner);
+}
+
+// One step per job, the next queued behind every other client's: a client's
+// large region does not hold up another's. The region is held for the step
+// only, so one unregistered meanwhile is unmapped after it.
+void ServerCore::PopulateFrom(std::weak_ptr<wire::SharedRegion> weak, uint64_t offset, uint64_t owner) {
+  populate.Submit(owner, [this, weak = std::move(weak), offset, owner] {
+    std::shared_ptr<wire::SharedRegion> r = weak.lock();
+    if (r == nullptr || offset >= r->size()) return;
+    uint64_t n = 0;
+    const bool ok = r->PopulateStep(offset, &n);
+    populated += n;
+    if (ok) PopulateFrom(weak, offset + wire::SharedRegion::kPopulateStep, owner);
   });
 }
 
