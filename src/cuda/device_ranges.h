@@ -1,14 +1,13 @@
 // DeviceRanges: checks that a call's fragments are memory of one device,
-// asking the driver once per allocation instead of once per block.
+// asking the driver once per allocation instead of once per fragment.
 //
-// A load of 171 blocks from one KV cache asked cudaPointerGetAttributes 171
-// times, a few microseconds each, all before the first copy was queued: the
-// stream sat idle for that long (docs/e2e.md). Here the first fragment found
-// in an allocation records the allocation's address range, and every later
-// fragment inside it needs no driver call. Each fragment is checked over its
-// whole length, not only its first byte: one that runs past its allocation
-// is checked again from the allocation's end, so memory that is not the
-// device's is refused before a copy could fault the caller's context.
+// Every byte of a fragment is checked, not only its first: one that runs
+// past its allocation is checked again from the allocation's end, so memory
+// that is not the device's is refused before a copy could fault the
+// caller's context. The first fragment found in an allocation records the
+// allocation's address range, and every later fragment inside it needs no
+// driver call: a per-layer block's 56 fragments cost one query per KV
+// tensor, not one each.
 //
 // The ranges live for one call only: memory freed and mapped again between
 // calls is never trusted from an earlier answer.
