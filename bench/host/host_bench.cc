@@ -5,7 +5,10 @@
 //
 //   limit      the best memcpy rate over 1..N threads (N: the cores), block
 //              pieces from a source larger than the caches into a batch-sized
-//              destination, as a load does
+//              destination, as a load does (with --destinations D, each
+//              batch into the next of D such destinations, both here and in
+//              get_batch: a destination the caches no longer hold, as an
+//              engine's buffer is once the GPU has read it)
 //   get_batch  one caller thread, GetBatch of `batch` RAM-tier hits, checksums
 //              verified (the default), at each block size
 //   parts      what a get costs apart: one thread's memcpy, one thread's
@@ -52,6 +55,8 @@ struct Args {
   int copy_threads = -1;  // Options::ram_copy_threads; -1: the default
   int64_t stream_min_kib = -1;  // Options::ram_streaming_copy_min_bytes in KiB; -1: the default
   bool shared_memory = false;  // the tier in /dev/shm, as a store that survives restarts keeps it
+  size_t destinations = 1;     // batch-sized destinations each batch rotates over
+  double gap_ms = 0;           // idle time between GetBatch calls (not timed), as between an engine's loads
   bool json = false;
 };
 
@@ -59,7 +64,7 @@ struct Args {
   std::fprintf(stderr,
                "usage: kvtier-host-bench [--dir D] [--block-kib K,K,...] [--batch-mib M] [--working-set-mib W]\n"
                "                         [--seconds S] [--max-threads N] [--copy-threads N] [--stream-min-kib K]\n"
-               "                         [--shared-memory]\n"
+               "                         [--shared-memory] [--destinations D] [--gap-ms G]\n"
                "                         [--json]\n");
   std::exit(2);
 }
@@ -90,12 +95,22 @@ Args Parse(int argc, char** argv) {
       else if (k == "--copy-threads") a.copy_threads = std::stoi(next());
       else if (k == "--stream-min-kib") a.stream_min_kib = std::stoll(next());
       else if (k == "--shared-memory") a.shared_memory = true;
+      else if (k == "--destinations") a.destinations = std::stoul(next());
+      else if (k == "--gap-ms") a.gap_ms = std::stod(next());
       else if (k == "--json") a.json = true;
       else Usage();
     } catch (const std::exception&) {
       std::fprintf(stderr, "kvtier-host-bench: bad value for %s\n", k.c_str());
       Usage();
     }
+  }
+  if (a.gap_ms < 0 || a.gap_ms > 1000) {
+    std::fprintf(stderr, "kvtier-host-bench: --gap-ms must be 0 to 1000\n");
+    std::exit(2);
+  }
+  if (a.destinations == 0 || a.destinations > 64) {
+    std::fprintf(stderr, "kvtier-host-bench: --destinations must be 1 to 64\n");
+    std::exit(2);
   }
   for (size_t b : a.blocks)
     if (b == 0 || b > a.batch_bytes || b > a.working_set) {
@@ -150,7 +165,7 @@ struct Limit {
 // the limit would sit below what the get reaches.
 Limit BestCopy(const Args& a, const AlignedBuf& source, size_t block, const std::vector<kvbench::CopyKernel>& kernels) {
   const size_t nsrc = source.size() / block, per_batch = a.batch_bytes / block;
-  AlignedBuf dst(per_batch * block);
+  AlignedBuf dst(a.destinations * per_batch * block);
   std::memset(dst.data(), 0, dst.size());
   Limit l;
   std::vector<int> counts;
@@ -158,10 +173,12 @@ Limit BestCopy(const Args& a, const AlignedBuf& source, size_t block, const std:
   counts.push_back(a.max_threads);
   for (const kvbench::CopyKernel& k : kernels) {
     for (int t : counts) {
+      std::vector<size_t> batches(static_cast<size_t>(t));  // each thread's, to pick its destination
       double g = Rate(t, a.seconds / 2, [&](int i, std::mt19937_64& rng) {
+        uint8_t* out = dst.data() + (batches[i]++ % a.destinations) * per_batch * block;
         size_t bytes = 0;
         for (size_t b = static_cast<size_t>(i); b < per_batch; b += static_cast<size_t>(t)) {
-          k.copy(dst.data() + b * block, source.data() + (rng() % nsrc) * block, block);
+          k.copy(out + b * block, source.data() + (rng() % nsrc) * block, block);
           bytes += block;
         }
         return bytes;
@@ -204,23 +221,42 @@ std::unique_ptr<Store> OpenStore(const Args& a, const std::string& dir, bool ver
 // GetBatch of `batch` random RAM-tier hits, from one caller thread.
 double GetBatchRate(const Args& a, Store* store, NamespaceId ns, size_t block, size_t nblocks) {
   const size_t per_batch = a.batch_bytes / block;
-  AlignedBuf dst(per_batch * block);
+  AlignedBuf dst(a.destinations * per_batch * block);
   std::memset(dst.data(), 0, dst.size());
+  size_t batches = 0;
   std::vector<std::string> keys(per_batch);
   std::vector<kvtier::MutableFragment> frags(per_batch);
   std::vector<kvtier::GetItem> items(per_batch);
   uint64_t bad = 0;
   const kvtier::Stats before = store->GetStats();
-  double g = Rate(1, a.seconds, [&](int, std::mt19937_64& rng) {
+  double busy = 0;  // seconds inside GetBatch
+  auto one = [&](std::mt19937_64& rng) {
+    uint8_t* out = dst.data() + (batches++ % a.destinations) * per_batch * block;
     for (size_t b = 0; b < per_batch; ++b) {
       keys[b] = kvbench::MakeKey(block, rng() % nblocks);
-      frags[b] = {dst.data() + b * block, block};
+      frags[b] = {out + b * block, block};
       items[b] = {keys[b], {&frags[b], 1}};
     }
+    const auto t0 = SteadyClock::now();
     auto r = store->GetBatch(ns, items);
+    busy += SecondsSince(t0);
     for (const auto& x : r) bad += !x.ok() || *x != block;
     return per_batch * block;
-  });
+  };
+  double g = 0;
+  if (a.gap_ms <= 0) {
+    g = Rate(1, a.seconds, [&](int, std::mt19937_64& rng) { return one(rng); });
+  } else {
+    // Only the calls are timed; between them the store's threads go idle.
+    std::mt19937_64 rng(1);
+    uint64_t bytes = 0;
+    const auto t0 = SteadyClock::now();
+    while (SecondsSince(t0) < a.seconds) {
+      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(a.gap_ms));
+      bytes += one(rng);
+    }
+    g = bytes / busy / 1e9;
+  }
   const kvtier::Stats after = store->GetStats();
   bad += (after.hits_disk - before.hits_disk) + (after.misses - before.misses);
   if (bad != 0) {
@@ -304,7 +340,8 @@ int main(int argc, char** argv) {
                               u.release;
   if (a.json) {
     std::printf("{\"bench\": \"host\", \"machine\": \"%s\", \"batch_bytes\": %zu, \"working_set_bytes\": %zu, "
-                "\"rows\": [\n", machine.c_str(), a.batch_bytes, a.working_set);
+                "\"destinations\": %zu, \"gap_ms\": %.1f, \"rows\": [\n",
+                machine.c_str(), a.batch_bytes, a.working_set, a.destinations, a.gap_ms);
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
       std::printf("  {\"block_bytes\": %zu, \"memcpy_best_gbps\": %.3f, \"memcpy_best_threads\": %d, "
@@ -320,8 +357,10 @@ int main(int argc, char** argv) {
     std::printf("]}\n");
     return 0;
   }
-  std::printf("kvtier host load path: GetBatch of RAM-tier hits (%zu MiB per call, one caller thread) "
-              "against the best memcpy\n%s\n\n", a.batch_bytes >> 20, machine.c_str());
+  std::printf("kvtier host load path: GetBatch of RAM-tier hits (%zu MiB per call, one caller thread, each call "
+              "into the next of %zu destinations, %.1f ms idle between calls) against the best memcpy of the "
+              "same\n%s\n\n",
+              a.batch_bytes >> 20, a.destinations, a.gap_ms, machine.c_str());
   std::printf("%-8s %14s %20s %13s %13s %9s %13s %25s %13s\n", "block", "copy best", "(kernel, threads)",
               "memcpy 1 thr", "xxh3 1 thr", "GetBatch", "vs copy best", "verified copy best", "vs verified");
   for (const Row& r : rows)
