@@ -165,6 +165,8 @@ class Worker:
             extra = {}
             if s.get("ram_streaming_min_kib") is not None and s["ram_streaming_min_kib"] >= 0:
                 extra["ram_streaming_copy_min_bytes"] = s["ram_streaming_min_kib"] << 10
+            if s.get("ram_copy_threads"):
+                extra["ram_copy_threads"] = s["ram_copy_threads"]
             store = self.kvtier.Store(s["store_dir"], ram_tier_bytes=ram, ram_tier_shared_memory=True,
                                       capacity_bytes=s["capacity_bytes"], read_threads=8, queue_depth=32, **extra)
         self.res["store_open_s"] = round(time.perf_counter() - t, 3)
@@ -479,6 +481,9 @@ def parse_args(argv):
                    help="RAM-tier copies of at least this many KiB use streaming stores, in the store and the "
                         "service; the host arm's buffer is read next by the GPU, not the CPU, so its chunks "
                         "stream (-1: the library's default, half the last-level cache)")
+    p.add_argument("--ram-copy-threads", type=int, default=0,
+                   help="the embedded store's RAM-tier copy threads, the caller's included (0: the library's "
+                        "default, one per core)")
     p.add_argument("--kvtier-bin", default=os.environ.get("KVTIER_BIN", os.path.join(REPO, ".gpu", "bin", "kvtier")),
                    help="the kvtier command, for the service phases")
     p.add_argument("--host-bench", default=os.path.join(REPO, ".gpu", "bin", "kvtier-host-bench"),
@@ -609,7 +614,7 @@ def main(argv):
                             max_batch=a.max_batch, batch_max_doc_tokens=a.batch_max_doc_tokens,
                             check_docs=a.check_docs, ram_tier_bytes=int(a.ram_tier_gib * (1 << 30)),
                             copy_method=a.copy_method, host_chunk_mib=a.host_chunk_mib,
-                            ram_streaming_min_kib=a.ram_streaming_min_kib,
+                            ram_streaming_min_kib=a.ram_streaming_min_kib, ram_copy_threads=a.ram_copy_threads,
                             socket=service.socket if service else None,
                             capacity_bytes=int(a.capacity_gib * (1 << 30)),
                             result_path=os.path.join(out, "workers", name + ".json"))
