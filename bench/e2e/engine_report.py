@@ -42,6 +42,7 @@ def markdown(results):
              "| suffix fwd ms | recompute fwd ms | GPU load ms (GB/s, x link) | host get_batch GB/s (x memcpy) "
              "| disk prediction ms (x) | disk rate to beat recompute GB/s |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    over_limit = []  # rows whose get_batch beat the copy limit: that limit was not the host's best
     for (model, phase, n, b), v in sorted(rows(results).items(), key=lambda kv: tuple(map(str, kv[0]))):
         arms = v["arms"]
         rc = _med([r["ttft_ms"] for r in arms.get("recompute", [])])
@@ -57,6 +58,8 @@ def markdown(results):
         hrate = _med([r["loaded_bytes"] / _get_ms(r) / 1e6 for r in h if _get_ms(r)])
         sfwd = _med([r["forward_ms"] for r in g])
         rfwd = _med([r["forward_ms"] for r in arms.get("recompute", [])])
+        if hrate and mem and hrate > mem:
+            over_limit.append(f"{model} {phase} {n}x{b}")
         pred = even = None
         if phase == "disk" and odirect and sfwd is not None:
             pred = gbytes / odirect / 1e6 + sfwd
@@ -71,6 +74,11 @@ def markdown(results):
             f"| {_f(hrate)} ({_f(hrate / mem if hrate and mem else None, 2)}) "
             f"| {_f(pred)}{x(gt, pred) if pred else ''} "
             f"| {_even(even, odirect) if phase == 'disk' else '-'} |")
+    if over_limit:
+        lines += ["", f"The host copy limit is below get_batch itself in {len(over_limit)} row(s) "
+                      f"({', '.join(over_limit)}): it was not the host's best copy. Without kvtier-host-bench it "
+                      "is Python's memcpy, which cannot use streaming AVX-512 stores; keep the bench's sweep "
+                      "(`--host-bench`) in a run that reports this column."]
     lines += _load_split(results)
     reads = ", ".join(f"{k}: {d.get('gbps')} GB/s ({d.get('threads')} threads)" for k, d in disk.items())
     swept = sorted({int(t) for d in disk.values() for t in d.get("by_threads", {})})

@@ -80,6 +80,19 @@ def test_host_rate_counts_get_batch_alone_against_the_best_copy_of_the_run():
     assert "Best host copy for m's blocks (1024 KiB; kvtier-host-bench): 80.0 GB/s (k, 16 threads)" in md
 
 
+def test_a_host_rate_above_its_copy_limit_says_the_limit_was_not_the_best():
+    r = results()
+    md = engine_report.markdown(r)
+    assert "was not the host's best copy" not in md  # 20 GB/s against a 40 GB/s memcpy
+    for w in r["workers"]:
+        for q in w["requests"]:
+            if q["arm"] == "host":
+                q["get_batch_ms"] = 8.0  # 400 MB in 8 ms = 50 GB/s, above the worker's 40
+    md = engine_report.markdown(r)
+    assert "| 50.0 (1.25) |" in table_row(md, "warm")
+    assert "below get_batch itself in 2 row(s) (m disk 2750x1, m warm 2750x1): it was not the host's best copy" in md
+
+
 def test_a_phase_without_the_gpu_arm_shows_the_host_arm_alone():
     r = results()
     w = worker("service-restart", 0, 20.0, 40.0)
