@@ -61,7 +61,8 @@ sys.path.insert(0, HERE)
 import workload as wl  # noqa: E402
 
 ARMS = ("recompute", "gpu", "host")
-# Through the service: get_to_device needs an embedded store.
+# Through the service a client's get_to_device stages every block on the host,
+# as the host arm does (docs/service.md): the service phases run the host arm.
 SERVED_ARMS = ("recompute", "host")
 PHASES = ("warm", "restart", "disk", "service", "service-restart")
 SERVED = ("service", "service-restart")

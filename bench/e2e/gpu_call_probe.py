@@ -13,6 +13,9 @@ it, and the same bytes copied by torch from one pinned buffer (the link).
 --methods repeats each call with each copy method (Store.gpu_set_copy_method);
 --sets K rotates the calls over K disjoint sets of blocks, as the e2e driver
 cycles over its documents (a set then is not warm in the host's caches).
+--serve KVTIER starts `KVTIER serve` on the store (its RAM tier in the service)
+and makes every call as that service's client, whose blocks go through its
+GPU staging (docs/service.md).
 Each row also carries the GPU path's counters per call (copies, calls by
 method), from Store.gpu_stats().
 """
@@ -44,6 +47,7 @@ def main():
                          "work leaves torch's CPU threads spinning")
     ap.add_argument("--stream", choices=["side", "default"], default="side")
     ap.add_argument("--sets", type=int, default=1, help="disjoint block sets the calls rotate over")
+    ap.add_argument("--serve", metavar="KVTIER", help="the kvtier program: load through `kvtier serve`")
     ap.add_argument("--json")
     a = ap.parse_args()
 
@@ -88,8 +92,20 @@ def main():
         n_max = a.blocks
         d = tempfile.mkdtemp(prefix="kvtier-gpu-probe-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
         ram = int(a.ram_tier_gib * (1 << 30)) if a.ram_tier_gib > 0 else (n_max + 64) * bb
-        store = kvtier.Store(d, ram_tier_bytes=ram, ram_tier_shared_memory=True,
-                             capacity_bytes=max(4 * n_max * bb, 2 * ram))
+        server = None
+        if a.serve:
+            import subprocess
+            sock = d + "/kvtier.sock"
+            server = subprocess.Popen([a.serve, "serve", d, "--socket", sock, "--ram-tier", str(ram),
+                                       "--capacity", str(max(4 * n_max * bb, 2 * ram)), "--metrics-listen", "off",
+                                       "--log", d + ".serve.log"])
+            until = time.time() + 60
+            while not os.path.exists(sock) and server.poll() is None and time.time() < until:
+                time.sleep(0.05)
+            store = kvtier.Store("unix:" + sock)
+        else:
+            store = kvtier.Store(d, ram_tier_bytes=ram, ram_tier_shared_memory=True,
+                                 capacity_bytes=max(4 * n_max * bb, 2 * ram))
         ns = store.register_namespace(name=f"probe{kib}", model_id="probe", dtype="u8", layout="flat",
                                       block_tokens=16, block_bytes=bb)
         src = torch.randint(0, 255, (n_max * bb,), dtype=torch.uint8, device=dev)
@@ -145,12 +161,15 @@ def main():
             med = {k: round(statistics.median(v), 3) for k, v in
                    (("python_ms", py), ("c_call_ms", call), ("device_span_ms", gpu), ("link_ms", link))}
             row = dict(block_kib=kib, method=method, stream=a.stream, gemm_ms=a.gemm_ms, weights_gib=a.weights_gib,
-                       cpu_op=a.cpu_op, sets=a.sets, blocks=n, mb=round(n * bb / 1e6, 1), **med,
+                       cpu_op=a.cpu_op, sets=a.sets, served=bool(a.serve), blocks=n, mb=round(n * bb / 1e6, 1), **med,
                        x_link=round(med["link_ms"] / med["device_span_ms"], 3), **per_call)
             rows.append(row)
             print(json.dumps(row), flush=True)
         del dst, pinned, src
         store.close()
+        if server is not None:
+            server.terminate()
+            server.wait(timeout=60)
         kvtier.destroy_store(d)
     print(f"{'block':>6} {'method':>7} {'blocks':>6} {'MB':>7} {'python ms':>10} {'C call ms':>10} "
           f"{'device ms':>10} {'link ms':>8} {'x link':>7} {'copies':>7}")

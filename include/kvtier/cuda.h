@@ -94,6 +94,10 @@ struct TransferStats {
   // allocation a call's fragments lie in, not one per block.
   uint64_t pointer_queries = 0;
   bool ram_tier_pinned = false;  // the RAM tier is registered with CUDA
+  // The store is a service's client: every block moves through staging
+  // that the service reads and writes directly (one host copy, made and
+  // verified by the service), and disk_reads counts those gets.
+  bool through_service = false;
   bool batch_api = false;        // cudaMemcpyBatchAsync is compiled in
   CopyMethod method = CopyMethod::kAuto;  // as set now (TransferOptions, SetCopyMethod)
   // The last PutFromDevice that went through the RAM tier, in milliseconds:
@@ -122,8 +126,11 @@ using TransferDone = std::function<void(Status)>;
 
 class Transfer {
  public:
-  // `store` must outlive the Transfer. Errors: NotSupported (no device, or
-  // a Store not made by Store::Open), CUDA failures as IOError.
+  // `store` must outlive the Transfer: an embedded store, or a service's
+  // client (Store::Open("unix:...")), whose blocks then go through staging
+  // registered with the service (TransferStats::through_service). Errors:
+  // NotSupported (no device), InvalidArgument (no store), CUDA failures as
+  // IOError.
   [[nodiscard]] static Result<std::unique_ptr<Transfer>> Create(Store* store,
                                                                 const TransferOptions& options = {});
   virtual ~Transfer() = default;

@@ -45,14 +45,10 @@ Result<size_t> CheckBlock(size_t i, const DeviceBlock& b, DeviceRanges& ranges) 
 
 Result<std::unique_ptr<Transfer>> Transfer::Create(Store* store, const TransferOptions& options) {
   KVTIER_RETURN_IF_ERROR(DeviceStatus());
+  if (store == nullptr) return Status::InvalidArgument("no store");
+  // Null for a service's client: its RAM tier lives in the service, and its
+  // blocks reach the GPU through staging the service reads and writes.
   BlockSink* sink = BlockSinkOf(store);
-  if (sink == nullptr) {
-    // A served store's RAM tier lives in the service: its hits reach the GPU
-    // through the client's registered pinned memory instead.
-    return Status::NotSupported(
-        "the GPU path needs an embedded store (a folder opened by this process); through `kvtier serve`, "
-        "get_batch into pinned memory registered with the store (docs/service.md) and copy it to the device");
-  }
   if (options.pipeline_depth == 0) return Status::InvalidArgument("pipeline_depth must be > 0");
   auto t = std::make_unique<TransferImpl>(store, sink, options);
   KVTIER_RETURN_IF_ERROR(t->Init());
@@ -65,6 +61,7 @@ Status TransferImpl::Init() {
 #if CUDART_VERSION >= 12080
   stats_.batch_api = true;
 #endif
+  stats_.through_service = served();
   completion_ = std::thread([this] { CompletionLoop(); });
   // Without it puts hash on the host, as before.
   gpu_hash_ = InitGpuHash() == cudaSuccess &&
@@ -130,8 +127,13 @@ void TransferImpl::FreeStaging() {
         regions_.erase(regions_.begin() + static_cast<long>(i));
         break;
       }
-    munmap(staging_, staging_len_);
+    // Before the mapping goes: the service must not write into an address
+    // a later mapping may reuse.
+    if (staging_registered_) (void)store_->UnregisterMemory(staging_);
+    if (staging_region_ == nullptr) munmap(staging_, staging_len_);
   }
+  staging_region_.reset();  // unmaps a service client's staging
+  staging_registered_ = false;
   staging_ = nullptr;
   staging_len_ = 0;
   slot_bytes_ = 0;
@@ -145,18 +147,29 @@ Status TransferImpl::EnsureSlots(size_t slot_bytes) {
   size_t len = count * slot_bytes;
   // Anonymous memory, then cudaHostRegister: quick to pin and accepted by
   // io_uring buffer registration, unlike cudaHostAlloc memory (limits.md).
-  void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) return Status::FromErrno(errno, "mmap of " + std::to_string(len) + " bytes of staging");
-  madvise(p, len, MADV_HUGEPAGE);
+  // A service's client shares it instead (a memfd the service maps), so the
+  // service copies each block straight into or out of it.
+  void* p = MAP_FAILED;
+  if (served()) {
+    auto r = wire::SharedRegion::CreateMemfd("kvtier-gpu-staging", len);
+    if (!r.ok()) return r.status().WithContext("staging shared with the service");
+    staging_region_ = std::move(r).value();
+    p = staging_region_->data();
+  } else {
+    p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return Status::FromErrno(errno, "mmap of " + std::to_string(len) + " bytes of staging");
+    madvise(p, len, MADV_HUGEPAGE);
+  }
   staging_ = static_cast<uint8_t*>(p);
   staging_len_ = len;
   Status st = Register(staging_, len);
   if (!st.ok()) {
-    munmap(staging_, len);
-    staging_ = nullptr;
-    staging_len_ = 0;
+    FreeStaging();
     return st.WithContext("pinning staging");
   }
+  // Unregistered, the client copies through its own staging: slower, the
+  // same bytes.
+  if (served()) staging_registered_ = store_->RegisterMemory(staging_, len, staging_region_->fd(), 0).ok();
   slot_bytes_ = slot_bytes;
   for (size_t i = 0; i < count; ++i) {
     Slot s{i * slot_bytes, nullptr, false};

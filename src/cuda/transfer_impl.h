@@ -26,6 +26,7 @@
 #include "cuda/hash_kernel.h"
 #include "kvtier/cuda.h"
 #include "store/block_sink.h"
+#include "wire/region.h"
 
 namespace kvtier::gpu {
 
@@ -118,7 +119,7 @@ Result<size_t> CheckBlock(size_t i, const DeviceBlock& b, DeviceRanges& ranges);
 class TransferImpl final : public Transfer {
  public:
   TransferImpl(Store* store, BlockSink* sink, const TransferOptions& o)
-      : store_(store), sink_(sink), ram_(sink->ram_tier()), opt_(o), method_(o.method) {}
+      : store_(store), sink_(sink), ram_(sink != nullptr ? sink->ram_tier() : nullptr), opt_(o), method_(o.method) {}
   ~TransferImpl() override;
 
   Status Init();
@@ -177,6 +178,8 @@ class TransferImpl final : public Transfer {
                      const std::vector<cudaEvent_t>& events, std::vector<RamTier::Pin>& reserved, GpuSums& sums);
   void PutThroughStaging(const std::shared_ptr<PutCall>& call, NamespaceId ns, std::span<const DeviceBlock> blocks,
                          const std::vector<size_t>& via_staging, cudaStream_t stream, GpuSums& sums);
+  void PutSlotsThroughService(const std::shared_ptr<PutCall>& call, NamespaceId ns,
+                              std::span<const DeviceBlock> blocks, std::span<const size_t> which);
 
   Status Register(uint8_t* p, size_t n);
   // Queues XXH3 of the first lens[i] bytes of each block's fragments on the
@@ -209,15 +212,23 @@ class TransferImpl final : public Transfer {
     f(stats_);
   }
 
+  // A service's client: no sink and no RAM tier here; staging is a memfd
+  // registered with the service, and puts go through the store's PutBatch.
+  bool served() const { return sink_ == nullptr; }
+
   Store* store_;
-  BlockSink* sink_;
-  RamTier* ram_;
+  BlockSink* sink_;  // null for a service's client
+  RamTier* ram_;     // null without a RAM tier, and for a service's client
   TransferOptions opt_;
   std::atomic<CopyMethod> method_;  // opt_.method until SetCopyMethod
   std::mutex call_mu_;  // one call at a time: the staging area is shared
   std::vector<Region> regions_;  // registered with CUDA
   uint8_t* staging_ = nullptr;
   size_t staging_len_ = 0, slot_bytes_ = 0;
+  // served(): the sealed memfd staging_ maps, and whether the service maps
+  // it too (registered with the store).
+  std::shared_ptr<wire::SharedRegion> staging_region_;
+  bool staging_registered_ = false;
   std::vector<Slot> slots_;
   // GPU hashing: one device allocation for descriptors, scratch and sums,
   // and the sums' pinned landing place; grown as calls need.

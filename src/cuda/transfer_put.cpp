@@ -2,7 +2,9 @@
 // take are copied straight into its pinned chunks, in groups with an event
 // after each, and put from there (the disk write reads the same chunks: no
 // host copy at all); the rest go through staging slots. Checksums are
-// computed on the GPU, from the device's bytes, alongside the copies.
+// computed on the GPU, from the device's bytes, alongside the copies. A
+// service's client puts every block from staging the service reads, which
+// checksums them itself.
 #include <chrono>
 
 #include "cuda/transfer_impl.h"
@@ -85,9 +87,9 @@ std::vector<Status> TransferImpl::PutFromDevice(NamespaceId ns, std::span<const 
     call->totals[i] = total.ok() ? *total : 0;  // refused below
     if (!total.ok()) call->refusals[i] = total.status();
   }
-  std::vector<int64_t> sum_slot;
+  std::vector<int64_t> sum_slot(blocks.size(), -1);
   cudaEvent_t sums_ready = nullptr;
-  HashOnDevice(blocks, call->totals, stream, &sum_slot, &sums_ready);
+  if (!served()) HashOnDevice(blocks, call->totals, stream, &sum_slot, &sums_ready);
   GpuSums sums(h_sums_, std::move(sum_slot), sums_ready);
   std::vector<size_t> via_staging;
   PutThroughRam(call, ns, blocks, stream, sums, &via_staging);
@@ -242,6 +244,11 @@ void TransferImpl::PutThroughStaging(const std::shared_ptr<PutCall>& call, Names
         if (w != cudaSuccess) st = CudaError(w, "waiting for device-to-host copies");
       }
     }
+    if (served() && st.ok()) {
+      PutSlotsThroughService(call, ns, blocks, std::span<const size_t>(via_staging).subspan(at, n));
+      at += n;
+      continue;
+    }
     for (size_t k = 0; k < n; ++k) {
       const size_t i = via_staging[at + k];
       if (!st.ok()) {
@@ -255,6 +262,25 @@ void TransferImpl::PutThroughStaging(const std::shared_ptr<PutCall>& call, Names
     }
     at += n;
   }
+}
+
+// A slot-full of blocks copied off the device, put through the service in
+// one blocking PutBatch: it returns once each is durable (or refused), so
+// the slots are free again after it (the service may write them to disk
+// straight from this shared memory).
+void TransferImpl::PutSlotsThroughService(const std::shared_ptr<PutCall>& call, NamespaceId ns,
+                                          std::span<const DeviceBlock> blocks, std::span<const size_t> which) {
+  std::vector<Fragment> frags(which.size());
+  std::vector<PutItem> items(which.size());
+  for (size_t k = 0; k < which.size(); ++k) {
+    const size_t i = which[k];
+    frags[k] = Fragment{staging_ + slots_[k].off, call->totals[i]};
+    items[k] = PutItem{blocks[i].key, {&frags[k], 1}};
+    call->bytes += call->totals[i];
+  }
+  std::vector<Status> st = store_->PutBatch(ns, items);
+  for (size_t k = 0; k < which.size(); ++k)
+    call->Finish(which[k], k < st.size() ? std::move(st[k]) : Status::IOError("the service gave no status"));
 }
 
 void TransferImpl::HashOnDevice(std::span<const DeviceBlock> blocks, const std::vector<size_t>& lens,

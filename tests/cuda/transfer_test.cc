@@ -13,6 +13,7 @@
 #include <xxhash.h>
 
 #include "kvtier/cuda.h"
+#include "kvtier/service.h"
 #include "cuda/hash_kernel.h"
 #include "cuda/transfer_impl.h"
 #include "kvtier/store.h"
@@ -121,6 +122,9 @@ class GpuStore : public ::testing::Test {
   }
   void TearDown() override {
     transfer_.reset();
+    client_.reset();
+    if (service_) service_->Stop();
+    service_.reset();
     store_.reset();
     if (!shm_.empty()) unlink(shm_.c_str());
     for (void* p : dev_) cudaFree(p);
@@ -196,9 +200,9 @@ class GpuStore : public ::testing::Test {
   }
   // Compares the fragments of two layouts byte for byte on the device side
   // (copied back to the host for the comparison).
-  static void ExpectSame(const Layout& a, const Layout& b) {
+  static void ExpectSame(const Layout& a, const Layout& b, size_t count = SIZE_MAX) {
     ASSERT_EQ(a.blocks.size(), b.blocks.size());
-    for (size_t i = 0; i < a.blocks.size(); ++i)
+    for (size_t i = 0; i < std::min(count, a.blocks.size()); ++i)
       for (size_t f = 0; f < a.frags[i].size(); ++f) {
         size_t n = a.frags[i][f].size;
         std::vector<uint8_t> x(n), y(n);
@@ -254,6 +258,8 @@ class GpuStore : public ::testing::Test {
   cudaStream_t stream_ = nullptr;
   std::vector<void*> dev_;
   std::unique_ptr<Store> store_;
+  std::unique_ptr<Service> service_;  // ThroughTheService: serving store_
+  std::unique_ptr<Store> client_;     // and its client
   std::unique_ptr<Transfer> transfer_;
   NamespaceId ns_ = 0;
 };
@@ -265,6 +271,65 @@ TEST_F(GpuStore, PerLayerBlocksThroughRamLoop) { RoundTrip(256 << 20, CopyMethod
 TEST_F(GpuStore, WithoutRamTierThroughStaging) { RoundTrip(0, CopyMethod::kAuto, 16, 28, 32 << 10); }
 
 // SetCopyMethod changes how the next call copies, and GetStats says so.
+// A service's client stores and loads with the same calls: its blocks go
+// through staging the service maps (one host copy each, by the service).
+TEST_F(GpuStore, ThroughTheServiceRoundTrips) {
+  Options o;
+  o.segment_size_bytes = 64 << 20;
+  o.capacity_bytes = 4ull << 30;
+  o.ram_tier_bytes = 256 << 20;
+  o.ram_tier_shared_memory = false;
+  auto s = Store::Open(dir_ + "/store", o);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  store_ = std::move(s).value();
+  ServiceOptions so;
+  so.socket_path = dir_ + "/s.sock";
+  so.log = [](const std::string&) {};
+  auto sv = Service::Start(store_.get(), so);
+  ASSERT_TRUE(sv.ok()) << sv.status().ToString();
+  service_ = std::move(sv).value();
+  auto c = Store::Open("unix:" + so.socket_path, Options{});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  client_ = std::move(c).value();
+  NamespaceSpec spec;
+  spec.model_id = "gpu-test";
+  spec.dtype = "bf16";
+  auto ns = client_->RegisterNamespace(spec);
+  ASSERT_TRUE(ns.ok()) << ns.status().ToString();
+  ns_ = *ns;
+  auto t = Transfer::Create(client_.get());
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  transfer_ = std::move(t).value();
+  EXPECT_TRUE(transfer_->GetStats().through_service);
+
+  // 24 blocks of 28 layers' K and V (1.75 MiB each) stored; a 25th is not.
+  constexpr int kStored = 24;
+  Layout src = MakeLayout(kStored + 1, 28, 32 << 10, "k");
+  Fill(src, 11);
+  auto put = transfer_->PutFromDevice(ns_, std::span<const DeviceBlock>(src.blocks).first(kStored), stream_,
+                                      /*wait_durable=*/true);
+  ASSERT_EQ(put.size(), static_cast<size_t>(kStored));
+  for (size_t i = 0; i < put.size(); ++i) ASSERT_TRUE(put[i].ok()) << i << ": " << put[i].ToString();
+  auto there = client_->Contains(ns_, src.keys[kStored - 1]);
+  ASSERT_TRUE(there.ok() && *there);
+
+  Layout dst = MakeLayout(kStored + 1, 28, 32 << 10, "k");
+  auto got = transfer_->GetToDevice(ns_, dst.blocks, stream_);
+  ASSERT_EQ(got.size(), static_cast<size_t>(kStored + 1));
+  for (int i = 0; i < kStored; ++i) {
+    ASSERT_TRUE(got[i].ok()) << i << ": " << got[i].status().ToString();
+    EXPECT_EQ(*got[i], 2u * 28 * (32 << 10));
+  }
+  EXPECT_TRUE(got[kStored].status().IsNotFound()) << got[kStored].status().ToString();
+  ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+  ExpectSame(src, dst, kStored);
+  const TransferStats ts = transfer_->GetStats();
+  EXPECT_EQ(ts.disk_reads, static_cast<uint64_t>(kStored));  // every block through the service
+  EXPECT_EQ(ts.misses, 1u);
+  EXPECT_EQ(ts.ram_hits, 0u);
+  EXPECT_EQ(ts.blocks_from_device, static_cast<uint64_t>(kStored));
+}
+
 TEST_F(GpuStore, CopyMethodChangesBetweenCalls) {
   Open(256 << 20, CopyMethod::kAuto);
   Layout src = MakeLayout(8, 0, 512 << 10, "m");

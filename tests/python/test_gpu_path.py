@@ -222,6 +222,34 @@ def test_round_trip_through_the_device(store_dir, ram, layers):
     s.close()
 
 
+def test_round_trip_through_the_service(kvtier_service):
+    # The same calls on a service's client: blocks go through staging the
+    # service maps (one host copy each, made and verified by the service).
+    s = kvtier.Store(kvtier_service)
+    why = _gpu_ready(s)
+    if why is not None:
+        s.close()
+        pytest.skip("GPU round trips skipped: " + why)
+    import torch
+    n = s.register_namespace(name="gpu", model_id="m", dtype="bf16")
+    dev = torch.device("cuda", 0)
+    g = torch.Generator(device=dev).manual_seed(9)
+    blocks, size = 6, 256 << 10
+    src = [torch.randint(0, 256, (size,), dtype=torch.uint8, device=dev, generator=g) for _ in range(blocks)]
+    keys = [f"b{i}" for i in range(blocks)]
+    assert n.put_from_device(keys, src) == [Code.OK] * blocks
+    dst = [torch.zeros_like(t) for t in src]
+    got = n.get_to_device(keys + ["absent"], dst + [torch.zeros(4096, dtype=torch.uint8, device=dev)])
+    torch.cuda.current_stream().synchronize()
+    assert got == [size] * blocks + [None]
+    assert all(torch.equal(a, b) for a, b in zip(src, dst))
+    st = s.gpu_stats()
+    assert st["through_service"] is True and st["disk_reads"] == blocks and st["misses"] == 1
+    host = bytearray(size)  # the host API reads what the device put
+    assert n.get_into("b2", host) == size and bytes(host) == bytes(src[2].cpu().numpy().tobytes())
+    s.close()
+
+
 @pytest.mark.parametrize("method,calls", [("kernel", "kernel_calls"), ("loop", "loop_calls"),
                                           ("batch", "batch_calls")])
 def test_each_copy_method_loads_the_same_bytes(store_dir, method, calls):
