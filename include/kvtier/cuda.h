@@ -98,6 +98,11 @@ struct TransferStats {
   // that the service reads and writes directly (one host copy, made and
   // verified by the service), and disk_reads counts those gets.
   bool through_service = false;
+  // ... and the service maps that staging (from the first call that made
+  // it), so it copies each block straight into or out of it (false: the
+  // client copies through its own staging as well, a second host copy; the
+  // bytes are the same).
+  bool staging_shared_with_service = false;
   bool batch_api = false;        // cudaMemcpyBatchAsync is compiled in
   CopyMethod method = CopyMethod::kAuto;  // as set now (TransferOptions, SetCopyMethod)
   // The last PutFromDevice that went through the RAM tier, in milliseconds:

@@ -233,6 +233,7 @@ std::string GpuStatsToJson(const gpu::TransferStats& s, int device) {
             {"pointer_queries", s.pointer_queries},
             {"ram_tier_pinned", s.ram_tier_pinned},
             {"through_service", s.through_service},
+            {"staging_shared_with_service", s.staging_shared_with_service},
             {"batch_api", s.batch_api},
             {"last_put_call_ms", s.last_put_call_ms},
             {"last_put_enqueue_ms", s.last_put_enqueue_ms},

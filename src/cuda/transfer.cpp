@@ -169,7 +169,10 @@ Status TransferImpl::EnsureSlots(size_t slot_bytes) {
   }
   // Unregistered, the client copies through its own staging: slower, the
   // same bytes.
-  if (served()) staging_registered_ = store_->RegisterMemory(staging_, len, staging_region_->fd(), 0).ok();
+  if (served()) {
+    staging_registered_ = store_->RegisterMemory(staging_, len, staging_region_->fd(), 0).ok();
+    AddStats([&](TransferStats& s) { s.staging_shared_with_service = staging_registered_; });
+  }
   slot_bytes_ = slot_bytes;
   for (size_t i = 0; i < count; ++i) {
     Slot s{i * slot_bytes, nullptr, false};

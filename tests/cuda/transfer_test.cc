@@ -328,6 +328,7 @@ TEST_F(GpuStore, ThroughTheServiceRoundTrips) {
   EXPECT_EQ(ts.misses, 1u);
   EXPECT_EQ(ts.ram_hits, 0u);
   EXPECT_EQ(ts.blocks_from_device, static_cast<uint64_t>(kStored));
+  EXPECT_TRUE(ts.staging_shared_with_service);  // one host copy per block, by the service
 }
 
 TEST_F(GpuStore, CopyMethodChangesBetweenCalls) {

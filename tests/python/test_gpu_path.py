@@ -245,6 +245,7 @@ def test_round_trip_through_the_service(kvtier_service):
     assert all(torch.equal(a, b) for a, b in zip(src, dst))
     st = s.gpu_stats()
     assert st["through_service"] is True and st["disk_reads"] == blocks and st["misses"] == 1
+    assert st["staging_shared_with_service"] is True  # one host copy per block, by the service
     host = bytearray(size)  # the host API reads what the device put
     assert n.get_into("b2", host) == size and bytes(host) == bytes(src[2].cpu().numpy().tobytes())
     s.close()
