@@ -483,8 +483,8 @@ CopyLimit BestCopy(size_t block, size_t source_blocks, int max_threads, double s
   kvbench::AlignedBuf source(block * source_blocks);
   std::memset(source.data(), 1, block * source_blocks);
   const size_t dest_blocks = dest_bytes / block;
-  kvbench::AlignedBuf shared_dst(std::max<size_t>(dest_blocks, 1) * block);
-  if (dest_blocks > 0) std::memset(shared_dst.data(), 2, shared_dst.size());
+  kvbench::AlignedBuf shared_dst(dest_blocks * block);
+  std::memset(shared_dst.data(), 2, shared_dst.size());
   CopyLimit best;
   std::set<int> counts(also.begin(), also.end());
   for (int t = 1; t < max_threads; t *= 2) counts.insert(t);
@@ -502,7 +502,7 @@ CopyLimit BestCopy(size_t block, size_t source_blocks, int max_threads, double s
           const size_t first = dest_blocks > 0 ? (static_cast<size_t>(i) * share) % dest_blocks : 0;
           const size_t slots = dest_blocks > 0 ? std::min(share, dest_blocks - first) : 1;
           kvbench::AlignedBuf own(dest_blocks > 0 ? 0 : block);
-          if (dest_blocks == 0) std::memset(own.data(), 2, block);
+          std::memset(own.data(), 2, own.size());
           uint8_t* dst = dest_blocks > 0 ? shared_dst.data() + first * block : own.data();
           std::mt19937_64 rng(i);
           uint64_t n = 0;
