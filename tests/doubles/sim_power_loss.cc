@@ -5,6 +5,8 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <utility>
+#include <vector>
 
 #include "io/posix_io_queue.h"
 
@@ -255,15 +257,28 @@ PowerLossReport SimPowerLossFileSystem::Crash() {
         if (watched) ++rep.watched_lost;
         continue;
       }
-      // Sectors are aligned to the file, not to the write.
-      uint64_t kept = 0;
+      // Sectors are aligned to the file, not to the write. A write of two
+      // sectors or more is torn for sure (some kept, some not): coin flips
+      // alone keep all or none of a short one half the time, and a suite's
+      // tear-mode crashes caught no pending write of that kind often enough.
+      std::vector<std::pair<uint64_t, uint64_t>> sectors;  // [lo, hi)
       for (uint64_t lo = w.offset; lo < w.offset + w.data.size();) {
         uint64_t hi = std::min<uint64_t>((lo / kSector + 1) * kSector, w.offset + w.data.size());
-        if (coin()) {
-          node->base->WriteAt(lo, w.data.data() + (lo - w.offset), hi - lo).IgnoreError();
-          kept += hi - lo;
-        }
+        sectors.emplace_back(lo, hi);
         lo = hi;
+      }
+      std::vector<bool> keep(sectors.size());
+      for (size_t k = 0; k < sectors.size(); ++k) keep[k] = coin();
+      if (sectors.size() >= 2 && std::find(keep.begin(), keep.end(), !keep[0]) == keep.end()) {
+        const size_t flip = s.rng() % sectors.size();
+        keep[flip] = !keep[flip];
+      }
+      uint64_t kept = 0;
+      for (size_t k = 0; k < sectors.size(); ++k) {
+        if (!keep[k]) continue;
+        const auto [lo, hi] = sectors[k];
+        node->base->WriteAt(lo, w.data.data() + (lo - w.offset), hi - lo).IgnoreError();
+        kept += hi - lo;
       }
       if (kept == w.data.size()) ++rep.writes_kept;
       else if (kept > 0) ++rep.writes_torn;
