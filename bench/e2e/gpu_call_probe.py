@@ -161,7 +161,8 @@ def main():
             med = {k: round(statistics.median(v), 3) for k, v in
                    (("python_ms", py), ("c_call_ms", call), ("device_span_ms", gpu), ("link_ms", link))}
             row = dict(block_kib=kib, method=method, stream=a.stream, gemm_ms=a.gemm_ms, weights_gib=a.weights_gib,
-                       cpu_op=a.cpu_op, sets=a.sets, served=bool(a.serve), blocks=n, mb=round(n * bb / 1e6, 1), **med,
+                       cpu_op=a.cpu_op, sets=a.sets, served=bool(a.serve),
+                       tier_lent=bool(stats1.get("ram_tier_lent")), blocks=n, mb=round(n * bb / 1e6, 1), **med,
                        x_link=round(med["link_ms"] / med["device_span_ms"], 3), **per_call)
             rows.append(row)
             print(json.dumps(row), flush=True)

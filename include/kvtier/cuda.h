@@ -103,6 +103,13 @@ struct TransferStats {
   // client copies through its own staging as well, a second host copy; the
   // bytes are the same).
   bool staging_shared_with_service = false;
+  // ... and the service lends this client its RAM tier (mapped read-only
+  // here, registered with CUDA): a hit is copied straight from the
+  // service's memory to the device, with no host copy, and checked on the
+  // device as an embedded RAM hit is (ram_hits counts them). False: the
+  // service has no RAM tier in shared memory, it serves with tenancy, or
+  // the device cannot register read-only memory.
+  bool ram_tier_lent = false;
   bool batch_api = false;        // cudaMemcpyBatchAsync is compiled in
   CopyMethod method = CopyMethod::kAuto;  // as set now (TransferOptions, SetCopyMethod)
   // The last PutFromDevice that went through the RAM tier, in milliseconds:

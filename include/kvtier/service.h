@@ -21,6 +21,12 @@
 // - Each client may have at most max_client_inflight_bytes of puts and
 //   max_client_requests requests in flight; beyond them a put is answered
 //   NotAdmitted and other requests InvalidArgument.
+// - A client may borrow the RAM tier for copies straight out of it (a GPU
+//   load: map_tier hands it the tier's file read-only, pin_tier pins blocks
+//   there until it unpins them or goes). Only without tenancy, or to the
+//   service's own uid and root: the file holds every tenant's blocks. Each
+//   client may pin at most max_client_pinned_bytes; blocks past it are
+//   answered as not pinned and read the usual way.
 // - Malformed, truncated or hostile frames get an error reply or a closed
 //   connection; the service carries on.
 // - Peers are identified by SO_PEERCRED. With tenancy by uid (gid), a
@@ -58,6 +64,9 @@ struct ServiceOptions {
   Tenancy tenancy = Tenancy::kNone;
   uint64_t max_client_inflight_bytes = 1ull << 30;
   uint32_t max_client_requests = 4096;
+  // RAM-tier bytes one client may hold pinned (pin_tier): pinned blocks
+  // cannot be evicted, so this bounds what one client keeps from the others.
+  uint64_t max_client_pinned_bytes = 4ull << 30;
   uint32_t max_clients = 256;
   // Largest region a client may register.
   uint64_t max_region_bytes = 64ull << 30;
@@ -89,6 +98,9 @@ struct ServiceStats {
   uint64_t region_bytes_populated = 0;
   uint64_t pooled_gets = 0;     // gets and get_batch requests run on the service's get threads
   uint64_t pooled_puts = 0;     // blocking puts that waited for write-queue room on a service thread
+  uint64_t tier_maps = 0;          // RAM tier files handed to clients (map_tier), since start
+  uint64_t tier_lent_blocks = 0;   // blocks pinned for clients' own copies (pin_tier), since start
+  uint64_t tier_pinned_bytes = 0;  // RAM-tier bytes clients hold pinned now
   std::vector<ServiceNamespaceStats> namespaces;
 };
 

@@ -234,6 +234,7 @@ std::string GpuStatsToJson(const gpu::TransferStats& s, int device) {
             {"ram_tier_pinned", s.ram_tier_pinned},
             {"through_service", s.through_service},
             {"staging_shared_with_service", s.staging_shared_with_service},
+            {"ram_tier_lent", s.ram_tier_lent},
             {"batch_api", s.batch_api},
             {"last_put_call_ms", s.last_put_call_ms},
             {"last_put_enqueue_ms", s.last_put_enqueue_ms},

@@ -88,7 +88,8 @@ void Channel::Call(wire::Op op, const wire::WireWriter& body, Clock::time_point 
 }
 
 void Channel::Send(wire::Op op, const wire::WireWriter& body, Clock::time_point deadline, Done done,
-                   Staging::Extent hold, const std::vector<int>& fds, bool sync) {
+                   Staging::Extent hold, const std::vector<int>& fds, bool sync,
+                   std::shared_ptr<std::vector<wire::UniqueFd>> fds_out) {
   uint64_t id;
   bool wake_timer = false;
   {
@@ -100,7 +101,7 @@ void Channel::Send(wire::Op op, const wire::WireWriter& body, Clock::time_point 
       return done(why, nullptr);
     }
     id = next_id_++;
-    pending_[id] = Pending{std::move(done), deadline, hold, false, sync};
+    pending_[id] = Pending{std::move(done), deadline, hold, false, sync, std::move(fds_out)};
     // The timer sleeps until the first deadline: wake it only when this one
     // comes sooner (waking it on every call costs each call a thread wake-up).
     if (deadline != kNoDeadline) {
@@ -115,6 +116,21 @@ void Channel::Send(wire::Op op, const wire::WireWriter& body, Clock::time_point 
     st = wire::SendFrames(sock_.get(), body.Frame(static_cast<uint16_t>(op), id), fds);
   }
   if (!st.ok()) Fail(st.WithContext("sending to the service"));
+}
+
+Result<std::string> Channel::CallSyncTakingFds(wire::Op op, const wire::WireWriter& body,
+                                               Clock::time_point deadline, std::vector<wire::UniqueFd>* fds) {
+  auto w = ReplyWait<Result<std::string>>::Make();
+  auto got = std::make_shared<std::vector<wire::UniqueFd>>();
+  Send(op, body, deadline, [w](Status st, wire::WireReader* r) {
+    if (!st.ok()) return w->Set(st);
+    w->Set(std::string(r != nullptr ? r->Rest() : std::string_view()));
+  }, {}, {}, /*sync=*/true, got);
+  Result<std::string> r = Await(*w);
+  // The reply has been dispatched (Await returned its result), so `got` is
+  // written; a reply that timed out on this side leaves it empty.
+  if (r.ok()) *fds = std::move(*got);
+  return r;
 }
 
 Result<std::string> Channel::CallSync(wire::Op op, const wire::WireWriter& body, Clock::time_point deadline,
@@ -199,6 +215,7 @@ bool Channel::Dispatch(wire::Frame& f, bool on_caller) {
     pending_.erase(it);
   }
   if (!p.answered) {  // else it timed out on this side earlier
+    if (p.fds_out != nullptr) *p.fds_out = std::move(f.fds);
     wire::WireReader r(f.body);
     Status reply = r.Status();
     if (!r.ok()) reply = Status::IOError("malformed reply from the service");

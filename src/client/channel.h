@@ -56,6 +56,10 @@ class Channel {
   // Waits for the reply; its body (after the status) when OK.
   Result<std::string> CallSync(wire::Op op, const wire::WireWriter& body, Clock::time_point deadline,
                                const std::vector<int>& fds = {});
+  // CallSync for a reply that carries descriptors (map_tier's): they are
+  // moved to *fds when the reply is OK.
+  Result<std::string> CallSyncTakingFds(wire::Op op, const wire::WireWriter& body, Clock::time_point deadline,
+                                        std::vector<wire::UniqueFd>* fds);
   // Call for a caller that waits on `done`'s result right after, in Await (a
   // blocking Get or Put): `done` may run on that caller's thread while it
   // waits, so it must do no more than hand the result over.
@@ -87,7 +91,8 @@ class Channel {
   Status Hello(const ServiceClientOptions& o, Clock::time_point deadline);
   // Call, `sync`: the completion only wakes a CallSync waiter.
   void Send(wire::Op op, const wire::WireWriter& body, Clock::time_point deadline, Done done,
-            Staging::Extent hold, const std::vector<int>& fds, bool sync);
+            Staging::Extent hold, const std::vector<int>& fds, bool sync,
+            std::shared_ptr<std::vector<wire::UniqueFd>> fds_out = nullptr);
   void ReadLoop();
   // Reads the replies the socket holds now and completes their requests.
   // `on_caller`: a spinning caller's turn, which returns at once when
@@ -110,6 +115,7 @@ class Channel {
     Staging::Extent hold;
     bool answered = false;  // done already ran (timed out); waiting only to free `hold`
     bool sync = false;      // CallSync's: its completion may run on any thread
+    std::shared_ptr<std::vector<wire::UniqueFd>> fds_out;  // takes the reply's descriptors
   };
 
   wire::UniqueFd sock_;

@@ -60,6 +60,7 @@ Result<std::shared_ptr<Channel>> ServiceStore::Live() {
   KVTIER_RETURN_IF_ERROR(Replay(*ch));
   description_ = ch->description();
   ch_ = ch;
+  ++connections_;
   return ch;
 }
 

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "client/channel.h"
+#include "wire/messages.h"
 #include "kvtier/store.h"
 #include "util/thread_annotations.h"
 #include "util/worker_pool.h"
@@ -71,6 +72,24 @@ class ServiceStore final : public Store {
   StoreDescription Description() const override;
   Status Close() override;
 
+  // The service's RAM tier, lent for copies straight out of it (the GPU
+  // path, src/cuda): its file's descriptor (read-only), where the blocks lie
+  // in it, and the connection it was lent on. NotSupported where the
+  // service does not lend it (no RAM tier, anonymous memory, tenancy).
+  struct TierMapping {
+    wire::UniqueFd fd;
+    wire::TierMap map;
+    uint64_t connection = 0;
+  };
+  Result<TierMapping> MapTier();
+  // Pins blocks for the caller's copies, on `connection` (MapTier's):
+  // Aborted when that connection is gone (the service restarted: map the
+  // tier again). The caller checks each block against its checksum.
+  Result<wire::TierLease> PinTier(uint64_t connection, NamespaceId ns, std::span<const std::string_view> keys);
+  // Releases a lease without waiting for the reply; a lease of a gone
+  // connection was released with it.
+  void UnpinTier(uint64_t connection, uint64_t lease);
+
  private:
   struct Memory {
     void* base;
@@ -109,6 +128,7 @@ class ServiceStore final : public Store {
   std::atomic<bool> closed_{false};
   mutable Mutex mu_;
   std::shared_ptr<Channel> ch_ GUARDED_BY(mu_);
+  uint64_t connections_ GUARDED_BY(mu_) = 0;  // ch_'s serial number (MapTier's `connection`)
   Clock::time_point next_try_ GUARDED_BY(mu_){};
   std::vector<NamespaceSpec> specs_ GUARDED_BY(mu_);
   std::vector<Memory> memory_ GUARDED_BY(mu_);

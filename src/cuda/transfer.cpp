@@ -62,6 +62,12 @@ Status TransferImpl::Init() {
   stats_.batch_api = true;
 #endif
   stats_.through_service = served();
+  if (served()) {
+    lender_ = dynamic_cast<client::ServiceStore*>(store_);
+    // Unlent (no RAM tier in the service, tenancy, or a platform that cannot
+    // register read-only memory), every block goes through staging.
+    if (lender_ != nullptr && opt_.pin_ram_tier) stats_.ram_tier_lent = MapServedTier().ok();
+  }
   completion_ = std::thread([this] { CompletionLoop(); });
   // Without it puts hash on the host, as before.
   gpu_hash_ = InitGpuHash() == cudaSuccess &&
@@ -97,10 +103,52 @@ TransferImpl::~TransferImpl() {
   if (hash_stream_ != nullptr) cudaStreamDestroy(hash_stream_);
   if (hash_stream2_ != nullptr) cudaStreamDestroy(hash_stream2_);
   for (const Region& r : regions_) cudaHostUnregister(r.host);
+  if (tier_map_ != nullptr) munmap(tier_map_, tier_map_len_);
 }
 
-Status TransferImpl::Register(uint8_t* p, size_t n) {
-  cudaError_t e = cudaHostRegister(p, n, cudaHostRegisterPortable | cudaHostRegisterMapped);
+Status TransferImpl::MapServedTier() {
+  int supported = 0;
+  if (cudaDeviceGetAttribute(&supported, cudaDevAttrHostRegisterReadOnlySupported, opt_.device) != cudaSuccess ||
+      supported == 0) {
+    cudaGetLastError();
+    return Status::NotSupported("this device cannot register read-only host memory");
+  }
+  auto m = lender_->MapTier();
+  if (!m.ok()) return m.status();
+  void* p = mmap(nullptr, m->map.file_bytes, PROT_READ, MAP_SHARED, m->fd.get(), 0);
+  if (p == MAP_FAILED) return Status::FromErrno(errno, "mapping the service's RAM tier");
+  uint8_t* base = static_cast<uint8_t*>(p);
+  // Its blocks only (whole pages: the data area starts on one).
+  Status st = Register(base + m->map.data_offset, m->map.data_bytes, cudaHostRegisterReadOnly);
+  if (!st.ok()) {
+    munmap(p, m->map.file_bytes);
+    return st.WithContext("registering the service's RAM tier");
+  }
+  tier_map_ = base;
+  tier_map_len_ = m->map.file_bytes;
+  tier_connection_ = m->connection;
+  return Status::OK();
+}
+
+void TransferImpl::UnmapServedTier() {
+  if (tier_map_ == nullptr) return;
+  // No copy out of the old mapping may still run (a failed check's host
+  // hashing does not wait for the copies).
+  cudaDeviceSynchronize();
+  for (size_t i = 0; i < regions_.size(); ++i)
+    if (regions_[i].host >= tier_map_ && regions_[i].host < tier_map_ + tier_map_len_) {
+      cudaHostUnregister(regions_[i].host);
+      regions_.erase(regions_.begin() + static_cast<long>(i));
+      break;
+    }
+  munmap(tier_map_, tier_map_len_);
+  tier_map_ = nullptr;
+  tier_map_len_ = 0;
+  AddStats([](TransferStats& s) { s.ram_tier_lent = false; });
+}
+
+Status TransferImpl::Register(uint8_t* p, size_t n, unsigned extra_flags) {
+  cudaError_t e = cudaHostRegister(p, n, cudaHostRegisterPortable | cudaHostRegisterMapped | extra_flags);
   if (e != cudaSuccess) {
     cudaGetLastError();  // clear the sticky-free error state
     return CudaError(e, "cudaHostRegister of " + std::to_string(n) + " bytes");

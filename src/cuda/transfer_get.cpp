@@ -25,6 +25,14 @@ struct TransferImpl::GetCall {
   std::vector<int64_t> pin_of;
   std::vector<int64_t> sum_slot;
   std::shared_ptr<std::vector<RamTier::Pin>> pins = std::make_shared<std::vector<RamTier::Pin>>();
+  // A service's client with the service's RAM tier lent (LendRamHits): per
+  // block, the pieces the service pinned for it in this process's mapping
+  // of the tier (empty: not pinned, read through staging), with their size
+  // and checksum; and the leases to release once the copies have run.
+  std::vector<std::vector<RamTier::Piece>> lent;
+  std::vector<uint64_t> lent_size, lent_sum;
+  std::vector<uint64_t> leases;
+  uint64_t lease_connection = 0;
   std::vector<size_t> checked;    // the RAM hits to check, in order
   size_t planned = 0, planned_frags = 0;  // payloads and fragments in the plan so far
   size_t groups = 0;                      // hashed so far
@@ -51,6 +59,7 @@ std::vector<Result<size_t>> TransferImpl::GetToDevice(NamespaceId ns, std::span<
   const auto call_start = std::chrono::steady_clock::now();
   GetCall call(blocks.size());
   std::vector<size_t> misses;
+  if (tier_map_ != nullptr) LendRamHits(call, ns, blocks);
   CopyRamHits(call, ns, blocks, stream, &misses);
   call.enqueue_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - call_start).count();
   if (!misses.empty()) ReadMisses(call, ns, blocks, misses, stream);
@@ -58,6 +67,10 @@ std::vector<Result<size_t>> TransferImpl::GetToDevice(NamespaceId ns, std::span<
   TimeRamHits(call);  // releases the timing events where CheckRamHits did not
   if (!again.empty()) ReadMisses(call, ns, blocks, again, stream);
   if (!call.pins->empty()) AfterStream(stream, [pins = call.pins] { pins->clear(); });
+  if (!call.leases.empty())
+    AfterStream(stream, [this, conn = call.lease_connection, leases = std::move(call.leases)] {
+      for (uint64_t l : leases) lender_->UnpinTier(conn, l);
+    });
   const double call_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - call_start).count();
   AddStats([&](TransferStats& s) {
@@ -101,7 +114,10 @@ void TransferImpl::CopyRamHits(GetCall& call, NamespaceId ns, std::span<const De
                                cudaStream_t stream, std::vector<size_t>* misses) {
   constexpr uint64_t kFlushBytes = 8u << 20;
   std::vector<RamTier::Pin>* pins = call.pins.get();
-  const bool verify = ram_ != nullptr && ram_->verifies_reads();
+  // A lent tier's hits are always checked: the service's memory is not this
+  // process's to trust.
+  const bool lent = !call.lent.empty();
+  const bool verify = lent || (ram_ != nullptr && ram_->verifies_reads());
   size_t frag_count = 0, largest = 0;
   DeviceRanges ranges(opt_.device);
   for (size_t i = 0; i < blocks.size(); ++i) {
@@ -145,32 +161,45 @@ void TransferImpl::CopyRamHits(GetCall& call, NamespaceId ns, std::span<const De
   };
   for (size_t i = 0; i < blocks.size(); ++i) {
     if (call.totals[i] == 0) continue;  // refused above
-    RamTier::Pin pin = ram_ != nullptr ? ram_->Acquire(ns, blocks[i].key) : RamTier::Pin();
-    if (!pin) {
+    RamTier::Pin pin;
+    const std::vector<RamTier::Piece>* pieces = nullptr;
+    uint64_t size = 0, checksum = 0;
+    if (lent) {
+      pieces = &call.lent[i];
+      size = call.lent_size[i];
+      checksum = call.lent_sum[i];
+    } else if (ram_ != nullptr && (pin = ram_->Acquire(ns, blocks[i].key))) {
+      pieces = &pin.pieces();
+      size = pin.size();
+      checksum = pin.checksum();
+    }
+    if (pieces == nullptr || pieces->empty()) {
       misses->push_back(i);
       continue;
     }
-    if (pin.size() > call.totals[i]) {
-      call.Fail(i, Status::BufferTooSmall("block has " + std::to_string(pin.size()) + " bytes, device fragments " +
+    if (size > call.totals[i]) {
+      call.Fail(i, Status::BufferTooSmall("block has " + std::to_string(size) + " bytes, device fragments " +
                                           std::to_string(call.totals[i])));
       continue;
     }
-    Zip(PieceSpans(pin.pieces()), DeviceSpans(blocks[i]), pin.size(), &copies);
-    call.results[i] = static_cast<size_t>(pin.size());
-    call.ram_bytes += pin.size();
+    Zip(PieceSpans(*pieces), DeviceSpans(blocks[i]), size, &copies);
+    call.results[i] = static_cast<size_t>(size);
+    call.ram_bytes += size;
     ++call.ram_blocks;
     hits.push_back(i);
-    pending_bytes += pin.size();
+    pending_bytes += size;
     if (verify) {
-      call.sums[i] = pin.checksum();
+      call.sums[i] = checksum;
       call.checked.push_back(i);
-      if (on_device && PlanHash(blocks[i], pin.size(), rows, &group, &frags)) {
+      if (on_device && PlanHash(blocks[i], size, rows, &group, &frags)) {
         call.sum_slot[i] = static_cast<int64_t>(call.planned + group.size() - 1);
-        rows += (pin.size() - 1) / 1024;
+        rows += (size - 1) / 1024;
       }
     }
-    call.pin_of[i] = static_cast<int64_t>(pins->size());
-    pins->push_back(std::move(pin));
+    if (!lent) {
+      call.pin_of[i] = static_cast<int64_t>(pins->size());
+      pins->push_back(std::move(pin));
+    }
     if (pending_bytes >= kFlushBytes) flush();
   }
   flush();
@@ -191,6 +220,57 @@ void TransferImpl::CopyRamHits(GetCall& call, NamespaceId ns, std::span<const De
     if (e == cudaSuccess) e = cudaEventRecord(call.sums_ready, hash_stream_);
     if (e != cudaSuccess) call.hash_failed = true;
   }
+}
+
+// A service's client: asks the service to pin the blocks its RAM tier
+// holds, and finds each pinned block's pieces in this process's mapping of
+// the tier. A block outside the mapping is treated as not pinned (read
+// through staging). When the connection the tier was lent on is gone (the
+// service restarted), the tier is mapped again once; failing that, every
+// block goes through staging.
+void TransferImpl::LendRamHits(GetCall& call, NamespaceId ns, std::span<const DeviceBlock> blocks) {
+  std::vector<std::vector<RamTier::Piece>> lent(blocks.size());
+  std::vector<uint64_t> sizes(blocks.size()), sums(blocks.size()), leases;
+  bool any = false;
+  std::vector<size_t> named;  // blocks with a key (CopyRamHits refuses the rest)
+  for (size_t i = 0; i < blocks.size(); ++i)
+    if (!blocks[i].key.empty()) named.push_back(i);
+  for (size_t at = 0; at < named.size(); at += wire::kMaxBatchGets) {
+    const size_t n = std::min<size_t>(named.size() - at, wire::kMaxBatchGets);
+    std::vector<std::string_view> keys;
+    keys.reserve(n);
+    for (size_t i = 0; i < n; ++i) keys.push_back(blocks[named[at + i]].key);
+    Result<wire::TierLease> got = lender_->PinTier(tier_connection_, ns, keys);
+    if (!got.ok() && got.status().code() == Code::kAborted && at == 0) {
+      UnmapServedTier();
+      if (MapServedTier().ok()) got = lender_->PinTier(tier_connection_, ns, keys);
+    }
+    if (!got.ok() || tier_map_ == nullptr) break;  // the rest through staging
+    if (got->lease != 0) leases.push_back(got->lease);
+    for (size_t j = 0; j < n; ++j) {
+      const size_t i = named[at + j];
+      const wire::TierPinned& b = got->blocks[j];
+      if (!b.pinned) continue;
+      std::vector<RamTier::Piece> pieces;
+      for (const auto& [off, len] : b.pieces) {
+        if (off > tier_map_len_ || len > tier_map_len_ - off) {
+          pieces.clear();
+          break;
+        }
+        pieces.push_back(RamTier::Piece{tier_map_ + off, len});
+      }
+      lent[i] = std::move(pieces);
+      sizes[i] = b.size;
+      sums[i] = b.checksum;
+      any = true;
+    }
+  }
+  call.leases = std::move(leases);
+  call.lease_connection = tier_connection_;
+  if (!any) return;  // nothing lent: the staging path, as without the tier
+  call.lent = std::move(lent);
+  call.lent_size = std::move(sizes);
+  call.lent_sum = std::move(sums);
 }
 
 void TransferImpl::HashRamGroup(GetCall& call, std::vector<HashPayload>& payloads, const std::vector<HashFrag>& frags,
@@ -302,7 +382,9 @@ std::vector<size_t> TransferImpl::CheckRamHits(GetCall& call) {
     } else {
       // The kernel could not hash the landed bytes: the tier's copy, on the host.
       Xxh3Stream st;
-      for (const RamTier::Piece& p : (*call.pins)[call.pin_of[i]].pieces()) st.Update(p.data, p.size);
+      const std::vector<RamTier::Piece>& pieces =
+          call.lent.empty() ? (*call.pins)[call.pin_of[i]].pieces() : call.lent[i];
+      for (const RamTier::Piece& p : pieces) st.Update(p.data, p.size);
       sum = st.Digest();
     }
     ++call.verified;

@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "client/service_store.h"
 #include "cuda/copy_kernel.h"
 #include "cuda/device_ranges.h"
 #include "cuda/hash_kernel.h"
@@ -164,6 +165,13 @@ class TransferImpl final : public Transfer {
   // landed bytes); returns the blocks to load again (their results reset).
   std::vector<size_t> CheckRamHits(GetCall& call);
   void TimeRamHits(GetCall& call);
+  // A service's client: the blocks the service pins for it in its lent RAM
+  // tier, as this process's pieces of them (GetCall::lent).
+  void LendRamHits(GetCall& call, NamespaceId ns, std::span<const DeviceBlock> blocks);
+  // Maps the service's RAM tier read-only and registers it with CUDA
+  // (tier_map_); NotSupported where the service or the platform cannot.
+  Status MapServedTier();
+  void UnmapServedTier();
   // Device and pinned host room for a get's hash plan: n payloads, f
   // fragments, `rows` scratch rows for each of two groups in flight.
   Status EnsureGetHashArea(size_t n, size_t f, uint64_t rows);
@@ -181,7 +189,7 @@ class TransferImpl final : public Transfer {
   void PutSlotsThroughService(const std::shared_ptr<PutCall>& call, NamespaceId ns,
                               std::span<const DeviceBlock> blocks, std::span<const size_t> which);
 
-  Status Register(uint8_t* p, size_t n);
+  Status Register(uint8_t* p, size_t n, unsigned extra_flags = 0);
   // Queues XXH3 of the first lens[i] bytes of each block's fragments on the
   // GPU (hash_stream_, after the work queued on `stream` so far; lens[i] 0:
   // not hashed) and the copy of the sums to h_sums_; (*slot)[i] is block i's
@@ -219,6 +227,13 @@ class TransferImpl final : public Transfer {
   Store* store_;
   BlockSink* sink_;  // null for a service's client
   RamTier* ram_;     // null without a RAM tier, and for a service's client
+  // served(): the service's client, and the service's RAM tier when it is
+  // lent (mapped read-only here and registered with CUDA; null when not),
+  // on the connection `tier_connection_` (ServiceStore::MapTier).
+  client::ServiceStore* lender_ = nullptr;
+  uint8_t* tier_map_ = nullptr;
+  size_t tier_map_len_ = 0;
+  uint64_t tier_connection_ = 0;
   TransferOptions opt_;
   std::atomic<CopyMethod> method_;  // opt_.method until SetCopyMethod
   std::mutex call_mu_;  // one call at a time: the staging area is shared

@@ -71,6 +71,7 @@ void Connection::ReadLoop() {
     MutexLock l(&inflight_mu_);
     while (inflight_requests_ > 0) l.Wait(idle_cv_);
   }
+  ReleaseLeases();
   {
     MutexLock l(&out_mu_);
     out_closed_ = true;
@@ -102,6 +103,7 @@ void Connection::WriteLoop() {
     Status sent = wire::SendFrames(sock_.get(), batch);
     MutexLock l(&out_mu_);
     sending_ = false;
+    if (fd_waiting_) fd_cv_.notify_all();
     if (!sent.ok()) {
       // The client is gone or not reading: end the connection; replies still
       // queued are dropped.
@@ -146,6 +148,40 @@ void Connection::Send(std::string frame) {
       out_.clear();
     } else if (sent < frame.size()) {
       out_.push_front(frame.substr(sent));
+    }
+    wake = !out_.empty();
+    if (fd_waiting_ && !wake) fd_cv_.notify_all();
+  }
+  if (wake) out_cv_.notify_all();
+}
+
+void Connection::ReplyWithFd(const wire::FrameHeader& req, const wire::WireWriter& body, int fd) {
+  wire::WireWriter w;
+  w.Status(Status::OK());
+  std::string frame = w.Frame(req.op | wire::kReplyBit, req.id) + body.body();
+  wire::FrameHeader h;
+  h.op = req.op | wire::kReplyBit;
+  h.id = req.id;
+  h.body_bytes = static_cast<uint32_t>(frame.size() - wire::kHeaderBytes);
+  wire::EncodeHeader(h, reinterpret_cast<uint8_t*>(frame.data()));
+  {
+    // The writer (or a store thread) sends what is queued first; it wakes
+    // this reader once the queue is empty.
+    MutexLock l(&out_mu_);
+    fd_waiting_ = true;
+    while (!out_closed_ && (sending_ || !out_.empty())) l.Wait(fd_cv_);
+    fd_waiting_ = false;
+    if (out_closed_) return;
+    sending_ = true;
+  }
+  Status st = wire::SendFrames(sock_.get(), frame, {fd});
+  bool wake;
+  {
+    MutexLock l(&out_mu_);
+    sending_ = false;
+    if (!st.ok()) {
+      ::shutdown(sock_.get(), SHUT_RDWR);
+      out_.clear();
     }
     wake = !out_.empty();
   }
@@ -240,6 +276,9 @@ Status Connection::Handle(wire::Frame& f) {
     case wire::Op::kGetStats:
     case wire::Op::kSegments:
     case wire::Op::kVerify: OnAdmin(h, body); return Status::OK();
+    case wire::Op::kMapTier:
+    case wire::Op::kPinTier:
+    case wire::Op::kUnpinTier: OnTier(h, body); return Status::OK();
   }
   ++core_->malformed;
   Reply(h, Status::NotSupported("unknown request " + std::to_string(h.op)));

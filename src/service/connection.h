@@ -29,6 +29,7 @@
 #include "service/namespace_access.h"
 #include "service/work_pool.h"
 #include "store/block_sink.h"
+#include "tier/ram_tier.h"
 #include "util/thread_annotations.h"
 #include "wire/frame_reader.h"
 #include "wire/region.h"
@@ -48,6 +49,7 @@ struct ServerCore {
   std::atomic<uint64_t> requests{0}, malformed{0}, over_cap{0}, regions{0}, pooled_gets{0},
       pooled_puts{0};
   std::atomic<uint64_t> populated{0};  // bytes of clients' regions mapped ahead of use
+  std::atomic<uint64_t> tier_maps{0}, tier_lent_blocks{0}, tier_pinned_bytes{0};
   // Maps a region's present pages ahead of its first copy, on `populate`,
   // step by step while the region is still mapped by someone (`owner`: the
   // connection, for the pool's turns).
@@ -88,6 +90,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Status Handle(wire::Frame& f);
   void Reply(const wire::FrameHeader& req, const Status& st, const wire::WireWriter* body = nullptr);
   void Send(std::string frame);
+  // A reply carrying a descriptor: sent by the reader itself, after what is
+  // queued before it.
+  void ReplyWithFd(const wire::FrameHeader& req, const wire::WireWriter& body, int fd);
 
   Status OnHello(wire::Frame& f);
   Status OnRegisterRegion(wire::Frame& f);
@@ -97,6 +102,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void OnNamespaceCall(const wire::FrameHeader& h, std::string_view body);
   void OnLookup(const wire::FrameHeader& h, std::string_view body);
   void OnAdmin(const wire::FrameHeader& h, std::string_view body);
+  // map_tier, pin_tier, unpin_tier (connection_tier.cc).
+  void OnTier(const wire::FrameHeader& h, std::string_view body);
+  Status MapTierFor(wire::WireWriter* w, wire::UniqueFd* fd);
+  void PinTier(const wire::FrameHeader& h, std::string_view body);
+  // Releases every lease (the connection's end).
+  void ReleaseLeases();
   // True when the body parsed; else answers InvalidArgument (malformed).
   bool Parsed(const wire::FrameHeader& h, const Status& st);
   Result<Resolved> Resolve(const std::vector<wire::WireFragment>& frags, bool for_output);
@@ -114,6 +125,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
   const uint64_t id_;
   std::string name_;
   bool hello_ = false;  // reader thread only
+
+  // The RAM tier lent to this client: reader thread only (its requests are
+  // answered there; ReadLoop releases the leases when the client goes).
+  struct Lease {
+    std::vector<RamTier::Pin> pins;
+    uint64_t bytes = 0;
+  };
+  bool tier_mapped_ = false;
+  std::unordered_map<uint64_t, Lease> leases_;
+  uint64_t next_lease_ = 1, pinned_bytes_ = 0;
   uint64_t requests_ = 0;
 
   Mutex regions_mu_;
@@ -138,6 +159,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::deque<std::string> out_ GUARDED_BY(out_mu_);
   bool sending_ GUARDED_BY(out_mu_) = false;
   bool out_closed_ GUARDED_BY(out_mu_) = false;
+  // ReplyWithFd's wait for the socket to itself (the senders wake it).
+  std::condition_variable fd_cv_;
+  bool fd_waiting_ GUARDED_BY(out_mu_) = false;
 
   std::atomic<bool> finished_{false};
   std::thread reader_, writer_;

@@ -110,6 +110,9 @@ class ServiceImpl final : public Service {
     s.pooled_puts = core_.pooled_puts.load();
     s.regions = core_.regions.load();
     s.region_bytes_populated = core_.populated.load();
+    s.tier_maps = core_.tier_maps.load();
+    s.tier_lent_blocks = core_.tier_lent_blocks.load();
+    s.tier_pinned_bytes = core_.tier_pinned_bytes.load();
     s.namespaces = core_.access.Stats();
     return s;
   }

@@ -272,16 +272,16 @@ uint64_t RamTier::Insert(NamespaceId ns, std::string_view key, std::span<const F
   return Commit(std::move(r), checksum);
 }
 
-RamTier::Pin RamTier::PinEntry(NamespaceId ns, std::string_view key, bool as_read) {
+RamTier::Pin RamTier::PinEntry(NamespaceId ns, std::string_view key, Count count) {
   std::string mk = MapKey(ns, key);
   Shard& s = ShardFor(format::Checksum(mk.data(), mk.size()));
   std::lock_guard<std::mutex> l(s.mu);
   auto it = s.map.find(mk);
   if (it == s.map.end()) {
-    if (as_read) s.misses++;
+    if (count == Count::kHitOrMiss) s.misses++;
     return Pin();
   }
-  if (as_read) {
+  if (count != Count::kNothing) {
     s.hits++;
     if (it->second->reads != UINT32_MAX) it->second->reads++;
     s.policy->OnHit(&it->second->node);

@@ -156,11 +156,14 @@ class RamTier {
   uint64_t CommitKeepPin(Pin& reservation, uint64_t checksum);
 
   // Pins a block for reading; an empty Pin on a miss. Counts a hit or miss.
-  Pin Acquire(NamespaceId ns, std::string_view key) { return PinEntry(ns, key, /*as_read=*/true); }
+  Pin Acquire(NamespaceId ns, std::string_view key) { return PinEntry(ns, key, Count::kHitOrMiss); }
+  // Acquire, but a miss is not counted: for a caller that reads a block the
+  // tier lacks through the store next, which counts that miss.
+  Pin AcquireHit(NamespaceId ns, std::string_view key) { return PinEntry(ns, key, Count::kHit); }
   // Pins a block without counting a hit, a miss or a read, and without
   // touching the eviction order: for the store's own copies (reclaim's
   // reinsertion), which are not the engine's reads.
-  Pin Peek(NamespaceId ns, std::string_view key) { return PinEntry(ns, key, /*as_read=*/false); }
+  Pin Peek(NamespaceId ns, std::string_view key) { return PinEntry(ns, key, Count::kNothing); }
   // Copies a block into `out`: its size, NotFound, BufferTooSmall, or
   // Corruption (verify_reads: the copy no longer matches its checksum; the
   // block is dropped and `out` holds garbage).
@@ -218,10 +221,19 @@ class RamTier {
   // The mapped regions (metadata excluded), for io_uring / cudaHostRegister.
   std::vector<iovec> Regions() const;
   const std::string& shm_path() const { return opt_.shm_path; }
+  // For lending the tier to another process (a service's clients copy hits
+  // straight out of it): the tier's file opened read-only through its file
+  // system (NotSupported for a tier in anonymous memory), the file's size,
+  // and where a piece of a Pin lies in that file.
+  [[nodiscard]] Result<std::unique_ptr<File>> OpenFileReadOnly() const;
+  uint64_t file_bytes() const { return map_bytes_; }
+  uint64_t FileOffsetOf(const uint8_t* p) const { return static_cast<uint64_t>(p - map_); }
 
  private:
-  // Acquire (as_read) and Peek: the lookup and the pin.
-  Pin PinEntry(NamespaceId ns, std::string_view key, bool as_read);
+  // Acquire, AcquireHit and Peek: the lookup and the pin. A counted hit is a
+  // read (it also moves the block in the eviction order).
+  enum class Count : uint8_t { kNothing, kHit, kHitOrMiss };
+  Pin PinEntry(NamespaceId ns, std::string_view key, Count count);
   explicit RamTier(const RamTierOptions& o);
   Status Map(bool* adopt);
   bool IsAdoptable(File& f) const;

@@ -77,6 +77,17 @@ Status RamTier::Map(bool* adopt) {
   return Status::OK();
 }
 
+Result<std::unique_ptr<File>> RamTier::OpenFileReadOnly() const {
+  if (!base_.shared) return Status::NotSupported("the RAM tier is in anonymous memory, not a shared-memory file");
+  const std::shared_ptr<FileSystem> owned = opt_.fs ? opt_.fs : DefaultFileSystem(IoBackend::kPosix);
+  OpenFlags flags;
+  flags.read_only = true;
+  auto file = owned->Open(opt_.shm_path, flags);
+  if (!file.ok()) return file.status().WithContext("opening RAM tier file " + opt_.shm_path + " read-only");
+  if ((*file)->map_fd() < 0) return Status::NotSupported("RAM tier file " + opt_.shm_path + " has no mappable descriptor");
+  return file;
+}
+
 void RamTier::Format() {
   // The header is marked valid only after the metadata is cleared.
   std::memset(map_, 0, meta_bytes_);

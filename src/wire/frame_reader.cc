@@ -10,7 +10,8 @@
 namespace kvtier::wire {
 
 bool CarriesFds(uint16_t op) {
-  return op == static_cast<uint16_t>(Op::kHello) || op == static_cast<uint16_t>(Op::kRegisterRegion);
+  return op == static_cast<uint16_t>(Op::kHello) || op == static_cast<uint16_t>(Op::kRegisterRegion) ||
+         op == (static_cast<uint16_t>(Op::kMapTier) | kReplyBit);
 }
 
 Status FrameReader::Next(Frame* out) {

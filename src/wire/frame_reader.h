@@ -30,7 +30,8 @@
 
 namespace kvtier::wire {
 
-// Whether frames of `op` may carry descriptors (hello and register_region).
+// Whether frames of `op` may carry descriptors (hello, register_region and
+// map_tier's reply).
 bool CarriesFds(uint16_t op);
 
 class FrameReader {

@@ -211,4 +211,56 @@ void DecodeGetBatchReply(WireReader& r, size_t n, std::vector<Result<size_t>>* g
   }
 }
 
+void Encode(WireWriter& w, const TierMap& m) {
+  w.U64(m.file_bytes);
+  w.U64(m.data_offset);
+  w.U64(m.data_bytes);
+}
+void Decode(WireReader& r, TierMap* m) {
+  m->file_bytes = r.U64();
+  m->data_offset = r.U64();
+  m->data_bytes = r.U64();
+  if (m->data_offset > m->file_bytes || m->data_bytes > m->file_bytes - m->data_offset) r.Fail();
+}
+
+void Encode(WireWriter& w, const TierLease& l) {
+  w.U64(l.lease);
+  w.U32(static_cast<uint32_t>(l.blocks.size()));
+  for (const TierPinned& b : l.blocks) {
+    w.Bool(b.pinned);
+    if (!b.pinned) continue;
+    w.U64(b.size);
+    w.U64(b.checksum);
+    w.U32(static_cast<uint32_t>(b.pieces.size()));
+    for (const auto& [off, n] : b.pieces) {
+      w.U64(off);
+      w.U64(n);
+    }
+  }
+}
+void Decode(WireReader& r, TierLease* l) {
+  l->lease = r.U64();
+  const uint32_t n = r.Count(kMaxBatchKeys, 1);
+  l->blocks.clear();
+  l->blocks.reserve(n);
+  for (uint32_t i = 0; i < n && r.ok(); ++i) {
+    TierPinned b;
+    b.pinned = r.Bool();
+    if (b.pinned) {
+      b.size = r.U64();
+      b.checksum = r.U64();
+      const uint32_t np = r.Count(kMaxTierPieces, 16);
+      uint64_t total = 0;
+      for (uint32_t j = 0; j < np && r.ok(); ++j) {
+        const uint64_t off = r.U64(), len = r.U64();
+        if (len == 0 || off + len < off || len > b.size - total) r.Fail();
+        total += len;
+        b.pieces.emplace_back(off, len);
+      }
+      if (total != b.size || np == 0) r.Fail();
+    }
+    l->blocks.push_back(std::move(b));
+  }
+}
+
 }  // namespace kvtier::wire

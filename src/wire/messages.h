@@ -5,6 +5,7 @@
 #ifndef KVTIER_SRC_WIRE_MESSAGES_H_
 #define KVTIER_SRC_WIRE_MESSAGES_H_
 
+#include <utility>
 #include <vector>
 
 #include "kvtier/store.h"
@@ -33,6 +34,32 @@ void Decode(WireReader& r, NamespaceInfo* n);
 // size. Decode fails `r` unless it holds exactly `n` items.
 void EncodeGetBatchReply(WireWriter& w, const std::vector<Result<size_t>>& got);
 void DecodeGetBatchReply(WireReader& r, size_t n, std::vector<Result<size_t>>* got);
+
+// map_tier's reply (the tier file's descriptor travels with it): the file's
+// size, and where the tier's blocks lie in it.
+struct TierMap {
+  uint64_t file_bytes = 0, data_offset = 0, data_bytes = 0;
+};
+// pin_tier's reply: a lease on the blocks the service pinned in its RAM tier,
+// and per key (in the request's order) whether it is pinned and, if so, its
+// size, XXH3 and pieces as [offset, offset + size) of the tier file. Pins
+// last until unpin_tier(lease) or the connection's end.
+struct TierPinned {
+  bool pinned = false;
+  uint64_t size = 0, checksum = 0;
+  std::vector<std::pair<uint64_t, uint64_t>> pieces;  // file offset, bytes
+};
+struct TierLease {
+  uint64_t lease = 0;
+  std::vector<TierPinned> blocks;
+};
+inline constexpr uint32_t kMaxTierPieces = 4096;  // per block
+void Encode(WireWriter& w, const TierMap& m);
+void Encode(WireWriter& w, const TierLease& l);
+// Each fails `r` on a bound, a piece past the file, or pieces that do not
+// add up to the block's size.
+void Decode(WireReader& r, TierMap* m);
+void Decode(WireReader& r, TierLease* l);
 
 // Bounds on what one reply may carry.
 inline constexpr uint32_t kMaxListItems = 65536;

@@ -66,7 +66,7 @@ struct KeyRequest {  // contains, stat, remove, inspect_record
   NamespaceId ns = 0;
   std::string key;
 };
-struct LookupRequest {
+struct LookupRequest {  // lookup_prefix (up to kMaxBatchKeys), pin_tier (up to kMaxBatchGets)
   NamespaceId ns = 0;
   std::vector<std::string> keys;
 };
@@ -77,7 +77,7 @@ struct ListBlocksRequest {
   std::string after;  // the page starts after this key
   uint32_t max = 0;
 };
-struct U64Request {  // evict_to (bytes), share_now (ms)
+struct U64Request {  // evict_to (bytes), share_now (ms), unpin_tier (lease)
   uint64_t value = 0;
 };
 struct VerifyRequest {

@@ -30,6 +30,9 @@ const char* OpName(uint16_t op) {
     case Op::kSegments: return "segments";
     case Op::kVerify: return "verify";
     case Op::kInspectRecord: return "inspect_record";
+    case Op::kMapTier: return "map_tier";
+    case Op::kPinTier: return "pin_tier";
+    case Op::kUnpinTier: return "unpin_tier";
   }
   return "unknown";
 }

@@ -40,8 +40,8 @@ namespace kvtier::wire {
 inline constexpr uint32_t kWireMagic = 0x5653564B;
 // 2: Stats carries the lookup map's state; 3: get_batch; 4: Stats carries
 // the hot region's segments and the disk reads' phase times; 5: and the
-// puts' phase times.
-inline constexpr uint16_t kWireVersion = 6;
+// puts' phase times; 7: map_tier, pin_tier and unpin_tier.
+inline constexpr uint16_t kWireVersion = 7;
 inline constexpr size_t kHeaderBytes = 24;
 inline constexpr uint32_t kMaxBodyBytes = 4u << 20;
 inline constexpr uint32_t kMaxFragments = 64;     // per put or get
@@ -73,6 +73,12 @@ enum class Op : uint16_t {
   kSegments = 41,
   kVerify = 42,
   kInspectRecord = 43,
+  // The RAM tier lent to a client for copies straight out of it (a GPU
+  // load): map_tier's reply carries the tier file's descriptor, read-only;
+  // pin_tier pins blocks there until unpin_tier or the connection ends.
+  kMapTier = 50,          // -> file bytes, data offset, data bytes (fd)
+  kPinTier = 51,          // ns, keys -> lease, [pinned, size, checksum, pieces]
+  kUnpinTier = 52,        // lease
 };
 const char* OpName(uint16_t op);
 

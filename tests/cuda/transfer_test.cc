@@ -154,6 +154,7 @@ class GpuStore : public ::testing::Test {
     ASSERT_TRUE(t.ok()) << t.status().ToString();
     transfer_ = std::move(t).value();
   }
+  void Serve(bool shared_tier);
   void* DevAlloc(size_t n) {
     void* p = nullptr;
     EXPECT_EQ(cudaMalloc(&p, n), cudaSuccess);
@@ -273,15 +274,18 @@ TEST_F(GpuStore, WithoutRamTierThroughStaging) { RoundTrip(0, CopyMethod::kAuto,
 // SetCopyMethod changes how the next call copies, and GetStats says so.
 // A service's client stores and loads with the same calls: its blocks go
 // through staging the service maps (one host copy each, by the service).
-TEST_F(GpuStore, ThroughTheServiceRoundTrips) {
+// A store served in this process, its client, and a Transfer on the client.
+// `shared_tier`: the RAM tier in /dev/shm, which the service lends.
+void GpuStore::Serve(bool shared_tier) {
   Options o;
   o.segment_size_bytes = 64 << 20;
   o.capacity_bytes = 4ull << 30;
   o.ram_tier_bytes = 256 << 20;
-  o.ram_tier_shared_memory = false;
+  o.ram_tier_shared_memory = shared_tier;
   auto s = Store::Open(dir_ + "/store", o);
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   store_ = std::move(s).value();
+  shm_ = RamTierShmPath(store_->Description().store_id);
   ServiceOptions so;
   so.socket_path = dir_ + "/s.sock";
   so.log = [](const std::string&) {};
@@ -301,6 +305,11 @@ TEST_F(GpuStore, ThroughTheServiceRoundTrips) {
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   transfer_ = std::move(t).value();
   EXPECT_TRUE(transfer_->GetStats().through_service);
+}
+
+TEST_F(GpuStore, ThroughTheServiceRoundTrips) {
+  ASSERT_NO_FATAL_FAILURE(Serve(/*shared_tier=*/false));
+  EXPECT_FALSE(transfer_->GetStats().ram_tier_lent);  // a tier in anonymous memory cannot be lent
 
   // 24 blocks of 28 layers' K and V (1.75 MiB each) stored; a 25th is not.
   constexpr int kStored = 24;
@@ -329,6 +338,68 @@ TEST_F(GpuStore, ThroughTheServiceRoundTrips) {
   EXPECT_EQ(ts.ram_hits, 0u);
   EXPECT_EQ(ts.blocks_from_device, static_cast<uint64_t>(kStored));
   EXPECT_TRUE(ts.staging_shared_with_service);  // one host copy per block, by the service
+}
+
+// With the service's RAM tier in shared memory, the service lends it: hits
+// are copied straight from its memory to the device and checked there; a
+// block whose bytes in the tier changed is loaded again through the
+// service's verified read, never handed over.
+TEST_F(GpuStore, ThroughTheServiceRamHitsComeStraightFromTheLentTier) {
+  ASSERT_NO_FATAL_FAILURE(Serve(/*shared_tier=*/true));
+  if (!store_->GetStats().ram_shared_memory) GTEST_SKIP() << "no room in /dev/shm for the RAM tier";
+  ASSERT_TRUE(transfer_->GetStats().ram_tier_lent);
+  constexpr int kStored = 24;
+  Layout src = MakeLayout(kStored + 1, 28, 32 << 10, "t");
+  Fill(src, 5);
+  for (const Status& st : transfer_->PutFromDevice(ns_, std::span<const DeviceBlock>(src.blocks).first(kStored),
+                                                   stream_, /*wait_durable=*/true))
+    ASSERT_TRUE(st.ok()) << st.ToString();
+  // One block's bytes in the service's tier change (a stray write).
+  {
+    RamTier::Pin pin = BlockSinkOf(store_.get())->ram_tier()->Peek(ns_, src.keys[3]);
+    ASSERT_TRUE(pin);
+    pin.pieces()[0].data[100] ^= 0x5a;
+  }
+  Layout dst = MakeLayout(kStored + 1, 28, 32 << 10, "t");
+  auto got = transfer_->GetToDevice(ns_, dst.blocks, stream_);
+  for (int i = 0; i < kStored; ++i) ASSERT_TRUE(got[i].ok()) << i << ": " << got[i].status().ToString();
+  EXPECT_TRUE(got[kStored].status().IsNotFound());
+  ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+  ExpectSame(src, dst, kStored);
+  const TransferStats ts = transfer_->GetStats();
+  EXPECT_EQ(ts.ram_hits, static_cast<uint64_t>(kStored - 1));
+  EXPECT_EQ(ts.ram_hits_verified_on_device, static_cast<uint64_t>(kStored));
+  EXPECT_EQ(ts.ram_hits_reloaded, 1u);
+  EXPECT_EQ(ts.disk_reads, 1u);  // the changed block, through the service's verified read
+  EXPECT_EQ(ts.misses, 1u);
+  const ServiceStats sv = service_->GetStats();
+  EXPECT_EQ(sv.tier_lent_blocks, static_cast<uint64_t>(kStored));
+  // The lease goes once the copies have run.
+  for (int i = 0; i < 500 && service_->GetStats().tier_pinned_bytes != 0; ++i) usleep(10000);
+  EXPECT_EQ(service_->GetStats().tier_pinned_bytes, 0u);
+
+  // The service restarts (the store and its tier stay): the next load finds
+  // the tier's connection gone, maps the tier again from the new service
+  // and copies from it.
+  service_->Stop();
+  service_.reset();
+  ServiceOptions so;
+  so.socket_path = dir_ + "/s.sock";
+  so.log = [](const std::string&) {};
+  auto sv = Service::Start(store_.get(), so);
+  ASSERT_TRUE(sv.ok()) << sv.status().ToString();
+  service_ = std::move(sv).value();
+  usleep(300000);  // past the client's pause between reconnections
+  Layout again = MakeLayout(kStored, 28, 32 << 10, "t");
+  for (const auto& r : transfer_->GetToDevice(ns_, again.blocks, stream_)) ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+  ExpectSame(src, again, kStored);
+  const TransferStats after = transfer_->GetStats();
+  EXPECT_TRUE(after.ram_tier_lent);
+  // The changed block was dropped from the tier; its disk read may have put it back.
+  EXPECT_GE(after.ram_hits - ts.ram_hits, static_cast<uint64_t>(kStored - 1));
+  EXPECT_EQ(after.disk_reads - ts.disk_reads + after.ram_hits - ts.ram_hits, static_cast<uint64_t>(kStored));
+  EXPECT_EQ(service_->GetStats().tier_maps, 1u);
 }
 
 TEST_F(GpuStore, CopyMethodChangesBetweenCalls) {

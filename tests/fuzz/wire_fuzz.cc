@@ -46,7 +46,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 2) return 0;
   const unsigned selector = data[0] | (data[1] << 8);
   const std::string_view body(reinterpret_cast<const char*>(data + 2), size - 2);
-  switch (selector % 21) {
+  switch (selector % 23) {
     case 0: RoundTrip<HelloRequest>(body); break;
     case 1: RoundTrip<RegisterRegionRequest>(body); break;
     case 2: RoundTrip<RegionRequest>(body); break;
@@ -74,6 +74,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       (void)r.Finish("get_batch reply");
       break;
     }
+    case 21: DecodeReply<TierMap>(body); break;
+    case 22: DecodeReply<TierLease>(body); break;
     default: {
       WireReader r(body);
       (void)r.Status();

@@ -33,10 +33,10 @@ def store_dir(tmp_path):
     return str(tmp_path / "store")
 
 
-@pytest.fixture
-def kvtier_service(tmp_path):
-    """A `kvtier serve` process on a fresh store; yields its "unix:" address.
-    Needs $KVTIER_BIN (ctest sets it); skips without."""
+def _serve(tmp_path, extra):
+    """A `kvtier serve` process on a fresh store (with `extra` arguments);
+    yields its "unix:" address. Needs $KVTIER_BIN (ctest sets it); skips
+    without."""
     import signal
     import subprocess
     import time
@@ -46,7 +46,8 @@ def kvtier_service(tmp_path):
         pytest.skip("KVTIER_BIN (the kvtier program) is not set")
     sock = str(tmp_path / "kvtier.sock")
     proc = subprocess.Popen([binary, "serve", str(tmp_path / "served-store"), "--socket", sock, "--segment-size", "4M",
-                             "--capacity", "256M", "--metrics-listen", "off", "--log", str(tmp_path / "serve.log")])
+                             "--capacity", "256M", "--metrics-listen", "off", "--log", str(tmp_path / "serve.log")]
+                            + extra)
     until = time.time() + 30
     while not os.path.exists(sock) and proc.poll() is None and time.time() < until:
         time.sleep(0.02)
@@ -55,3 +56,16 @@ def kvtier_service(tmp_path):
     yield "unix:" + sock
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=30)
+
+
+@pytest.fixture
+def kvtier_service(tmp_path):
+    """A `kvtier serve` process on a fresh store, without a RAM tier."""
+    yield from _serve(tmp_path, [])
+
+
+@pytest.fixture
+def kvtier_service_ram(tmp_path):
+    """A `kvtier serve` process with a 64 MiB RAM tier (in /dev/shm where it
+    has room: the tier the service lends to clients' GPU loads)."""
+    yield from _serve(tmp_path, ["--ram-tier", "64M"])

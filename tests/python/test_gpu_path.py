@@ -251,6 +251,37 @@ def test_round_trip_through_the_service(kvtier_service):
     s.close()
 
 
+def test_ram_hits_through_the_service_come_straight_from_its_lent_tier(kvtier_service_ram):
+    # A service whose RAM tier is in /dev/shm lends it: this process maps it
+    # read-only and registered with CUDA, so a hit is copied from the
+    # service's memory to the device (no host copy) and checked there.
+    s = kvtier.Store(kvtier_service_ram)
+    why = _gpu_ready(s)
+    if why is not None:
+        s.close()
+        pytest.skip("GPU round trips skipped: " + why)
+    import torch
+    n = s.register_namespace(name="gpu", model_id="m", dtype="bf16")
+    dev = torch.device("cuda", 0)
+    g = torch.Generator(device=dev).manual_seed(4)
+    blocks, size = 6, 512 << 10
+    src = [torch.randint(0, 256, (size,), dtype=torch.uint8, device=dev, generator=g) for _ in range(blocks)]
+    keys = [f"t{i}" for i in range(blocks)]
+    assert n.put_from_device(keys, src) == [Code.OK] * blocks
+    dst = [torch.zeros_like(t) for t in src]
+    assert n.get_to_device(keys, dst) == [size] * blocks
+    torch.cuda.current_stream().synchronize()
+    assert all(torch.equal(a, b) for a, b in zip(src, dst))
+    st = s.gpu_stats()
+    if not st["ram_tier_lent"] and s.stats()["ram_shared_memory"] is False:
+        s.close()
+        pytest.skip("the service's RAM tier is not in /dev/shm here (no room)")
+    assert st["ram_tier_lent"] is True
+    assert st["ram_hits"] == blocks and st["disk_reads"] == 0
+    assert st["ram_hits_verified_on_device"] == blocks
+    s.close()
+
+
 @pytest.mark.parametrize("method,calls", [("kernel", "kernel_calls"), ("loop", "loop_calls"),
                                           ("batch", "batch_calls")])
 def test_each_copy_method_loads_the_same_bytes(store_dir, method, calls):

@@ -13,6 +13,7 @@
 #include <set>
 #include <thread>
 
+#include "client/service_store.h"
 #include "service/service_util.h"
 #include "wire/frame_reader.h"
 #include "wire/messages.h"
@@ -374,6 +375,40 @@ TEST(ServiceFaults, TenantsByUidNeverSeeEachOthersBlocks) {
   // The admin's block is untouched; the admin sees both namespaces.
   EXPECT_EQ(admin->GetVector(mine, Key(1)).value(), p);
   EXPECT_EQ(admin->ListNamespaces().value().size(), 2u);
+}
+
+// The RAM tier's file holds every tenant's blocks: with tenancy it is lent
+// to the service's own user and root only, never to a tenant.
+TEST(ServiceFaults, WithTenancyTheRamTierIsNotLentToATenant) {
+  TempDir dir;
+  ServiceOptions so;
+  so.tenancy = ServiceOptions::Tenancy::kUid;
+  Options o = SmallOptions();
+  o.ram_tier_bytes = 8 << 20;
+  ServedStore served(dir.path(), so, o);
+  ASSERT_EQ(chmod(dir.path().c_str(), 0755), 0);
+  auto admin = served.Client();
+  ASSERT_NE(admin, nullptr);
+  const NamespaceId mine = admin->RegisterNamespace(TestSpec("shared/model")).value();
+  auto p = Payload(mine, Key(1), 6000);
+  ASSERT_TRUE(admin->Put(mine, Key(1), p.data(), p.size()).ok());
+  ASSERT_TRUE(dynamic_cast<client::ServiceStore*>(admin.get())->MapTier().ok());  // root: an admin
+  InKilledChild([&] {
+    if (setgid(0) != 0 || setuid(65534) != 0) _exit(10);
+    Options co;
+    co.client.staging_bytes = 4 << 20;
+    auto c = Store::Open(served.address(), co);
+    if (!c.ok()) _exit(11);
+    auto* lender = dynamic_cast<client::ServiceStore*>(c->get());
+    if (lender == nullptr) _exit(12);
+    if (lender->MapTier().status().code() != Code::kNotSupported) _exit(13);
+    // Without the map, pin_tier is refused too (it would name the other
+    // tenant's block's place and checksum).
+    const std::string k1 = Key(1);
+    const std::vector<std::string_view> keys = {k1};
+    if (lender->PinTier(1, mine, keys).ok()) _exit(14);
+  });
+  EXPECT_EQ(served.service()->GetStats().tier_pinned_bytes, 0u);
 }
 
 }  // namespace

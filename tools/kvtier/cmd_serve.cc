@@ -42,6 +42,7 @@ struct ServeCmd {
   std::string ram_streaming_min;
   std::string ram_split_copy_min;
   std::string client_inflight = "1G";
+  std::string client_pinned = "4G";
   uint32_t max_clients = 256;
 };
 
@@ -173,6 +174,9 @@ int Run(const ServeCmd& in) {
   auto inflight = ParseSize(in.client_inflight);
   if (!inflight.ok()) return Fail("serve", kExitUsage, "--client-inflight: " + inflight.status().message());
   so.max_client_inflight_bytes = *inflight;
+  auto pinned = ParseSize(in.client_pinned);
+  if (!pinned.ok()) return Fail("serve", kExitUsage, "--client-pinned: " + pinned.status().message());
+  so.max_client_pinned_bytes = *pinned;
   so.max_clients = in.max_clients;
   Log log(in.log_file);
   so.log = [&log](const std::string& line) { log.Line(line); };
@@ -287,6 +291,9 @@ Command AddServe(CLI::App& root) {
   sub->add_option("--ram-split-copy-min", in->ram_split_copy_min,
                   "A lone get of a RAM-tier block of at least this size is copied and verified by several "
                   "threads at once (default 1M; 0: never; see docs/ram_tier.md)");
+  sub->add_option("--client-pinned", in->client_pinned,
+                  "RAM-tier bytes one client may hold pinned while it copies them itself (GPU loads)")
+      ->capture_default_str();
   sub->add_option("--client-inflight", in->client_inflight, "Bytes of puts one client may have in flight")
       ->capture_default_str();
   sub->add_option("--max-clients", in->max_clients, "Clients served at once")->capture_default_str();

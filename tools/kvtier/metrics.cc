@@ -58,6 +58,12 @@ void ServiceMetrics(const ServiceStats& sv, Exposition& e) {
   e.One("service_region_populated_bytes_total", "counter",
         "Bytes of clients' regions the service mapped ahead of their first copy.",
         static_cast<double>(sv.region_bytes_populated));
+  e.One("service_tier_maps_total", "counter", "RAM tier files lent to clients, read-only, for their own copies.",
+        static_cast<double>(sv.tier_maps));
+  e.One("service_tier_lent_blocks_total", "counter", "RAM-tier blocks pinned for clients' own copies.",
+        static_cast<double>(sv.tier_lent_blocks));
+  e.One("service_tier_pinned_bytes", "gauge", "RAM-tier bytes clients hold pinned now.",
+        static_cast<double>(sv.tier_pinned_bytes));
   e.One("service_pooled_gets_total", "counter", "Gets and get_batch requests run on the service's get threads.",
         static_cast<double>(sv.pooled_gets));
   e.One("service_pooled_puts_total", "counter",

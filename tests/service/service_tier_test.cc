@@ -1,0 +1,245 @@
+// The RAM tier lent to a client (map_tier, pin_tier, unpin_tier): the
+// client maps the tier's file read-only and copies pinned blocks out of it
+// itself, as the GPU path does through a service (tests/cuda holds the
+// device half).
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string_view>
+#include <vector>
+
+#include "client/service_store.h"
+#include "service/service_util.h"
+#include "util/checksum.h"
+
+namespace kvtier::testing {
+namespace {
+
+Options WithRamTier() {
+  Options o = SmallOptions();
+  o.ram_tier_bytes = 8 << 20;
+  return o;
+}
+
+// The client's mapping of the lent tier; unmapped when it goes.
+struct TierView {
+  explicit TierView(const client::ServiceStore::TierMapping& m) : len(m.map.file_bytes) {
+    void* p = mmap(nullptr, len, PROT_READ, MAP_SHARED, m.fd.get(), 0);
+    base = p == MAP_FAILED ? nullptr : static_cast<const uint8_t*>(p);
+  }
+  ~TierView() {
+    if (base != nullptr) munmap(const_cast<uint8_t*>(base), len);
+  }
+  // A pinned block's bytes, gathered from its pieces.
+  std::vector<uint8_t> Bytes(const wire::TierPinned& b) const {
+    std::vector<uint8_t> out;
+    for (const auto& [off, n] : b.pieces) {
+      EXPECT_LE(off + n, len);
+      out.insert(out.end(), base + off, base + off + n);
+    }
+    return out;
+  }
+  const uint8_t* base = nullptr;
+  size_t len;
+};
+
+class ServiceTierTest : public ::testing::Test {
+ protected:
+  TempDir dir_;
+};
+
+TEST_F(ServiceTierTest, PinnedBlocksAreReadStraightFromTheLentTierAndStayUntilUnpinned) {
+  ServedStore served(dir_.path(), ServiceOptions{}, WithRamTier());
+  ASSERT_TRUE(served.store()->GetStats().ram_shared_memory) << "the test needs the tier in /dev/shm";
+  auto c = served.Client();
+  ASSERT_NE(c, nullptr);
+  auto* lender = dynamic_cast<client::ServiceStore*>(c.get());
+  ASSERT_NE(lender, nullptr);
+  const NamespaceId ns = c->RegisterNamespace(TestSpec()).value();
+  std::vector<std::vector<uint8_t>> payloads;
+  for (int i = 0; i < 3; ++i) {
+    payloads.push_back(Payload(ns, Key(i), 200000 + 1000 * i));
+    ASSERT_TRUE(c->Put(ns, Key(i), payloads.back().data(), payloads.back().size()).ok());
+  }
+  // Before the tier is mapped, the service refuses pins; a connection that
+  // is not the live one is refused here.
+  const std::vector<std::string> names = {Key(0), Key(1), "absent", Key(2)};
+  const std::vector<std::string_view> keys(names.begin(), names.end());
+  EXPECT_EQ(lender->PinTier(1, ns, keys).status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(lender->PinTier(2, ns, keys).status().code(), Code::kAborted);
+  {
+    Stats st = served.store()->GetStats();
+    ASSERT_EQ(st.ram_blocks, 3u) << st.ram_used_bytes << " " << st.ram_capacity_bytes;
+  }
+  auto m = lender->MapTier();
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_GT(m->map.data_bytes, 0u);
+  EXPECT_EQ(m->map.data_offset % 4096, 0u);
+  TierView view(*m);
+  ASSERT_NE(view.base, nullptr);
+  // Read-only: the descriptor cannot be mapped for writing.
+  void* w = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, m->fd.get(), 0);
+  EXPECT_EQ(w, MAP_FAILED);
+  EXPECT_EQ(errno, EACCES);
+
+  auto lease = lender->PinTier(m->connection, ns, keys);
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  ASSERT_EQ(lease->blocks.size(), keys.size());
+  EXPECT_NE(lease->lease, 0u);
+  EXPECT_FALSE(lease->blocks[2].pinned);
+  uint64_t pinned = 0;
+  for (size_t k : {0u, 1u, 3u}) {
+    const wire::TierPinned& b = lease->blocks[k];
+    const auto& p = payloads[k == 3 ? 2 : k];
+    ASSERT_TRUE(b.pinned);
+    EXPECT_EQ(b.size, p.size());
+    const std::vector<uint8_t> bytes = view.Bytes(b);
+    EXPECT_EQ(bytes, p);
+    EXPECT_EQ(b.checksum, Xxh3(bytes.data(), bytes.size()));
+    pinned += b.size;
+  }
+  ServiceStats sv = served.service()->GetStats();
+  EXPECT_EQ(sv.tier_pinned_bytes, pinned);
+  EXPECT_EQ(sv.tier_lent_blocks, 3u);
+  EXPECT_EQ(sv.tier_maps, 1u);
+
+  // Every block still reads back the usual way while pinned.
+  for (int i = 0; i < 3; ++i) {
+    auto got = c->GetVector(ns, Key(i));
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    EXPECT_EQ(*got, payloads[i]);
+  }
+  // Eviction cannot take a pinned block's memory: evicting everything
+  // leaves the bytes where the lease says they are (the blocks themselves
+  // are gone from the store), and the memory is freed once unpinned.
+  ASSERT_TRUE(served.store()->EvictTo(0).ok());
+  for (size_t k : {0u, 1u, 3u}) EXPECT_EQ(view.Bytes(lease->blocks[k]), payloads[k == 3 ? 2 : k]);
+  EXPECT_TRUE(c->GetVector(ns, Key(0)).status().IsNotFound());
+  EXPECT_GT(served.store()->GetStats().ram_used_bytes, 0u);
+  lender->UnpinTier(m->connection, lease->lease);
+  EXPECT_TRUE(Eventually([&] { return served.service()->GetStats().tier_pinned_bytes == 0; }));
+  EXPECT_TRUE(Eventually([&] { return served.store()->GetStats().ram_used_bytes == 0; }));
+}
+
+TEST_F(ServiceTierTest, AClientThatGoesReleasesItsPins) {
+  ServedStore served(dir_.path(), ServiceOptions{}, WithRamTier());
+  auto c = served.Client();
+  ASSERT_NE(c, nullptr);
+  auto* lender = dynamic_cast<client::ServiceStore*>(c.get());
+  const NamespaceId ns = c->RegisterNamespace(TestSpec()).value();
+  auto p = Payload(ns, Key(1), 100000);
+  ASSERT_TRUE(c->Put(ns, Key(1), p.data(), p.size()).ok());
+  auto m = lender->MapTier();
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  const std::string k1 = Key(1);
+  const std::vector<std::string_view> keys = {k1};
+  auto lease = lender->PinTier(m->connection, ns, keys);
+  ASSERT_TRUE(lease.ok());
+  ASSERT_TRUE(lease->blocks[0].pinned);
+  EXPECT_EQ(served.service()->GetStats().tier_pinned_bytes, p.size());
+  c.reset();  // never unpinned
+  EXPECT_TRUE(Eventually([&] { return served.service()->GetStats().tier_pinned_bytes == 0; }));
+  // The block is evictable again.
+  ASSERT_TRUE(served.store()->EvictTo(0).ok());
+  EXPECT_EQ(served.store()->GetStats().ram_used_bytes, 0u);
+}
+
+TEST_F(ServiceTierTest, PinsPastTheClientsCapAreAnsweredNotPinned) {
+  ServiceOptions so;
+  so.max_client_pinned_bytes = 150000;
+  ServedStore served(dir_.path(), so, WithRamTier());
+  auto c = served.Client();
+  ASSERT_NE(c, nullptr);
+  auto* lender = dynamic_cast<client::ServiceStore*>(c.get());
+  const NamespaceId ns = c->RegisterNamespace(TestSpec()).value();
+  for (int i = 0; i < 3; ++i) {
+    auto p = Payload(ns, Key(i), 100000);
+    ASSERT_TRUE(c->Put(ns, Key(i), p.data(), p.size()).ok());
+  }
+  auto m = lender->MapTier();
+  ASSERT_TRUE(m.ok());
+  const std::vector<std::string> names = {Key(0), Key(1), Key(2)};
+  const std::vector<std::string_view> keys(names.begin(), names.end());
+  auto lease = lender->PinTier(m->connection, ns, keys);
+  ASSERT_TRUE(lease.ok());
+  EXPECT_TRUE(lease->blocks[0].pinned);
+  EXPECT_FALSE(lease->blocks[1].pinned);
+  EXPECT_FALSE(lease->blocks[2].pinned);
+  EXPECT_EQ(served.service()->GetStats().tier_pinned_bytes, 100000u);
+  // A second lease on top of the first is held to the same cap.
+  auto more = lender->PinTier(m->connection, ns, keys);
+  ASSERT_TRUE(more.ok());
+  for (const auto& b : more->blocks) EXPECT_FALSE(b.pinned);
+  EXPECT_EQ(more->lease, 0u);  // nothing pinned, no lease
+}
+
+TEST_F(ServiceTierTest, UnknownNamespacesAndServicesWithoutASharedTierAreRefused) {
+  {
+    ServedStore served(dir_.path(), ServiceOptions{}, WithRamTier());
+    auto c = served.Client();
+    ASSERT_NE(c, nullptr);
+    auto* lender = dynamic_cast<client::ServiceStore*>(c.get());
+    auto m = lender->MapTier();
+    ASSERT_TRUE(m.ok());
+    const std::string k1 = Key(1);
+    const std::vector<std::string_view> keys = {k1};
+    // Without tenancy a namespace nobody registered simply holds nothing.
+    auto none = lender->PinTier(m->connection, 0x1234, keys);
+    ASSERT_TRUE(none.ok()) << none.status().ToString();
+    EXPECT_FALSE(none->blocks[0].pinned);
+    EXPECT_EQ(lender->PinTier(m->connection, 0x1234, {}).status().code(), Code::kInvalidArgument);
+  }
+  TempDir other;
+  ServedStore plain(other.path());  // no RAM tier
+  auto c = plain.Client();
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(dynamic_cast<client::ServiceStore*>(c.get())->MapTier().status().code(), Code::kNotSupported);
+}
+
+// A client trusts no reply: pieces must add up to the block's size, each
+// piece must hold bytes and not wrap, and counts are bounded.
+TEST(TierLeaseWire, RoundTripsAndRefusesPiecesThatDoNotMakeTheBlock) {
+  wire::TierLease l;
+  l.lease = 7;
+  l.blocks.resize(2);
+  l.blocks[0] = wire::TierPinned{true, 300, 0xabc, {{4096, 100}, {65536, 200}}};
+  wire::WireWriter w;
+  wire::Encode(w, l);
+  wire::WireReader r(w.body());
+  wire::TierLease back;
+  wire::Decode(r, &back);
+  ASSERT_TRUE(r.Finish("lease").ok());
+  EXPECT_EQ(back.lease, 7u);
+  ASSERT_EQ(back.blocks.size(), 2u);
+  EXPECT_TRUE(back.blocks[0].pinned);
+  EXPECT_EQ(back.blocks[0].pieces, l.blocks[0].pieces);
+  EXPECT_FALSE(back.blocks[1].pinned);
+  auto refused = [](const wire::TierPinned& b) {
+    wire::TierLease bad;
+    bad.blocks.push_back(b);
+    wire::WireWriter bw;
+    wire::Encode(bw, bad);
+    wire::WireReader br(bw.body());
+    wire::TierLease out;
+    wire::Decode(br, &out);
+    return !br.Finish("lease").ok();
+  };
+  EXPECT_TRUE(refused(wire::TierPinned{true, 300, 1, {{0, 100}}}));             // short of the size
+  EXPECT_TRUE(refused(wire::TierPinned{true, 100, 1, {{0, 100}, {200, 50}}}));  // past it
+  EXPECT_TRUE(refused(wire::TierPinned{true, 100, 1, {{0, 0}, {0, 100}}}));     // an empty piece
+  EXPECT_TRUE(refused(wire::TierPinned{true, 100, 1, {{~0ull - 10, 100}}}));    // wraps
+  EXPECT_TRUE(refused(wire::TierPinned{true, 0, 1, {}}));                       // pinned, no pieces
+  wire::TierMap m{4096, 8192, 1};  // data past the file
+  wire::WireWriter mw;
+  wire::Encode(mw, m);
+  wire::WireReader mr(mw.body());
+  wire::TierMap mb;
+  wire::Decode(mr, &mb);
+  EXPECT_FALSE(mr.Finish("map").ok());
+}
+
+}  // namespace
+}  // namespace kvtier::testing
