@@ -60,10 +60,9 @@ sys.path.insert(0, HERE)
 
 import workload as wl  # noqa: E402
 
+# Every phase runs every arm: through the service the GPU arm's get_to_device
+# copies RAM hits straight from the tier the service lends (docs/service.md).
 ARMS = ("recompute", "gpu", "host")
-# Through the service a client's get_to_device stages every block on the host,
-# as the host arm does (docs/service.md): the service phases run the host arm.
-SERVED_ARMS = ("recompute", "host")
 PHASES = ("warm", "restart", "disk", "service", "service-restart")
 SERVED = ("service", "service-restart")
 
@@ -392,7 +391,7 @@ class Worker:
                     self.first_visit(length, d)
             self.store.flush()
             self.res["first_visits_s"] = round(time.perf_counter() - t, 2)
-        arms = list(SERVED_ARMS if self.served else ARMS)
+        arms = list(ARMS)
         arms = arms if s["rep"] % 2 == 0 else list(reversed(arms))
         for rnd in range(1, s["rounds"] + 1):
             for length in s["doc_tokens"]:
@@ -402,7 +401,7 @@ class Worker:
                     for g in groups:
                         prompts = [self.prompt(length, d % ndocs, rnd) for d in g]
                         for arm in arms:
-                            g0 = None if self.served else self.store.gpu_stats()
+                            g0 = self.store.gpu_stats()
                             rec, logits = self.request(arm, prompts)
                             if g0 is not None:
                                 g1 = self.store.gpu_stats()
