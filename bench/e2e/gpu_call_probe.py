@@ -91,7 +91,8 @@ def main():
         bb = kib << 10
         n_max = a.blocks
         d = tempfile.mkdtemp(prefix="kvtier-gpu-probe-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
-        ram = int(a.ram_tier_gib * (1 << 30)) if a.ram_tier_gib > 0 else (n_max + 64) * bb
+        # A service lends at most half its tier to pins: twice the room there.
+        ram = int(a.ram_tier_gib * (1 << 30)) if a.ram_tier_gib > 0 else (2 if a.serve else 1) * (n_max + 64) * bb
         server = None
         if a.serve:
             import subprocess

@@ -25,8 +25,9 @@
 //   load: map_tier hands it the tier's file read-only, pin_tier pins blocks
 //   there until it unpins them or goes). Only without tenancy, or to the
 //   service's own uid and root: the file holds every tenant's blocks. Each
-//   client may pin at most max_client_pinned_bytes; blocks past it are
-//   answered as not pinned and read the usual way.
+//   client may pin at most max_client_pinned_bytes, and all clients together
+//   half the tier; blocks past either are answered as not pinned and read
+//   the usual way.
 // - Malformed, truncated or hostile frames get an error reply or a closed
 //   connection; the service carries on.
 // - Peers are identified by SO_PEERCRED. With tenancy by uid (gid), a

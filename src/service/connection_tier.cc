@@ -69,8 +69,10 @@ void Connection::PinTier(const wire::FrameHeader& h, std::string_view body) {
   st = CheckNamespace(req.ns);
   if (!st.ok()) return Reply(h, st);
   RamTier* tier = core_->sink->ram_tier();
-  // Past the client's cap, or where the reply would outgrow a frame, a block
-  // is answered as not pinned: the client reads it the usual way.
+  // Past the client's cap, past half the tier pinned by all clients (the
+  // rest stays for new blocks), or where the reply would outgrow a frame, a
+  // block is answered as not pinned: the client reads it the usual way.
+  const uint64_t all_cap = tier->capacity_bytes() / 2;
   constexpr size_t kReplyBudget = wire::kMaxBodyBytes - 4096;
   size_t reply_bytes = 8 + 4;
   Lease lease;
@@ -85,7 +87,8 @@ void Connection::PinTier(const wire::FrameHeader& h, std::string_view body) {
     const auto& pieces = pin.pieces();
     const size_t need = 1 + 8 + 8 + 4 + 16 * pieces.size();
     if (pieces.size() > wire::kMaxTierPieces || reply_bytes + need > kReplyBudget ||
-        pinned_bytes_ + lease.bytes + pin.size() > core_->opt.max_client_pinned_bytes) {
+        pinned_bytes_ + lease.bytes + pin.size() > core_->opt.max_client_pinned_bytes ||
+        core_->tier_pinned_bytes.load() + lease.bytes + pin.size() > all_cap) {
       reply_bytes += 1;
       continue;  // the pin goes; the block stays in the tier
     }

@@ -227,6 +227,7 @@ class RamTier {
   // and where a piece of a Pin lies in that file.
   [[nodiscard]] Result<std::unique_ptr<File>> OpenFileReadOnly() const;
   uint64_t file_bytes() const { return map_bytes_; }
+  uint64_t capacity_bytes() const { return base_.capacity_bytes; }
   uint64_t FileOffsetOf(const uint8_t* p) const { return static_cast<uint64_t>(p - map_); }
 
  private:

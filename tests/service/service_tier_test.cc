@@ -176,6 +176,43 @@ TEST_F(ServiceTierTest, PinsPastTheClientsCapAreAnsweredNotPinned) {
   EXPECT_EQ(more->lease, 0u);  // nothing pinned, no lease
 }
 
+// All clients together pin at most half the tier, so new blocks still find
+// room whatever the clients hold.
+TEST_F(ServiceTierTest, ClientsTogetherPinAtMostHalfTheTier) {
+  ServedStore served(dir_.path(), ServiceOptions{}, WithRamTier());  // 8 MiB: 4 MiB may be pinned
+  auto a = served.Client(), b = served.Client();
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  const NamespaceId ns = a->RegisterNamespace(TestSpec()).value();
+  ASSERT_TRUE(b->RegisterNamespace(TestSpec()).ok());
+  std::vector<std::string> names;
+  constexpr size_t kBlock = 512 << 10;
+  for (int i = 0; i < 10; ++i) {
+    names.push_back(Key(i));
+    auto p = Payload(ns, Key(i), kBlock);
+    ASSERT_TRUE(a->Put(ns, Key(i), p.data(), p.size()).ok());
+  }
+  auto* la = dynamic_cast<client::ServiceStore*>(a.get());
+  auto* lb = dynamic_cast<client::ServiceStore*>(b.get());
+  auto ma = la->MapTier(), mb = lb->MapTier();
+  ASSERT_TRUE(ma.ok() && mb.ok());
+  const std::vector<std::string_view> first(names.begin(), names.begin() + 6), rest(names.begin() + 6, names.end());
+  auto pa = la->PinTier(ma->connection, ns, first);
+  ASSERT_TRUE(pa.ok());
+  for (const auto& blk : pa->blocks) EXPECT_TRUE(blk.pinned);
+  auto pb = lb->PinTier(mb->connection, ns, rest);  // 3 MiB held: two more fit, the last two do not
+  ASSERT_TRUE(pb.ok());
+  EXPECT_TRUE(pb->blocks[0].pinned && pb->blocks[1].pinned);
+  EXPECT_FALSE(pb->blocks[2].pinned || pb->blocks[3].pinned);
+  EXPECT_EQ(served.service()->GetStats().tier_pinned_bytes, 8 * kBlock);
+  la->UnpinTier(ma->connection, pa->lease);
+  EXPECT_TRUE(Eventually([&] { return served.service()->GetStats().tier_pinned_bytes == 2 * kBlock; }));
+  const std::vector<std::string_view> last(names.begin() + 8, names.end());
+  auto again = lb->PinTier(mb->connection, ns, last);
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->blocks[0].pinned && again->blocks[1].pinned);
+}
+
 TEST_F(ServiceTierTest, UnknownNamespacesAndServicesWithoutASharedTierAreRefused) {
   {
     ServedStore served(dir_.path(), ServiceOptions{}, WithRamTier());
