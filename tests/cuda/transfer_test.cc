@@ -155,6 +155,7 @@ class GpuStore : public ::testing::Test {
     transfer_ = std::move(t).value();
   }
   void Serve(bool shared_tier);
+  void StartService();
   void* DevAlloc(size_t n) {
     void* p = nullptr;
     EXPECT_EQ(cudaMalloc(&p, n), cudaSuccess);
@@ -274,6 +275,16 @@ TEST_F(GpuStore, WithoutRamTierThroughStaging) { RoundTrip(0, CopyMethod::kAuto,
 // SetCopyMethod changes how the next call copies, and GetStats says so.
 // A service's client stores and loads with the same calls: its blocks go
 // through staging the service maps (one host copy each, by the service).
+// `kvtier serve` in this process: store_ served on dir_/s.sock.
+void GpuStore::StartService() {
+  ServiceOptions so;
+  so.socket_path = dir_ + "/s.sock";
+  so.log = [](const std::string&) {};
+  auto sv = Service::Start(store_.get(), so);
+  ASSERT_TRUE(sv.ok()) << sv.status().ToString();
+  service_ = std::move(sv).value();
+}
+
 // A store served in this process, its client, and a Transfer on the client.
 // `shared_tier`: the RAM tier in /dev/shm, which the service lends.
 void GpuStore::Serve(bool shared_tier) {
@@ -286,13 +297,8 @@ void GpuStore::Serve(bool shared_tier) {
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   store_ = std::move(s).value();
   shm_ = RamTierShmPath(store_->Description().store_id);
-  ServiceOptions so;
-  so.socket_path = dir_ + "/s.sock";
-  so.log = [](const std::string&) {};
-  auto sv = Service::Start(store_.get(), so);
-  ASSERT_TRUE(sv.ok()) << sv.status().ToString();
-  service_ = std::move(sv).value();
-  auto c = Store::Open("unix:" + so.socket_path, Options{});
+  ASSERT_NO_FATAL_FAILURE(StartService());
+  auto c = Store::Open("unix:" + dir_ + "/s.sock", Options{});
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   client_ = std::move(c).value();
   NamespaceSpec spec;
@@ -383,12 +389,7 @@ TEST_F(GpuStore, ThroughTheServiceRamHitsComeStraightFromTheLentTier) {
   // and copies from it.
   service_->Stop();
   service_.reset();
-  ServiceOptions so;
-  so.socket_path = dir_ + "/s.sock";
-  so.log = [](const std::string&) {};
-  auto sv = Service::Start(store_.get(), so);
-  ASSERT_TRUE(sv.ok()) << sv.status().ToString();
-  service_ = std::move(sv).value();
+  ASSERT_NO_FATAL_FAILURE(StartService());
   usleep(300000);  // past the client's pause between reconnections
   Layout again = MakeLayout(kStored, 28, 32 << 10, "t");
   for (const auto& r : transfer_->GetToDevice(ns_, again.blocks, stream_)) ASSERT_TRUE(r.ok()) << r.status().ToString();

@@ -222,10 +222,11 @@ def test_round_trip_through_the_device(store_dir, ram, layers):
     s.close()
 
 
-def test_round_trip_through_the_service(kvtier_service):
-    # The same calls on a service's client: blocks go through staging the
-    # service maps (one host copy each, made and verified by the service).
-    s = kvtier.Store(kvtier_service)
+def _served_round_trip(address, size, seed):
+    """Six random blocks of `size` bytes put from the device through the
+    service at `address` and loaded back (with one absent key), byte-exact.
+    Returns (store, namespace, the sources) or skips without a GPU."""
+    s = kvtier.Store(address)
     why = _gpu_ready(s)
     if why is not None:
         s.close()
@@ -233,19 +234,28 @@ def test_round_trip_through_the_service(kvtier_service):
     import torch
     n = s.register_namespace(name="gpu", model_id="m", dtype="bf16")
     dev = torch.device("cuda", 0)
-    g = torch.Generator(device=dev).manual_seed(9)
-    blocks, size = 6, 256 << 10
-    src = [torch.randint(0, 256, (size,), dtype=torch.uint8, device=dev, generator=g) for _ in range(blocks)]
-    keys = [f"b{i}" for i in range(blocks)]
-    assert n.put_from_device(keys, src) == [Code.OK] * blocks
+    g = torch.Generator(device=dev).manual_seed(seed)
+    src = [torch.randint(0, 256, (size,), dtype=torch.uint8, device=dev, generator=g) for _ in range(6)]
+    keys = [f"b{i}" for i in range(6)]
+    assert n.put_from_device(keys, src) == [Code.OK] * 6
     dst = [torch.zeros_like(t) for t in src]
     got = n.get_to_device(keys + ["absent"], dst + [torch.zeros(4096, dtype=torch.uint8, device=dev)])
     torch.cuda.current_stream().synchronize()
-    assert got == [size] * blocks + [None]
+    assert got == [size] * 6 + [None]
     assert all(torch.equal(a, b) for a, b in zip(src, dst))
+    return s, n, src
+
+
+def test_round_trip_through_the_service(kvtier_service):
+    # The same calls on a service's client: without a RAM tier in the
+    # service, blocks go through staging the service maps (one host copy
+    # each, made and verified by the service).
+    size = 256 << 10
+    s, n, src = _served_round_trip(kvtier_service, size, seed=9)
     st = s.gpu_stats()
-    assert st["through_service"] is True and st["disk_reads"] == blocks and st["misses"] == 1
+    assert st["through_service"] is True and st["disk_reads"] == 6 and st["misses"] == 1
     assert st["staging_shared_with_service"] is True  # one host copy per block, by the service
+    assert st["ram_tier_lent"] is False
     host = bytearray(size)  # the host API reads what the device put
     assert n.get_into("b2", host) == size and bytes(host) == bytes(src[2].cpu().numpy().tobytes())
     s.close()
@@ -255,30 +265,14 @@ def test_ram_hits_through_the_service_come_straight_from_its_lent_tier(kvtier_se
     # A service whose RAM tier is in /dev/shm lends it: this process maps it
     # read-only and registered with CUDA, so a hit is copied from the
     # service's memory to the device (no host copy) and checked there.
-    s = kvtier.Store(kvtier_service_ram)
-    why = _gpu_ready(s)
-    if why is not None:
-        s.close()
-        pytest.skip("GPU round trips skipped: " + why)
-    import torch
-    n = s.register_namespace(name="gpu", model_id="m", dtype="bf16")
-    dev = torch.device("cuda", 0)
-    g = torch.Generator(device=dev).manual_seed(4)
-    blocks, size = 6, 512 << 10
-    src = [torch.randint(0, 256, (size,), dtype=torch.uint8, device=dev, generator=g) for _ in range(blocks)]
-    keys = [f"t{i}" for i in range(blocks)]
-    assert n.put_from_device(keys, src) == [Code.OK] * blocks
-    dst = [torch.zeros_like(t) for t in src]
-    assert n.get_to_device(keys, dst) == [size] * blocks
-    torch.cuda.current_stream().synchronize()
-    assert all(torch.equal(a, b) for a, b in zip(src, dst))
+    s, _, _ = _served_round_trip(kvtier_service_ram, 512 << 10, seed=4)
     st = s.gpu_stats()
     if not st["ram_tier_lent"] and s.stats()["ram_shared_memory"] is False:
         s.close()
         pytest.skip("the service's RAM tier is not in /dev/shm here (no room)")
     assert st["ram_tier_lent"] is True
-    assert st["ram_hits"] == blocks and st["disk_reads"] == 0
-    assert st["ram_hits_verified_on_device"] == blocks
+    assert st["ram_hits"] == 6 and st["disk_reads"] == 0 and st["misses"] == 1
+    assert st["ram_hits_verified_on_device"] == 6
     s.close()
 
 

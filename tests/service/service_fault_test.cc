@@ -338,11 +338,16 @@ TEST(ServiceFaults, ARegionOfAnotherUserMustBeSealed) {
   });
 }
 
+// Neither through requests nor through the RAM tier's file, which holds
+// every tenant's blocks: with tenancy the tier is lent to the service's own
+// user and root only.
 TEST(ServiceFaults, TenantsByUidNeverSeeEachOthersBlocks) {
   TempDir dir;
   ServiceOptions so;
   so.tenancy = ServiceOptions::Tenancy::kUid;
-  ServedStore served(dir.path(), so);
+  Options with_ram = SmallOptions();
+  with_ram.ram_tier_bytes = 8 << 20;
+  ServedStore served(dir.path(), so, with_ram);
   ASSERT_EQ(chmod(dir.path().c_str(), 0755), 0);
   // Root (an admin) writes a block in its namespace.
   auto admin = served.Client();
@@ -371,43 +376,19 @@ TEST(ServiceFaults, TenantsByUidNeverSeeEachOthersBlocks) {
     if ((*c)->GetVector(*theirs, Key(1)).value() != q) _exit(19);
     // Admin operations are the service owner's.
     if ((*c)->EvictTo(0).ok()) _exit(20);
-  });
-  // The admin's block is untouched; the admin sees both namespaces.
-  EXPECT_EQ(admin->GetVector(mine, Key(1)).value(), p);
-  EXPECT_EQ(admin->ListNamespaces().value().size(), 2u);
-}
-
-// The RAM tier's file holds every tenant's blocks: with tenancy it is lent
-// to the service's own user and root only, never to a tenant.
-TEST(ServiceFaults, WithTenancyTheRamTierIsNotLentToATenant) {
-  TempDir dir;
-  ServiceOptions so;
-  so.tenancy = ServiceOptions::Tenancy::kUid;
-  Options o = SmallOptions();
-  o.ram_tier_bytes = 8 << 20;
-  ServedStore served(dir.path(), so, o);
-  ASSERT_EQ(chmod(dir.path().c_str(), 0755), 0);
-  auto admin = served.Client();
-  ASSERT_NE(admin, nullptr);
-  const NamespaceId mine = admin->RegisterNamespace(TestSpec("shared/model")).value();
-  auto p = Payload(mine, Key(1), 6000);
-  ASSERT_TRUE(admin->Put(mine, Key(1), p.data(), p.size()).ok());
-  ASSERT_TRUE(dynamic_cast<client::ServiceStore*>(admin.get())->MapTier().ok());  // root: an admin
-  InKilledChild([&] {
-    if (setgid(0) != 0 || setuid(65534) != 0) _exit(10);
-    Options co;
-    co.client.staging_bytes = 4 << 20;
-    auto c = Store::Open(served.address(), co);
-    if (!c.ok()) _exit(11);
+    // The RAM tier is not lent; without it pin_tier is refused too (it would
+    // name the other tenant's block's place and checksum).
     auto* lender = dynamic_cast<client::ServiceStore*>(c->get());
-    if (lender == nullptr) _exit(12);
-    if (lender->MapTier().status().code() != Code::kNotSupported) _exit(13);
-    // Without the map, pin_tier is refused too (it would name the other
-    // tenant's block's place and checksum).
+    if (lender == nullptr || lender->MapTier().status().code() != Code::kNotSupported) _exit(21);
     const std::string k1 = Key(1);
     const std::vector<std::string_view> keys = {k1};
-    if (lender->PinTier(1, mine, keys).ok()) _exit(14);
+    if (lender->PinTier(1, mine, keys).ok()) _exit(22);
   });
+  // The admin's block is untouched; the admin sees both namespaces, and may
+  // borrow the tier.
+  EXPECT_EQ(admin->GetVector(mine, Key(1)).value(), p);
+  EXPECT_EQ(admin->ListNamespaces().value().size(), 2u);
+  EXPECT_TRUE(dynamic_cast<client::ServiceStore*>(admin.get())->MapTier().ok());
   EXPECT_EQ(served.service()->GetStats().tier_pinned_bytes, 0u);
 }
 
