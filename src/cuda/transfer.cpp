@@ -66,7 +66,7 @@ Status TransferImpl::Init() {
     lender_ = dynamic_cast<client::ServiceStore*>(store_);
     // Unlent (no RAM tier in the service, tenancy, or a platform that cannot
     // register read-only memory), every block goes through staging.
-    if (lender_ != nullptr && opt_.pin_ram_tier) stats_.ram_tier_lent = MapServedTier().ok();
+    if (lender_ != nullptr && opt_.pin_ram_tier) MapServedTier().IgnoreError();
   }
   completion_ = std::thread([this] { CompletionLoop(); });
   // Without it puts hash on the host, as before.
@@ -127,6 +127,7 @@ Status TransferImpl::MapServedTier() {
   tier_map_ = base;
   tier_map_len_ = m->map.file_bytes;
   tier_connection_ = m->connection;
+  AddStats([](TransferStats& s) { s.ram_tier_lent = true; });
   return Status::OK();
 }
 
