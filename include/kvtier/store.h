@@ -373,7 +373,10 @@ class Store {
     MutableFragment f{buf, cap};
     return Get(ns, key, std::span<const MutableFragment>(&f, 1));
   }
-  // Reads a whole block into a new vector.
+  // Reads a whole block into a new vector (its size from the index, then
+  // the block). Aborted when the key was replaced by a block of another size
+  // between the two, twice: a put of the key in flight is served from the
+  // RAM tier before the index has it; read again once it has landed.
   virtual Result<std::vector<uint8_t>> GetVector(NamespaceId ns, std::string_view key) = 0;
   // Reads issued together (one submission per read thread); one result each.
   virtual std::vector<Result<size_t>> GetBatch(NamespaceId ns, std::span<const GetItem> items) = 0;

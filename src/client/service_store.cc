@@ -480,7 +480,7 @@ Result<std::vector<uint8_t>> ServiceStore::GetVector(NamespaceId ns, std::string
     }
     if (n.status().code() != Code::kBufferTooSmall) return n.status();
   }
-  return Status::BufferTooSmall("the block kept changing size while it was read");
+  return Status::Aborted("block changed size while being read");
 }
 
 }  // namespace kvtier::client

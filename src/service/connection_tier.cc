@@ -69,6 +69,10 @@ void Connection::PinTier(const wire::FrameHeader& h, std::string_view body) {
   st = CheckNamespace(req.ns);
   if (!st.ok()) return Reply(h, st);
   RamTier* tier = core_->sink->ram_tier();
+  // Leases a client has not released yet are bounded too (each costs the
+  // service memory): past the bound nothing more is pinned for it.
+  constexpr size_t kMaxLeases = 4096;
+  const bool leases_full = leases_.size() >= kMaxLeases;
   // Past the client's cap, past half the tier pinned by all clients (the
   // rest stays for new blocks), or where the reply would outgrow a frame, a
   // block is answered as not pinned: the client reads it the usual way.
@@ -86,7 +90,7 @@ void Connection::PinTier(const wire::FrameHeader& h, std::string_view body) {
     }
     const auto& pieces = pin.pieces();
     const size_t need = 1 + 8 + 8 + 4 + 16 * pieces.size();
-    if (pieces.size() > wire::kMaxTierPieces || reply_bytes + need > kReplyBudget ||
+    if (leases_full || pieces.size() > wire::kMaxTierPieces || reply_bytes + need > kReplyBudget ||
         pinned_bytes_ + lease.bytes + pin.size() > core_->opt.max_client_pinned_bytes ||
         core_->tier_pinned_bytes.load() + lease.bytes + pin.size() > all_cap) {
       reply_bytes += 1;
