@@ -213,6 +213,36 @@ TEST_F(ServiceTierTest, ClientsTogetherPinAtMostHalfTheTier) {
   EXPECT_TRUE(again->blocks[0].pinned && again->blocks[1].pinned);
 }
 
+// Each unreleased lease costs the service memory: a client holds at most
+// 4,096, and past them nothing more is pinned for it until it releases one.
+TEST_F(ServiceTierTest, AClientHoldsAtMost4096Leases) {
+  ServedStore served(dir_.path(), ServiceOptions{}, WithRamTier());
+  auto c = served.Client();
+  ASSERT_NE(c, nullptr);
+  auto* lender = dynamic_cast<client::ServiceStore*>(c.get());
+  const NamespaceId ns = c->RegisterNamespace(TestSpec()).value();
+  auto p = Payload(ns, Key(1), 512);
+  ASSERT_TRUE(c->Put(ns, Key(1), p.data(), p.size()).ok());
+  auto m = lender->MapTier();
+  ASSERT_TRUE(m.ok());
+  const std::string k1 = Key(1);
+  const std::vector<std::string_view> keys = {k1};
+  uint64_t first = 0;
+  for (int i = 0; i < 4096; ++i) {
+    auto l = lender->PinTier(m->connection, ns, keys);
+    ASSERT_TRUE(l.ok() && l->blocks[0].pinned) << i;
+    if (i == 0) first = l->lease;
+  }
+  auto over = lender->PinTier(m->connection, ns, keys);
+  ASSERT_TRUE(over.ok());
+  EXPECT_FALSE(over->blocks[0].pinned);
+  lender->UnpinTier(m->connection, first);
+  EXPECT_TRUE(Eventually([&] {
+    auto again = lender->PinTier(m->connection, ns, keys);
+    return again.ok() && again->blocks[0].pinned;
+  }));
+}
+
 TEST_F(ServiceTierTest, UnknownNamespacesAndServicesWithoutASharedTierAreRefused) {
   {
     ServedStore served(dir_.path(), ServiceOptions{}, WithRamTier());
