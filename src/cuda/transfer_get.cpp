@@ -59,6 +59,7 @@ std::vector<Result<size_t>> TransferImpl::GetToDevice(NamespaceId ns, std::span<
   const auto call_start = std::chrono::steady_clock::now();
   GetCall call(blocks.size());
   std::vector<size_t> misses;
+  if (lender_ != nullptr && opt_.pin_ram_tier && tier_map_ == nullptr) RetryServedTier();
   if (tier_map_ != nullptr) LendRamHits(call, ns, blocks);
   CopyRamHits(call, ns, blocks, stream, &misses);
   call.enqueue_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - call_start).count();
@@ -271,6 +272,17 @@ void TransferImpl::LendRamHits(GetCall& call, NamespaceId ns, std::span<const De
   call.lent = std::move(lent);
   call.lent_size = std::move(sizes);
   call.lent_sum = std::move(sums);
+}
+
+// A service's client whose tier is not mapped (the service was down when a
+// load found its old connection gone, or never lent it): asks again, at
+// most once a second, so that loads copy from the tier once the service is
+// back instead of going through staging for the rest of this Transfer.
+void TransferImpl::RetryServedTier() {
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_tier_try_ < std::chrono::seconds(1)) return;
+  last_tier_try_ = now;
+  MapServedTier().IgnoreError();
 }
 
 void TransferImpl::HashRamGroup(GetCall& call, std::vector<HashPayload>& payloads, const std::vector<HashFrag>& frags,

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -172,6 +173,7 @@ class TransferImpl final : public Transfer {
   // (tier_map_); NotSupported where the service or the platform cannot.
   Status MapServedTier();
   void UnmapServedTier();
+  void RetryServedTier();
   // Device and pinned host room for a get's hash plan: n payloads, f
   // fragments, `rows` scratch rows for each of two groups in flight.
   Status EnsureGetHashArea(size_t n, size_t f, uint64_t rows);
@@ -234,6 +236,7 @@ class TransferImpl final : public Transfer {
   uint8_t* tier_map_ = nullptr;
   size_t tier_map_len_ = 0;
   uint64_t tier_connection_ = 0;
+  std::chrono::steady_clock::time_point last_tier_try_{};  // RetryServedTier's last attempt
   TransferOptions opt_;
   std::atomic<CopyMethod> method_;  // opt_.method until SetCopyMethod
   std::mutex call_mu_;  // one call at a time: the staging area is shared

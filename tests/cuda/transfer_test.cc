@@ -402,6 +402,28 @@ TEST_F(GpuStore, ThroughTheServiceRamHitsComeStraightFromTheLentTier) {
   EXPECT_GE(after.ram_hits - ts.ram_hits, static_cast<uint64_t>(kStored - 1));
   EXPECT_EQ(after.disk_reads - ts.disk_reads + after.ram_hits - ts.ram_hits, static_cast<uint64_t>(kStored));
   EXPECT_EQ(service_->GetStats().tier_maps, 1u);
+
+  // The service is down for a load (which fails: nothing to read from), then
+  // comes back: the tier is mapped again (at most once a second) and loads
+  // copy from it.
+  service_->Stop();
+  service_.reset();
+  usleep(300000);
+  Layout down = MakeLayout(kStored + 1, 28, 32 << 10, "t");
+  for (const auto& r : transfer_->GetToDevice(ns_, std::span<const DeviceBlock>(down.blocks).first(kStored), stream_))
+    EXPECT_FALSE(r.ok());
+  ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+  EXPECT_FALSE(transfer_->GetStats().ram_tier_lent);
+  ASSERT_NO_FATAL_FAILURE(StartService());
+  usleep(1100000);  // past the pause between attempts to map the tier
+  const uint64_t hits_before = transfer_->GetStats().ram_hits;
+  Layout back = MakeLayout(kStored + 1, 28, 32 << 10, "t");
+  for (const auto& r : transfer_->GetToDevice(ns_, std::span<const DeviceBlock>(back.blocks).first(kStored), stream_))
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+  ExpectSame(src, back, kStored);
+  EXPECT_TRUE(transfer_->GetStats().ram_tier_lent);
+  EXPECT_GE(transfer_->GetStats().ram_hits - hits_before, static_cast<uint64_t>(kStored - 1));
 }
 
 TEST_F(GpuStore, CopyMethodChangesBetweenCalls) {
