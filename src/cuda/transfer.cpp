@@ -66,10 +66,7 @@ Status TransferImpl::Init() {
     lender_ = dynamic_cast<client::ServiceStore*>(store_);
     // Unlent (no RAM tier in the service, tenancy, or a platform that cannot
     // register read-only memory), every block goes through staging.
-    if (lender_ != nullptr && opt_.pin_ram_tier) {
-      last_tier_try_ = std::chrono::steady_clock::now();
-      MapServedTier().IgnoreError();
-    }
+    if (lender_ != nullptr && opt_.pin_ram_tier) RetryServedTier();
   }
   completion_ = std::thread([this] { CompletionLoop(); });
   // Without it puts hash on the host, as before.

@@ -73,6 +73,8 @@ void Connection::PinTier(const wire::FrameHeader& h, std::string_view body) {
   // service memory): past the bound nothing more is pinned for it.
   constexpr size_t kMaxLeases = 4096;
   const bool leases_full = leases_.size() >= kMaxLeases;
+  // Without room for a lease the tier is not even looked at: a lookup counts
+  // a hit and moves the block, which the client's own read then does again.
   // Past the client's cap, past half the tier pinned by all clients (the
   // rest stays for new blocks), or where the reply would outgrow a frame, a
   // block is answered as not pinned: the client reads it the usual way.
@@ -82,7 +84,7 @@ void Connection::PinTier(const wire::FrameHeader& h, std::string_view body) {
   Lease lease;
   wire::TierLease out;
   out.blocks.resize(req.keys.size());
-  for (size_t i = 0; i < req.keys.size(); ++i) {
+  for (size_t i = 0; i < req.keys.size() && !leases_full; ++i) {
     RamTier::Pin pin = tier->AcquireHit(req.ns, req.keys[i]);
     if (!pin) {
       reply_bytes += 1;
@@ -90,7 +92,7 @@ void Connection::PinTier(const wire::FrameHeader& h, std::string_view body) {
     }
     const auto& pieces = pin.pieces();
     const size_t need = 1 + 8 + 8 + 4 + 16 * pieces.size();
-    if (leases_full || pieces.size() > wire::kMaxTierPieces || reply_bytes + need > kReplyBudget ||
+    if (pieces.size() > wire::kMaxTierPieces || reply_bytes + need > kReplyBudget ||
         pinned_bytes_ + lease.bytes + pin.size() > core_->opt.max_client_pinned_bytes ||
         core_->tier_pinned_bytes.load() + lease.bytes + pin.size() > all_cap) {
       reply_bytes += 1;
