@@ -137,6 +137,9 @@ struct Stats {
   uint64_t puts = 0, put_bytes = 0;              // acknowledged durable
   uint64_t puts_not_admitted = 0;                // queue full or admission policy
   uint64_t puts_failed = 0;
+  // Gets count every block read, whoever copied it: the GPU path's RAM hits
+  // (Transfer) and a service's blocks lent to its clients' GPU loads count
+  // as RAM-tier gets too.
   uint64_t gets = 0;
   uint64_t hits_ram = 0, hits_disk = 0, misses = 0;
   uint64_t bytes_read_ram = 0, bytes_read_disk = 0;

@@ -73,11 +73,11 @@ void Connection::PinTier(const wire::FrameHeader& h, std::string_view body) {
   // service memory): past the bound nothing more is pinned for it.
   constexpr size_t kMaxLeases = 4096;
   const bool leases_full = leases_.size() >= kMaxLeases;
-  // Without room for a lease the tier is not even looked at: a lookup counts
-  // a hit and moves the block, which the client's own read then does again.
   // Past the client's cap, past half the tier pinned by all clients (the
   // rest stays for new blocks), or where the reply would outgrow a frame, a
-  // block is answered as not pinned: the client reads it the usual way.
+  // block is answered as not pinned: the client reads it the usual way, and
+  // that read is the one counted. Hence Peek, and a pinned block's read
+  // counted only once it is lent.
   const uint64_t all_cap = tier->capacity_bytes() / 2;
   constexpr size_t kReplyBudget = wire::kMaxBodyBytes - 4096;
   size_t reply_bytes = 8 + 4;
@@ -85,7 +85,7 @@ void Connection::PinTier(const wire::FrameHeader& h, std::string_view body) {
   wire::TierLease out;
   out.blocks.resize(req.keys.size());
   for (size_t i = 0; i < req.keys.size() && !leases_full; ++i) {
-    RamTier::Pin pin = tier->AcquireHit(req.ns, req.keys[i]);
+    RamTier::Pin pin = tier->Peek(req.ns, req.keys[i]);
     if (!pin) {
       reply_bytes += 1;
       continue;
@@ -106,9 +106,11 @@ void Connection::PinTier(const wire::FrameHeader& h, std::string_view body) {
     reply_bytes += need;
     lease.bytes += pin.size();
     core_->access.CountGet(req.ns, /*hit=*/true, pin.size());
+    tier->CountRead(pin);
     lease.pins.push_back(std::move(pin));
   }
   if (!lease.pins.empty()) {
+    core_->sink->CountRamHits(lease.pins.size(), lease.bytes);
     out.lease = next_lease_++;
     pinned_bytes_ += lease.bytes;
     core_->tier_pinned_bytes += lease.bytes;

@@ -34,6 +34,10 @@ class BlockSink {
   // now, so that a blocking PutInternal would not wait. A hint: another put
   // may take the room first, and the blocking put then waits for the writer.
   virtual bool WriteQueueHasRoom(uint64_t payload_bytes) = 0;
+  // Counts gets served from the RAM tier by a reader that pinned the blocks
+  // itself (the GPU path, a service's lent tier), so that StoreStats' gets,
+  // hits_ram and bytes_read_ram cover them as they cover Get's own hits.
+  virtual void CountRamHits(uint64_t blocks, uint64_t bytes) = 0;
 };
 
 // The sink of a Store made by Store::Open; null for any other Store.

@@ -118,6 +118,11 @@ class StoreImpl final : public Store, public BlockSink {
                    RamTier::Pin reservation, bool blocking, PutCallback done,
                    const uint64_t* checksum = nullptr, bool borrow = false) override;
   bool WriteQueueHasRoom(uint64_t payload_bytes) override { return ops_.HasRoomFor(payload_bytes); }
+  void CountRamHits(uint64_t blocks, uint64_t bytes) override {
+    c_.gets.Add(blocks);
+    c_.hits_ram.Add(blocks);
+    c_.bytes_read_ram.Add(bytes);
+  }
 
  private:
   // Bound on payloads of records already on disk (format::MaxStoredPayload);

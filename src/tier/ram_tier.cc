@@ -217,6 +217,17 @@ void RamTier::PublishLocked(Shard& s, Entry* e, uint64_t checksum) {
   s.inserts++;
 }
 
+void RamTier::CountRead(const Pin& pin) {
+  Entry* e = pin.entry_;
+  if (e == nullptr) return;
+  Shard& s = ShardFor(e->node.hash);
+  std::lock_guard<std::mutex> l(s.mu);
+  if (!e->published) return;
+  s.hits++;
+  if (e->reads != UINT32_MAX) e->reads++;
+  s.policy->OnHit(&e->node);
+}
+
 void RamTier::Unpin(Entry* e) {
   Shard& s = ShardFor(e->node.hash);
   std::lock_guard<std::mutex> l(s.mu);

@@ -164,6 +164,10 @@ class RamTier {
   // touching the eviction order: for the store's own copies (reclaim's
   // reinsertion), which are not the engine's reads.
   Pin Peek(NamespaceId ns, std::string_view key) { return PinEntry(ns, key, Count::kNothing); }
+  // Counts a Peek's pin as a read after all (a hit that moves the block in
+  // the eviction order), for a caller that decides only after pinning
+  // whether it reads. Nothing when the block was erased or replaced since.
+  void CountRead(const Pin& pin);
   // Copies a block into `out`: its size, NotFound, BufferTooSmall, or
   // Corruption (verify_reads: the copy no longer matches its checksum; the
   // block is dropped and `out` holds garbage).

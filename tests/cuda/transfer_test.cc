@@ -231,6 +231,7 @@ class GpuStore : public ::testing::Test {
     const uint64_t queries = transfer_->GetStats().pointer_queries;
     EXPECT_EQ(queries, 1u);
     Layout dst = MakeLayout(nblocks, layers, frag, "k");
+    const Stats store_before = store_->GetStats();
     cudaEvent_t ev;
     ASSERT_EQ(cudaEventCreate(&ev), cudaSuccess);
     std::atomic<int> done{0};
@@ -246,6 +247,16 @@ class GpuStore : public ::testing::Test {
     EXPECT_EQ(ts.pointer_queries, queries + 1);
     EXPECT_EQ(ts.ram_hits_verified_on_device, ts.ram_hits);  // every RAM hit checked
     EXPECT_EQ(ts.ram_hits_reloaded, 0u);
+    // The store's counters see the load: RAM hits the GPU path pinned itself
+    // count as the store's own gets would (kvtier stats, metrics).
+    const Stats store_after = store_->GetStats();
+    EXPECT_EQ(store_after.gets - store_before.gets, static_cast<uint64_t>(nblocks));
+    EXPECT_EQ(store_after.hits_ram - store_before.hits_ram + store_after.hits_disk - store_before.hits_disk,
+              static_cast<uint64_t>(nblocks));
+    if (ram_bytes != 0) {
+      EXPECT_EQ(store_after.hits_ram - store_before.hits_ram, ts.ram_hits);
+      EXPECT_GT(store_after.bytes_read_ram, store_before.bytes_read_ram);
+    }
     if (ram_bytes != 0 && ts.ram_hits_verified_on_device > 0) {  // the load's time split
       EXPECT_GT(ts.last_get_copy_ms, 0);
       EXPECT_GT(ts.last_get_enqueue_ms, 0);
@@ -493,6 +504,8 @@ TEST_P(GpuStoreChangedRam, IsReloadedFromDiskNeverServed) {
   EXPECT_EQ(ta.disk_reads - tb.disk_reads, reloaded);
   EXPECT_EQ(after.ram_checksum_failures - before.ram_checksum_failures, reloaded);
   EXPECT_EQ(after.hits_disk - before.hits_disk, reloaded);
+  EXPECT_EQ(after.hits_ram - before.hits_ram, 4u - reloaded);  // a reloaded block counted once
+  EXPECT_EQ(after.gets - before.gets, 4u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, GpuStoreChangedRam,

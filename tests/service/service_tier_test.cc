@@ -13,6 +13,7 @@
 
 #include "client/service_store.h"
 #include "service/service_util.h"
+#include "store/block_sink.h"
 #include "util/checksum.h"
 
 namespace kvtier::testing {
@@ -85,6 +86,7 @@ TEST_F(ServiceTierTest, PinnedBlocksAreReadStraightFromTheLentTierAndStayUntilUn
   EXPECT_EQ(w, MAP_FAILED);
   EXPECT_EQ(errno, EACCES);
 
+  const Stats before = served.store()->GetStats();
   auto lease = lender->PinTier(m->connection, ns, keys);
   ASSERT_TRUE(lease.ok()) << lease.status().ToString();
   ASSERT_EQ(lease->blocks.size(), keys.size());
@@ -105,6 +107,15 @@ TEST_F(ServiceTierTest, PinnedBlocksAreReadStraightFromTheLentTierAndStayUntilUn
   EXPECT_EQ(sv.tier_pinned_bytes, pinned);
   EXPECT_EQ(sv.tier_lent_blocks, 3u);
   EXPECT_EQ(sv.tier_maps, 1u);
+  // The store counts a lent block as a RAM-tier get, as its own read would;
+  // the tier counts it as a hit. The absent key is the client's miss to read.
+  {
+    const Stats st = served.store()->GetStats();
+    EXPECT_EQ(st.gets - before.gets, 3u);
+    EXPECT_EQ(st.hits_ram - before.hits_ram, 3u);
+    EXPECT_EQ(st.bytes_read_ram - before.bytes_read_ram, pinned);
+    EXPECT_EQ(st.misses, before.misses);
+  }
 
   // Every block still reads back the usual way while pinned.
   for (int i = 0; i < 3; ++i) {
@@ -163,12 +174,19 @@ TEST_F(ServiceTierTest, PinsPastTheClientsCapAreAnsweredNotPinned) {
   ASSERT_TRUE(m.ok());
   const std::vector<std::string> names = {Key(0), Key(1), Key(2)};
   const std::vector<std::string_view> keys(names.begin(), names.end());
+  const Stats before = served.store()->GetStats();
+  const uint64_t tier_hits = BlockSinkOf(served.store())->ram_tier()->GetStats().hits;
   auto lease = lender->PinTier(m->connection, ns, keys);
   ASSERT_TRUE(lease.ok());
   EXPECT_TRUE(lease->blocks[0].pinned);
   EXPECT_FALSE(lease->blocks[1].pinned);
   EXPECT_FALSE(lease->blocks[2].pinned);
   EXPECT_EQ(served.service()->GetStats().tier_pinned_bytes, 100000u);
+  // Only the lent block is a read: the two left to the client's own read
+  // are counted when it reads them, not here as well.
+  const Stats after = served.store()->GetStats();
+  EXPECT_EQ(after.hits_ram - before.hits_ram, 1u);
+  EXPECT_EQ(BlockSinkOf(served.store())->ram_tier()->GetStats().hits - tier_hits, 1u);
   // A second lease on top of the first is held to the same cap.
   auto more = lender->PinTier(m->connection, ns, keys);
   ASSERT_TRUE(more.ok());
