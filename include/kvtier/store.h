@@ -417,7 +417,9 @@ class Store {
   }
 
   // --- Removal, durability, capacity -------------------------------------------
-  // Removes a key. OK also when it was absent.
+  // Removes a key. OK also when it was absent. Durable on return, through a
+  // crash at any later instant (docs/durability.md): it waits for the puts
+  // queued before it and for an index flush, absent key or not.
   virtual Status Remove(NamespaceId ns, std::string_view key) = 0;
   // Returns when every put submitted before the call has completed and its
   // index entry is durable: a read-only open (the `kvtier` tools) then sees

@@ -165,6 +165,17 @@ void IndexBatch::DeleteSegmentRow(uint32_t segment, uint32_t generation, uint64_
   ++r.count;
 }
 
+void IndexBatch::MarkRemoved(NamespaceId ns, std::string_view key, uint64_t below_sequence) {
+  if (!rep_) rep_ = std::make_unique<Rep>();
+  Rep& r = *rep_;
+  r.key.clear();
+  AppendRemovedKey(&r.key, ns, key);
+  uint8_t v[8];
+  format::PutFixed64(v, below_sequence);
+  r.batch.Put(r.key, rocksdb::Slice(reinterpret_cast<const char*>(v), sizeof v)).PermitUncheckedError();
+  ++r.count;
+}
+
 size_t IndexBatch::count() const { return rep_ ? rep_->count : 0; }
 
 // ---------------------------------------------------------------------------

@@ -4,6 +4,7 @@
 //   default     'K' ns(8, big-endian) key        -> format::IndexValue (56 bytes)
 //               'N' ns(8, big-endian)            -> NamespaceSpec::Encode()
 //               'M' name                         -> metadata (checkpoint, ...)
+//               'R' ns(8, big-endian) key        -> u64 LE: a remove's mark (below)
 //   by_segment  segment(4 BE) generation(4 BE) offset(8 BE) -> ns(8 BE) key
 //               (which keys a segment generation holds: reclaim and verify
 //               walk it instead of reading the segment)
@@ -59,6 +60,10 @@ class IndexBatch {
   void Delete(NamespaceId ns, std::string_view key, const format::IndexValue& old);
   // Deletes only a by_segment row.
   void DeleteSegmentRow(uint32_t segment, uint32_t generation, uint64_t offset);
+  // Marks (ns, key) removed: recovery re-indexes no record of it with a
+  // sequence below `below_sequence`. For a remove the checkpoint cannot
+  // follow (Index::RemovedBelow).
+  void MarkRemoved(NamespaceId ns, std::string_view key, uint64_t below_sequence);
   size_t count() const;
   bool empty() const { return count() == 0; }
   struct Rep;
@@ -138,6 +143,17 @@ class Index {
   // as empty: the region is then rebuilt from reads, nothing is lost.
   Status WriteHotSegments(const std::vector<std::pair<uint32_t, uint32_t>>& segments);
   std::vector<std::pair<uint32_t, uint32_t>> ReadHotSegments();
+
+  // Remove marks. A remove deletes the key's entry and moves the checkpoint
+  // past the key's records, so that no recovery scans them again; while a
+  // failed write holds the checkpoint back (Committer), that is not enough,
+  // and the remove also leaves a mark. Recovery skips the records it covers,
+  // then drops every mark once its own checkpoint has passed them all.
+  // RemovedBelow: the mark's sequence, nullopt without one, Corruption for a
+  // value that is not 8 bytes.
+  Result<std::optional<uint64_t>> RemovedBelow(NamespaceId ns, std::string_view key);
+  Result<bool> HasRemoveMarks();
+  Status DropRemoveMarks();
 
   // Removes every 'K' entry and every by_segment row (repair starts here).
   // Namespaces and metadata stay.

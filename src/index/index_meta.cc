@@ -151,6 +151,39 @@ Result<std::optional<Checkpoint>> Index::ReadCheckpoint() {
   return std::optional<Checkpoint>(cp);
 }
 
+// ---- remove marks ----
+
+Result<std::optional<uint64_t>> Index::RemovedBelow(NamespaceId ns, std::string_view key) {
+  std::string k;
+  AppendRemovedKey(&k, ns, key);
+  rocksdb::PinnableSlice value;
+  rocksdb::Status rs = rep_->db->Get(rocksdb::ReadOptions(), rep_->entries, k, &value);
+  if (rs.IsNotFound()) return std::optional<uint64_t>();
+  if (!rs.ok()) return FromRocks(rs, rep_->Context("get remove mark"));
+  if (value.size() != 8)
+    return Status::Corruption(rep_->Context("remove mark " + Hex(k.substr(1, 8)) + "/" + Hex(key) + " has " +
+                                            std::to_string(value.size()) + " bytes, not 8"));
+  return std::optional<uint64_t>(format::GetFixed64(reinterpret_cast<const uint8_t*>(value.data())));
+}
+
+Result<bool> Index::HasRemoveMarks() {
+  const std::string lower(1, kRemovedTag), upper(1, kRemovedTag + 1);
+  rocksdb::Slice upper_slice(upper);
+  rocksdb::ReadOptions ro;
+  ro.iterate_upper_bound = &upper_slice;
+  std::unique_ptr<rocksdb::Iterator> it(rep_->db->NewIterator(ro, rep_->entries));
+  it->Seek(lower);
+  const bool any = it->Valid();
+  KVTIER_RETURN_IF_ERROR(FromRocks(it->status(), rep_->Context("look for remove marks")));
+  return any;
+}
+
+Status Index::DropRemoveMarks() {
+  KVTIER_RETURN_IF_ERROR(rep_->CheckWritable("DropRemoveMarks"));
+  const std::string begin(1, kRemovedTag), end(1, kRemovedTag + 1);
+  return rep_->Written(rep_->db->DeleteRange(Rep::NoWal(), rep_->entries, begin, end), "drop remove marks");
+}
+
 // ---- maintenance ----
 
 Status Index::DropAllEntries() {

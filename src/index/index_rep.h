@@ -24,6 +24,7 @@ namespace index_internal {
 inline constexpr char kEntryTag = 'K';
 inline constexpr char kNamespaceTag = 'N';
 inline constexpr char kMetaTag = 'M';
+inline constexpr char kRemovedTag = 'R';
 inline constexpr size_t kEntryPrefixBytes = 1 + 8;  // tag + ns
 inline constexpr size_t kSegmentRowKeyBytes = 4 + 4 + 8;
 
@@ -42,6 +43,12 @@ inline constexpr size_t kBlockCacheBytes = 128u << 20;
 
 inline void AppendEntryKey(std::string* out, NamespaceId ns, std::string_view key) {
   out->push_back(kEntryTag);
+  AppendBE64(out, ns);
+  out->append(key.data(), key.size());
+}
+
+inline void AppendRemovedKey(std::string* out, NamespaceId ns, std::string_view key) {
+  out->push_back(kRemovedTag);
   AppendBE64(out, ns);
   out->append(key.data(), key.size());
 }

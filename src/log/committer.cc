@@ -191,6 +191,11 @@ void Committer::HoldCheckpointAtFailedWrites(const CommitJob& job) {
   }
 }
 
+bool Committer::HoldsFailedWrite() {
+  MutexLock l(&checkpoint_mu_);
+  return failed_write_at_.has_value();
+}
+
 Status Committer::CheckpointAt(const Checkpoint& cp, Index::CheckpointFlush flush) {
   MutexLock l(&checkpoint_mu_);
   Checkpoint to = cp;

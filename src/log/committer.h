@@ -62,6 +62,9 @@ class Committer {
   // when one failed since open, made durable as `flush` says
   // (Index::WriteCheckpoint).
   Status CheckpointAt(const Checkpoint& cp, Index::CheckpointFlush flush);
+  // True once a write failed since open: checkpoints stay at it, and the
+  // next recovery rescans every record written after it.
+  bool HoldsFailedWrite();
 
  private:
   void Loop();

@@ -4,6 +4,11 @@ namespace kvtier {
 
 Result<bool> Reindexer::Offer(const ScannedRecord& rec, uint32_t segment, uint32_t generation) {
   const format::RecordHeader& h = rec.header;
+  if (remove_marks_) {
+    auto mark = index_->RemovedBelow(h.ns_id, rec.key);
+    if (!mark.ok()) return mark.status();
+    if (mark->has_value() && h.sequence < **mark) return false;
+  }
   std::string name(reinterpret_cast<const char*>(&h.ns_id), sizeof(h.ns_id));
   name.append(rec.key);
   auto p = pending_.find(name);

@@ -7,6 +7,9 @@
 // older version can follow a newer one on disk, and an uncommitted batch is
 // invisible to the index's Get.
 //
+// With `remove_marks`, a record a remove's mark covers (Index::RemovedBelow)
+// stays out: the block was removed after it was written.
+//
 // Thread safety: one thread at a time (recovery and Repair run alone).
 // Errors: the index's, from Offer and Finish; after one, stop scanning.
 #ifndef KVTIER_SRC_LOG_REINDEXER_H_
@@ -26,7 +29,8 @@ class Reindexer {
  public:
   // Commits (to the index's memtables, as every write since the WAL went)
   // every `commit_every` records taken. `index` must outlive this.
-  explicit Reindexer(Index* index, size_t commit_every = 4096) : index_(index), commit_every_(commit_every) {}
+  explicit Reindexer(Index* index, bool remove_marks = false, size_t commit_every = 4096)
+      : index_(index), remove_marks_(remove_marks), commit_every_(commit_every) {}
 
   // True if `rec` (of segment `segment`, generation `generation`) was taken.
   [[nodiscard]] Result<bool> Offer(const ScannedRecord& rec, uint32_t segment, uint32_t generation);
@@ -37,6 +41,7 @@ class Reindexer {
   [[nodiscard]] Status Commit();
 
   Index* const index_;
+  const bool remove_marks_;
   const size_t commit_every_;
   IndexBatch batch_;
   // Namespace id and key -> the sequence taken for it in `batch_`.

@@ -185,12 +185,18 @@ Status Writer::CheckpointNow(bool clean, Index::CheckpointFlush flush) {
 void Writer::DoRemove(WriteOp& op) {
   auto e = d_.index->Get(op.ns, op.key);
   Status st = e.status();
-  if (e.ok() && e->has_value()) {
+  // The checkpoint moves past the key's records so that recovery never
+  // re-indexes them, and its flush makes the delete durable; with no entry
+  // too, since a put that failed after its record was written (its sync or
+  // its index commit) may have left the record whole. While a failed write
+  // holds the checkpoint back, recovery will scan some of them again: a
+  // mark keeps out every record of the key written so far.
+  if (e.ok()) {
+    const bool mark = d_.committer->HoldsFailedWrite();
     IndexBatch b;
-    b.Delete(op.ns, op.key, **e);
-    st = d_.index->Commit(b, false);
-    // Move the checkpoint past the record so recovery can never re-index it;
-    // its flush also makes the delete durable.
+    if (e->has_value()) b.Delete(op.ns, op.key, **e);
+    if (mark) b.MarkRemoved(op.ns, op.key, pos_.next_seq);
+    if (!b.empty()) st = d_.index->Commit(b, false);
     if (st.ok()) st = CheckpointNow(false);
   }
   if (ram_ != nullptr) ram_->Erase(op.ns, op.key);

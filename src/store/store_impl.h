@@ -228,6 +228,9 @@ class StoreImpl final : public Store, public BlockSink {
   void CapCapacityToDisk();
   Counters c_;
   bool repair_mode_ = false;
+  // Recovery and Repair: the index holds remove marks, which the re-index
+  // consults (Index::RemovedBelow).
+  bool remove_marks_ = false;
 
   NamespaceRegistry namespaces_;
   std::atomic<bool> closed_{false};

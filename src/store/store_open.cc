@@ -343,6 +343,9 @@ Status StoreImpl::Recover() {
     }
   } else {
     c_.recovered_from_crash.store(true);
+    auto marks = index_->HasRemoveMarks();
+    if (!marks.ok()) return marks.status().WithContext("recovery");
+    remove_marks_ = *marks;
     uint64_t max_seq = 0;
     for (const SegmentInfo& s : segs) {
       if (s.epoch < cp.epoch) continue;
@@ -355,7 +358,12 @@ Status StoreImpl::Recover() {
     pos.seg = UINT32_MAX;
   }
   // A crash from now on must rescan from here.
-  return writer_->CheckpointNow(false);
+  KVTIER_RETURN_IF_ERROR(writer_->CheckpointNow(false));
+  // Past every record now: the marks have done their work. Their delete is
+  // durable only with or after that checkpoint (a flush is a prefix).
+  if (remove_marks_) KVTIER_RETURN_IF_ERROR(index_->DropRemoveMarks().WithContext("recovery"));
+  remove_marks_ = false;
+  return Status::OK();
 }
 
 // Re-indexes the records of `s` from `start` that verify (those with a
@@ -366,7 +374,7 @@ Status StoreImpl::RecoverSegment(const SegmentInfo& s, uint64_t start, uint64_t 
   if (start >= description_.segment_size_bytes) return Status::OK();
   SegmentScanner scanner(table_->file(s.id), s.id, s.generation, description_.segment_size_bytes,
                          StoredPayloadLimit());
-  Reindexer reindex(index_.get());
+  Reindexer reindex(index_.get(), remove_marks_);
   Status ist;
   ScanResult r;
   Status st = scanner.Scan(start, /*verify_payload=*/true, /*resync=*/false, [&](const ScannedRecord& rec) {

@@ -119,6 +119,10 @@ Result<RepairReport> StoreImpl::RebuildIndex(const std::function<void(uint64_t, 
     return true;
   }));
   KVTIER_RETURN_IF_ERROR(index_->DropAllEntries());
+  // Remove marks survive the drop (a removed block stays removed) unless
+  // they cannot be read: then the index is damaged and they are ignored.
+  auto marks = index_->HasRemoveMarks();
+  remove_marks_ = marks.ok() && *marks;
   std::vector<SegmentInfo> segs = table_->Snapshot();
   std::erase_if(segs, [](const SegmentInfo& s) { return s.state == SegmentState::kFree; });
   std::sort(segs.begin(), segs.end(), [](const SegmentInfo& a, const SegmentInfo& b) { return a.epoch < b.epoch; });
@@ -127,7 +131,7 @@ Result<RepairReport> StoreImpl::RebuildIndex(const std::function<void(uint64_t, 
   for (const SegmentInfo& s : segs) {
     SegmentScanner scanner(table_->file(s.id), s.id, s.generation, description_.segment_size_bytes,
                            StoredPayloadLimit());
-    Reindexer reindex(index_.get());
+    Reindexer reindex(index_.get(), remove_marks_);
     Status ist;
     ScanResult r;
     Status st = scanner.Scan(format::kSegmentDataStart, /*verify_payload=*/true, /*resync=*/true,
@@ -177,6 +181,8 @@ Result<RepairReport> StoreImpl::RebuildIndex(const std::function<void(uint64_t, 
   pos.next_seq = std::max(pos.next_seq, max_seq + 1);
   pos.seg = UINT32_MAX;
   KVTIER_RETURN_IF_ERROR(writer_->CheckpointNow(false));
+  if (remove_marks_) KVTIER_RETURN_IF_ERROR(index_->DropRemoveMarks());
+  remove_marks_ = false;
   return rep;
 }
 

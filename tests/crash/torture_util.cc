@@ -187,6 +187,22 @@ class Child {
     ExitNow(code);
   }
 
+  // What a failure note needs to be read: the key's verified state, its ops
+  // since (op number, version, a/p/d for acked, pending, declined), and
+  // where its index entry points.
+  std::string History(Store* s, uint32_t k, const KeyModel& m) {
+    std::ostringstream h;
+    h << "; verified state " << m.state << ", ops";
+    for (const Op& op : m.ops)
+      h << ' ' << op.no << ':' << op.version << ':'
+        << (op.s == Op::S::kAcked ? 'a' : op.s == Op::S::kPending ? 'p' : 'd');
+    auto b = s->Stat(ns_, Key(k));
+    if (b.ok())
+      h << "; entry segment " << b->segment << " gen " << b->generation << " offset " << b->offset << " sequence "
+        << b->sequence;
+    return h.str();
+  }
+
   // Checks every key against the model and writes what was found.
   void Verify(Store* s) {
     uint64_t checked = 0, present = 0, lost = 0, wrong = 0, unexpected = 0;
@@ -233,7 +249,7 @@ class Child {
           if (!index_lost_) {
             ++unexpected;
             note("key " + std::to_string(k) + ": version " + std::to_string(seen) + " is not allowed (last acked " +
-                 std::to_string(allowed[0]) + ")");
+                 std::to_string(allowed[0]) + ")" + History(s, k, m));
           }
         }
       }

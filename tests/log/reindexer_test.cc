@@ -77,7 +77,7 @@ TEST_F(ReindexerTest, CommittedAndEarlierEntriesAreHonoured) {
     EXPECT_TRUE(*first.Offer(Rec("held", 50, 4096), 2, 1));
     ASSERT_TRUE(first.Finish().ok());
   }
-  Reindexer r(index_.get(), /*commit_every=*/1);
+  Reindexer r(index_.get(), /*remove_marks=*/false, /*commit_every=*/1);
   EXPECT_FALSE(*r.Offer(Rec("held", 40, 8192), 4, 1));  // older than the index's
   EXPECT_FALSE(*r.Offer(Rec("held", 50, 8192), 4, 1));  // the same put, seen again
   EXPECT_TRUE(*r.Offer(Rec("x", 30, 12288), 4, 1));     // committed at once
@@ -85,6 +85,36 @@ TEST_F(ReindexerTest, CommittedAndEarlierEntriesAreHonoured) {
   ASSERT_TRUE(r.Finish().ok());
   EXPECT_EQ(IndexedSequence("held"), 50u);
   EXPECT_EQ(IndexedSequence("x"), 30u);
+}
+
+// A remove's mark (left while a failed write held the checkpoint back)
+// keeps out the records of the key written before the remove, and only
+// those; marks are read only when asked for.
+TEST_F(ReindexerTest, ARemoveMarkKeepsOutTheRecordsBeforeTheRemove) {
+  IndexBatch b;
+  b.MarkRemoved(1, "gone", 40);
+  ASSERT_TRUE(index_->Commit(b, false).ok());
+  ASSERT_TRUE(*index_->HasRemoveMarks());
+  EXPECT_EQ(**index_->RemovedBelow(1, "gone"), 40u);
+  EXPECT_FALSE(index_->RemovedBelow(2, "gone")->has_value());  // another namespace's key
+  {
+    Reindexer r(index_.get(), /*remove_marks=*/true);
+    EXPECT_FALSE(*r.Offer(Rec("gone", 39, 4096), 3, 1));  // written before the remove
+    EXPECT_TRUE(*r.Offer(Rec("other", 12, 8192), 3, 1));
+    ASSERT_TRUE(r.Finish().ok());
+    EXPECT_FALSE(index_->Get(1, "gone")->has_value());
+    Reindexer later(index_.get(), /*remove_marks=*/true);
+    EXPECT_TRUE(*later.Offer(Rec("gone", 40, 12288), 3, 1));  // put again after it
+    ASSERT_TRUE(later.Finish().ok());
+    EXPECT_EQ(IndexedSequence("gone"), 40u);
+  }
+  {
+    Reindexer ignoring(index_.get());
+    EXPECT_FALSE(*ignoring.Offer(Rec("gone", 39, 4096), 3, 1));  // older than the entry now
+  }
+  ASSERT_TRUE(index_->DropRemoveMarks().ok());
+  EXPECT_FALSE(*index_->HasRemoveMarks());
+  EXPECT_FALSE(index_->RemovedBelow(1, "gone")->has_value());
 }
 
 }  // namespace
