@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <sstream>
 
@@ -30,17 +31,19 @@ size_t RecordOffset(const std::string& path, const std::string& key) {
   return at == std::string::npos ? at : at - 72;  // the key follows the 72-byte header
 }
 
-TEST(FailedWrite, ASyncFailureHoldsTheCheckpointUntilRecoveryCutsTheTail) {
-  testing::TempDir dir;
-  const std::string store = dir.Sub("store");
-  Options o = testing::SmallOptions(IoBackend::kPosix);
+// A store at `store` with the test namespace; then, in a child process, the
+// store opened through a fault-injecting file system puts key 0, fails the
+// sync of key 1's put (its bytes reach the file whole), and runs `steps`.
+// The child exits without closing (a kill: no clean checkpoint), with the
+// number of the first step that did not go as expected (0: none).
+NamespaceId RunChildWithFailedSync(const std::string& store, const Options& o,
+                                   const std::function<int(Store&, NamespaceId)>& steps, int* exit_code) {
   const NamespaceId ns = [&] {
     auto s = Store::Open(store, o);
     EXPECT_TRUE(s.ok());
     return (*s)->RegisterNamespace(testing::TestSpec()).value_or(0);
   }();
   pid_t child = fork();
-  ASSERT_GE(child, 0);
   if (child == 0) {
     auto fs = std::make_shared<FaultInjectionFileSystem>(DefaultFileSystem(IoBackend::kPosix));
     Options fo = o;
@@ -52,16 +55,31 @@ TEST(FailedWrite, ASyncFailureHoldsTheCheckpointUntilRecoveryCutsTheTail) {
     fs->SetFault(FaultOp::kSync, FaultSpec::After(0).OnPaths("segments/"));
     if ((*s)->Put(ns, Key(1), b.data(), b.size()).ok()) _exit(4);  // not durable: refused
     fs->ClearAllFaults();
+    _exit(steps(**s, ns));
+  }
+  int status = 0;
+  if (child < 0 || waitpid(child, &status, 0) != child || !WIFEXITED(status)) {
+    *exit_code = -1;
+  } else {
+    *exit_code = WEXITSTATUS(status);
+  }
+  return ns;
+}
+
+TEST(FailedWrite, ASyncFailureHoldsTheCheckpointUntilRecoveryCutsTheTail) {
+  testing::TempDir dir;
+  const std::string store = dir.Sub("store");
+  Options o = testing::SmallOptions(IoBackend::kPosix);
+  int step = 0;
+  const NamespaceId ns = RunChildWithFailedSync(store, o, [](Store& s, NamespaceId ns) {
     // Later puts succeed (in a fresh segment) and checkpoint as usual.
     for (int i = 2; i < 40; ++i) {
       auto p = Payload(ns, Key(i), 30000);
-      if (!(*s)->Put(ns, Key(i), p.data(), p.size()).ok()) _exit(5);
+      if (!s.Put(ns, Key(i), p.data(), p.size()).ok()) return 5;
     }
-    _exit(0);  // killed: no clean checkpoint
-  }
-  int status = 0;
-  waitpid(child, &status, 0);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child step " << WEXITSTATUS(status);
+    return 0;
+  }, &step);
+  ASSERT_EQ(step, 0) << "child step";
   // The failed put's bytes reached the page cache whole; tear them, as a
   // power cut after a failed fdatasync could.
   const std::string seg0 = dir.Sub("store/segments/seg-000000.kvs");
@@ -95,36 +113,19 @@ TEST(FailedWrite, RemovedBlocksStayRemovedWhileAFailedWriteHoldsTheCheckpoint) {
   testing::TempDir dir;
   const std::string store = dir.Sub("store");
   Options o = testing::SmallOptions(IoBackend::kPosix);
-  const NamespaceId ns = [&] {
-    auto s = Store::Open(store, o);
-    EXPECT_TRUE(s.ok());
-    return (*s)->RegisterNamespace(testing::TestSpec()).value_or(0);
-  }();
-  pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    auto fs = std::make_shared<FaultInjectionFileSystem>(DefaultFileSystem(IoBackend::kPosix));
-    Options fo = o;
-    fo.file_system = fs;
-    auto s = Store::Open(store, fo);
-    if (!s.ok()) _exit(2);
-    auto a = Payload(ns, Key(0), 30000), b = Payload(ns, Key(1), 30000), c = Payload(ns, Key(2), 30000);
-    if (!(*s)->Put(ns, Key(0), a.data(), a.size()).ok()) _exit(3);
-    fs->SetFault(FaultOp::kSync, FaultSpec::After(0).OnPaths("segments/"));
-    if ((*s)->Put(ns, Key(1), b.data(), b.size()).ok()) _exit(4);  // its bytes reach the file whole
-    fs->ClearAllFaults();
-    if (!(*s)->Put(ns, Key(2), c.data(), c.size()).ok()) _exit(5);
-    if (!(*s)->Remove(ns, Key(1)).ok()) _exit(6);
-    if (!(*s)->Remove(ns, Key(2)).ok()) _exit(7);
+  int step = 0;
+  const NamespaceId ns = RunChildWithFailedSync(store, o, [](Store& s, NamespaceId ns) {
+    auto c = Payload(ns, Key(2), 30000);
+    if (!s.Put(ns, Key(2), c.data(), c.size()).ok()) return 5;
+    if (!s.Remove(ns, Key(1)).ok()) return 6;
+    if (!s.Remove(ns, Key(2)).ok()) return 7;
     for (int i = 3; i < 10; ++i) {
       auto p = Payload(ns, Key(i), 30000);
-      if (!(*s)->Put(ns, Key(i), p.data(), p.size()).ok()) _exit(8);
+      if (!s.Put(ns, Key(i), p.data(), p.size()).ok()) return 8;
     }
-    _exit(0);  // killed: no clean checkpoint
-  }
-  int status = 0;
-  waitpid(child, &status, 0);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child step " << WEXITSTATUS(status);
+    return 0;
+  }, &step);
+  ASSERT_EQ(step, 0) << "child step";
   // A repair of the crashed store (a copy of it) keeps them out as well.
   const std::string copy = dir.Sub("copy");
   std::filesystem::copy(store, copy, std::filesystem::copy_options::recursive);
