@@ -62,7 +62,7 @@ class IndexBatch {
   void DeleteSegmentRow(uint32_t segment, uint32_t generation, uint64_t offset);
   // Marks (ns, key) removed: recovery re-indexes no record of it with a
   // sequence below `below_sequence`. For a remove the checkpoint cannot
-  // follow (Index::RemovedBelow).
+  // follow (Index::RemovedBelow). An empty key marks the whole namespace.
   void MarkRemoved(NamespaceId ns, std::string_view key, uint64_t below_sequence);
   size_t count() const;
   bool empty() const { return count() == 0; }
@@ -149,8 +149,8 @@ class Index {
   // failed write holds the checkpoint back (Committer), that is not enough,
   // and the remove also leaves a mark. Recovery skips the records it covers,
   // then drops every mark once its own checkpoint has passed them all.
-  // RemovedBelow: the mark's sequence, nullopt without one, Corruption for a
-  // value that is not 8 bytes.
+  // RemovedBelow: the larger of the key's and its namespace's marks, nullopt
+  // without either, Corruption for a value that is not 8 bytes.
   Result<std::optional<uint64_t>> RemovedBelow(NamespaceId ns, std::string_view key);
   Result<bool> HasRemoveMarks();
   Status DropRemoveMarks();

@@ -1,5 +1,6 @@
 // The index's namespaces, checkpoint and maintenance (index.h); the entries
 // and lookups are in index.cc.
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <string>
@@ -154,16 +155,22 @@ Result<std::optional<Checkpoint>> Index::ReadCheckpoint() {
 // ---- remove marks ----
 
 Result<std::optional<uint64_t>> Index::RemovedBelow(NamespaceId ns, std::string_view key) {
-  std::string k;
-  AppendRemovedKey(&k, ns, key);
-  rocksdb::PinnableSlice value;
-  rocksdb::Status rs = rep_->db->Get(rocksdb::ReadOptions(), rep_->entries, k, &value);
-  if (rs.IsNotFound()) return std::optional<uint64_t>();
-  if (!rs.ok()) return FromRocks(rs, rep_->Context("get remove mark"));
-  if (value.size() != 8)
-    return Status::Corruption(rep_->Context("remove mark " + Hex(k.substr(1, 8)) + "/" + Hex(key) + " has " +
-                                            std::to_string(value.size()) + " bytes, not 8"));
-  return std::optional<uint64_t>(format::GetFixed64(reinterpret_cast<const uint8_t*>(value.data())));
+  std::optional<uint64_t> below;
+  // The key's own mark, then its namespace's (the empty key: no block has one).
+  for (std::string_view name : {key, std::string_view()}) {
+    std::string k;
+    AppendRemovedKey(&k, ns, name);
+    rocksdb::PinnableSlice value;
+    rocksdb::Status rs = rep_->db->Get(rocksdb::ReadOptions(), rep_->entries, k, &value);
+    if (rs.IsNotFound()) continue;
+    if (!rs.ok()) return FromRocks(rs, rep_->Context("get remove mark"));
+    if (value.size() != 8)
+      return Status::Corruption(rep_->Context("remove mark " + Hex(k.substr(1, 8)) + "/" + Hex(name) + " has " +
+                                              std::to_string(value.size()) + " bytes, not 8"));
+    const uint64_t v = format::GetFixed64(reinterpret_cast<const uint8_t*>(value.data()));
+    below = std::max(below.value_or(0), v);
+  }
+  return below;
 }
 
 Result<bool> Index::HasRemoveMarks() {

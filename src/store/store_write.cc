@@ -296,6 +296,14 @@ Status StoreImpl::RemoveNamespaceOnWriter(NamespaceId ns) {
     st = index_->Commit(b, false);
     if (!st.ok()) break;
   }
+  // While a failed write holds the checkpoint back, recovery rescans records
+  // written since: should the namespace be registered again, a mark keeps
+  // its old records out (as a Remove's does a key's).
+  if (st.ok() && committer_->HoldsFailedWrite()) {
+    IndexBatch mark;
+    mark.MarkRemoved(ns, "", writer_->position().next_seq);
+    st = index_->Commit(mark, false);
+  }
   // The file goes first: once it is gone a crash cannot resurrect the
   // namespace's records through recovery or repair.
   if (st.ok()) st = RemoveNamespaceFile(ns);

@@ -155,6 +155,33 @@ TEST(FailedWrite, RemovedBlocksStayRemovedWhileAFailedWriteHoldsTheCheckpoint) {
   EXPECT_TRUE((*again)->GetVector(ns, Key(2)).status().IsNotFound());
 }
 
+// The same for a namespace removed while a failed write holds the
+// checkpoint back and then registered again (the same spec: the same id):
+// its old blocks stay gone, its new ones are kept.
+TEST(FailedWrite, ARemovedNamespaceRegisteredAgainGetsNoneOfItsOldBlocksBack) {
+  testing::TempDir dir;
+  const std::string store = dir.Sub("store");
+  Options o = testing::SmallOptions(IoBackend::kPosix);
+  int step = 0;
+  const NamespaceId ns = RunChildWithFailedSync(store, o, [](Store& s, NamespaceId ns) {
+    auto c = Payload(ns, Key(2), 30000);
+    if (!s.Put(ns, Key(2), c.data(), c.size()).ok()) return 5;
+    if (!s.RemoveNamespace(ns).ok()) return 6;
+    auto again = s.RegisterNamespace(testing::TestSpec());
+    if (!again.ok() || *again != ns) return 7;
+    auto n = Payload(ns, Key(3), 30000);
+    if (!s.Put(ns, Key(3), n.data(), n.size()).ok()) return 8;
+    return 0;
+  }, &step);
+  ASSERT_EQ(step, 0) << "child step";
+  auto s = Store::Open(store, o);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  for (int i : {0, 1, 2}) EXPECT_TRUE((*s)->GetVector(ns, Key(i)).status().IsNotFound()) << i << " came back";
+  auto got = (*s)->GetVector(ns, Key(3));
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(*got, Payload(ns, Key(3), 30000));
+}
+
 // A reclaimed segment's hot blocks are written again together; when one of
 // those writes fails, it and every block after it are dropped (misses, never
 // wrong bytes), the blocks before it stay, and puts go on in another segment.
