@@ -419,7 +419,7 @@ class Store {
   // --- Removal, durability, capacity -------------------------------------------
   // Removes a key. OK also when it was absent. Durable on return, through a
   // crash at any later instant (docs/durability.md): it waits for the puts
-  // queued before it and for an index flush, absent key or not.
+  // queued before it and, when there was something to remove, an index flush.
   virtual Status Remove(NamespaceId ns, std::string_view key) = 0;
   // Returns when every put submitted before the call has completed and its
   // index entry is durable: a read-only open (the `kvtier` tools) then sees

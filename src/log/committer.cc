@@ -90,7 +90,7 @@ void Committer::CommitPass(CommitJob& job) {
     auto f = failed.find(op.segment);
     if (f != failed.end()) op.status = f->second.WithContext("syncing record");
   }
-  HoldCheckpointAtFailedWrites(job);
+  HoldCheckpointAtFailedWrites(job, /*index_failed=*/false);
   const Clock::time_point synced = Clock::now();
   // 2. Index entries in one batch.
   IndexBatch batch;
@@ -100,9 +100,11 @@ void Committer::CommitPass(CommitJob& job) {
   }
   if (!batch.empty()) {
     Status s = d_.index->Commit(batch, /*sync=*/false);
-    if (!s.ok())
+    if (!s.ok()) {
       for (WriteOp& op : job.ops)
         if (op.status.ok()) op.status = s.WithContext("committing index");
+      HoldCheckpointAtFailedWrites(job, /*index_failed=*/true);
+    }
   }
   c.group_commits.Add();
   uint64_t committed_bytes = 0;
@@ -175,9 +177,12 @@ void Committer::Unpoison(uint32_t seg) {
 // only of segments after the checkpoint: a checkpoint written past the
 // record (by a later pass, or by this one while the process is dying of the
 // same fault) would leave its bytes behind for good.
-void Committer::HoldCheckpointAtFailedWrites(const CommitJob& job) {
+// A record whose index commit failed is whole and durable but has no entry:
+// held the same way, so that a Remove of its key knows to mark it
+// (Writer::DoRemove), and recovery may index it (it was never acknowledged).
+void Committer::HoldCheckpointAtFailedWrites(const CommitJob& job, bool index_failed) {
   for (const WriteOp& op : job.ops) {
-    if (op.status.ok() || op.kind != WriteOp::Kind::kRecord || !IsPoisoned(op.segment)) continue;
+    if (op.status.ok() || op.kind != WriteOp::Kind::kRecord || !(index_failed || IsPoisoned(op.segment))) continue;
     const SegmentInfo info = d_.table->Info(op.segment);
     const uint64_t page = format::PageStart(op.offset);  // recovery scans from a page; dense records start inside one
     MutexLock l(&checkpoint_mu_);

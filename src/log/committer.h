@@ -62,14 +62,15 @@ class Committer {
   // when one failed since open, made durable as `flush` says
   // (Index::WriteCheckpoint).
   Status CheckpointAt(const Checkpoint& cp, Index::CheckpointFlush flush);
-  // True once a write failed since open: checkpoints stay at it, and the
-  // next recovery rescans every record written after it.
+  // True once a write failed since open (its write, its sync or its index
+  // commit): checkpoints stay at it, and the next recovery rescans every
+  // record written after it.
   bool HoldsFailedWrite();
 
  private:
   void Loop();
   void CommitPass(CommitJob& job);
-  void HoldCheckpointAtFailedWrites(const CommitJob& job);
+  void HoldCheckpointAtFailedWrites(const CommitJob& job, bool index_failed);
   // Adds the phases of the acknowledged puts among `ops` (Stats::puts_timed),
   // their syncs having ended at `synced`.
   void NotePutTimes(std::span<const WriteOp> ops, Clock::time_point synced);

@@ -186,17 +186,18 @@ void Writer::DoRemove(WriteOp& op) {
   auto e = d_.index->Get(op.ns, op.key);
   Status st = e.status();
   // The checkpoint moves past the key's records so that recovery never
-  // re-indexes them, and its flush makes the delete durable; with no entry
-  // too, since a put that failed after its record was written (its sync or
-  // its index commit) may have left the record whole. While a failed write
-  // holds the checkpoint back, recovery will scan some of them again: a
-  // mark keeps out every record of the key written so far.
-  if (e.ok()) {
-    const bool mark = d_.committer->HoldsFailedWrite();
+  // re-indexes them, and its flush makes the delete durable. While a failed
+  // write holds the checkpoint back, recovery will scan some of them again,
+  // and a put that failed after writing its record may have left it whole
+  // with no entry to delete: a mark keeps out every record of the key
+  // written so far. Without an entry and with nothing held, no record of the
+  // key lies past the checkpoint unindexed: nothing to do.
+  const bool mark = e.ok() && d_.committer->HoldsFailedWrite();
+  if (e.ok() && (e->has_value() || mark)) {
     IndexBatch b;
     if (e->has_value()) b.Delete(op.ns, op.key, **e);
     if (mark) b.MarkRemoved(op.ns, op.key, pos_.next_seq);
-    if (!b.empty()) st = d_.index->Commit(b, false);
+    st = d_.index->Commit(b, false);
     if (st.ok()) st = CheckpointNow(false);
   }
   if (ram_ != nullptr) ram_->Erase(op.ns, op.key);
