@@ -74,7 +74,8 @@ std::vector<Result<size_t>> TransferImpl::GetToDevice(NamespaceId ns, std::span<
     });
   // The store's own counters: hits verified here (a reloaded one was
   // counted by the store's read); a lent tier's hits its service counts.
-  if (sink_ != nullptr && call.lent.empty() && call.ram_blocks > 0) sink_->CountRamHits(call.ram_blocks, call.ram_bytes);
+  if (sink_ != nullptr && call.lent.empty() && call.ram_blocks > 0)
+    sink_->CountRamHits(call.ram_blocks, call.ram_bytes);
   const double call_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - call_start).count();
   AddStats([&](TransferStats& s) {
