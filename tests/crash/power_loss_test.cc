@@ -68,6 +68,23 @@ TEST(PowerLoss, NoEvictionEveryAckedBlockSurvives) {
   }
 }
 
+// A sync of a segment fails during the workload, before the crash: every
+// later checkpoint then stays at it, and the next recovery rescans all that
+// was written since. Removes and newer puts made meanwhile must hold across
+// the crash (before remove marks, a removed block came back).
+TEST(PowerLoss, AFailedSyncBeforeTheCrashBringsNoRemovedBlockBack) {
+  TempDir dir;
+  TortureConfig c = PowerLoss(false, 2);
+  c.fail_a_sync = true;
+  c.rounds = Points() / 10;
+  TortureResult r = RunTorture(dir.path(), c);
+  std::printf("[power-loss/failed-sync] %s\n", r.Summary().c_str());
+  EXPECT_TRUE(r.ok()) << r.Summary();
+  EXPECT_EQ(r.crashes, c.rounds);
+  EXPECT_GT(r.injected_sync_failures, 0u) << "no sync was made to fail";
+  EXPECT_GT(r.acked_removes, 0u);
+}
+
 TEST(PowerLoss, WithEvictionNeverWrongBytes) {
   TempDir dir;
   TortureConfig c = PowerLoss(true, 1);

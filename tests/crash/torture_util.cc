@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "doubles/fault_injection.h"
 #include "doubles/sim_power_loss.h"
 #include "kvtier/store.h"
 #include "store/store_test_util.h"
@@ -140,13 +141,14 @@ class Child {
       sim->SetCrashAt(at, [raw, crash_path, this] {
         crashing_.store(true);
         PowerLossReport r = raw->Crash();
-        char line[160];
-        int n = std::snprintf(line, sizeof line, "%d %llu %llu %llu %d %llu %llu\n", static_cast<int>(r.mode),
+        char line[200];
+        int n = std::snprintf(line, sizeof line, "%d %llu %llu %llu %d %llu %llu %llu\n", static_cast<int>(r.mode),
                               static_cast<unsigned long long>(r.writes_pending),
                               static_cast<unsigned long long>(r.writes_torn),
                               static_cast<unsigned long long>(r.names_undone), in_open_.load() ? 1 : 0,
                               static_cast<unsigned long long>(r.watched_pending),
-                              static_cast<unsigned long long>(r.watched_lost));
+                              static_cast<unsigned long long>(r.watched_lost),
+                              static_cast<unsigned long long>(faults_ ? faults_->Faults(FaultOp::kSync) : 0));
         int fd = ::open(crash_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
         if (fd >= 0) {
           WriteAll(fd, line, static_cast<size_t>(n));
@@ -155,6 +157,10 @@ class Child {
         ExitNow(0);
       });
       o.file_system = sim;
+      if (c_.fail_a_sync && rng_() % 2 == 0) {
+        faults_ = std::make_shared<FaultInjectionFileSystem>(sim);
+        o.file_system = faults_;
+      }
     } else {
       o.io_backend = IoBackend::kAuto;
     }
@@ -169,6 +175,9 @@ class Child {
     Verify(s);
     log_fd_ = ::open((work_ + "/log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_TRUNC, 0600);
     if (log_fd_ < 0) Fail("cannot open log", 22);
+    // Armed once open (recovery's own syncs stay sound): one of the next few
+    // syncs of a segment fails.
+    if (faults_ != nullptr) faults_->SetFault(FaultOp::kSync, FaultSpec::Nth(1 + rng_() % 6).OnPaths("segments/"));
     char b = 1;
     WriteAll(ready_fd_, &b, 1);
     Workload(s);
@@ -393,6 +402,7 @@ class Child {
   int log_fd_ = -1;
   uint32_t op_no_ = 0;
   NamespaceId ns_ = 0;
+  std::shared_ptr<FaultInjectionFileSystem> faults_;  // fail_a_sync: fails one segment sync
   std::unique_ptr<Store> store_ptr_;
   std::atomic<bool> in_open_{false};
   std::atomic<bool> crashing_{false};
@@ -424,6 +434,8 @@ void ApplyLog(const std::string& log, std::vector<KeyModel>& model, TortureResul
       if (r.type == 'A') {
         op.s = Op::S::kAcked;
         ++(op.version < 0 ? res->acked_removes : res->acked_puts);
+      } else if (static_cast<Code>(r.code) == Code::kIOError) {
+        if (op.version >= 0) ++res->put_io_errors;  // outcome unknown: stays pending
       } else if (static_cast<Code>(r.code) == Code::kNotAdmitted ||
                  static_cast<Code>(r.code) == Code::kInvalidArgument) {
         op.s = Op::S::kDeclined;  // nothing stored, by contract (over this opener's payload limit)
@@ -447,6 +459,8 @@ std::string TortureResult::Summary() const {
     << " index_losses=" << index_losses;
   if (small_limit_rounds > 0) o << " small_limit_rounds=" << small_limit_rounds;
   if (verifies > 0) o << " deep_verifies=" << verifies << " corrupt_after_recovery=" << corrupt_after_recovery;
+  if (injected_sync_failures > 0)
+    o << " injected_sync_failures=" << injected_sync_failures << " put_io_errors=" << put_io_errors;
   if (writes_pending + names_undone > 0)
     o << " unsynced_writes=" << writes_pending << " torn_writes=" << writes_torn << " names_undone=" << names_undone
       << " index_unsynced_writes=" << index_writes_pending << " index_writes_lost=" << index_writes_lost
@@ -531,8 +545,9 @@ TortureResult RunTortureHere(const std::string& dir, const TortureConfig& c) {
     if (c.crash == TortureConfig::Crash::kPowerLoss) {
       std::istringstream cr(ReadFile(work + "/crash"));
       int mode = -1, in_open = 0;
-      uint64_t pending = 0, torn = 0, undone = 0, index_pending = 0, index_lost = 0;
-      if (cr >> mode >> pending >> torn >> undone >> in_open >> index_pending >> index_lost) {
+      uint64_t pending = 0, torn = 0, undone = 0, index_pending = 0, index_lost = 0, injected = 0;
+      if (cr >> mode >> pending >> torn >> undone >> in_open >> index_pending >> index_lost >> injected) {
+        res.injected_sync_failures += injected;
         res.index_writes_pending += index_pending;
         res.index_writes_lost += index_lost;
         if (mode >= 0 && mode < 4) ++res.mode_counts[mode];
@@ -597,7 +612,8 @@ std::string EncodeConfig(const TortureConfig& c) {
   o.precision(17);
   o << static_cast<int>(c.crash) << ' ' << c.eviction << ' ' << c.rounds << ' ' << c.seed << ' ' << c.keys << ' '
     << c.max_payload << ' ' << c.max_kill_delay_ms << ' ' << c.max_crash_op << ' ' << c.fresh_store_every << ' '
-    << c.index_loss_probability << ' ' << c.vary_opener_limits << ' ' << c.verify_after_recovery << '\n';
+    << c.index_loss_probability << ' ' << c.vary_opener_limits << ' ' << c.verify_after_recovery << ' '
+    << c.fail_a_sync << '\n';
   return o.str();
 }
 
@@ -606,7 +622,7 @@ bool DecodeConfig(const std::string& text, TortureConfig* c) {
   int crash = 0;
   in >> crash >> c->eviction >> c->rounds >> c->seed >> c->keys >> c->max_payload >> c->max_kill_delay_ms >>
       c->max_crash_op >> c->fresh_store_every >> c->index_loss_probability >> c->vary_opener_limits >>
-      c->verify_after_recovery;
+      c->verify_after_recovery >> c->fail_a_sync;
   c->crash = static_cast<TortureConfig::Crash>(crash);
   return static_cast<bool>(in) && (crash == 0 || crash == 1);
 }
@@ -619,7 +635,8 @@ std::string EncodeResult(const TortureResult& r) {
                      r.child_failures, r.index_losses, r.writes_pending, r.writes_torn, r.names_undone,
                      r.index_writes_pending, r.index_writes_lost,
                      r.mode_counts[0], r.mode_counts[1], r.mode_counts[2], r.mode_counts[3],
-                     r.small_limit_rounds, r.verifies, r.corrupt_after_recovery})
+                     r.small_limit_rounds, r.verifies, r.corrupt_after_recovery, r.injected_sync_failures,
+                     r.put_io_errors})
     o << v << ' ';
   o << '\n';
   for (const std::string& p : r.problems) {
@@ -638,7 +655,7 @@ bool DecodeResult(const std::string& text, TortureResult* r) {
                       &r->writes_pending, &r->writes_torn, &r->names_undone, &r->index_writes_pending,
                       &r->index_writes_lost, &r->mode_counts[0],
                       &r->mode_counts[1], &r->mode_counts[2], &r->mode_counts[3], &r->small_limit_rounds,
-                      &r->verifies, &r->corrupt_after_recovery})
+                      &r->verifies, &r->corrupt_after_recovery, &r->injected_sync_failures, &r->put_io_errors})
     if (!(in >> *v)) return false;
   std::string line;
   std::getline(in, line);

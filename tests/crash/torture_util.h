@@ -49,6 +49,10 @@ struct TortureConfig {
   // After each recovery, run a deep Verify: it must find no corrupt region
   // (a torn tail recovery left behind, in any segment).
   bool verify_after_recovery = false;
+  // Power loss: half the rounds fail one sync of a segment (EIO) during the
+  // workload, before the crash: the failed write then holds the checkpoint
+  // back, and later removes and overwrites must still hold across the crash.
+  bool fail_a_sync = false;
 };
 
 struct TortureResult {
@@ -68,6 +72,7 @@ struct TortureResult {
   uint64_t mode_counts[4] = {0, 0, 0, 0};
   uint64_t small_limit_rounds = 0;        // reopened with smaller limits (vary_opener_limits)
   uint64_t verifies = 0, corrupt_after_recovery = 0;  // verify_after_recovery
+  uint64_t injected_sync_failures = 0, put_io_errors = 0;  // fail_a_sync: syncs failed on purpose; puts that said IOError
   std::vector<std::string> problems;  // first few, human-readable
   bool ok() const {
     return acked_lost == 0 && wrong_bytes == 0 && unexpected == 0 && reopen_failures == 0 &&
