@@ -66,6 +66,15 @@ NamespaceId RunChildWithFailedSync(const std::string& store, const Options& o,
   return ns;
 }
 
+// Puts keys [from, to) of 30,000 bytes each: true if every put succeeded.
+bool PutKeys(Store& s, NamespaceId ns, int from, int to) {
+  for (int i = from; i < to; ++i) {
+    auto p = Payload(ns, Key(i), 30000);
+    if (!s.Put(ns, Key(i), p.data(), p.size()).ok()) return false;
+  }
+  return true;
+}
+
 TEST(FailedWrite, ASyncFailureHoldsTheCheckpointUntilRecoveryCutsTheTail) {
   testing::TempDir dir;
   const std::string store = dir.Sub("store");
@@ -73,11 +82,7 @@ TEST(FailedWrite, ASyncFailureHoldsTheCheckpointUntilRecoveryCutsTheTail) {
   int step = 0;
   const NamespaceId ns = RunChildWithFailedSync(store, o, [](Store& s, NamespaceId ns) {
     // Later puts succeed (in a fresh segment) and checkpoint as usual.
-    for (int i = 2; i < 40; ++i) {
-      auto p = Payload(ns, Key(i), 30000);
-      if (!s.Put(ns, Key(i), p.data(), p.size()).ok()) return 5;
-    }
-    return 0;
+    return PutKeys(s, ns, 2, 40) ? 0 : 5;
   }, &step);
   ASSERT_EQ(step, 0) << "child step";
   // The failed put's bytes reached the page cache whole; tear them, as a
@@ -115,15 +120,10 @@ TEST(FailedWrite, RemovedBlocksStayRemovedWhileAFailedWriteHoldsTheCheckpoint) {
   Options o = testing::SmallOptions(IoBackend::kPosix);
   int step = 0;
   const NamespaceId ns = RunChildWithFailedSync(store, o, [](Store& s, NamespaceId ns) {
-    auto c = Payload(ns, Key(2), 30000);
-    if (!s.Put(ns, Key(2), c.data(), c.size()).ok()) return 5;
+    if (!PutKeys(s, ns, 2, 3)) return 5;
     if (!s.Remove(ns, Key(1)).ok()) return 6;
     if (!s.Remove(ns, Key(2)).ok()) return 7;
-    for (int i = 3; i < 10; ++i) {
-      auto p = Payload(ns, Key(i), 30000);
-      if (!s.Put(ns, Key(i), p.data(), p.size()).ok()) return 8;
-    }
-    return 0;
+    return PutKeys(s, ns, 3, 10) ? 0 : 8;
   }, &step);
   ASSERT_EQ(step, 0) << "child step";
   // A repair of the crashed store (a copy of it) keeps them out as well.
@@ -164,14 +164,11 @@ TEST(FailedWrite, ARemovedNamespaceRegisteredAgainGetsNoneOfItsOldBlocksBack) {
   Options o = testing::SmallOptions(IoBackend::kPosix);
   int step = 0;
   const NamespaceId ns = RunChildWithFailedSync(store, o, [](Store& s, NamespaceId ns) {
-    auto c = Payload(ns, Key(2), 30000);
-    if (!s.Put(ns, Key(2), c.data(), c.size()).ok()) return 5;
+    if (!PutKeys(s, ns, 2, 3)) return 5;
     if (!s.RemoveNamespace(ns).ok()) return 6;
     auto again = s.RegisterNamespace(testing::TestSpec());
     if (!again.ok() || *again != ns) return 7;
-    auto n = Payload(ns, Key(3), 30000);
-    if (!s.Put(ns, Key(3), n.data(), n.size()).ok()) return 8;
-    return 0;
+    return PutKeys(s, ns, 3, 4) ? 0 : 8;
   }, &step);
   ASSERT_EQ(step, 0) << "child step";
   auto s = Store::Open(store, o);
