@@ -421,6 +421,11 @@ class Store {
   // crash at any later instant (docs/durability.md): it waits for the puts
   // queued before it and, when there was something to remove, an index flush.
   virtual Status Remove(NamespaceId ns, std::string_view key) = 0;
+  // Removes every key in `keys`, as Remove does each, with one index flush
+  // for them all (a Remove per key costs a flush each): durable on return.
+  // `present`, when not null, is set to whether each key had a block; on an
+  // error it says nothing, and any of the keys may be gone or still there.
+  virtual Status RemoveBatch(NamespaceId ns, std::span<const std::string_view> keys, std::vector<bool>* present) = 0;
   // Returns when every put submitted before the call has completed and its
   // index entry is durable: a read-only open (the `kvtier` tools) then sees
   // it, and a crash makes recovery scan nothing before it. (Puts are durable

@@ -100,6 +100,29 @@ Status ServiceStore::Remove(NamespaceId ns, std::string_view key) {
   return Call(wire::Op::kRemove, KeyCall(ns, key), OpDeadline()).status();
 }
 
+Status ServiceStore::RemoveBatch(NamespaceId ns, std::span<const std::string_view> keys, std::vector<bool>* present) {
+  for (std::string_view key : keys)
+    if (key.empty() || key.size() > format::kMaxKeyBytes) return Status::InvalidArgument("key length out of range");
+  if (present != nullptr) present->clear();
+  // Longer lists go in pieces, a flush each.
+  for (size_t at = 0; at < keys.size(); at += wire::kMaxBatchKeys) {
+    const size_t n = std::min<size_t>(keys.size() - at, wire::kMaxBatchKeys);
+    wire::LookupRequest req;
+    req.ns = ns;
+    for (size_t i = 0; i < n; ++i) req.keys.emplace_back(keys[at + i]);
+    wire::WireWriter w;
+    wire::Encode(w, req);
+    auto body = Call(wire::Op::kRemoveBatch, w, OpDeadline());
+    if (!body.ok()) return body.status();
+    wire::WireReader r(*body);
+    std::vector<bool> piece;
+    wire::DecodeRemoveBatchReply(r, n, &piece);
+    KVTIER_RETURN_IF_ERROR(r.Finish("remove_batch reply"));
+    if (present != nullptr) present->insert(present->end(), piece.begin(), piece.end());
+  }
+  return Status::OK();
+}
+
 Status ServiceStore::Flush() { return Call(wire::Op::kFlush, wire::WireWriter(), OpDeadline()).status(); }
 
 Status ServiceStore::EvictTo(uint64_t target_used_bytes) {

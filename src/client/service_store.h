@@ -61,6 +61,7 @@ class ServiceStore final : public Store {
   Status RegisterMemory(void* base, size_t len, int fd, uint64_t offset) override;
   Status UnregisterMemory(void* base) override;
   Status Remove(NamespaceId ns, std::string_view key) override;
+  Status RemoveBatch(NamespaceId ns, std::span<const std::string_view> keys, std::vector<bool>* present) override;
   Status Flush() override;
   Status EvictTo(uint64_t target_used_bytes) override;
   Status ShareNow(std::chrono::milliseconds timeout) override;

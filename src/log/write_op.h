@@ -38,6 +38,10 @@ struct WriteOp {
   RamTier::Pin hold;      // RAM-tier chunks being written from
   uint64_t payload_len = 0, checksum = 0, written_ms = 0;
   uint64_t arg = 0;        // kDrop: the entry's sequence; kEvictTo: target bytes
+  // kRemove: the keys, and where to say which of them had an entry (may be
+  // null; it outlives the op, whose caller waits for it).
+  std::vector<std::string> keys;
+  std::vector<bool>* present = nullptr;
   uint64_t ram_token = 0;  // kRecord: the RAM-tier copy to undo if the put fails
   PutCallback done;
   // kTask: runs on the writer thread once every earlier pass is committed

@@ -183,24 +183,32 @@ Status Writer::CheckpointNow(bool clean, Index::CheckpointFlush flush) {
 }
 
 void Writer::DoRemove(WriteOp& op) {
-  auto e = d_.index->Get(op.ns, op.key);
-  Status st = e.status();
-  // The checkpoint moves past the key's records so that recovery never
-  // re-indexes them, and its flush makes the delete durable. While a failed
-  // write holds the checkpoint back, recovery will scan some of them again,
-  // and a put that failed after writing its record may have left it whole
-  // with no entry to delete: a mark keeps out every record of the key
-  // written so far. Without an entry and with nothing held, no record of the
-  // key lies past the checkpoint unindexed: nothing to do.
-  const bool mark = e.ok() && d_.committer->HoldsFailedWrite();
-  if (e.ok() && (e->has_value() || mark)) {
-    IndexBatch b;
-    if (e->has_value()) b.Delete(op.ns, op.key, **e);
-    if (mark) b.MarkRemoved(op.ns, op.key, pos_.next_seq);
+  // The checkpoint moves past the keys' records so that recovery never
+  // re-indexes them, and its flush makes the deletes durable: one flush for
+  // the whole list. While a failed write holds the checkpoint back, recovery
+  // will scan some of them again, and a put that failed after writing its
+  // record may have left it whole with no entry to delete: a mark keeps out
+  // every record of the key written so far. Without an entry and with nothing
+  // held, no record of the key lies past the checkpoint unindexed: nothing to
+  // do.
+  const bool mark = d_.committer->HoldsFailedWrite();
+  if (op.present != nullptr) op.present->assign(op.keys.size(), false);
+  Status st;
+  IndexBatch b;
+  for (size_t i = 0; i < op.keys.size(); ++i) {
+    auto e = d_.index->Get(op.ns, op.keys[i]);
+    st = e.status();
+    if (!st.ok()) break;
+    if (e->has_value()) b.Delete(op.ns, op.keys[i], **e);
+    if (mark) b.MarkRemoved(op.ns, op.keys[i], pos_.next_seq);
+    if (op.present != nullptr) (*op.present)[i] = e->has_value();
+  }
+  if (st.ok() && !b.empty()) {
     st = d_.index->Commit(b, false);
     if (st.ok()) st = CheckpointNow(false);
   }
-  if (ram_ != nullptr) ram_->Erase(op.ns, op.key);
+  if (ram_ != nullptr)
+    for (const std::string& key : op.keys) ram_->Erase(op.ns, key);
   FinishPut(op.done, st);
 }
 

@@ -92,6 +92,7 @@ class StoreImpl final : public Store, public BlockSink {
                     const std::function<bool(const BlockInfo&)>& fn) override;
 
   Status Remove(NamespaceId ns, std::string_view key) override;
+  Status RemoveBatch(NamespaceId ns, std::span<const std::string_view> keys, std::vector<bool>* present) override;
   Status Flush() override;
   Status EvictTo(uint64_t target_used_bytes) override;
   Status ShareNow(std::chrono::milliseconds timeout) override;

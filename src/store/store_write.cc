@@ -264,13 +264,18 @@ Status StoreImpl::Flush() {
 }
 
 Status StoreImpl::Remove(NamespaceId ns, std::string_view key) {
-  if (key.empty() || key.size() > format::kMaxKeyBytes)
-    return Status::InvalidArgument("key length out of range");
-  c_.removes.Add();
+  return RemoveBatch(ns, std::span<const std::string_view>(&key, 1), nullptr);
+}
+
+Status StoreImpl::RemoveBatch(NamespaceId ns, std::span<const std::string_view> keys, std::vector<bool>* present) {
+  for (std::string_view key : keys)
+    if (key.empty() || key.size() > format::kMaxKeyBytes) return Status::InvalidArgument("key length out of range");
+  c_.removes.Add(keys.size());
   WriteOp op;
   op.kind = WriteOp::Kind::kRemove;
   op.ns = ns;
-  op.key.assign(key);
+  op.keys.assign(keys.begin(), keys.end());
+  op.present = present;
   return RunOnWriter(std::move(op));
 }
 

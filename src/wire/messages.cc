@@ -211,6 +211,17 @@ void DecodeGetBatchReply(WireReader& r, size_t n, std::vector<Result<size_t>>* g
   }
 }
 
+void EncodeRemoveBatchReply(WireWriter& w, const std::vector<bool>& present) {
+  w.U32(static_cast<uint32_t>(present.size()));
+  for (bool p : present) w.Bool(p);
+}
+void DecodeRemoveBatchReply(WireReader& r, size_t n, std::vector<bool>* present) {
+  const uint32_t count = r.Count(kMaxBatchKeys, 1);
+  if (count != n) r.Fail();
+  present->clear();
+  for (uint32_t i = 0; i < count && r.ok(); ++i) present->push_back(r.Bool());
+}
+
 void Encode(WireWriter& w, const TierMap& m) {
   w.U64(m.file_bytes);
   w.U64(m.data_offset);

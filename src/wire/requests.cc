@@ -151,7 +151,7 @@ Status Parse(std::string_view body, LookupRequest* out) {
   out->keys.clear();
   out->keys.reserve(n);
   for (uint32_t i = 0; i < n && r.ok(); ++i) out->keys.push_back(Key(r));
-  return r.Finish("lookup_prefix");
+  return r.Finish("key list");
 }
 Status Parse(std::string_view body, ListBlocksRequest* out) {
   WireReader r(body);

@@ -40,8 +40,8 @@ namespace kvtier::wire {
 inline constexpr uint32_t kWireMagic = 0x5653564B;
 // 2: Stats carries the lookup map's state; 3: get_batch; 4: Stats carries
 // the hot region's segments and the disk reads' phase times; 5: and the
-// puts' phase times; 7: map_tier, pin_tier and unpin_tier.
-inline constexpr uint16_t kWireVersion = 7;
+// puts' phase times; 7: map_tier, pin_tier and unpin_tier; 8: remove_batch.
+inline constexpr uint16_t kWireVersion = 8;
 inline constexpr size_t kHeaderBytes = 24;
 inline constexpr uint32_t kMaxBodyBytes = 4u << 20;
 inline constexpr uint32_t kMaxFragments = 64;     // per put or get
@@ -66,6 +66,7 @@ enum class Op : uint16_t {
   kListBlocks = 25,       // a page of entries after a key
   kRemove = 26,
   kGetBatch = 27,         // ns, deadline, [key, fragments] -> [status, size]
+  kRemoveBatch = 28,      // ns, keys -> [present]
   kFlush = 30,
   kEvictTo = 31,
   kShareNow = 32,

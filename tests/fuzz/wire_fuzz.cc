@@ -46,7 +46,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 2) return 0;
   const unsigned selector = data[0] | (data[1] << 8);
   const std::string_view body(reinterpret_cast<const char*>(data + 2), size - 2);
-  switch (selector % 23) {
+  switch (selector % 24) {
     case 0: RoundTrip<HelloRequest>(body); break;
     case 1: RoundTrip<RegisterRegionRequest>(body); break;
     case 2: RoundTrip<RegionRequest>(body); break;
@@ -76,6 +76,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     case 21: DecodeReply<TierMap>(body); break;
     case 22: DecodeReply<TierLease>(body); break;
+    case 23: {
+      WireReader r(body);
+      std::vector<bool> present;
+      DecodeRemoveBatchReply(r, body.empty() ? 0 : static_cast<uint8_t>(body[0]), &present);
+      (void)r.Finish("remove_batch reply");
+      break;
+    }
     default: {
       WireReader r(body);
       (void)r.Status();

@@ -383,6 +383,9 @@ TEST(ServiceFaults, TenantsByUidNeverSeeEachOthersBlocks) {
     const std::string k1 = Key(1);
     const std::vector<std::string_view> keys = {k1};
     if (lender->PinTier(1, mine, keys).ok()) _exit(22);
+    // Nor may it remove the other tenant's blocks.
+    if ((*c)->Remove(mine, Key(1)).ok()) _exit(23);
+    if ((*c)->RemoveBatch(mine, keys, nullptr).ok()) _exit(24);
   });
   // The admin's block is untouched; the admin sees both namespaces, and may
   // borrow the tier.

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "service/service_util.h"
+#include "wire/wire.h"
 
 namespace kvtier::testing {
 namespace {
@@ -173,6 +174,36 @@ TEST_F(ServiceTest, EveryCallOfTheStoreInterfaceWorksThroughTheService) {
   EXPECT_TRUE(c->ListNamespaces().value().empty());
   ASSERT_TRUE(c->Close().ok());
   EXPECT_EQ(c->Put(*ns, Key(1), "x", 1).code(), Code::kClosed);
+}
+
+// A list longer than one request allows goes in pieces; the answer is
+// still one flag per key, in order.
+TEST_F(ServiceTest, ARemoveBatchLongerThanOneRequestSaysForEveryKeyWhetherItWasThere) {
+  ServedStore served(dir_.path());
+  auto c = served.Client();
+  ASSERT_NE(c, nullptr);
+  const NamespaceId ns = c->RegisterNamespace(TestSpec()).value();
+  std::vector<std::string> keys;
+  for (uint32_t i = 0; i < wire::kMaxBatchKeys + 100; ++i) keys.push_back(Key(i));
+  const std::vector<size_t> put_at{0, 7, wire::kMaxBatchKeys - 1, wire::kMaxBatchKeys, wire::kMaxBatchKeys + 99};
+  for (size_t i : put_at) {
+    auto p = Payload(ns, keys[i], 5000);
+    ASSERT_TRUE(c->Put(ns, keys[i], p.data(), p.size()).ok());
+  }
+  const std::vector<std::string_view> views(keys.begin(), keys.end());
+  std::vector<bool> present;
+  ASSERT_TRUE(c->RemoveBatch(ns, views, &present).ok());
+  ASSERT_EQ(present.size(), keys.size());
+  for (size_t i = 0; i < keys.size(); ++i)
+    EXPECT_EQ(present[i], std::find(put_at.begin(), put_at.end(), i) != put_at.end()) << i;
+  for (size_t i : put_at) EXPECT_TRUE(c->GetVector(ns, keys[i]).status().IsNotFound()) << i;
+  EXPECT_EQ(served.store()->GetStats().removes, keys.size());
+  // Bad input is refused before anything is sent.
+  const std::vector<std::string_view> bad{keys[0], ""};
+  EXPECT_EQ(c->RemoveBatch(ns, bad, &present).code(), Code::kInvalidArgument);
+  // As Remove: a namespace with none of the keys (here none at all) is OK.
+  ASSERT_TRUE(c->RemoveBatch(ns + 1, views, &present).ok());
+  EXPECT_EQ(std::count(present.begin(), present.end(), true), 0);
 }
 
 TEST_F(ServiceTest, AsyncPutsAndGetsCompleteWithTheirCallbacks) {

@@ -1,0 +1,131 @@
+// RemoveBatch: the keys of a list removed with one index flush, durable on
+// return like Remove. (Removing under a failed write's held checkpoint:
+// failed_write_test.cc.)
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "doubles/fault_injection.h"
+#include "kvtier/store.h"
+#include "store/store_test_util.h"
+
+namespace kvtier {
+namespace {
+
+using testing::Key;
+using testing::Payload;
+
+std::vector<std::string_view> Views(const std::vector<std::string>& keys) {
+  return std::vector<std::string_view>(keys.begin(), keys.end());
+}
+
+void PutKeys(Store& s, NamespaceId ns, int from, int to) {
+  for (int i = from; i < to; ++i) {
+    auto p = Payload(ns, Key(i), 20000);
+    ASSERT_TRUE(s.Put(ns, Key(i), p.data(), p.size()).ok());
+  }
+}
+
+TEST(RemoveBatch, RemovesTheKeysAndSaysWhichWerePresent) {
+  testing::TempDir dir;
+  auto s = testing::OpenOrFail(dir.Sub("store"), testing::SmallOptions());
+  const NamespaceId ns = testing::RegisterOrFail(s.get());
+  PutKeys(*s, ns, 0, 20);
+  // Present keys, an absent one, and a key named twice.
+  const std::vector<std::string> keys{Key(3), "absent", Key(7), Key(3), Key(19)};
+  std::vector<bool> present;
+  ASSERT_TRUE(s->RemoveBatch(ns, Views(keys), &present).ok());
+  // The second Key(3) is looked up before the batch's deletes commit.
+  EXPECT_EQ(present, (std::vector<bool>{true, false, true, true, true}));
+  for (int i = 0; i < 20; ++i) {
+    const bool gone = i == 3 || i == 7 || i == 19;
+    EXPECT_EQ(*s->Contains(ns, Key(i)), !gone) << i;
+    EXPECT_EQ(s->GetVector(ns, Key(i)).status().IsNotFound(), gone) << i;
+  }
+  EXPECT_EQ(s->GetStats().removes, 5u);
+  // An empty list does nothing; a null `present` is allowed.
+  EXPECT_TRUE(s->RemoveBatch(ns, {}, &present).ok());
+  EXPECT_TRUE(present.empty());
+  const std::vector<std::string> more{Key(4)};
+  EXPECT_TRUE(s->RemoveBatch(ns, Views(more), nullptr).ok());
+  EXPECT_FALSE(*s->Contains(ns, Key(4)));
+  // A bad key refuses the whole list: nothing removed.
+  const std::vector<std::string> bad{Key(5), ""};
+  EXPECT_EQ(s->RemoveBatch(ns, Views(bad), &present).code(), Code::kInvalidArgument);
+  EXPECT_TRUE(*s->Contains(ns, Key(5)));
+  ASSERT_TRUE(s->Close().ok());
+
+  // And across a clean restart.
+  s = testing::OpenOrFail(dir.Sub("store"), testing::SmallOptions());
+  EXPECT_FALSE(*s->Contains(ns, Key(3)));
+  EXPECT_FALSE(*s->Contains(ns, Key(19)));
+  EXPECT_TRUE(*s->Contains(ns, Key(5)));
+}
+
+// What the batch is for: a Remove per key flushes the index once each (a
+// new table file each time); a batch flushes once for the list.
+TEST(RemoveBatch, FlushesTheIndexOnceForTheWholeList) {
+  testing::TempDir dir;
+  auto fs = std::make_shared<FaultInjectionFileSystem>(DefaultFileSystem(IoBackend::kPosix));
+  Options o = testing::SmallOptions(IoBackend::kPosix);
+  o.file_system = fs;
+  auto s = testing::OpenOrFail(dir.Sub("store"), o);
+  const NamespaceId ns = testing::RegisterOrFail(s.get());
+  PutKeys(*s, ns, 0, 40);
+  ASSERT_TRUE(s->Flush().ok());
+
+  std::vector<std::string> first;
+  for (int i = 0; i < 20; ++i) first.push_back(Key(i));
+  fs->ResetCounts();
+  ASSERT_TRUE(s->RemoveBatch(ns, Views(first), nullptr).ok());
+  const uint64_t batch_syncs = fs->Calls(FaultOp::kSync);
+
+  fs->ResetCounts();
+  for (int i = 20; i < 40; ++i) ASSERT_TRUE(s->Remove(ns, Key(i)).ok());
+  const uint64_t single_syncs = fs->Calls(FaultOp::kSync);
+
+  EXPECT_GT(batch_syncs, 0u);
+  // Each single remove syncs at least what the whole batch did.
+  EXPECT_GE(single_syncs, 20 * batch_syncs) << "batch " << batch_syncs << ", 20 removes " << single_syncs;
+  for (int i = 0; i < 40; ++i) EXPECT_FALSE(*s->Contains(ns, Key(i))) << i;
+}
+
+// Durable when it returns: a process killed right after it (no close, no
+// clean checkpoint) leaves the keys removed and the rest in place.
+TEST(RemoveBatch, IsDurableWhenItReturns) {
+  testing::TempDir dir;
+  const std::string store = dir.Sub("store");
+  const Options o = testing::SmallOptions(IoBackend::kPosix);
+  NamespaceId ns = 0;
+  {
+    auto s = testing::OpenOrFail(store, o);
+    ns = testing::RegisterOrFail(s.get());
+    PutKeys(*s, ns, 0, 30);
+    ASSERT_TRUE(s->Close().ok());
+  }
+  testing::InKilledChild([&] {
+    auto s = Store::Open(store, o);
+    if (!s.ok()) _exit(2);
+    std::vector<std::string> keys;
+    for (int i = 0; i < 30; i += 2) keys.push_back(Key(i));
+    if (!(*s)->RemoveBatch(ns, Views(keys), nullptr).ok()) _exit(3);
+    _exit(0);  // before the store's destructor could close it
+  });
+  auto s = testing::OpenOrFail(store, o);
+  EXPECT_TRUE(s->GetStats().recovered_from_crash);
+  for (int i = 0; i < 30; ++i) {
+    auto got = s->GetVector(ns, Key(i));
+    if (i % 2 == 0) {
+      EXPECT_TRUE(got.status().IsNotFound()) << i << " came back";
+    } else {
+      ASSERT_TRUE(got.ok()) << i << ": " << got.status().ToString();
+      EXPECT_EQ(*got, Payload(ns, Key(i), 20000));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvtier
