@@ -43,7 +43,7 @@
 extern "C" {
 #endif
 
-#define KVTIER_ABI_VERSION ((1u << 16) | 4u) /* 1.4: kvtier_gpu_set_copy_method, kvtier_gpu_stats_json; 1.3: kvtier_destroy_store; 1.2: the GPU path; 1.1: kvtier_register_memory, unix:/auto: opens */
+#define KVTIER_ABI_VERSION ((1u << 16) | 5u) /* 1.5: kvtier_remove_batch; 1.4: kvtier_gpu_set_copy_method, kvtier_gpu_stats_json; 1.3: kvtier_destroy_store; 1.2: the GPU path; 1.1: kvtier_register_memory, unix:/auto: opens */
 #define KVTIER_MAX_KEY_BYTES 255
 
 /* Status codes: equal to kvtier::Code. */
@@ -212,6 +212,12 @@ int kvtier_list_keys(kvtier_store* s, kvtier_ns ns, const void* prefix, size_t p
 /* ---- Removal, durability, statistics -------------------------------------------- */
 /* OK also when the key was absent. */
 int kvtier_remove(kvtier_store* s, kvtier_ns ns, const void* key, size_t key_len);
+/* Removes n keys with one index flush for them all (kvtier_remove flushes once
+ * per key): durable on return. out_present (may be NULL) gets 1 for each key
+ * that had a block, 0 for an absent one; on an error it says nothing, and any
+ * of the keys may be gone or still there. */
+int kvtier_remove_batch(kvtier_store* s, kvtier_ns ns, const kvtier_key* keys, size_t n,
+                        uint8_t* out_present);
 /* Returns when every put submitted before it has completed and its index entry is
  * durable (a read-only open then sees it). */
 int kvtier_flush(kvtier_store* s);

@@ -347,6 +347,24 @@ int kvtier_remove(kvtier_store* s, kvtier_ns ns, const void* key, size_t key_len
   });
 }
 
+int kvtier_remove_batch(kvtier_store* s, kvtier_ns ns, const kvtier_key* keys, size_t n, uint8_t* out_present) {
+  return Guard([&]() -> int {
+    if (int rc = CheckStore(s)) return rc;
+    if (keys == nullptr && n != 0) return Invalid("null key list");
+    std::vector<std::string_view> v;
+    v.reserve(n);
+    for (size_t i = 0; i < n; ++i) {
+      if (int rc = CheckKey(keys[i].data, keys[i].size)) return rc;
+      v.push_back(Key(keys[i].data, keys[i].size));
+    }
+    std::vector<bool> present;
+    Status st = s->store->RemoveBatch(ns, v, out_present != nullptr ? &present : nullptr);
+    if (st.ok() && out_present != nullptr)
+      for (size_t i = 0; i < n; ++i) out_present[i] = present[i] ? 1 : 0;
+    return Report(st);
+  });
+}
+
 int kvtier_flush(kvtier_store* s) {
   return Guard([&]() -> int {
     if (int rc = CheckStore(s)) return rc;

@@ -95,6 +95,13 @@ def test_batch_lookup_remove(store_dir):
         ns.remove("k1")
         ns.remove("k1")
         assert ns.lookup_prefix(keys) == 1
+        # Several at once, one index flush: which of them had a block.
+        assert ns.remove_batch(["k2", "zz", b"k3", "k2"]) == [True, False, True, True]
+        assert ns.remove_batch([]) == []
+        assert ns.lookup_prefix(keys) == 1 and "k0" in ns and "k3" not in ns
+        with pytest.raises(KvtierError) as e:
+            ns.remove_batch(["k0", ""])
+        assert e.value.code == Code.INVALID_ARGUMENT and "k0" in ns
         s.flush()
         st = s.stats()
         assert st["puts"] >= 4 and "io_backend" in st

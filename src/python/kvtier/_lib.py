@@ -11,7 +11,7 @@ import glob
 import os
 
 ABI_MAJOR = 1
-ABI_MINOR = 4  # kvtier_gpu_set_copy_method, kvtier_gpu_stats_json; 3: kvtier_destroy_store; 2: the GPU path (kvtier_get_to_device ...)
+ABI_MINOR = 5  # kvtier_remove_batch; 4: kvtier_gpu_set_copy_method, kvtier_gpu_stats_json; 3: kvtier_destroy_store; 2: the GPU path (kvtier_get_to_device ...)
 
 c_ns = ctypes.c_uint64
 
@@ -66,6 +66,7 @@ _SIGNATURES = {
     "kvtier_block_size": (_I, [_P, c_ns, _P, _SZ, ctypes.POINTER(ctypes.c_uint64)]),
     "kvtier_list_keys": (_I, [_P, c_ns, _P, _SZ, KEY_VISITOR, _P]),
     "kvtier_remove": (_I, [_P, c_ns, _P, _SZ]),
+    "kvtier_remove_batch": (_I, [_P, c_ns, ctypes.POINTER(Key), _SZ, ctypes.POINTER(ctypes.c_uint8)]),
     "kvtier_flush": (_I, [_P]),
     "kvtier_share_now": (_I, [_P, ctypes.c_uint32]),
     "kvtier_register_memory": (_I, [_P, _P, _SZ, _I, ctypes.c_uint64]),

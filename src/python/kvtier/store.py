@@ -493,3 +493,14 @@ class Namespace:
         """Removes key (no error when absent)."""
         k = _buffers.key_bytes(key)
         _check(lib.kvtier_remove(self.store._handle(), self.id, k, len(k)))
+
+    def remove_batch(self, keys):
+        """Removes every key with one index flush for them all (remove() costs
+        a flush per key). Returns a list of bools: which keys had a block."""
+        arr, n, keep = _buffers.packed_keys(keys)
+        if n == 0:
+            return []
+        present = (ctypes.c_uint8 * n)()
+        _check(lib.kvtier_remove_batch(self.store._handle(), self.id, arr, n, present))
+        del keep
+        return [bool(p) for p in present]
