@@ -116,17 +116,14 @@ class KvtierL2Connector:
     def submit_batch_exists(self, keys):
         if self._ns is None:
             return self._refuse(keys, lookup=True)
-        return self._submit_on_pool(keys, self._ns.contains)
+        return self._submit_on_pool(keys, lambda ks: [self._ns.contains(k) for k in ks])
 
     def submit_batch_delete(self, keys):
-        def remove(k):
-            present = self._ns.contains(k)
-            self._ns.remove(k)
-            return present
-
         if self._ns is None:
             return self._refuse(keys, lookup=True)
-        return self._submit_on_pool(keys, remove)
+        # One index flush for the batch: LMCache's L2 eviction deletes many
+        # keys at once, and a remove per key would flush per key.
+        return self._submit_on_pool(keys, self._ns.remove_batch)
 
     def drain_completions(self):
         try:
@@ -214,18 +211,16 @@ class KvtierL2Connector:
         except Exception as e:
             settle(i, False, str(e))
 
-    def _submit_on_pool(self, keys, per_key):
+    def _submit_on_pool(self, keys, answer):
+        """answer(keys) -> a bool per key, run on the pool."""
         keys = [store_key(k) for k in keys]
         fid = self._new_batch()
 
         def run():
-            out, err = [], ""
-            for k in keys:
-                try:
-                    out.append(bool(per_key(k)))
-                except KvtierError as e:
-                    out.append(False)
-                    err = err or str(e)
+            try:
+                out, err = [bool(x) for x in answer(keys)], ""
+            except KvtierError as e:
+                out, err = [False] * len(keys), str(e)
             self._finish(fid, out, err, ok=not err)
 
         try:
