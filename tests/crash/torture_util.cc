@@ -375,11 +375,19 @@ class Child {
           if (!st.ok()) Fail("Flush: " + st.ToString(), 30);
         }
       } else if (r < 75) {
-        uint32_t k = pick(rng_);
-        uint32_t no = ++op_no_;
-        Log('I', k, -1, no);
-        Status st = s->Remove(ns_, Key(k));
-        Log(st.ok() ? 'A' : 'E', k, -1, no, st.code());
+        // A remove, or a batch of them (one flush; a key may come twice).
+        const size_t count = rng_() % 2 == 0 ? 1 : 2 + rng_() % 4;
+        std::vector<uint32_t> keys, nos;
+        std::vector<std::string> names;
+        for (size_t i = 0; i < count; ++i) {
+          keys.push_back(pick(rng_));
+          names.push_back(Key(keys.back()));
+          nos.push_back(++op_no_);
+          Log('I', keys.back(), -1, nos.back());
+        }
+        const std::vector<std::string_view> views(names.begin(), names.end());
+        Status st = count == 1 ? s->Remove(ns_, names[0]) : s->RemoveBatch(ns_, views, nullptr);
+        for (size_t i = 0; i < count; ++i) Log(st.ok() ? 'A' : 'E', keys[i], -1, nos[i], st.code());
       } else if (r < 97) {
         CheckRead(pick(rng_));
       } else if (r < 99 || !c_.eviction) {
