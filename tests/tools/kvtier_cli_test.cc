@@ -566,6 +566,37 @@ TEST_F(KvtierCli, EvictAndRm) {
   EXPECT_NE(t.out.find("0 segments"), std::string::npos) << t.out;
 }
 
+// A long list goes through a file (or standard input): one hex key a line,
+// as `kvtier ls --json | jq -r '.[].key'` prints them.
+TEST_F(KvtierCli, RmTakesKeysFromAFile) {
+  const std::string list = tmp_.Sub("keys.txt");
+  {
+    std::ofstream f(list);
+    f << "# stale blocks\n" << Hex(KeyOf(2)) << "\n\n  " << Hex(KeyOf(3)) << "  \r\n" << "00ff\n";
+  }
+  json rm = Json(Kv({"rm", f_.dir, "--ns", "alpha", "--keys-from", list, Hex(KeyOf(4)), "--json"}));
+  EXPECT_EQ(rm["blocks_removed"], 3);
+  EXPECT_EQ(rm["keys_absent"], 1);
+  EXPECT_EQ(Json(Kv({"ls", f_.dir, "--ns", "alpha", "--json"})).size(), 9u);
+  // A bad line refuses the whole list, naming the line: nothing removed.
+  const std::string bad = tmp_.Sub("bad.txt");
+  {
+    std::ofstream f(bad);
+    f << Hex(KeyOf(5)) << "\nnot-hex\n";
+  }
+  Out b = Kv({"rm", f_.dir, "--ns", "alpha", "--keys-from", bad});
+  EXPECT_EQ(b.rc, 2);
+  EXPECT_NE(b.err.find("line 2"), std::string::npos) << b.err;
+  // An empty file is no list at all: refused, not read as "everything".
+  const std::string empty = tmp_.Sub("empty.txt");
+  { std::ofstream f(empty); }
+  Out e = Kv({"rm", f_.dir, "--ns", "alpha", "--keys-from", empty});
+  EXPECT_EQ(e.rc, 2);
+  EXPECT_NE(e.err.find("holds no key"), std::string::npos) << e.err;
+  EXPECT_EQ(Kv({"rm", f_.dir, "--ns", "alpha", "--keys-from", tmp_.Sub("missing.txt")}).rc, 2);
+  EXPECT_EQ(Json(Kv({"ls", f_.dir, "--ns", "alpha", "--json"})).size(), 9u);
+}
+
 TEST_F(KvtierCli, StatsPrometheus) {
   Out s = Kv({"stats", f_.dir});
   ASSERT_EQ(s.rc, 0) << s.err;

@@ -1,6 +1,8 @@
-// kvtier rm DIR --ns N KEY...: remove keys; `--all-blocks` with no key drops
-// the whole namespace (takes the lock). An empty key list alone is refused:
-// a script whose key list came out empty must not wipe a namespace.
+// kvtier rm DIR --ns N KEY... [--keys-from FILE]: remove keys, with one
+// index flush for all of them; `--all-blocks` with no key drops the whole
+// namespace (takes the lock). An empty key list alone is refused: a script
+// whose key list came out empty must not wipe a namespace.
+#include <fstream>
 #include <iostream>
 
 #include "commands.h"
@@ -13,10 +15,41 @@ struct Rm {
   StoreArgs a;
   std::string ns;
   std::vector<std::string> keys;
+  std::string keys_from;
   bool all = false;
 };
 
-int Run(const Rm& in) {
+// Hex keys from `path` ("-": standard input), one per line; blank lines and
+// lines starting with '#' are skipped. A bad line names its number.
+Status ReadKeyFile(const std::string& path, std::vector<std::string>* keys) {
+  std::ifstream file;
+  if (path != "-") {
+    file.open(path);
+    if (!file) return Status::InvalidArgument("--keys-from " + path + ": cannot read it");
+  }
+  std::istream& s = path == "-" ? std::cin : file;
+  std::string line;
+  for (size_t no = 1; std::getline(s, line); ++no) {
+    const size_t b = line.find_first_not_of(" \t\r");
+    if (b == std::string::npos || line[b] == '#') continue;
+    const size_t e = line.find_last_not_of(" \t\r");
+    const std::string hex = line.substr(b, e - b + 1);
+    std::string k;
+    Status p = ParseHexKey(hex, &k);
+    if (!p.ok()) return Status::InvalidArgument("--keys-from " + path + " line " + std::to_string(no) + ": " + p.message());
+    keys->push_back(hex);
+  }
+  if (s.bad()) return Status::InvalidArgument("--keys-from " + path + ": read error");
+  return Status::OK();
+}
+
+int Run(Rm in) {
+  if (!in.keys_from.empty()) {
+    Status r = ReadKeyFile(in.keys_from, &in.keys);
+    if (!r.ok()) return Fail("rm", kExitUsage, r.message());
+  }
+  if (in.keys.empty() && !in.all && !in.keys_from.empty())
+    return Fail("rm", kExitUsage, "--keys-from " + in.keys_from + " holds no key: nothing removed");
   if (in.keys.empty() && !in.all)
     return Fail("rm", kExitUsage, "no KEY given: name the keys to remove, or pass --all-blocks to drop namespace " +
                                       in.ns + " with every block in it");
@@ -75,6 +108,7 @@ Command AddRm(CLI::App& root) {
   CLI::App* sub = root.add_subcommand("rm", "Remove blocks by key, or drop a whole namespace with --all-blocks (takes the lock)");
   AddDirArg(sub, &in->a);
   sub->add_option("KEY", in->keys, "Keys as hex");
+  sub->add_option("--keys-from", in->keys_from, "Also the hex keys in FILE, one per line ('-': standard input)");
   sub->add_flag("--all-blocks", in->all, "Drop the namespace and every block in it (no KEY)");
   sub->add_option("--ns", in->ns, "Namespace (display name or 16-hex id)")->required();
   AddJsonFlag(sub, &in->a.json);
