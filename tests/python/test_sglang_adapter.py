@@ -19,7 +19,8 @@ if os.environ.get("KVTIER_SGLANG_SRC"):
 else:
     sys.path.insert(0, os.path.join(HERE, "standins"))
 
-from sglang.srt.mem_cache.hicache_storage import HiCacheStorage, HiCacheStorageConfig  # noqa: E402
+from sglang.srt.mem_cache.hicache_storage import (HiCacheStorage, HiCacheStorageConfig,  # noqa: E402
+                                                  PoolHitPolicy, PoolName, PoolTransfer)
 from sglang.srt.mem_cache.memory_pool_host import MHATokenToKVPoolHost  # noqa: E402
 from sglang.srt.observability.metrics_collector import StorageMetrics  # noqa: E402
 
@@ -213,10 +214,97 @@ def test_split_heads_is_refused_by_name(store_dir):
         adapter.KvtierHiCacheStorage(cfg, {})
 
 
-def test_hybrid_pools_are_refused_by_name(store_dir):
-    b = backend(store_dir, host_pool())
-    with pytest.raises(ValueError, match="hybrid models are not supported.*mamba"):
-        b.register_mem_host_pool_v2(host_pool(), "mamba")
+def hybrid_backend(path, kv, swa, swa_name=None):
+    # As SGLang's HybridCacheController attaches a hybrid model's pools: the
+    # KV pool first, then every entry of its host pool group through _v2.
+    b = backend(path, kv)
+    b.register_mem_host_pool_v2(kv, PoolName.KV)
+    b.register_mem_host_pool_v2(swa, swa_name or PoolName.SWA)
+    return b
+
+
+def swa_transfer(pool, ks, n_pages=None, policy=None):
+    idx = None if n_pages is None else pages(pool, n_pages)
+    return PoolTransfer(name=PoolName.SWA, host_indices=idx, keys=list(ks),
+                        hit_policy=policy or PoolHitPolicy.TRAILING_PAGES)
+
+
+def test_a_hybrid_models_extra_pool_pages_survive_a_restart_byte_for_byte(store_dir):
+    # An SWA model: the KV pool and a sliding-window pool of other layers,
+    # whose last two pages a prefix needs (SGLang's TRAILING_PAGES policy).
+    kv, swa = host_pool(seed=1), host_pool(layers=2, seed=2)
+    b = hybrid_backend(store_dir, kv, swa)
+    ks = keys(6)
+    kv_idx = pages(kv, 6)
+    assert b.batch_set_v1(ks, kv_idx) == [True] * 6
+    t = swa_transfer(swa, ks[-2:], n_pages=2)
+    want = page_bytes(swa, t.host_indices)
+    assert b.batch_set_v2([t]) == {PoolName.SWA: [True, True]}
+    assert b.batch_set_v2([t]) == {PoolName.SWA: [True, True]}  # already there: not written again
+    b.close()
+
+    kv2, swa2 = host_pool(), host_pool(layers=2)
+    b = hybrid_backend(store_dir, kv2, swa2)
+    # The prompt asks for three pages more than were stored: the KV prefix is 6
+    # pages, and the SWA window that ends there is stored too.
+    longer = ks + keys(3, "x")
+    hit = b.batch_exists_v2(longer, [swa_transfer(swa2, longer[-2:])])
+    assert (hit.kv_hit_pages, hit.extra_pool_hit_pages) == (6, {PoolName.KV: 6, PoolName.SWA: 6})
+    t2 = swa_transfer(swa2, ks[-2:], n_pages=2)  # SGLang re-aligns the window to the hit
+    assert b.batch_get_v2([t2]) == {PoolName.SWA: [True, True]}
+    assert all(torch.equal(a, w) for a, w in zip(page_bytes(swa2, t2.host_indices), want))
+    # Every page of the prefix must be there under ALL_PAGES: only two are.
+    hit = b.batch_exists_v2(ks, [swa_transfer(swa2, ks, policy=PoolHitPolicy.ALL_PAGES)])
+    assert (hit.kv_hit_pages, hit.extra_pool_hit_pages) == (0, {PoolName.KV: 6})
+    # A window that ends earlier than the stored one is a shorter prefix.
+    hit = b.batch_exists_v2(ks[:5], [swa_transfer(swa2, ks[3:5])])
+    assert hit.kv_hit_pages == 0
+    b.close()
+
+
+def test_an_extra_pool_of_another_geometry_or_name_misses_every_prefix(store_dir):
+    kv, swa = host_pool(seed=1), host_pool(layers=2, seed=2)
+    b = hybrid_backend(store_dir, kv, swa)
+    ks = keys(4)
+    assert b.batch_set_v1(ks, pages(kv, 4)) == [True] * 4
+    assert b.batch_set_v2([swa_transfer(swa, ks[-1:], n_pages=1)]) == {PoolName.SWA: [True]}
+    b.close()
+    for other, name in ((host_pool(layers=1), None), (host_pool(layers=2, dtype=torch.float16), None),
+                        (host_pool(layers=2), PoolName.INDEXER)):
+        b = hybrid_backend(store_dir, host_pool(), other, name)
+        t = swa_transfer(other, ks[-1:], n_pages=1)
+        t.name = name or PoolName.SWA
+        hit = b.batch_exists_v2(ks, [t])
+        assert (hit.kv_hit_pages, hit.extra_pool_hit_pages) == (0, {PoolName.KV: 4})
+        assert b.batch_get_v2([t]) == {t.name: [False]}
+        b.close()
+
+
+def test_extra_pool_transfers_that_do_not_add_up_fail_alone(store_dir, caplog):
+    kv, swa = host_pool(seed=1), host_pool(layers=2, seed=2)
+    b = hybrid_backend(store_dir, kv, swa)
+    ks = keys(3)
+    bad = swa_transfer(swa, ks, n_pages=2)  # three keys, two pages of indices
+    with caplog.at_level(logging.ERROR):
+        assert b.batch_set_v2([bad]) == {PoolName.SWA: [False] * 3}
+    assert "do not match" in caplog.text
+    # A pool SGLang never registered answers nothing.
+    unknown = PoolTransfer(name=PoolName.MAMBA, host_indices=pages(swa, 1), keys=ks[:1])
+    assert b.batch_set_v2([unknown]) == {PoolName.MAMBA: [False]}
+    assert b.batch_get_v2([unknown]) == {PoolName.MAMBA: [False]}
+    assert b.batch_exists_v2(ks, [unknown]).kv_hit_pages == 0
+    b.close()
+
+
+def test_clear_drops_the_extra_pools_pages_too(store_dir):
+    kv, swa = host_pool(seed=1), host_pool(layers=2, seed=2)
+    b = hybrid_backend(store_dir, kv, swa)
+    ks = keys(2)
+    assert b.batch_set_v1(ks, pages(kv, 2)) == [True] * 2
+    assert b.batch_set_v2([swa_transfer(swa, ks, n_pages=2)]) == {PoolName.SWA: [True, True]}
+    assert b.clear()
+    assert b.batch_exists_v2(ks, [swa_transfer(swa, ks)]).kv_hit_pages == 0
+    assert b.batch_get_v2([swa_transfer(swa, ks, n_pages=2)]) == {PoolName.SWA: [False, False]}
     b.close()
 
 

@@ -249,9 +249,147 @@ def test_mla_rank_zero_writes_and_every_rank_hits_through_the_service(tmp_path, 
         _set_ranks({"tp_rank": 0, "tp_size": 1})
 
 
+# ---- Hybrid models: an extra pool beside the KV pool (SGLang's _v2 storage API) ------
+
+
+MAMBA_LAYERS, MAMBA_CONV, MAMBA_STATE = 2, (6, 3), (2, 4, 4)
+
+
+def _mamba_device_pool(layers=MAMBA_LAYERS, state=MAMBA_STATE):
+    torch, _, _, _ = _sglang()
+    # What MambaPoolHost reads of the GPU-resident Mamba pool: its state
+    # tensors' shapes and dtypes (per layer, per slot), size and device.
+    size = 8
+    cache = type("MambaCache", (), {})()
+    cache.conv = [torch.zeros((layers, size) + MAMBA_CONV, dtype=torch.bfloat16)]
+    cache.temporal = torch.zeros((layers, size) + state, dtype=torch.float32)
+    pool = type("MambaPool", (), {})()
+    pool.num_mamba_layers, pool.mamba_cache, pool.size, pool.device = layers, cache, size, "cpu"
+    return pool
+
+
+def _hybrid_controller(path, seed=None, state=MAMBA_STATE):
+    """SGLang's HybridCacheController over a real HostPoolGroup: the KV host
+    pool (the anchor) and a real MambaPoolHost, as for a Mamba-hybrid model."""
+    torch, _, _, memory_pool_host = _sglang()
+    from sglang.srt.mem_cache.hicache_storage import PoolName
+    from sglang.srt.mem_cache.hybrid_cache.hybrid_cache_controller import HybridCacheController
+
+    device = _device_pool(False, "bfloat16")
+    kv = memory_pool_host.MHATokenToKVPoolHost(device, 2.0, 0, PAGE, "page_first", pin_memory=False, device="cpu")
+    mamba_device = _mamba_device_pool(state=state)
+    mamba = memory_pool_host.MambaPoolHost(mamba_device, 2.0, 0, pin_memory=False, device="cpu",
+                                           layout="page_first")
+    g = torch.Generator().manual_seed(seed or 0)
+    for buf in (kv.kv_buffer, mamba.temporal_buffer, *mamba.conv_buffer):
+        if seed is None:
+            buf.zero_()
+        else:
+            buf.view(torch.int16).copy_(torch.randint(-3000, 3000, buf.view(torch.int16).shape, generator=g,
+                                                      dtype=torch.int16))
+    group = memory_pool_host.HostPoolGroup([
+        memory_pool_host.PoolEntry(PoolName.KV, kv, device, lambda i: i, is_primary_index_anchor=True),
+        memory_pool_host.PoolEntry(PoolName.MAMBA, mamba, mamba_device, lambda i: i)])
+    extra = {"backend_name": "kvtier", "module_path": "kvtier.adapters.sglang",
+             "class_name": "KvtierHiCacheStorage", "path": path, "capacity_gb": 0.25, "interface_v1": 1}
+    ctl = HybridCacheController(
+        token_to_kv_pool_allocator=_Allocator(device), mem_pool_host=group, page_size=PAGE, tp_group=None,
+        load_cache_event=threading.Event(), storage_backend="dynamic", prefetch_threshold=PAGE,
+        model_name="Qwen/Qwen3-Next-80B-A3B-Instruct", storage_backend_extra_config=extra,
+        enable_storage_metrics=True)
+    return torch, ctl, kv, mamba
+
+
+def _mamba_transfer(slots, keys):
+    from sglang.srt.mem_cache.hicache_storage import PoolHitPolicy, PoolName, PoolTransfer
+
+    return PoolTransfer(name=PoolName.MAMBA, host_indices=slots, keys=keys, hit_policy=PoolHitPolicy.TRAILING_PAGES)
+
+
+def _hashes(tokens):
+    from sglang.srt.mem_cache.utils import get_hash_str
+
+    out, last = [], None
+    for i in range(0, len(tokens), PAGE):
+        last = get_hash_str(tokens[i:i + PAGE], last)
+        out.append(last)
+    return out
+
+
+def write_hybrid_and_die(path, out):
+    """Child process: back a prompt's KV pages and the Mamba state at its end
+    up through SGLang's hybrid controller, save their bytes, die."""
+    torch, ctl, kv, mamba = _hybrid_controller(path, seed=13)
+    tokens = _prompt()
+    hashes = _hashes(tokens)
+    indices, slot = kv.alloc(len(tokens)), mamba.alloc(1)
+    op_id = ctl.write_storage(indices, tokens, hash_value=hashes, extra_pools=[_mamba_transfer(slot, hashes[-1:])])
+    ack = ctl.ack_backup_queue.get(timeout=60)
+    assert ack.id == op_id and ack.completed_tokens == len(tokens), (ack.completed_tokens, len(tokens))
+    torch.save({"kv": _page_words(torch, kv, indices), "mamba": mamba.get_data_page(int(slot[0])).clone()}, out)
+    os.kill(os.getpid(), 9)
+
+
+def _hybrid_child(path, tmp):
+    out = os.path.join(tmp, "hybrid.pt")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(HERE, "..", "..", "src", "python"), HERE]))
+    r = subprocess.run([sys.executable, __file__, "hybrid", path, out], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == -9, r.stdout + r.stderr
+    return out
+
+
+def _hybrid_prefetch(ctl, kv, mamba, tokens, timeout=60):
+    indices, slot = kv.alloc(len(tokens)), mamba.alloc(1)
+    op = ctl.prefetch("req-h", indices, tokens, extra_pools=[_mamba_transfer(slot, _hashes(tokens)[-1:])])
+    deadline = time.monotonic() + timeout
+    while op.completed_tokens < len(tokens) and time.monotonic() < deadline:
+        if not ctl.prefetch_revoke_queue.empty():
+            break
+        time.sleep(0.01)
+    return op, indices, slot
+
+
+def test_a_hybrid_models_kv_pages_and_mamba_state_survive_a_restart(tmp_path):
+    path = str(tmp_path / "store")
+    saved = _hybrid_child(path, str(tmp_path))
+    torch, ctl, kv, mamba = _hybrid_controller(path)
+    # The prompt runs two pages past what was stored: SGLang's hit query
+    # (batch_exists_v2) cuts it to the stored prefix, whose end holds the
+    # stored Mamba state, and re-aligns the state's key to that end.
+    tokens = _prompt() + list(range(2 * PAGE))
+    op, indices, slot = _hybrid_prefetch(ctl, kv, mamba, tokens)
+    want = torch.load(saved)
+    assert op.completed_tokens == PAGE * N_PAGES, op.completed_tokens
+    assert op.pool_storage_result.extra_pool_hit_pages == {"mamba": 1}
+    got = _page_words(torch, kv, indices[:op.completed_tokens])
+    assert len(got) == N_PAGES and all(torch.equal(w, g) for w, g in zip(want["kv"], got))
+    assert torch.equal(mamba.get_data_page(int(slot[0])), want["mamba"])
+    ctl.detach_storage_backend()
+
+
+def test_a_hybrid_prefix_without_its_mamba_state_or_of_another_state_shape_prefetches_nothing(tmp_path):
+    path = str(tmp_path / "store")
+    _hybrid_child(path, str(tmp_path))
+    # A shorter prompt: its KV pages are stored, but no Mamba state at its end.
+    torch, ctl, kv, mamba = _hybrid_controller(path)
+    op, _, slot = _hybrid_prefetch(ctl, kv, mamba, _prompt()[:PAGE * (N_PAGES - 2)], timeout=5)
+    assert op.completed_tokens == 0 and not ctl.prefetch_revoke_queue.empty()
+    assert not mamba.get_data_page(int(slot[0])).any()
+    ctl.detach_storage_backend()
+    # The whole prompt, on a model whose Mamba state has another shape.
+    torch, ctl, kv, mamba = _hybrid_controller(path, state=(2, 4, 8))
+    op, _, slot = _hybrid_prefetch(ctl, kv, mamba, _prompt(), timeout=5)
+    assert op.completed_tokens == 0 and not ctl.prefetch_revoke_queue.empty()
+    assert not kv.kv_buffer.any() and not mamba.get_data_page(int(slot[0])).any()
+    ctl.detach_storage_backend()
+
+
 if __name__ == "__main__":
     import json
 
     SRC = SRC or sys.argv[0]
+    if sys.argv[1] == "hybrid":
+        write_hybrid_and_die(sys.argv[2], sys.argv[3])
     write_and_die(sys.argv[1], sys.argv[2], bool(int(sys.argv[3])), bool(int(sys.argv[4])), sys.argv[5],
                   json.loads(os.environ.get("KVTIER_TEST_RANKS", "{}")))

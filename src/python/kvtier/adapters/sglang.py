@@ -28,8 +28,16 @@ for MLA models, where SGLang backs up only from TP rank 0 and takes the
 minimum hit count over the TP group, every rank hits what rank 0 wrote. Given
 a folder, which admits one process, several ranks each open `path`/tp<r>-
 pp<p>[-cp<c>] with an even share of capacity_gb: DP-attention ranks then
-collide and MLA with TP > 1 never hits, so use a service for those. Hybrid models (SGLang's _v2 storage
-API, Mamba / SWA / DSA pools) are refused at start with a clear error.
+collide and MLA with TP > 1 never hits, so use a service for those.
+
+Hybrid models (Mamba / SWA / DSA / DeepSeek V4 pools beside the KV pool):
+SGLang hands each extra host pool over with register_mem_host_pool_v2 and
+moves its pages with the _v2 calls, the KV pages still through the calls
+above. Each extra pool gets a namespace of its own, pinned to that pool's
+geometry, and its pages move as flat pages (get_data_page /
+set_from_flat_data_page, which every pool class has). batch_exists_v2
+answers as SGLang's own file backend does: the KV prefix, shortened to what
+every extra pool holds by its hit policy (all pages, or the trailing ones).
 
 A store that cannot be opened is logged once and the backend then answers
 misses and failed writes: the server runs without L3.
@@ -39,7 +47,7 @@ import os
 import threading
 import time
 
-from sglang.srt.mem_cache.hicache_storage import HiCacheStorage, PoolTransferResult
+from sglang.srt.mem_cache.hicache_storage import HiCacheStorage, PoolHitPolicy, PoolName, PoolTransferResult
 from sglang.srt.observability.metrics_collector import StorageMetrics
 
 from .._errors import Code, KvtierError
@@ -71,7 +79,9 @@ MAX_METRIC_SAMPLES = 4096
 
 # Host-pool attributes that decide where a page's bytes lie.
 _GEOMETRY = ("layout", "page_size", "layer_num", "start_layer", "end_layer", "head_num", "head_dim",
-             "kv_lora_rank", "qk_rope_head_dim", "kv_cache_dim", "index_head_dim")
+             "kv_lora_rank", "qk_rope_head_dim", "kv_cache_dim", "index_head_dim",
+             # a hybrid model's Mamba pool (a KV pool has none of these: its namespaces stay as they were)
+             "num_mamba_layers", "conv_state_shapes", "temporal_state_shape", "temporal_dtype")
 
 
 def _rank_info(storage_config):
@@ -107,6 +117,13 @@ def store_path(path, ranks):
     return os.path.join(path, name)
 
 
+def anchor_pool(pool):
+    """The KV pool itself: a hybrid model's host pool is a HostPoolGroup,
+    which answers the KV calls for its anchor entry but lacks its geometry."""
+    entry = getattr(pool, "anchor_entry", None)
+    return entry.host_pool if entry is not None else pool
+
+
 def pool_geometry(pool):
     """Where the host pool puts a page's bytes, as a string."""
     parts = [type(pool).__name__, str(getattr(pool, "dtype", ""))]
@@ -128,8 +145,10 @@ def page_fragments_v1(pool):
 
 
 def namespace_spec(storage_config, pool, mode, config):
-    """The namespace of one rank's pages in one mode ("v1" zero-copy or
-    "flat" generic), pinned to the host pool's exact geometry."""
+    """The namespace of one rank's pages in one mode ("v1" zero-copy,
+    "flat" generic, or "v2-<pool>" for a hybrid model's extra pool), pinned
+    to the host pool's exact geometry."""
+    pool = anchor_pool(pool)
     ranks = _rank_info(storage_config)
     mla = bool(getattr(storage_config, "is_mla_model", False))
     tp_rank, tp_size = (0, 1) if mla else (ranks["tp_rank"], ranks["tp_size"])  # MLA: one copy for all ranks
@@ -178,6 +197,7 @@ class KvtierHiCacheStorage(HiCacheStorage):
                            "every page through a tensor; add it for the zero-copy path")
         self.mem_pool_host = None
         self._ns = {}  # mode ("v1" or "flat") -> Namespace, once the host pool is known
+        self._pools = {}  # a hybrid model's extra pools: name -> (host pool, Namespace or None)
         self._lock = threading.Lock()
         self._metrics = StorageMetrics()
         self._store = None
@@ -204,9 +224,18 @@ class KvtierHiCacheStorage(HiCacheStorage):
             self._ns = {}
 
     def register_mem_host_pool_v2(self, host_pool, host_pool_name):
-        raise ValueError(f"kvtier backend: hybrid models are not supported (SGLang registered a "
-                         f"'{host_pool_name}' pool for its _v2 storage API): run this model without "
-                         f"--hicache-storage-backend, or with a full-attention model")
+        super().register_mem_host_pool_v2(host_pool, host_pool_name)
+        name = str(host_pool_name)
+        if name == PoolName.KV.value:
+            return  # the KV pages go through register_mem_pool_host's namespaces
+        ns = None
+        if self._store is not None:
+            try:
+                spec = namespace_spec(self._storage_config, host_pool, f"v2-{name}", self._config)
+                ns = self._store.register_namespace(**spec)
+            except Exception as e:  # its pages then miss, and so does every prefix that needs them
+                logger.error("kvtier backend: cannot register the '%s' pool's namespace: %s", name, e)
+        self._pools[name] = (host_pool, ns)
 
     # ---- metrics --------------------------------------------------------------------
     def _sample(self, kind, pages, nbytes, t0):
@@ -331,15 +360,103 @@ class KvtierHiCacheStorage(HiCacheStorage):
             logger.warning("kvtier backend: batch_exists of %d keys failed: %s", len(keys), e)
             return 0
 
-    # ---- hybrid models (refused in register_mem_host_pool_v2) ------------------------
+    # ---- hybrid models: the extra pools (register_mem_host_pool_v2) ------------------
+    def _pool_hits(self, transfer, keys, kv_pages):
+        """How many leading KV pages this pool backs, by its hit policy."""
+        _, ns = self._pools.get(str(transfer.name), (None, None))
+        if ns is None:
+            return 0
+        if transfer.hit_policy != PoolHitPolicy.TRAILING_PAGES:
+            return ns.lookup_prefix(keys[:kv_pages])  # every page of the prefix
+        # Only the last `trailing` pages of a prefix must be there (a Mamba
+        # state, an SWA window): the longest prefix that ends in them.
+        trailing = max(1, len(transfer.keys) if transfer.keys else 1)
+        present = [ns.contains(k) for k in keys[:kv_pages]]
+        for end in range(kv_pages, 0, -1):
+            if all(present[max(0, end - trailing):end]):
+                return end
+        return 0
+
     def batch_exists_v2(self, keys, pool_transfers=None, extra_info=None):
-        return PoolTransferResult(0, {})
+        kv_pages = self.batch_exists(keys, extra_info)
+        hits = {PoolName.KV: kv_pages} if kv_pages else {}
+        pages = kv_pages
+        for transfer in pool_transfers or []:
+            if pages == 0:
+                break
+            try:
+                found = self._pool_hits(transfer, keys, kv_pages)
+            except KvtierError as e:
+                logger.warning("kvtier backend: batch_exists_v2 of the '%s' pool failed: %s", transfer.name, e)
+                found = 0
+            if found:
+                hits[transfer.name] = found
+            pages = min(pages, found)
+        return PoolTransferResult(pages, hits)
+
+    def _pool_pages(self, transfer, op):
+        """(host pool, Namespace, keys, each key's page offset in the pool),
+        or None when the transfer cannot be served (said in the log)."""
+        pool, ns = self._pools.get(str(transfer.name), (None, None))
+        keys = list(transfer.keys or [])
+        if ns is None or not keys:
+            return None
+        page = int(getattr(pool, "page_size", 1) or 1)
+        idx = transfer.host_indices
+        if idx is None or int(idx.numel()) != len(keys) * page:
+            logger.error("kvtier backend: %s of the '%s' pool: %d keys and %s host indices do not match",
+                         op, transfer.name, len(keys), None if idx is None else int(idx.numel()))
+            return None
+        return pool, ns, keys, [int(idx[i * page]) for i in range(len(keys))]
 
     def batch_get_v2(self, transfers, extra_info=None):
-        return {t.name: [False] * len(t.keys or []) for t in transfers}
+        out = {}
+        for transfer in transfers:
+            ok = [False] * len(transfer.keys or [])
+            out[transfer.name] = ok
+            found = self._pool_pages(transfer, "batch_get_v2")
+            if found is None:
+                continue
+            pool, ns, keys, offsets = found
+            t0 = time.monotonic()
+            pages = [pool.get_dummy_flat_data_page() for _ in keys]
+            try:
+                got = ns.get_batch(keys, pages)
+            except KvtierError as e:
+                logger.warning("kvtier backend: batch_get_v2 of %d '%s' pages failed: %s", len(keys),
+                               transfer.name, e)
+                continue
+            for i, (g, page, off) in enumerate(zip(got, pages, offsets)):
+                if g is not None and g == _nbytes(page):  # a short block is a miss, never a partial page
+                    pool.set_from_flat_data_page(off, page)
+                    ok[i] = True
+            self._sample("get", sum(ok), sum(_nbytes(p) for p, o in zip(pages, ok) if o), t0)
+        return out
 
     def batch_set_v2(self, transfers, extra_info=None):
-        return {t.name: [False] * len(t.keys or []) for t in transfers}
+        out = {}
+        for transfer in transfers:
+            ok = [False] * len(transfer.keys or [])
+            out[transfer.name] = ok
+            found = self._pool_pages(transfer, "batch_set_v2")
+            if found is None:
+                continue
+            pool, ns, keys, offsets = found
+            t0 = time.monotonic()
+            try:
+                new = [i for i, k in enumerate(keys) if not ns.contains(k)]  # blocks are immutable
+                pages = {i: pool.get_data_page(offsets[i], flat=True).contiguous() for i in new}
+                codes = ns.put_batch([keys[i] for i in new], [pages[i] for i in new])
+            except KvtierError as e:
+                logger.warning("kvtier backend: batch_set_v2 of %d '%s' pages failed: %s", len(keys),
+                               transfer.name, e)
+                continue
+            ok[:] = [True] * len(keys)
+            for i, c in zip(new, codes):
+                ok[i] = c == Code.OK
+            written = [i for i, c in zip(new, codes) if c == Code.OK]
+            self._sample("set", len(written), sum(_nbytes(pages[i]) for i in written), t0)
+        return out
 
     # ---- lifecycle ------------------------------------------------------------------------
     def clear(self):
@@ -351,9 +468,15 @@ class KvtierHiCacheStorage(HiCacheStorage):
             self._store.remove_namespace(ns)
             spec = namespace_spec(self._storage_config, self.mem_pool_host, mode, self._config)
             self._ns[mode] = self._store.register_namespace(**spec)
+        for name, (pool, ns) in list(self._pools.items()):
+            if ns is not None:
+                self._store.remove_namespace(ns)
+                spec = namespace_spec(self._storage_config, pool, f"v2-{name}", self._config)
+                self._pools[name] = (pool, self._store.register_namespace(**spec))
         return True
 
     def close(self):
         self._ns = {}
+        self._pools = {}
         if self._store is not None and not self._store.closed:
             self._store.close()
