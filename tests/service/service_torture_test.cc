@@ -5,7 +5,9 @@
 // (neither to the checker nor, live, to the clients), no call hangs. The
 // clients also read blocks straight from the RAM tier the service lends
 // (pin_tier), often dying with pins held: at the end the tier must empty,
-// so no killed client's pin outlives it.
+// so no killed client's pin outlives it. Some of the clients' operations are
+// removes (single or a batch), logged as version 0: once acknowledged, no
+// earlier version may come back.
 //
 // KVTIER_SERVICE_TORTURE_ROUNDS rounds (default 1000; about a minute here).
 #include <fcntl.h>
@@ -82,6 +84,21 @@ void Append(int fd, const std::string& line) { (void)!::write(fd, line.data(), l
     if (m != MAP_FAILED) view = static_cast<const uint8_t*>(m);
   }
   for (uint32_t v = first_version;; ++v) {
+    if (rng() % 8 == 0) {
+      // Removes: one key, or a batch of two to four (a key may come twice).
+      const size_t n = rng() % 2 == 0 ? 1 : 2 + rng() % 3;
+      std::vector<std::string> names;
+      for (size_t i = 0; i < n; ++i) {
+        names.push_back(std::to_string(rng() % kKeys));
+        Append(fd, "P " + names.back() + " 0\n");
+      }
+      std::vector<std::string> keys;
+      for (const std::string& k : names) keys.push_back(Key(std::stoi(k)));
+      const std::vector<std::string_view> views(keys.begin(), keys.end());
+      const Status st = n == 1 ? (*c)->Remove(ns, keys[0]) : (*c)->RemoveBatch(ns, views, nullptr);
+      if (st.ok())
+        for (const std::string& k : names) Append(fd, "A " + k + " 0\n");
+    }
     const int k = static_cast<int>(rng() % kKeys);
     auto p = Block(ns, k, v);
     Append(fd, "P " + std::to_string(k) + " " + std::to_string(v) + "\n");
@@ -109,7 +126,8 @@ void Append(int fd, const std::string& line) { (void)!::write(fd, line.data(), l
 }
 
 struct Model {
-  // Per key: the versions put, in order, and which were acknowledged.
+  // Per key: the versions put (0: a remove), in order, and which were
+  // acknowledged.
   std::map<int, std::vector<std::pair<uint32_t, bool>>> ops;
   // Line by line: a line cut by a kill is skipped, not read into the next
   // one (which once stopped the model there, and every later version then
@@ -129,9 +147,12 @@ struct Model {
       if (!(fields >> v) || (fields >> rest) || (tag != "P" && tag != "A")) continue;
       auto& ks = ops[k];
       if (tag == "P") ks.emplace_back(v, false);
-      if (tag == "A")
-        for (auto& [ver, acked] : ks)
-          if (ver == v) acked = true;
+      if (tag == "A")  // the latest unacknowledged one: removes (0) repeat, versions do not
+        for (auto it = ks.rbegin(); it != ks.rend(); ++it)
+          if (it->first == v && !it->second) {
+            it->second = true;
+            break;
+          }
     }
   }
   uint64_t wrong_live = 0;
@@ -225,8 +246,13 @@ TEST(ServiceTorture, ClientsAndServiceKilledAtRandomLoseNothingAcknowledged) {
         got = checker->GetVector(ns, Key(k));
       }
       ++checks;
+      // Absent is right when nothing was acknowledged, or a remove was, or
+      // one was sent after the last acknowledged operation.
+      bool may_be_absent = last_acked == SIZE_MAX;
+      for (size_t i = last_acked == SIZE_MAX ? 0 : last_acked; i < ops.size(); ++i)
+        may_be_absent |= ops[i].first == 0;
       if (!got.ok()) {
-        if (last_acked != SIZE_MAX) {
+        if (!may_be_absent || !got.status().IsNotFound()) {
           ++lost;
           ADD_FAILURE() << "round " << round << ": key " << k << " version " << ops[last_acked].first
                         << " was acknowledged; the get says " << got.status().ToString();
@@ -236,13 +262,20 @@ TEST(ServiceTorture, ClientsAndServiceKilledAtRandomLoseNothingAcknowledged) {
       // The last acknowledged version, or any later one that was sent.
       bool fine = false;
       for (size_t i = last_acked == SIZE_MAX ? 0 : last_acked; i < ops.size() && !fine; ++i)
-        fine = *got == Block(ns, k, ops[i].first);
-      if (!fine) ++wrong;
+        fine = ops[i].first != 0 && *got == Block(ns, k, ops[i].first);
+      if (!fine) {
+        ++wrong;
+        ADD_FAILURE() << "round " << round << ": key " << k << " holds a version it may not (a removed one back?)";
+      }
     }
     checker.reset();
   }
+  uint64_t acked_removes = 0;
   for (const auto& [k, ops] : model.ops)
-    for (const auto& op : ops) acked += op.second;
+    for (const auto& op : ops) {
+      acked += op.second && op.first != 0;
+      acked_removes += op.second && op.first == 0;
+    }
   // Every client is gone, and with it every pin: emptying the store empties
   // the RAM tier (a leaked pin would keep its block's memory).
   checker = connect();
@@ -255,10 +288,11 @@ TEST(ServiceTorture, ClientsAndServiceKilledAtRandomLoseNothingAcknowledged) {
   kill(server, SIGTERM);
   waitpid(server, nullptr, 0);
   ASSERT_TRUE(Store::Destroy(store).ok());  // and its /dev/shm tier
-  std::printf("[service-torture] rounds=%u client_kills=%llu service_kills=%llu acked_puts=%llu checks=%llu "
-              "lent_reads=%llu lost=%llu wrong=%llu wrong_live=%llu\n",
+  std::printf("[service-torture] rounds=%u client_kills=%llu service_kills=%llu acked_puts=%llu acked_removes=%llu "
+              "checks=%llu lent_reads=%llu lost=%llu wrong=%llu wrong_live=%llu\n",
               rounds, static_cast<unsigned long long>(client_kills), static_cast<unsigned long long>(service_kills),
-              static_cast<unsigned long long>(acked), static_cast<unsigned long long>(checks),
+              static_cast<unsigned long long>(acked), static_cast<unsigned long long>(acked_removes),
+              static_cast<unsigned long long>(checks),
               static_cast<unsigned long long>(model.lent_reads), static_cast<unsigned long long>(lost),
               static_cast<unsigned long long>(wrong), static_cast<unsigned long long>(model.wrong_live));
   EXPECT_EQ(lost, 0u);
