@@ -31,6 +31,16 @@ Result<T> DecodeOne(const Result<std::string>& body, const char* what) {
   return v;
 }
 
+// A piece of a key list (lookup_prefix, remove_batch): n keys from `at`.
+wire::WireWriter KeyListCall(NamespaceId ns, std::span<const std::string_view> keys, size_t at, size_t n) {
+  wire::LookupRequest req;
+  req.ns = ns;
+  for (size_t i = 0; i < n; ++i) req.keys.emplace_back(keys[at + i]);
+  wire::WireWriter w;
+  wire::Encode(w, req);
+  return w;
+}
+
 wire::WireWriter KeyCall(NamespaceId ns, std::string_view key) {
   wire::WireWriter w;
   wire::Encode(w, wire::KeyRequest{ns, std::string(key)});
@@ -52,12 +62,7 @@ Result<size_t> ServiceStore::LookupPrefix(NamespaceId ns, std::span<const std::s
   size_t hits = 0;
   for (size_t at = 0; at < keys.size() || at == 0; at += wire::kMaxBatchKeys) {
     const size_t n = std::min<size_t>(keys.size() - at, wire::kMaxBatchKeys);
-    wire::LookupRequest req;
-    req.ns = ns;
-    for (size_t i = 0; i < n; ++i) req.keys.emplace_back(keys[at + i]);
-    wire::WireWriter w;
-    wire::Encode(w, req);
-    auto body = Call(wire::Op::kLookupPrefix, w, OpDeadline());
+    auto body = Call(wire::Op::kLookupPrefix, KeyListCall(ns, keys, at, n), OpDeadline());
     if (!body.ok()) return body.status();
     wire::WireReader r(*body);
     const uint64_t got = r.U64();
@@ -107,12 +112,7 @@ Status ServiceStore::RemoveBatch(NamespaceId ns, std::span<const std::string_vie
   // Longer lists go in pieces, a flush each.
   for (size_t at = 0; at < keys.size(); at += wire::kMaxBatchKeys) {
     const size_t n = std::min<size_t>(keys.size() - at, wire::kMaxBatchKeys);
-    wire::LookupRequest req;
-    req.ns = ns;
-    for (size_t i = 0; i < n; ++i) req.keys.emplace_back(keys[at + i]);
-    wire::WireWriter w;
-    wire::Encode(w, req);
-    auto body = Call(wire::Op::kRemoveBatch, w, OpDeadline());
+    auto body = Call(wire::Op::kRemoveBatch, KeyListCall(ns, keys, at, n), OpDeadline());
     if (!body.ok()) return body.status();
     wire::WireReader r(*body);
     std::vector<bool> piece;

@@ -409,54 +409,49 @@ class KvtierHiCacheStorage(HiCacheStorage):
             return None
         return pool, ns, keys, [int(idx[i * page]) for i in range(len(keys))]
 
-    def batch_get_v2(self, transfers, extra_info=None):
+    def _each_pool_transfer(self, transfers, op, move):
+        """{pool name: per-key success} for `transfers`; move(pool, ns, keys,
+        offsets, ok) moves one transfer's pages and fills `ok`."""
         out = {}
         for transfer in transfers:
             ok = [False] * len(transfer.keys or [])
             out[transfer.name] = ok
-            found = self._pool_pages(transfer, "batch_get_v2")
+            found = self._pool_pages(transfer, op)
             if found is None:
                 continue
-            pool, ns, keys, offsets = found
+            try:
+                move(*found, ok)
+            except KvtierError as e:
+                logger.warning("kvtier backend: %s of %d '%s' pages failed: %s", op, len(ok), transfer.name, e)
+                ok[:] = [False] * len(ok)
+        return out
+
+    def batch_get_v2(self, transfers, extra_info=None):
+        def load(pool, ns, keys, offsets, ok):
             t0 = time.monotonic()
             pages = [pool.get_dummy_flat_data_page() for _ in keys]
-            try:
-                got = ns.get_batch(keys, pages)
-            except KvtierError as e:
-                logger.warning("kvtier backend: batch_get_v2 of %d '%s' pages failed: %s", len(keys),
-                               transfer.name, e)
-                continue
+            got = ns.get_batch(keys, pages)
             for i, (g, page, off) in enumerate(zip(got, pages, offsets)):
                 if g is not None and g == _nbytes(page):  # a short block is a miss, never a partial page
                     pool.set_from_flat_data_page(off, page)
                     ok[i] = True
             self._sample("get", sum(ok), sum(_nbytes(p) for p, o in zip(pages, ok) if o), t0)
-        return out
+
+        return self._each_pool_transfer(transfers, "batch_get_v2", load)
 
     def batch_set_v2(self, transfers, extra_info=None):
-        out = {}
-        for transfer in transfers:
-            ok = [False] * len(transfer.keys or [])
-            out[transfer.name] = ok
-            found = self._pool_pages(transfer, "batch_set_v2")
-            if found is None:
-                continue
-            pool, ns, keys, offsets = found
+        def store(pool, ns, keys, offsets, ok):
             t0 = time.monotonic()
-            try:
-                new = [i for i, k in enumerate(keys) if not ns.contains(k)]  # blocks are immutable
-                pages = {i: pool.get_data_page(offsets[i], flat=True).contiguous() for i in new}
-                codes = ns.put_batch([keys[i] for i in new], [pages[i] for i in new])
-            except KvtierError as e:
-                logger.warning("kvtier backend: batch_set_v2 of %d '%s' pages failed: %s", len(keys),
-                               transfer.name, e)
-                continue
+            new = [i for i, k in enumerate(keys) if not ns.contains(k)]  # blocks are immutable
+            pages = {i: pool.get_data_page(offsets[i], flat=True).contiguous() for i in new}
+            codes = ns.put_batch([keys[i] for i in new], [pages[i] for i in new])
             ok[:] = [True] * len(keys)
             for i, c in zip(new, codes):
                 ok[i] = c == Code.OK
             written = [i for i, c in zip(new, codes) if c == Code.OK]
             self._sample("set", len(written), sum(_nbytes(pages[i]) for i in written), t0)
-        return out
+
+        return self._each_pool_transfer(transfers, "batch_set_v2", store)
 
     # ---- lifecycle ------------------------------------------------------------------------
     def clear(self):
