@@ -262,12 +262,19 @@ def test_a_hybrid_models_extra_pool_pages_survive_a_restart_byte_for_byte(store_
     b.close()
 
 
-def test_an_extra_pool_of_another_geometry_or_name_misses_every_prefix(store_dir):
+def stored_hybrid(path, n, window):
+    """A backend that stored n KV pages and the SWA pages of the last
+    `window` of them."""
     kv, swa = host_pool(seed=1), host_pool(layers=2, seed=2)
-    b = hybrid_backend(store_dir, kv, swa)
-    ks = keys(4)
-    assert b.batch_set_v1(ks, pages(kv, 4)) == [True] * 4
-    assert b.batch_set_v2([swa_transfer(swa, ks[-1:], n_pages=1)]) == {PoolName.SWA: [True]}
+    b = hybrid_backend(path, kv, swa)
+    ks = keys(n)
+    assert b.batch_set_v1(ks, pages(kv, n)) == [True] * n
+    assert b.batch_set_v2([swa_transfer(swa, ks[-window:], n_pages=window)]) == {PoolName.SWA: [True] * window}
+    return b, swa, ks
+
+
+def test_an_extra_pool_of_another_geometry_or_name_misses_every_prefix(store_dir):
+    b, _, ks = stored_hybrid(store_dir, 4, 1)
     b.close()
     for other, name in ((host_pool(layers=1), None), (host_pool(layers=2, dtype=torch.float16), None),
                         (host_pool(layers=2), PoolName.INDEXER)):
@@ -297,11 +304,7 @@ def test_extra_pool_transfers_that_do_not_add_up_fail_alone(store_dir, caplog):
 
 
 def test_clear_drops_the_extra_pools_pages_too(store_dir):
-    kv, swa = host_pool(seed=1), host_pool(layers=2, seed=2)
-    b = hybrid_backend(store_dir, kv, swa)
-    ks = keys(2)
-    assert b.batch_set_v1(ks, pages(kv, 2)) == [True] * 2
-    assert b.batch_set_v2([swa_transfer(swa, ks, n_pages=2)]) == {PoolName.SWA: [True, True]}
+    b, swa, ks = stored_hybrid(store_dir, 2, 2)
     assert b.clear()
     assert b.batch_exists_v2(ks, [swa_transfer(swa, ks)]).kv_hit_pages == 0
     assert b.batch_get_v2([swa_transfer(swa, ks, n_pages=2)]) == {PoolName.SWA: [False, False]}
