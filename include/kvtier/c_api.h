@@ -212,8 +212,8 @@ int kvtier_list_keys(kvtier_store* s, kvtier_ns ns, const void* prefix, size_t p
 /* ---- Removal, durability, statistics -------------------------------------------- */
 /* OK also when the key was absent. */
 int kvtier_remove(kvtier_store* s, kvtier_ns ns, const void* key, size_t key_len);
-/* Removes n keys with one index flush for them all (kvtier_remove flushes once
- * per key): durable on return. out_present (may be NULL) gets 1 for each key
+/* Removes n keys with one index flush per 4,096 of them (kvtier_remove flushes
+ * once per key): durable on return. out_present (may be NULL) gets 1 for each key
  * that had a block, 0 for an absent one; on an error it says nothing, and any
  * of the keys may be gone or still there. */
 int kvtier_remove_batch(kvtier_store* s, kvtier_ns ns, const kvtier_key* keys, size_t n,

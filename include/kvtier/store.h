@@ -422,7 +422,7 @@ class Store {
   // queued before it and, when there was something to remove, an index flush.
   virtual Status Remove(NamespaceId ns, std::string_view key) = 0;
   // Removes every key in `keys`, as Remove does each, with one index flush
-  // for them all (a Remove per key costs a flush each): durable on return.
+  // per 4,096 keys (a Remove per key costs a flush each): durable on return.
   // `present`, when not null, is set to whether each key had a block; on an
   // error it says nothing, and any of the keys may be gone or still there.
   virtual Status RemoveBatch(NamespaceId ns, std::span<const std::string_view> keys, std::vector<bool>* present) = 0;

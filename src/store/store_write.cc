@@ -271,12 +271,22 @@ Status StoreImpl::RemoveBatch(NamespaceId ns, std::span<const std::string_view> 
   for (std::string_view key : keys)
     if (key.empty() || key.size() > format::kMaxKeyBytes) return Status::InvalidArgument("key length out of range");
   c_.removes.Add(keys.size());
-  WriteOp op;
-  op.kind = WriteOp::Kind::kRemove;
-  op.ns = ns;
-  op.keys.assign(keys.begin(), keys.end());
-  op.present = present;
-  return RunOnWriter(std::move(op));
+  if (present != nullptr) present->clear();
+  // A long list goes to the writer in pieces, a flush each: in one pass its
+  // index lookups would hold every put queued behind it.
+  constexpr size_t kRemovesPerPass = 4096;
+  for (size_t at = 0; at < keys.size(); at += kRemovesPerPass) {
+    const auto piece = keys.subspan(at, std::min(kRemovesPerPass, keys.size() - at));
+    std::vector<bool> found;
+    WriteOp op;
+    op.kind = WriteOp::Kind::kRemove;
+    op.ns = ns;
+    op.keys.assign(piece.begin(), piece.end());
+    op.present = present != nullptr ? &found : nullptr;
+    KVTIER_RETURN_IF_ERROR(RunOnWriter(std::move(op)));
+    if (present != nullptr) present->insert(present->end(), found.begin(), found.end());
+  }
+  return Status::OK();
 }
 
 Status StoreImpl::RemoveNamespace(NamespaceId ns) {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -63,6 +64,24 @@ TEST(RemoveBatch, RemovesTheKeysAndSaysWhichWerePresent) {
   EXPECT_FALSE(*s->Contains(ns, Key(3)));
   EXPECT_FALSE(*s->Contains(ns, Key(19)));
   EXPECT_TRUE(*s->Contains(ns, Key(5)));
+}
+
+// A list longer than one writer pass (4,096 keys) goes in pieces; the
+// answer is still one flag per key, in order.
+TEST(RemoveBatch, ALongListSaysForEveryKeyWhetherItWasThere) {
+  testing::TempDir dir;
+  auto s = testing::OpenOrFail(dir.Sub("store"), testing::SmallOptions());
+  const NamespaceId ns = testing::RegisterOrFail(s.get());
+  std::vector<std::string> keys;
+  for (int i = 0; i < 9000; ++i) keys.push_back(Key(i));
+  const std::vector<int> put_at{0, 4095, 4096, 8191, 8999};
+  for (int i : put_at) PutKeys(*s, ns, i, i + 1);
+  std::vector<bool> present;
+  ASSERT_TRUE(s->RemoveBatch(ns, Views(keys), &present).ok());
+  ASSERT_EQ(present.size(), keys.size());
+  for (size_t i = 0; i < keys.size(); ++i)
+    EXPECT_EQ(present[i], std::count(put_at.begin(), put_at.end(), static_cast<int>(i)) == 1) << i;
+  for (int i : put_at) EXPECT_FALSE(*s->Contains(ns, Key(i))) << i;
 }
 
 // What the batch is for: a Remove per key flushes the index once each (a

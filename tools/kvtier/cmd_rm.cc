@@ -1,5 +1,5 @@
-// kvtier rm DIR --ns N KEY... [--keys-from FILE]: remove keys, with one
-// index flush for all of them; `--all-blocks` with no key drops the whole
+// kvtier rm DIR --ns N KEY... [--keys-from FILE]: remove keys (Store::RemoveBatch:
+// one index flush per 4,096); `--all-blocks` with no key drops the whole
 // namespace (takes the lock). An empty key list alone is refused: a script
 // whose key list came out empty must not wipe a namespace.
 #include <fstream>
@@ -79,7 +79,7 @@ int Run(Rm in) {
     removed = blocks;
     out["namespace_removed"] = true;
   } else {
-    // One flush for the list, whatever its length.
+    // One flush per 4,096 keys, not one per key.
     const std::vector<std::string_view> views(keys.begin(), keys.end());
     std::vector<bool> present;
     Status st = store->RemoveBatch(ns, views, &present);

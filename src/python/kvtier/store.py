@@ -495,8 +495,8 @@ class Namespace:
         _check(lib.kvtier_remove(self.store._handle(), self.id, k, len(k)))
 
     def remove_batch(self, keys):
-        """Removes every key with one index flush for them all (remove() costs
-        a flush per key). Returns a list of bools: which keys had a block."""
+        """Removes every key with one index flush per 4,096 of them (remove()
+        costs a flush per key). Returns a list of bools: which keys had a block."""
         arr, n, keep = _buffers.packed_keys(keys)
         if n == 0:
             return []
