@@ -152,7 +152,7 @@ struct Stats {
   uint64_t get_deadline_misses = 0;
   uint64_t checksum_failures = 0;                // records that failed a check on read
   uint64_t stale_entries_dropped = 0;            // index entries pointing at reused space
-  uint64_t lookups = 0, contains = 0, removes = 0;
+  uint64_t lookups = 0, contains = 0, removes = 0;  // calls; removes: keys (a RemoveBatch counts each)
   // Device.
   uint64_t device_bytes_written = 0, device_bytes_read = 0;
   // Payload bytes written to the device from where they already were (the
