@@ -43,7 +43,7 @@
 extern "C" {
 #endif
 
-#define KVTIER_ABI_VERSION ((1u << 16) | 5u) /* 1.5: kvtier_remove_batch; 1.4: kvtier_gpu_set_copy_method, kvtier_gpu_stats_json; 1.3: kvtier_destroy_store; 1.2: the GPU path; 1.1: kvtier_register_memory, unix:/auto: opens */
+#define KVTIER_ABI_VERSION ((1u << 16) | 5u) /* 1.5: kvtier_remove_batch, kvtier_contains_batch; 1.4: kvtier_gpu_set_copy_method, kvtier_gpu_stats_json; 1.3: kvtier_destroy_store; 1.2: the GPU path; 1.1: kvtier_register_memory, unix:/auto: opens */
 #define KVTIER_MAX_KEY_BYTES 255
 
 /* Status codes: equal to kvtier::Code. */
@@ -194,6 +194,10 @@ int kvtier_get_batch(kvtier_store* s, kvtier_ns ns, const kvtier_get_item* items
 /* ---- Lookups (index only) ------------------------------------------------------ */
 int kvtier_contains(kvtier_store* s, kvtier_ns ns, const void* key, size_t key_len,
                     int* out_present);
+/* out_present[i] (not NULL): 1 when keys[i] is present, else 0. Through a
+ * service one request per 4,096 keys instead of one per key. */
+int kvtier_contains_batch(kvtier_store* s, kvtier_ns ns, const kvtier_key* keys, size_t n,
+                          uint8_t* out_present);
 /* *out_count: how many leading keys are present. */
 int kvtier_lookup_prefix(kvtier_store* s, kvtier_ns ns, const kvtier_key* keys, size_t n,
                          size_t* out_count);

@@ -390,6 +390,9 @@ class Store {
 
   // --- Lookups (index only, no disk read of payloads) ---------------------------
   virtual Result<bool> Contains(NamespaceId ns, std::string_view key) = 0;
+  // Contains for each key: `present` (not null) gets a flag per key, in
+  // order. Through a service one request per 4,096 keys instead of one per key.
+  virtual Status ContainsBatch(NamespaceId ns, std::span<const std::string_view> keys, std::vector<bool>* present) = 0;
   // How many leading keys are present (engines' prefix match).
   virtual Result<size_t> LookupPrefix(NamespaceId ns, std::span<const std::string_view> keys) = 0;
   // The local disk copy's record when there is one; else the RAM tier's or

@@ -298,16 +298,26 @@ int kvtier_contains(kvtier_store* s, kvtier_ns ns, const void* key, size_t key_l
   });
 }
 
+int kvtier_contains_batch(kvtier_store* s, kvtier_ns ns, const kvtier_key* keys, size_t n, uint8_t* out_present) {
+  return Guard([&]() -> int {
+    if (int rc = CheckStore(s)) return rc;
+    if ((keys == nullptr && n != 0) || out_present == nullptr) return Invalid("null key list or output pointer");
+    std::vector<std::string_view> v;
+    if (int rc = KeyList(keys, n, &v)) return rc;
+    std::vector<bool> present;
+    Status st = s->store->ContainsBatch(ns, v, &present);
+    if (st.ok())
+      for (size_t i = 0; i < n; ++i) out_present[i] = present[i] ? 1 : 0;
+    return Report(st);
+  });
+}
+
 int kvtier_lookup_prefix(kvtier_store* s, kvtier_ns ns, const kvtier_key* keys, size_t n, size_t* out_count) {
   return Guard([&]() -> int {
     if (int rc = CheckStore(s)) return rc;
     if ((keys == nullptr && n != 0) || out_count == nullptr) return Invalid("null key list or output pointer");
     std::vector<std::string_view> v;
-    v.reserve(n);
-    for (size_t i = 0; i < n; ++i) {
-      if (int rc = CheckKey(keys[i].data, keys[i].size)) return rc;
-      v.push_back(Key(keys[i].data, keys[i].size));
-    }
+    if (int rc = KeyList(keys, n, &v)) return rc;
     auto r = s->store->LookupPrefix(ns, v);
     if (!r.ok()) return Report(r.status());
     *out_count = *r;
@@ -352,11 +362,7 @@ int kvtier_remove_batch(kvtier_store* s, kvtier_ns ns, const kvtier_key* keys, s
     if (int rc = CheckStore(s)) return rc;
     if (keys == nullptr && n != 0) return Invalid("null key list");
     std::vector<std::string_view> v;
-    v.reserve(n);
-    for (size_t i = 0; i < n; ++i) {
-      if (int rc = CheckKey(keys[i].data, keys[i].size)) return rc;
-      v.push_back(Key(keys[i].data, keys[i].size));
-    }
+    if (int rc = KeyList(keys, n, &v)) return rc;
     std::vector<bool> present;
     Status st = s->store->RemoveBatch(ns, v, out_present != nullptr ? &present : nullptr);
     if (st.ok() && out_present != nullptr)

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <new>
 #include <shared_mutex>
+#include <vector>
 #include <span>
 #include <string>
 #include <string_view>
@@ -106,6 +107,17 @@ inline int CheckFrags(const void* frags, size_t n) {
 
 inline std::string_view Key(const void* key, size_t len) {
   return std::string_view(static_cast<const char*>(key), len);
+}
+
+// The n keys of a kvtier_key list, each checked, into `out`.
+inline int KeyList(const kvtier_key* keys, size_t n, std::vector<std::string_view>* out) {
+  out->clear();
+  out->reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (int rc = CheckKey(keys[i].data, keys[i].size)) return rc;
+    out->push_back(Key(keys[i].data, keys[i].size));
+  }
+  return KVTIER_OK;
 }
 
 inline std::span<const kvtier::Fragment> Frags(const kvtier_fragment* f, size_t n) {

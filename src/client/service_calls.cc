@@ -106,19 +106,29 @@ Status ServiceStore::Remove(NamespaceId ns, std::string_view key) {
 }
 
 Status ServiceStore::RemoveBatch(NamespaceId ns, std::span<const std::string_view> keys, std::vector<bool>* present) {
+  return KeyFlagsCalls(wire::Op::kRemoveBatch, ns, keys, present);
+}
+
+Status ServiceStore::ContainsBatch(NamespaceId ns, std::span<const std::string_view> keys, std::vector<bool>* present) {
+  if (present == nullptr) return Status::InvalidArgument("ContainsBatch needs somewhere to answer");
+  return KeyFlagsCalls(wire::Op::kContainsBatch, ns, keys, present);
+}
+
+// Longer lists go in pieces of kMaxBatchKeys (for removes, a flush each).
+Status ServiceStore::KeyFlagsCalls(wire::Op op, NamespaceId ns, std::span<const std::string_view> keys,
+                                   std::vector<bool>* flags) {
   for (std::string_view key : keys)
     if (key.empty() || key.size() > format::kMaxKeyBytes) return Status::InvalidArgument("key length out of range");
-  if (present != nullptr) present->clear();
-  // Longer lists go in pieces, a flush each.
+  if (flags != nullptr) flags->clear();
   for (size_t at = 0; at < keys.size(); at += wire::kMaxBatchKeys) {
     const size_t n = std::min<size_t>(keys.size() - at, wire::kMaxBatchKeys);
-    auto body = Call(wire::Op::kRemoveBatch, KeyListCall(ns, keys, at, n), OpDeadline());
+    auto body = Call(op, KeyListCall(ns, keys, at, n), OpDeadline());
     if (!body.ok()) return body.status();
     wire::WireReader r(*body);
     std::vector<bool> piece;
-    wire::DecodeRemoveBatchReply(r, n, &piece);
-    KVTIER_RETURN_IF_ERROR(r.Finish("remove_batch reply"));
-    if (present != nullptr) present->insert(present->end(), piece.begin(), piece.end());
+    wire::DecodeKeyFlagsReply(r, n, &piece);
+    KVTIER_RETURN_IF_ERROR(r.Finish(op == wire::Op::kRemoveBatch ? "remove_batch reply" : "contains_batch reply"));
+    if (flags != nullptr) flags->insert(flags->end(), piece.begin(), piece.end());
   }
   return Status::OK();
 }

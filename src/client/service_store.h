@@ -54,6 +54,7 @@ class ServiceStore final : public Store {
   void GetAsync(NamespaceId ns, std::string_view key, std::span<const MutableFragment> out,
                 Clock::time_point deadline, GetCallback done) override;
   Result<bool> Contains(NamespaceId ns, std::string_view key) override;
+  Status ContainsBatch(NamespaceId ns, std::span<const std::string_view> keys, std::vector<bool>* present) override;
   Result<size_t> LookupPrefix(NamespaceId ns, std::span<const std::string_view> keys) override;
   Result<BlockInfo> Stat(NamespaceId ns, std::string_view key) override;
   Status ListBlocks(NamespaceId ns, std::string_view key_prefix,
@@ -104,6 +105,9 @@ class ServiceStore final : public Store {
   Status Replay(Channel& ch) REQUIRES(mu_);
   Clock::time_point OpDeadline() const;
   Result<std::string> Call(wire::Op op, const wire::WireWriter& body, Clock::time_point deadline);
+  // remove_batch or contains_batch over `keys`, in pieces; `flags` (may be
+  // null for removes) gets a flag per key.
+  Status KeyFlagsCalls(wire::Op op, NamespaceId ns, std::span<const std::string_view> keys, std::vector<bool>* flags);
   // A put's payload as fragments of registered memory or, copied, of staging
   // (waiting for room until `room_deadline`).
   Status PlacePut(Channel& ch, std::span<const Fragment> payload, Clock::time_point room_deadline,

@@ -101,7 +101,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void OnGetBatch(const wire::FrameHeader& h, std::string_view body);
   void OnNamespaceCall(const wire::FrameHeader& h, std::string_view body);
   void OnLookup(const wire::FrameHeader& h, std::string_view body);
-  void OnRemoveBatch(const wire::FrameHeader& h, std::string_view body);
+  void OnKeyFlags(const wire::FrameHeader& h, std::string_view body);
   void OnAdmin(const wire::FrameHeader& h, std::string_view body);
   // map_tier, pin_tier, unpin_tier (connection_tier.cc).
   void OnTier(const wire::FrameHeader& h, std::string_view body);

@@ -299,16 +299,18 @@ void Connection::OnLookup(const wire::FrameHeader& h, std::string_view body) {
   Reply(h, st, &w);
 }
 
-// The reply says, per key, whether it had a block (one byte each).
-void Connection::OnRemoveBatch(const wire::FrameHeader& h, std::string_view body) {
+// remove_batch and contains_batch: the reply says, per key, whether it had
+// (or has) a block, one byte each.
+void Connection::OnKeyFlags(const wire::FrameHeader& h, std::string_view body) {
   wire::LookupRequest req;
   if (!Parsed(h, wire::Parse(body, &req))) return;
   if (Status st = CheckNamespace(req.ns); !st.ok()) return Reply(h, st);
   const std::vector<std::string_view> keys(req.keys.begin(), req.keys.end());
   std::vector<bool> present;
-  Status st = core_->store->RemoveBatch(req.ns, keys, &present);
+  Status st = h.op == static_cast<uint16_t>(wire::Op::kRemoveBatch) ? core_->store->RemoveBatch(req.ns, keys, &present)
+                                                                     : core_->store->ContainsBatch(req.ns, keys, &present);
   wire::WireWriter w;
-  if (st.ok()) wire::EncodeRemoveBatchReply(w, present);
+  if (st.ok()) wire::EncodeKeyFlagsReply(w, present);
   Reply(h, st, &w);
 }
 

@@ -86,6 +86,7 @@ class StoreImpl final : public Store, public BlockSink {
                 Clock::time_point deadline, GetCallback done) override;
 
   Result<bool> Contains(NamespaceId ns, std::string_view key) override;
+  Status ContainsBatch(NamespaceId ns, std::span<const std::string_view> keys, std::vector<bool>* present) override;
   Result<size_t> LookupPrefix(NamespaceId ns, std::span<const std::string_view> keys) override;
   Result<BlockInfo> Stat(NamespaceId ns, std::string_view key) override;
   Status ListBlocks(NamespaceId ns, std::string_view key_prefix,

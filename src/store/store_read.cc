@@ -180,6 +180,17 @@ Result<bool> StoreImpl::Contains(NamespaceId ns, std::string_view key) {
   return local || RemoteExtendPrefix(ns, {&key, 1}, 0) == 1;  // store_remote.cc
 }
 
+Status StoreImpl::ContainsBatch(NamespaceId ns, std::span<const std::string_view> keys, std::vector<bool>* present) {
+  if (present == nullptr) return Status::InvalidArgument("ContainsBatch needs somewhere to answer");
+  present->assign(keys.size(), false);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto c = Contains(ns, keys[i]);
+    if (!c.ok()) return c.status();
+    (*present)[i] = *c;
+  }
+  return Status::OK();
+}
+
 Result<size_t> StoreImpl::LookupPrefix(NamespaceId ns, std::span<const std::string_view> keys) {
   c_.lookups.Add();
   thread_local std::vector<uint64_t> locs;

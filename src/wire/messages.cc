@@ -211,11 +211,11 @@ void DecodeGetBatchReply(WireReader& r, size_t n, std::vector<Result<size_t>>* g
   }
 }
 
-void EncodeRemoveBatchReply(WireWriter& w, const std::vector<bool>& present) {
+void EncodeKeyFlagsReply(WireWriter& w, const std::vector<bool>& present) {
   w.U32(static_cast<uint32_t>(present.size()));
   for (bool p : present) w.Bool(p);
 }
-void DecodeRemoveBatchReply(WireReader& r, size_t n, std::vector<bool>* present) {
+void DecodeKeyFlagsReply(WireReader& r, size_t n, std::vector<bool>* present) {
   const uint32_t count = r.Count(kMaxBatchKeys, 1);
   if (count != n) r.Fail();
   present->clear();

@@ -35,10 +35,11 @@ void Decode(WireReader& r, NamespaceInfo* n);
 void EncodeGetBatchReply(WireWriter& w, const std::vector<Result<size_t>>& got);
 void DecodeGetBatchReply(WireReader& r, size_t n, std::vector<Result<size_t>>* got);
 
-// remove_batch's reply after its status: a count, then a byte per key (1:
-// it had a block). Decode fails `r` unless it holds exactly `n` keys.
-void EncodeRemoveBatchReply(WireWriter& w, const std::vector<bool>& present);
-void DecodeRemoveBatchReply(WireReader& r, size_t n, std::vector<bool>* present);
+// remove_batch's and contains_batch's reply after its status: a count, then
+// a byte per key (1: it had a block, or has one). Decode fails `r` unless it
+// holds exactly `n` keys.
+void EncodeKeyFlagsReply(WireWriter& w, const std::vector<bool>& present);
+void DecodeKeyFlagsReply(WireReader& r, size_t n, std::vector<bool>* present);
 
 // map_tier's reply (the tier file's descriptor travels with it): the file's
 // size, and where the tier's blocks lie in it.

@@ -40,7 +40,8 @@ namespace kvtier::wire {
 inline constexpr uint32_t kWireMagic = 0x5653564B;
 // 2: Stats carries the lookup map's state; 3: get_batch; 4: Stats carries
 // the hot region's segments and the disk reads' phase times; 5: and the
-// puts' phase times; 7: map_tier, pin_tier and unpin_tier; 8: remove_batch.
+// puts' phase times; 7: map_tier, pin_tier and unpin_tier; 8: remove_batch
+// and contains_batch.
 inline constexpr uint16_t kWireVersion = 8;
 inline constexpr size_t kHeaderBytes = 24;
 inline constexpr uint32_t kMaxBodyBytes = 4u << 20;
@@ -67,6 +68,7 @@ enum class Op : uint16_t {
   kRemove = 26,
   kGetBatch = 27,         // ns, deadline, [key, fragments] -> [status, size]
   kRemoveBatch = 28,      // ns, keys -> [present]
+  kContainsBatch = 29,    // ns, keys -> [present]
   kFlush = 30,
   kEvictTo = 31,
   kShareNow = 32,

@@ -208,12 +208,18 @@ static void test_batches(kvtier_store* s, kvtier_ns ns) {
   CHECK_RC(kvtier_put_batch(s, ns, NULL, 3, st), KVTIER_INVALID_ARGUMENT);
   CHECK_RC(kvtier_get_batch(s, ns, gets, 0, NULL, NULL), KVTIER_OK);
 
-  /* Removes in one call: which keys had a block. */
+  /* Lookups and removes in one call: which keys have (had) a block. */
   kvtier_key rm[3] = {{keys[1], strlen(keys[1])}, {"absent", 6}, {keys[3], strlen(keys[3])}};
   uint8_t present[3] = {9, 9, 9};
+  CHECK_RC(kvtier_contains_batch(s, ns, rm, 3, present), KVTIER_OK);
+  CHECK(present[0] == 1 && present[1] == 0 && present[2] == 1);
+  CHECK_RC(kvtier_contains_batch(s, ns, rm, 3, NULL), KVTIER_INVALID_ARGUMENT);
+  memset(present, 9, sizeof(present));
   CHECK_RC(kvtier_remove_batch(s, ns, rm, 3, present), KVTIER_OK);
   CHECK(present[0] == 1 && present[1] == 0 && present[2] == 1);
   CHECK_RC(kvtier_remove_batch(s, ns, rm, 3, NULL), KVTIER_OK); /* absent now, and no output */
+  CHECK_RC(kvtier_contains_batch(s, ns, rm, 3, present), KVTIER_OK);
+  CHECK(present[0] == 0 && present[1] == 0 && present[2] == 0);
   CHECK_RC(kvtier_get_batch(s, ns, gets + 1, 4, st, sizes), KVTIER_NOT_FOUND);
   CHECK(st[0] == KVTIER_NOT_FOUND && st[1] == KVTIER_OK && st[2] == KVTIER_NOT_FOUND && st[3] == KVTIER_OK);
   /* A bad key refuses the list: nothing removed. */

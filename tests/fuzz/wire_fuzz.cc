@@ -79,8 +79,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case 23: {
       WireReader r(body);
       std::vector<bool> present;
-      DecodeRemoveBatchReply(r, body.empty() ? 0 : static_cast<uint8_t>(body[0]), &present);
-      (void)r.Finish("remove_batch reply");
+      DecodeKeyFlagsReply(r, body.empty() ? 0 : static_cast<uint8_t>(body[0]), &present);
+      (void)r.Finish("key flags reply");
       break;
     }
     default: {

@@ -386,6 +386,8 @@ TEST(ServiceFaults, TenantsByUidNeverSeeEachOthersBlocks) {
     // Nor may it remove the other tenant's blocks.
     if ((*c)->Remove(mine, Key(1)).ok()) _exit(23);
     if ((*c)->RemoveBatch(mine, keys, nullptr).ok()) _exit(24);
+    std::vector<bool> there;
+    if ((*c)->ContainsBatch(mine, keys, &there).ok()) _exit(25);
   });
   // The admin's block is untouched; the admin sees both namespaces, and may
   // borrow the tier.

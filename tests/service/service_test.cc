@@ -176,9 +176,9 @@ TEST_F(ServiceTest, EveryCallOfTheStoreInterfaceWorksThroughTheService) {
   EXPECT_EQ(c->Put(*ns, Key(1), "x", 1).code(), Code::kClosed);
 }
 
-// A list longer than one request allows goes in pieces; the answer is
-// still one flag per key, in order.
-TEST_F(ServiceTest, ARemoveBatchLongerThanOneRequestSaysForEveryKeyWhetherItWasThere) {
+// A list longer than one request allows goes in pieces (remove_batch and
+// contains_batch); the answer is still one flag per key, in order.
+TEST_F(ServiceTest, KeyListsLongerThanOneRequestSayForEveryKeyWhetherItIsThere) {
   ServedStore served(dir_.path());
   auto c = served.Client();
   ASSERT_NE(c, nullptr);
@@ -191,13 +191,18 @@ TEST_F(ServiceTest, ARemoveBatchLongerThanOneRequestSaysForEveryKeyWhetherItWasT
     ASSERT_TRUE(c->Put(ns, keys[i], p.data(), p.size()).ok());
   }
   const std::vector<std::string_view> views(keys.begin(), keys.end());
-  std::vector<bool> present;
+  std::vector<bool> present, there;
+  ASSERT_TRUE(c->ContainsBatch(ns, views, &there).ok());
   ASSERT_TRUE(c->RemoveBatch(ns, views, &present).ok());
+  EXPECT_EQ(there, present);
   ASSERT_EQ(present.size(), keys.size());
   for (size_t i = 0; i < keys.size(); ++i)
     EXPECT_EQ(present[i], std::find(put_at.begin(), put_at.end(), i) != put_at.end()) << i;
   for (size_t i : put_at) EXPECT_TRUE(c->GetVector(ns, keys[i]).status().IsNotFound()) << i;
   EXPECT_EQ(served.store()->GetStats().removes, keys.size());
+  EXPECT_EQ(served.store()->GetStats().contains, keys.size());
+  ASSERT_TRUE(c->ContainsBatch(ns, views, &there).ok());
+  EXPECT_EQ(std::count(there.begin(), there.end(), true), 0);
   // Bad input is refused before anything is sent.
   const std::vector<std::string_view> bad{keys[0], ""};
   EXPECT_EQ(c->RemoveBatch(ns, bad, &present).code(), Code::kInvalidArgument);

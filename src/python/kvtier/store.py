@@ -454,6 +454,21 @@ class Namespace:
     def __contains__(self, key):
         return self.contains(key)
 
+    def contains_batch(self, keys):
+        """contains() for each key, as a list of bools: through a service one
+        request per 4,096 keys instead of one per key."""
+        return self._key_flags(lib.kvtier_contains_batch, keys)
+
+    def _key_flags(self, call, keys):
+        """call(store, ns, keys, n, flags) over `keys`: a bool per key."""
+        arr, n, keep = _buffers.packed_keys(keys)
+        if n == 0:
+            return []
+        flags = (ctypes.c_uint8 * n)()
+        _check(call(self.store._handle(), self.id, arr, n, flags))
+        del keep
+        return [bool(f) for f in flags]
+
     def lookup_prefix(self, keys):
         """How many leading keys are present (index only)."""
         arr, n, keep = _buffers.packed_keys(keys)
@@ -497,10 +512,4 @@ class Namespace:
     def remove_batch(self, keys):
         """Removes every key with one index flush per 4,096 of them (remove()
         costs a flush per key). Returns a list of bools: which keys had a block."""
-        arr, n, keep = _buffers.packed_keys(keys)
-        if n == 0:
-            return []
-        present = (ctypes.c_uint8 * n)()
-        _check(lib.kvtier_remove_batch(self.store._handle(), self.id, arr, n, present))
-        del keep
-        return [bool(p) for p in present]
+        return self._key_flags(lib.kvtier_remove_batch, keys)

@@ -116,7 +116,7 @@ class KvtierL2Connector:
     def submit_batch_exists(self, keys):
         if self._ns is None:
             return self._refuse(keys, lookup=True)
-        return self._submit_on_pool(keys, lambda ks: [self._ns.contains(k) for k in ks])
+        return self._submit_on_pool(keys, self._ns.contains_batch)  # one request per 4,096 keys through a service
 
     def submit_batch_delete(self, keys):
         if self._ns is None:

@@ -286,7 +286,7 @@ class KvtierHiCacheStorage(HiCacheStorage):
         ok = [True] * len(keys)
         try:
             frags = self._page_frags(keys, host_indices)
-            new = [i for i, k in enumerate(keys) if not ns.contains(k)]  # blocks are immutable
+            new = [i for i, there in enumerate(ns.contains_batch(keys)) if not there]  # blocks are immutable
             codes = ns.put_batch([keys[i] for i in new], [frags[i] for i in new])
         except KvtierError as e:
             logger.warning("kvtier backend: batch_set_v1 of %d pages failed: %s", len(keys), e)
@@ -329,7 +329,7 @@ class KvtierHiCacheStorage(HiCacheStorage):
         t0 = time.monotonic()
         srcs = [s.contiguous() if hasattr(s, "contiguous") else s for s in srcs]
         try:
-            new = [i for i, k in enumerate(keys) if not ns.contains(k)]
+            new = [i for i, there in enumerate(ns.contains_batch(keys)) if not there]
             codes = ns.put_batch([keys[i] for i in new], [srcs[i] for i in new])
         except KvtierError as e:
             logger.warning("kvtier backend: batch_set of %d pages failed: %s", len(keys), e)
@@ -371,7 +371,7 @@ class KvtierHiCacheStorage(HiCacheStorage):
         # Only the last `trailing` pages of a prefix must be there (a Mamba
         # state, an SWA window): the longest prefix that ends in them.
         trailing = max(1, len(transfer.keys) if transfer.keys else 1)
-        present = [ns.contains(k) for k in keys[:kv_pages]]
+        present = ns.contains_batch(keys[:kv_pages])
         for end in range(kv_pages, 0, -1):
             if all(present[max(0, end - trailing):end]):
                 return end
@@ -442,7 +442,7 @@ class KvtierHiCacheStorage(HiCacheStorage):
     def batch_set_v2(self, transfers, extra_info=None):
         def store(pool, ns, keys, offsets, ok):
             t0 = time.monotonic()
-            new = [i for i, k in enumerate(keys) if not ns.contains(k)]  # blocks are immutable
+            new = [i for i, there in enumerate(ns.contains_batch(keys)) if not there]  # blocks are immutable
             pages = {i: pool.get_data_page(offsets[i], flat=True).contiguous() for i in new}
             codes = ns.put_batch([keys[i] for i in new], [pages[i] for i in new])
             ok[:] = [True] * len(keys)

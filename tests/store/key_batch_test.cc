@@ -1,6 +1,6 @@
-// RemoveBatch: the keys of a list removed with one index flush, durable on
-// return like Remove. (Removing under a failed write's held checkpoint:
-// failed_write_test.cc.)
+// Lists of keys in one call. RemoveBatch: removed with one index flush per
+// 4,096 keys, durable on return like Remove (under a failed write's held
+// checkpoint: failed_write_test.cc). ContainsBatch: Contains for each.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -64,6 +64,25 @@ TEST(RemoveBatch, RemovesTheKeysAndSaysWhichWerePresent) {
   EXPECT_FALSE(*s->Contains(ns, Key(3)));
   EXPECT_FALSE(*s->Contains(ns, Key(19)));
   EXPECT_TRUE(*s->Contains(ns, Key(5)));
+}
+
+TEST(ContainsBatch, SaysForEveryKeyWhetherItIsPresent) {
+  testing::TempDir dir;
+  auto s = testing::OpenOrFail(dir.Sub("store"), testing::SmallOptions());
+  const NamespaceId ns = testing::RegisterOrFail(s.get());
+  PutKeys(*s, ns, 0, 5);
+  ASSERT_TRUE(s->Remove(ns, Key(2)).ok());
+  const std::vector<std::string> keys{Key(0), Key(2), "absent", Key(4), Key(0)};
+  std::vector<bool> present{true};  // replaced, not appended to
+  ASSERT_TRUE(s->ContainsBatch(ns, Views(keys), &present).ok());
+  EXPECT_EQ(present, (std::vector<bool>{true, false, false, true, true}));
+  EXPECT_EQ(s->GetStats().contains, 5u);
+  ASSERT_TRUE(s->ContainsBatch(ns, {}, &present).ok());
+  EXPECT_TRUE(present.empty());
+  EXPECT_EQ(s->ContainsBatch(ns, Views(keys), nullptr).code(), Code::kInvalidArgument);
+  // Another namespace holds none of them.
+  ASSERT_TRUE(s->ContainsBatch(ns + 1, Views(keys), &present).ok());
+  EXPECT_EQ(present, std::vector<bool>(5, false));
 }
 
 // A list longer than one writer pass (4,096 keys) goes in pieces; the
