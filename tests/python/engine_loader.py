@@ -52,6 +52,10 @@ def describe_type(o):
         d["defaults"] = {f.name: repr(f.default) for f in dataclasses.fields(o)
                          if f.init and f.default is not dataclasses.MISSING}
         d["frozen"] = o.__dataclass_params__.frozen
+    if isinstance(o, type) and issubclass(o, tuple) and hasattr(o, "_fields"):  # a NamedTuple
+        d["fields"] = {f: f not in o._field_defaults for f in o._fields}
+        d["defaults"] = {f: repr(v) for f, v in o._field_defaults.items()}
+        d["frozen"] = True  # a tuple
     if isinstance(o, type) and issubclass(o, enum.Enum):
         d["members"] = {k: repr(v.value) for k, v in o.__members__.items()}
     return d

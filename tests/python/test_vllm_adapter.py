@@ -4,6 +4,7 @@ With KVTIER_VLLM_SRC set these run against vLLM's real types (vllm_source.py);
 otherwise against the stand-ins in standins/, which test_vllm_standins.py
 holds to the real signatures.
 """
+import collections
 import gc
 import logging
 import mmap
@@ -77,14 +78,95 @@ def wait_jobs(tier, n, timeout=10):
     return done
 
 
+STEP_END = base.ScheduleEndContext(new_req_ids=(), preempted_req_ids=())
+
+
 def lookup_settled(tier, key, req):
+    """Asks as vLLM's scheduler does: once per step, the step's end between."""
     first = tier.lookup(key, req)
     deadline = time.monotonic() + 10
     r = first
     while r is LR.RETRY and time.monotonic() < deadline:
+        tier.on_schedule_end(STEP_END)
         time.sleep(0.002)
         r = tier.lookup(key, req)
     return first, r
+
+
+class CountingNamespace:
+    """The tier's namespace, with its calls counted by name."""
+
+    def __init__(self, ns):
+        self._ns, self.calls = ns, collections.Counter()
+
+    def __getattr__(self, name):
+        attr = getattr(self._ns, name)
+        if not callable(attr):
+            return attr
+
+        def counted(*a, **kw):
+            self.calls[name] += 1
+            return attr(*a, **kw)
+        return counted
+
+
+def test_a_steps_lookups_go_as_one_batch_after_the_step(store_dir):
+    primary = np.random.default_rng(3).integers(0, 256, (ROWS, ROW_BYTES), dtype=np.uint8)
+    keys = keys_of(12)
+    req = base.ReqContext(req_id="w")
+    tier = make_tier(store_dir, primary)
+    tier.submit_store(job(1, keys[:6], list(range(6)), False, req))
+    wait_jobs(tier, 1)
+    tier.shutdown()
+
+    tier = make_tier(store_dir, primary)
+    counting = tier._ns = CountingNamespace(tier._ns)
+    a, b = base.ReqContext(req_id="a"), base.ReqContext(req_id="b")
+    # One step: two prompts scanned in full (RETRY keeps vLLM scanning).
+    assert [tier.lookup(k, a) for k in keys[:8]] == [LR.RETRY] * 8
+    assert [tier.lookup(k, b) for k in keys[4:]] == [LR.RETRY] * 8
+    assert tier.has_pending_work()  # keeps vLLM stepping until the answers are in
+    assert sum(counting.calls.values()) == 0  # nothing crosses to kvtier inside the step
+    tier.on_schedule_end(STEP_END)
+    tier.drain_jobs()
+    assert dict(counting.calls) == {"contains_batch": 1}
+    # The next step reads the answers.
+    assert [tier.lookup(k, a) for k in keys[:8]] == [LR.HIT] * 6 + [LR.MISS] * 2
+    assert [tier.lookup(k, b) for k in keys[4:]] == [LR.HIT] * 2 + [LR.MISS] * 6
+    tier.on_schedule_end(STEP_END)
+    assert dict(counting.calls) == {"contains_batch": 1} and not tier.has_pending_work()
+    stats = tier.get_stats().reduce()
+    assert [v for k, v in stats.items() if k.startswith(adapter.METRIC_LOOKUP_HITS)] == [6], stats
+    assert [v for k, v in stats.items() if k.startswith(adapter.METRIC_LOOKUP_MISSES)] == [6], stats
+    tier.shutdown()
+
+
+def test_a_failed_batch_lookup_answers_miss(store_dir, caplog):
+    primary = np.zeros((ROWS, ROW_BYTES), dtype=np.uint8)
+    tier = make_tier(store_dir, primary)
+    tier.submit_store(job(1, keys_of(2), [0, 1], False, base.ReqContext(req_id="s")))
+    wait_jobs(tier, 1)
+    tier.shutdown()
+    tier = make_tier(store_dir, primary)  # knows nothing yet
+    tier._store.close()  # every call from here on fails
+    req = base.ReqContext(req_id="r")
+    with caplog.at_level(logging.WARNING):
+        assert lookup_settled(tier, keys_of(1)[0], req) == (LR.RETRY, LR.MISS)
+    assert any("kvtier lookup of 1 keys failed" in r.getMessage() for r in caplog.records)
+    tier.shutdown()
+
+
+def test_a_finished_requests_unread_answers_are_dropped(store_dir):
+    primary = np.zeros((ROWS, ROW_BYTES), dtype=np.uint8)
+    tier = make_tier(store_dir, primary)
+    req = base.ReqContext(req_id="gone")
+    for k in keys_of(5):
+        assert tier.lookup(k, req) is LR.RETRY
+    tier.on_schedule_end(STEP_END)
+    tier.drain_jobs()
+    tier.on_request_finished(req)  # aborted before it read them
+    assert not tier._lookups and not tier._known
+    tier.shutdown()
 
 
 def test_store_restart_lookup_load_bytes_equal(store_dir):

@@ -29,7 +29,8 @@ from engine_loader import describe_type
 NAMES = {
     "vllm.v1.kv_offload.base": ["Medium", "Locality", "ReqContext", "LookupResult", "OffloadPolicy",
                                 "RequestOffloadingContext", "OffloadingEvent", "OffloadingMetricMetadata",
-                                "OffloadingCounterMetadata", "OffloadingKVEventsConfig", "make_offload_key"],
+                                "OffloadingCounterMetadata", "OffloadingKVEventsConfig", "ScheduleEndContext",
+                                "make_offload_key"],
     "vllm.v1.kv_offload.config": ["OffloadingGroupConfig", "OffloadingModelConfig", "OffloadingCacheConfig",
                                   "OffloadingParallelConfig", "OffloadingConfig"],
     "vllm.v1.kv_offload.tiering.base": ["TransferJob", "JobResult", "SecondaryTierManager"],

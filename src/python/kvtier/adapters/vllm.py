@@ -132,7 +132,9 @@ class KvtierTierManager(SecondaryTierManager):
                                                            thread_name_prefix="kvtier-vllm")
         self._lock = threading.Lock()
         self._known = collections.OrderedDict()  # key -> present (finished lookups), bounded
-        self._lookups = {}                       # key -> Future[bool]
+        self._lookups = {}                       # key -> None (asked) or bool (answered)
+        self._lookup_queue = []                  # keys asked this step, not yet sent
+        self._lookup_runner = None               # Future of the batch runner, while it runs
         self._storing = collections.Counter()    # keys with a store in flight
         self._req_keys = collections.defaultdict(set)
         self._jobs = set()                       # futures of transfers in flight
@@ -168,6 +170,11 @@ class KvtierTierManager(SecondaryTierManager):
             self._stats.increase_counter(name, value, (self.tier_type,))
 
     # ---- lookups ------------------------------------------------------------
+    # vLLM's scheduler asks key by key and keeps scanning on RETRY, so a step
+    # asks for whole prompts. The keys wait for the step's end
+    # (on_schedule_end), then go as one contains_batch (through a service,
+    # one request) on a worker while the model runs; the next step reads the
+    # answers. This is the flush-per-step design of vLLM's own fs tier.
     def lookup(self, key, req_context):
         if self._ns is None:
             return LookupResult.MISS
@@ -179,21 +186,43 @@ class KvtierTierManager(SecondaryTierManager):
             if k in self._known:
                 self._known.move_to_end(k)
                 return LookupResult.HIT if self._known[k] else LookupResult.MISS
-            fut = self._lookups.get(k)
-            if fut is None:
-                self._lookups[k] = self._pool.submit(self._ns.contains, k)
+            if k not in self._lookups:
+                self._queue_lookup(k)
                 return LookupResult.RETRY
-            if not fut.done():
+            present = self._lookups[k]
+            if present is None:
                 return LookupResult.RETRY
             del self._lookups[k]
-        try:
-            present = bool(fut.result())
-        except Exception:
-            present = False
-        with self._lock:
             self._remember(k, present)
             self._count(METRIC_LOOKUP_HITS if present else METRIC_LOOKUP_MISSES, 1)
         return LookupResult.HIT if present else LookupResult.MISS
+
+    def _queue_lookup(self, k):
+        # Caller holds self._lock.
+        self._lookups[k] = None
+        self._lookup_queue.append(k)
+
+    def on_schedule_end(self, context):
+        with self._lock:
+            if self._lookup_queue and self._lookup_runner is None:
+                self._lookup_runner = self._pool.submit(self._run_lookups)
+
+    def _run_lookups(self):
+        while True:
+            with self._lock:
+                keys, self._lookup_queue = self._lookup_queue, []
+                if not keys:
+                    self._lookup_runner = None
+                    return
+            try:
+                flags = self._ns.contains_batch(keys)
+            except Exception as e:
+                logger.warning("kvtier lookup of %d keys failed: %s", len(keys), e)
+                flags = [False] * len(keys)  # a miss recomputes; never a wrong hit
+            with self._lock:
+                for k, present in zip(keys, flags):
+                    if k in self._lookups:
+                        self._lookups[k] = bool(present)
 
     def _remember(self, k, present):
         # Caller holds self._lock.
@@ -289,11 +318,11 @@ class KvtierTierManager(SecondaryTierManager):
 
     def has_pending_work(self):
         with self._lock:
-            return bool(self._jobs or self._lookups or self._finished)
+            return bool(self._jobs or self._lookup_queue or self._lookup_runner or self._finished)
 
     def drain_jobs(self):
         with self._lock:
-            jobs = list(self._jobs) + list(self._lookups.values())
+            jobs = list(self._jobs) + ([self._lookup_runner] if self._lookup_runner else [])
         concurrent.futures.wait(jobs)
 
     # ---- requests, events, stats ---------------------------------------------------
@@ -304,6 +333,7 @@ class KvtierTierManager(SecondaryTierManager):
         with self._lock:
             for k in self._req_keys.pop(req_context.req_id, ()):
                 self._known.pop(k, None)  # answers are per request: a later one asks kvtier again
+                self._lookups.pop(k, None)  # an answer nobody will read
 
     def take_events(self):
         with self._lock:

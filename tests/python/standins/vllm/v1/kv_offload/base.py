@@ -1,7 +1,8 @@
 """Stand-in for vllm/v1/kv_offload/base.py: the types a secondary tier uses."""
 from dataclasses import dataclass, field
 from enum import Enum, auto
-from typing import Any, NewType
+from collections.abc import Collection
+from typing import Any, NamedTuple, NewType
 
 OffloadKey = NewType("OffloadKey", bytes)
 
@@ -25,6 +26,11 @@ class ReqContext:
     req_id: str
     kv_transfer_params: dict[str, Any] | None = None
     _state: dict = field(default_factory=dict, repr=False, init=False)
+
+
+class ScheduleEndContext(NamedTuple):
+    new_req_ids: Collection[str]
+    preempted_req_ids: Collection[str]
 
 
 class LookupResult(Enum):
