@@ -34,16 +34,16 @@ LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head")
 class DevicePool:
     """What the host pools read of SGLang's device pool (GPU memory)."""
 
-    def __init__(self, dtype=torch.bfloat16, layers=LAYERS, size=64):
+    def __init__(self, dtype=torch.bfloat16, layers=LAYERS, size=64, heads=HEADS):
         self.store_dtype = dtype
         self.size = size
-        self.head_num, self.head_dim, self.layer_num = HEADS, DIM, layers
+        self.head_num, self.head_dim, self.layer_num = heads, DIM, layers
         self.start_layer, self.end_layer = 0, layers - 1
         self.device = "cpu"
 
 
-def host_pool(layout="page_first", dtype=torch.bfloat16, layers=LAYERS, seed=None):
-    pool = MHATokenToKVPoolHost(DevicePool(dtype, layers), host_to_device_ratio=2.0, host_size=0, page_size=PAGE,
+def host_pool(layout="page_first", dtype=torch.bfloat16, layers=LAYERS, seed=None, heads=HEADS):
+    pool = MHATokenToKVPoolHost(DevicePool(dtype, layers, heads=heads), host_to_device_ratio=2.0, host_size=0, page_size=PAGE,
                                 layout=layout, pin_memory=False, device="cpu")
     if seed is None:
         pool.kv_buffer.zero_()
@@ -54,11 +54,14 @@ def host_pool(layout="page_first", dtype=torch.bfloat16, layers=LAYERS, seed=Non
     return pool
 
 
-def storage_config(extra, model="Qwen/Qwen3-0.6B", tp=(0, 1), mla=False, split_heads=False, layout="page_first"):
+def storage_config(extra, model="Qwen/Qwen3-0.6B", tp=(0, 1), mla=False, layout="page_first", tp_lcm=None):
+    # As SGLang's cache controller fills it: it splits heads only where the
+    # least common TP size is above this one's, on page_head, without MLA.
+    split = bool(tp_lcm) and not mla and layout == "page_head" and tp_lcm > tp[1]
     return HiCacheStorageConfig(tp_rank=tp[0], tp_size=tp[1], pp_rank=0, pp_size=1, attn_cp_rank=0, attn_cp_size=1,
                                 is_mla_model=mla, enable_storage_metrics=True,
                                 is_page_first_layout=layout == "page_first", model_name=model,
-                                should_split_heads=split_heads, extra_config=extra)
+                                tp_lcm_size=tp_lcm, should_split_heads=split, extra_config=extra)
 
 
 def extra_config(path, v1=True, **more):
@@ -70,10 +73,10 @@ def extra_config(path, v1=True, **more):
     return cfg
 
 
-def backend(path, pool, v1=True, model="Qwen/Qwen3-0.6B", tp=(0, 1), mla=False, **more):
+def backend(path, pool, v1=True, model="Qwen/Qwen3-0.6B", tp=(0, 1), mla=False, tp_lcm=None, **more):
     # As SGLang's StorageBackendFactory builds a dynamic backend, then attaches the pool.
     b = adapter.KvtierHiCacheStorage(storage_config(extra_config(path, v1, **more), model, tp, mla,
-                                                    layout=pool.layout), {})
+                                                    layout=pool.layout, tp_lcm=tp_lcm), {})
     b.register_mem_pool_host(pool)
     return b
 
@@ -208,10 +211,76 @@ def test_a_wrong_config_key_is_named_at_start(store_dir, bad, named):
         backend(bad.pop("path", store_dir), host_pool(), **bad)
 
 
-def test_split_heads_is_refused_by_name(store_dir):
-    cfg = storage_config(extra_config(store_dir), split_heads=True)
-    with pytest.raises(ValueError, match="tp_lcm_size"):
+def test_split_heads_off_the_zero_copy_path_are_refused_by_name(store_dir):
+    cfg = storage_config(extra_config(store_dir, v1=False), tp=(0, 2), layout="page_head", tp_lcm=4)
+    with pytest.raises(ValueError, match="tp_lcm_size.*interface_v1"):
         adapter.KvtierHiCacheStorage(cfg, {})
+
+
+# ---- Split heads: deployments of different TP sizes share pages (tp_lcm_size) ----
+
+
+def _deployment(addr, tp, tp_lcm, heads_total, seed=None):
+    """One backend and page_head host pool per rank of a TP-`tp` deployment."""
+    out = []
+    for r in range(tp):
+        pool = host_pool("page_head", heads=heads_total // tp, seed=None if seed is None else seed + r)
+        out.append((pool, backend(addr, pool, tp=(r, tp), tp_lcm=tp_lcm)))
+    return out
+
+
+def _heads(page, heads, first, count):
+    """Heads [first, first + count) of a page_head flat page (K, then V)."""
+    return page.view(2, heads, -1)[:, first:first + count].reshape(-1)
+
+
+@pytest.mark.parametrize("writer_tp, reader_tp", [(2, 4), (4, 2), (1, 4), (2, 2)])
+def test_split_heads_pages_written_at_one_tp_size_load_at_another(kvtier_service, writer_tp, reader_tp):
+    total, lcm, n = 8, 4, 3
+    writers = _deployment(kvtier_service, writer_tp, lcm, total, seed=30)
+    want = []  # per global head: its bytes in each page
+    for pool, b in writers:
+        idx = pages(pool, n)
+        assert b.batch_set_v1(keys(n), idx) == [True] * n
+        mine = total // writer_tp
+        for p in page_bytes(pool, idx):
+            want.append([_heads(p, mine, h, 1) for h in range(mine)])
+    want = [[want[r * n + p][h] for r in range(writer_tp) for h in range(total // writer_tp)] for p in range(n)]
+    for _, b in writers:
+        b.close()
+
+    readers = _deployment(kvtier_service, reader_tp, lcm, total)
+    mine = total // reader_tp
+    for r, (pool, b) in enumerate(readers):
+        assert b.batch_exists(keys(n) + ["absent" * 8]) == n
+        idx = pages(pool, n)
+        assert b.batch_get_v1(keys(n), idx) == [True] * n
+        for p, got in enumerate(page_bytes(pool, idx)):
+            for h in range(mine):
+                assert torch.equal(_heads(got, mine, h, 1), want[p][r * mine + h]), (r, p, h)
+        b.close()
+
+
+def test_split_heads_without_every_piece_are_a_miss(kvtier_service):
+    # Only rank 0 of a TP-4 deployment wrote: a TP-2 rank 0 needs the pieces
+    # of ranks 0 and 1 of 4, and finds half a page.
+    (pool, b), *_ = _deployment(kvtier_service, 4, 4, 8, seed=40)
+    assert b.batch_set_v1(keys(2), pages(pool, 2)) == [True, True]
+    b.close()
+    (pool, b), _ = _deployment(kvtier_service, 2, 4, 8)
+    assert b.batch_exists(keys(2)) == 0 and not b.exists(keys(1)[0])
+    assert b.batch_get_v1(keys(2), pages(pool, 2)) == [False, False]
+    b.close()
+
+
+def test_split_heads_of_another_head_count_never_meet(kvtier_service):
+    # A model with 16 heads in all is another geometry than one with 8.
+    (pool, b), *_ = _deployment(kvtier_service, 2, 4, 8, seed=50)
+    assert b.batch_set_v1(keys(2), pages(pool, 2)) == [True, True]
+    b.close()
+    (pool, b), *_ = _deployment(kvtier_service, 2, 4, 16)
+    assert b.batch_exists(keys(2)) == 0
+    b.close()
 
 
 def hybrid_backend(path, kv, swa, swa_name=None):

@@ -36,7 +36,7 @@ def _sglang():
     return torch, cache_controller, memory_pool, memory_pool_host
 
 
-def _device_pool(mla, dtype):
+def _device_pool(mla, dtype, heads=HEADS):
     torch, _, memory_pool, _ = _sglang()
     # The GPU-resident pool: only the attributes the host pool and the
     # controller read (sglang_source.py replaces its module).
@@ -45,7 +45,7 @@ def _device_pool(mla, dtype):
     pool.store_dtype = getattr(torch, dtype)
     pool.size, pool.device, pool.layer_num = 400, "cpu", LAYERS
     pool.start_layer, pool.end_layer = 0, LAYERS - 1
-    pool.head_num, pool.head_dim = HEADS, DIM
+    pool.head_num, pool.head_dim = heads, DIM
     pool.kv_lora_rank, pool.qk_rope_head_dim = 32, 16
     return pool
 
@@ -58,9 +58,9 @@ class _Allocator:
         return self._pool
 
 
-def _controller(path, layout, mla, v1, dtype="bfloat16", seed=None, model="Qwen/Qwen3-0.6B"):
+def _controller(path, layout, mla, v1, dtype="bfloat16", seed=None, model="Qwen/Qwen3-0.6B", heads=HEADS, more=None):
     torch, cache_controller, _, memory_pool_host = _sglang()
-    device = _device_pool(mla, dtype)
+    device = _device_pool(mla, dtype, heads)
     cls = memory_pool_host.MLATokenToKVPoolHost if mla else memory_pool_host.MHATokenToKVPoolHost
     host = cls(device, 2.0, 0, PAGE, layout, pin_memory=False, device="cpu")
     g = torch.Generator().manual_seed(seed or 0)
@@ -73,6 +73,7 @@ def _controller(path, layout, mla, v1, dtype="bfloat16", seed=None, model="Qwen/
              "class_name": "KvtierHiCacheStorage", "path": path, "capacity_gb": 0.25}
     if v1:
         extra["interface_v1"] = 1
+    extra.update(more or {})
     ctl = cache_controller.HiCacheController(
         token_to_kv_pool_allocator=_Allocator(device), mem_pool_host=host, page_size=PAGE, tp_group=None,
         load_cache_event=threading.Event(), storage_backend="dynamic", prefetch_threshold=PAGE,
@@ -106,6 +107,13 @@ def write_and_die(path, layout, mla, v1, out, ranks=None):
     their bytes, then die without closing anything."""
     _set_ranks(ranks)
     torch, ctl, host = _controller(path, layout, mla, v1, seed=11)
+    indices = _backup(ctl, host)
+    torch.save(_page_words(torch, host, indices), out)
+    os.kill(os.getpid(), 9)
+
+
+def _backup(ctl, host):
+    """Backs the prompt's pages up through the controller; returns their host indices."""
     from sglang.srt.mem_cache.utils import get_hash_str
 
     tokens = _prompt()
@@ -118,8 +126,7 @@ def write_and_die(path, layout, mla, v1, out, ranks=None):
     op_id = ctl.write_storage(indices, tokens, hash_value=hashes)
     ack = ctl.ack_backup_queue.get(timeout=60)
     assert ack.id == op_id and ack.completed_tokens == len(tokens), (ack.completed_tokens, len(tokens))
-    torch.save(_page_words(torch, host, indices), out)
-    os.kill(os.getpid(), 9)
+    return indices
 
 
 def _child(path, layout, mla, v1, tmp, ranks=None):
@@ -245,6 +252,34 @@ def test_mla_rank_zero_writes_and_every_rank_hits_through_the_service(tmp_path, 
         assert ctl.backup_skip  # SGLang's own rule: rank 1 of an MLA model writes nothing
         _prefetched_pages_equal(saved, ctl, host)
         ctl.detach_storage_backend()
+    finally:
+        _set_ranks({"tp_rank": 0, "tp_size": 1})
+
+
+def test_split_heads_pages_move_between_deployments_of_different_tp_sizes(tmp_path, kvtier_service):
+    # tp_lcm_size 4: a TP-2 deployment (4 of 8 heads per rank, page_head)
+    # backs a prompt up, SGLang splitting each rank's heads in two; each rank
+    # of a TP-4 deployment (2 heads) prefetches its own heads' pages.
+    total, lcm = 8, {"tp_lcm_size": 4}
+    written = []
+    try:
+        for r in range(2):
+            _set_ranks({"tp_rank": r, "tp_size": 2})
+            torch, ctl, host = _controller(kvtier_service, "page_head", False, True, seed=20 + r, heads=4, more=lcm)
+            assert ctl.storage_backend._storage_config.should_split_heads  # SGLang's own decision
+            written.append(_page_words(torch, host, _backup(ctl, host)))
+            ctl.detach_storage_backend()
+        for r in range(4):
+            _set_ranks({"tp_rank": r, "tp_size": 4})
+            torch, ctl, host = _controller(kvtier_service, "page_head", False, True, heads=2, more=lcm)
+            assert not ctl.storage_backend._storage_config.should_split_heads  # TP 4 is the lcm: whole pages
+            op, indices = _prefetch(ctl, host, _prompt())
+            assert op.completed_tokens == PAGE * N_PAGES, (r, op.completed_tokens)
+            got = _page_words(torch, host, indices)
+            for p in range(N_PAGES):
+                heads = written[r // 2][p].view(2, total // 2, -1)[:, (r % 2) * 2:(r % 2) * 2 + 2]
+                assert torch.equal(got[p], heads.reshape(-1)), (r, p)
+            ctl.detach_storage_backend()
     finally:
         _set_ranks({"tp_rank": 0, "tp_size": 1})
 

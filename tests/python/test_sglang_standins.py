@@ -4,7 +4,8 @@ Runs when KVTIER_SGLANG_SRC names an SGLang checkout. Each side is described
 in a process of its own (both are named `sglang`): dataclass fields and which
 are required, enum members, the storage base's methods and which are
 abstract, and what the host pool's page accessors return for every layout
-(fragment offsets and sizes, flat pages, the dummy page, writes back). A
+(fragment offsets and sizes, split heads' too, flat pages, the dummy page,
+writes back). A
 stand-in that differs would let a test pass in CI where SGLang would fail.
 """
 import os
@@ -59,6 +60,10 @@ for layout in ("layer_first", "page_first", "page_first_direct", "page_head"):
          "dummy": list(p.get_dummy_flat_data_page().shape), "alloc": p.alloc(8).tolist()}
     p.set_from_flat_data_page(4, torch.arange(p.get_dummy_flat_data_page().numel(), dtype=torch.int16).view(torch.bfloat16))
     d["after_set"] = p.kv_buffer.view(torch.int16).flatten().tolist()[::7]
+    if layout == "page_head":  # SGLang's split heads (tp_lcm_size), in 2 pieces of 1 head
+        ptrs, sizes = p.get_split_heads_page_buffer_meta(idx, 2)
+        d["split_meta"] = [x - p.kv_buffer.data_ptr() for x in ptrs]
+        d["split_sizes"] = list(sizes)
     pools[layout] = d
 out["pools"] = pools
 print(json.dumps(out))

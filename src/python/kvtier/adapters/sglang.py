@@ -30,6 +30,11 @@ a folder, which admits one process, several ranks each open `path`/tp<r>-
 pp<p>[-cp<c>] with an even share of capacity_gb: DP-attention ranks then
 collide and MLA with TP > 1 never hits, so use a service for those.
 
+Deployments of different TP sizes (tp_lcm_size, page_head, interface_v1):
+where SGLang splits a rank's heads, each piece of a page is stored as the
+rank of a TP-tp_lcm_size deployment holding those heads stores its page, so
+deployments share pages through a service (SplitHeadsNamespace).
+
 Hybrid models (Mamba / SWA / DSA / DeepSeek V4 pools beside the KV pool):
 SGLang hands each extra host pool over with register_mem_host_pool_v2 and
 moves its pages with the _v2 calls, the KV pages still through the calls
@@ -93,12 +98,24 @@ def _rank_info(storage_config):
 def check_config(extra_config, storage_config):
     """The backend's own keys of SGLang's extra config. Raises ValueError
     naming a key that is unknown, missing or not supported."""
-    cfg = {k: v for k, v in dict(extra_config or {}).items() if k not in LOADER_KEYS}
+    cfg_all = dict(extra_config or {})
+    cfg = {k: v for k, v in cfg_all.items() if k not in LOADER_KEYS}
     check_config_keys(cfg, CONFIG_KEYS, "kvtier backend", "extra-config")  # SGLang's LOADER_KEYS taken out above
-    if getattr(storage_config, "should_split_heads", False):
-        raise ValueError("kvtier backend: tp_lcm_size with split heads (page_head layout) is not supported: "
-                         "drop 'tp_lcm_size' from the extra config")
+    if split_factor(storage_config) > 1 and not cfg_all.get("interface_v1"):
+        raise ValueError("kvtier backend: tp_lcm_size splits heads on the zero-copy path only: add "
+                         "\"interface_v1\": 1 to the extra config, or drop 'tp_lcm_size'")
     return cfg
+
+
+def split_factor(storage_config):
+    """Into how many pieces SGLang splits a rank's heads (1: none). With
+    tp_lcm_size above the TP size (page_head layout, not MLA: SGLang's
+    should_split_heads), a page's heads go in tp_lcm_size / tp_size pieces,
+    each stored as the rank of a TP-tp_lcm_size deployment holding just those
+    heads stores its page, so deployments of different TP sizes share pages."""
+    if not getattr(storage_config, "should_split_heads", False):
+        return 1
+    return int(storage_config.tp_lcm_size) // int(storage_config.tp_size)
 
 
 def store_path(path, ranks):
@@ -124,10 +141,14 @@ def anchor_pool(pool):
     return entry.host_pool if entry is not None else pool
 
 
-def pool_geometry(pool):
-    """Where the host pool puts a page's bytes, as a string."""
+def pool_geometry(pool, head_num=None):
+    """Where the host pool puts a page's bytes, as a string (`head_num`: of
+    one piece of split heads)."""
     parts = [type(pool).__name__, str(getattr(pool, "dtype", ""))]
-    parts += [f"{a}={getattr(pool, a)}" for a in _GEOMETRY if getattr(pool, a, None) is not None]
+    for a in _GEOMETRY:
+        v = head_num if a == "head_num" and head_num is not None else getattr(pool, a, None)
+        if v is not None:
+            parts.append(f"{a}={v}")
     return ",".join(parts)
 
 
@@ -136,29 +157,44 @@ def page_bytes_flat(pool):
     return int(page.numel()) * int(page.element_size())
 
 
-def page_fragments_v1(pool):
-    """Fragment sizes of one page on the zero-copy path."""
+def page_fragments_v1(pool, split=1):
+    """Fragment sizes of one page on the zero-copy path (of one piece of its
+    heads when SGLang splits them in `split`)."""
     import torch
 
-    _, sizes = pool.get_page_buffer_meta(torch.arange(pool.page_size, dtype=torch.int64))
+    one_page = torch.arange(pool.page_size, dtype=torch.int64)
+    if split == 1:
+        _, sizes = pool.get_page_buffer_meta(one_page)
+    else:
+        _, sizes = pool.get_split_heads_page_buffer_meta(one_page, split)
+        sizes = sizes[:len(sizes) // split]
     return [int(s) for s in sizes]
 
 
-def namespace_spec(storage_config, pool, mode, config):
+def namespace_spec(storage_config, pool, mode, config, piece=0):
     """The namespace of one rank's pages in one mode ("v1" zero-copy,
     "flat" generic, or "v2-<pool>" for a hybrid model's extra pool), pinned
-    to the host pool's exact geometry."""
+    to the host pool's exact geometry; with split heads, that of piece
+    `piece`, which is the page of rank tp_rank * split + piece of
+    tp_lcm_size."""
     pool = anchor_pool(pool)
     ranks = _rank_info(storage_config)
     mla = bool(getattr(storage_config, "is_mla_model", False))
     tp_rank, tp_size = (0, 1) if mla else (ranks["tp_rank"], ranks["tp_size"])  # MLA: one copy for all ranks
+    split = split_factor(storage_config) if mode == "v1" else 1
+    heads = None
+    if split > 1:
+        if int(pool.head_num) % split:
+            raise ValueError(f"kvtier backend: {pool.head_num} heads per rank do not split in {split} "
+                             f"(tp_lcm_size {storage_config.tp_lcm_size}, TP {tp_size})")
+        tp_rank, tp_size, heads = tp_rank * split + piece, tp_size * split, int(pool.head_num) // split
     if mode == "v1":
-        frags = page_fragments_v1(pool)
+        frags = page_fragments_v1(pool, split)
         shape, size = f"frags={len(frags)}x{frags[0] if len(set(frags)) == 1 else '+'.join(map(str, frags))}", sum(frags)
     else:
         size = page_bytes_flat(pool)
         shape = f"flat={size}"
-    layout = f"sglang-{mode}/{pool_geometry(pool)}/{shape}"
+    layout = f"sglang-{mode}/{pool_geometry(pool, heads)}/{shape}"
     if ranks["cp_size"] > 1:
         layout += f"/cp{ranks['cp_rank']}of{ranks['cp_size']}"
     model = str(getattr(storage_config, "model_name", "") or "")
@@ -175,6 +211,53 @@ def namespace_spec(storage_config, pool, mode, config):
         "hash_scheme": HASH_SCHEME,
         "tenant_salt": str(config.get("salt", "")),
     }
+
+
+class SplitHeadsNamespace:
+    """A page whose heads SGLang splits (split_factor): piece j of each page
+    is a block of namespace j, so what a call says of a page is true of every
+    piece. A page's fragments come as get_split_heads_page_buffer_meta lists
+    them, the pieces one after another."""
+
+    def __init__(self, pieces):
+        self.pieces = pieces
+
+    def _of_piece(self, frags, j):
+        n = len(frags) // len(self.pieces)
+        return frags[j * n:(j + 1) * n]
+
+    def get_batch(self, keys, frags):
+        total = [0] * len(keys)
+        for j, ns in enumerate(self.pieces):
+            mine = [self._of_piece(f, j) for f in frags]
+            for i, (got, f) in enumerate(zip(ns.get_batch(keys, mine), mine)):
+                if total[i] is not None and got is not None and got == sum(size for _, size in f):
+                    total[i] += got
+                else:
+                    total[i] = None  # a page missing a piece is a miss
+        return total
+
+    def put_batch(self, keys, frags):
+        codes = [Code.OK] * len(keys)
+        for j, ns in enumerate(self.pieces):
+            # A piece may be there already: another deployment's rank wrote it.
+            new = [i for i, there in enumerate(ns.contains_batch(keys)) if not there]
+            for i, c in zip(new, ns.put_batch([keys[i] for i in new], [self._of_piece(frags[i], j) for i in new])):
+                if codes[i] == Code.OK:
+                    codes[i] = c
+        return codes
+
+    def contains_batch(self, keys):
+        flags = [True] * len(keys)
+        for ns in self.pieces:
+            flags = [a and b for a, b in zip(flags, ns.contains_batch(keys))]
+        return flags
+
+    def contains(self, key):
+        return all(ns.contains(key) for ns in self.pieces)
+
+    def lookup_prefix(self, keys):
+        return min(ns.lookup_prefix(keys) for ns in self.pieces)
 
 
 def _nbytes(t):
@@ -217,11 +300,17 @@ class KvtierHiCacheStorage(HiCacheStorage):
         modes = ["flat"] + (["v1"] if self._v1 else [])  # "flat" also carries SGLang's draft pages
         try:
             for mode in modes:
-                spec = namespace_spec(self._storage_config, mem_pool_host, mode, self._config)
-                self._ns[mode] = self._store.register_namespace(**spec)
+                self._ns[mode] = self._register(mem_pool_host, mode)
         except Exception as e:
             logger.error("kvtier backend disabled: cannot register the host pool's namespace: %s", e)
             self._ns = {}
+
+    def _register(self, pool, mode):
+        split = split_factor(self._storage_config) if mode == "v1" else 1
+        specs = [namespace_spec(self._storage_config, pool, mode, self._config, j) for j in range(split)]
+        if split == 1:
+            return self._store.register_namespace(**specs[0])
+        return SplitHeadsNamespace([self._store.register_namespace(**spec) for spec in specs])
 
     def register_mem_host_pool_v2(self, host_pool, host_pool_name):
         super().register_mem_host_pool_v2(host_pool, host_pool_name)
@@ -256,7 +345,11 @@ class KvtierHiCacheStorage(HiCacheStorage):
 
     # ---- zero-copy path (interface_v1) ----------------------------------------------
     def _page_frags(self, keys, host_indices):
-        ptrs, sizes = self.mem_pool_host.get_page_buffer_meta(host_indices)
+        split = split_factor(self._storage_config)
+        if split > 1:
+            ptrs, sizes = self.mem_pool_host.get_split_heads_page_buffer_meta(host_indices, split)
+        else:
+            ptrs, sizes = self.mem_pool_host.get_page_buffer_meta(host_indices)
         if not keys or len(ptrs) % len(keys) or len(ptrs) != len(sizes):
             raise KvtierError(Code.INVALID_ARGUMENT, "page buffer meta does not match the keys")
         per = len(ptrs) // len(keys)
@@ -460,9 +553,9 @@ class KvtierHiCacheStorage(HiCacheStorage):
         if self._store is None:
             return False
         for mode, ns in list(self._ns.items()):
-            self._store.remove_namespace(ns)
-            spec = namespace_spec(self._storage_config, self.mem_pool_host, mode, self._config)
-            self._ns[mode] = self._store.register_namespace(**spec)
+            for piece in ns.pieces if isinstance(ns, SplitHeadsNamespace) else [ns]:
+                self._store.remove_namespace(piece)
+            self._ns[mode] = self._register(self.mem_pool_host, mode)
         for name, (pool, ns) in list(self._pools.items()):
             if ns is not None:
                 self._store.remove_namespace(ns)

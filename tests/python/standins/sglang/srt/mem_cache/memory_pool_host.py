@@ -1,7 +1,7 @@
 """Stand-in for MHATokenToKVPoolHost of sglang/srt/mem_cache/memory_pool_host.py
 on CPU: the same constructor, buffer shapes per layout, and the page
 accessors kvtier's backend and SGLang's controller use (get_page_buffer_meta,
-get_data_page, get_dummy_flat_data_page, set_from_flat_data_page, alloc,
+get_split_heads_page_buffer_meta, get_data_page, get_dummy_flat_data_page, set_from_flat_data_page, alloc,
 free). test_sglang_standins.py compares their results with the real pool's."""
 import threading
 
@@ -104,3 +104,21 @@ class MHATokenToKVPoolHost:
                 ptrs += [k, k + v_offset]
             size = self.layer_num * item * self.page_size * self.head_num * self.head_dim
         return ptrs, [size] * len(ptrs)
+
+    def get_split_heads_page_buffer_meta(self, indices, split_factor):
+        # page_head holds a page as (head, token, layer, dim) for K, then V:
+        # each run of head_num / split_factor heads is one fragment.
+        assert self.layout == "page_head"
+        assert len(indices) % self.page_size == 0
+        assert self.head_num % split_factor == 0
+        item = _itemsize(self.dtype)
+        heads = self.head_num // split_factor
+        piece = heads * self.page_size * self.layer_num * self.head_dim * item
+        page = self.head_num * self.layer_num * self.head_dim * item  # per token slot
+        v_offset = self.layer_num * self.size * self.head_num * self.head_dim * item
+        ptrs = []
+        for i in indices.tolist()[::self.page_size]:
+            for j in range(split_factor):
+                k = self.kv_buffer.data_ptr() + i * page + j * piece
+                ptrs += [k, k + v_offset]
+        return ptrs, [piece] * len(ptrs)
