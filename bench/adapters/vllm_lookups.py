@@ -13,6 +13,7 @@ answer, embedded and through a `kvtier serve` it starts.
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -93,6 +94,7 @@ def main():
     finally:
         serve.send_signal(signal.SIGTERM)
         serve.wait()
+        shutil.rmtree(d, ignore_errors=True)
     vllm = "vLLM source " + os.environ["KVTIER_VLLM_SRC"] if os.environ.get("KVTIER_VLLM_SRC") else "CI's stand-ins"
     if a.json:
         print(json.dumps({"ran_on": f"{os.uname().nodename}, {os.cpu_count()} CPUs, {vllm}",
