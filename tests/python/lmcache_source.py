@@ -1,16 +1,17 @@
 """Imports LMCache's real L2 adapter wrapper from a source checkout, on CPU.
 
 KVTIER_LMCACHE_SRC names an LMCache checkout (the folder holding lmcache/).
-What runs as it is: MP mode's `native_plugin` loader
-(l2_adapters/native_plugin_l2_adapter.py), the NativeConnectorL2Adapter it
-wraps a client in (l2_adapters/native_connector_l2_adapter.py), the L2
-adapter base with its byte accounting (l2_adapters/base.py) and the key types
-(distributed/api.py).
+What runs as it is: the L2 adapter base with its byte accounting
+(l2_adapters/base.py), the key types (distributed/api.py), and each route's
+loader the checkout has: MP mode's `native_plugin` loader
+(l2_adapters/native_plugin_l2_adapter.py) with the NativeConnectorL2Adapter
+it wraps a client in (l2_adapters/native_connector_l2_adapter.py), and the
+`plugin` loader (l2_adapters/plugin_l2_adapter.py).
 
 What is replaced, each said below, is what is native code or what pulls in
 the rest of LMCache's multiprocess server (its config, serde, eviction and
 IPC layers, the L1 memory manager with its CUDA allocators). Each stand-in
-carries only the names those four modules use. Nothing of LMCache is copied
+carries only the names those modules use. Nothing of LMCache is copied
 here.
 """
 import abc
@@ -22,9 +23,13 @@ from engine_loader import FolderPackages, stand_in_module
 
 _loaded = None
 
-REAL = ("lmcache.v1.distributed.api", "lmcache.v1.distributed.l2_adapters.base",
-        "lmcache.v1.distributed.l2_adapters.native_connector_l2_adapter",
-        "lmcache.v1.distributed.l2_adapters.native_plugin_l2_adapter")
+REAL = ("lmcache.v1.distributed.api", "lmcache.v1.distributed.l2_adapters.base")
+# Each route's loader, imported when the checkout has it.
+ROUTES = {
+    "native_plugin": ("lmcache.v1.distributed.l2_adapters.native_connector_l2_adapter",
+                      "lmcache.v1.distributed.l2_adapters.native_plugin_l2_adapter"),
+    "plugin": ("lmcache.v1.distributed.l2_adapters.plugin_l2_adapter",),
+}
 
 # Packages whose __init__ imports the whole server: plain folders here.
 _NO_INIT = ("lmcache", "lmcache.v1", "lmcache.v1.distributed", "lmcache.v1.distributed.l2_adapters",
@@ -188,6 +193,15 @@ def load(src):
     _stand_ins()
     import importlib
 
-    for name in REAL:
+    for name in REAL + tuple(m for route in ROUTES if has_route(route) for m in ROUTES[route]):
         importlib.import_module(name)
+
+
+def _has_module(name):
+    return _loaded is not None and os.path.isfile(os.path.join(_loaded, *name.split(".")) + ".py")
+
+
+def has_route(route):
+    """Whether the loaded checkout has `route`'s loader ("native_plugin" or "plugin")."""
+    return all(_has_module(m) for m in ROUTES[route])
 

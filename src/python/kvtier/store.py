@@ -491,12 +491,16 @@ class Namespace:
 
     def keys(self, prefix=b""):
         """Keys (bytes) starting with prefix, in key order."""
+        return [k for k, _ in self.keys_with_sizes(prefix)]
+
+    def keys_with_sizes(self, prefix=b""):
+        """(key, payload bytes) of each key starting with prefix, in key order."""
         if isinstance(prefix, str):
             prefix = prefix.encode()
         found = []
 
         def visit(ctx, ns, key, key_len, size):
-            found.append(ctypes.string_at(key, key_len))
+            found.append((ctypes.string_at(key, key_len), int(size)))
             return 0
 
         cb = KEY_VISITOR(visit)
