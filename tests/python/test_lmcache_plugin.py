@@ -179,6 +179,22 @@ def test_stores_feed_lmcaches_accounting_and_deletes_take_it_back(tmp_path):
     adapter.close()
 
 
+def test_a_failing_listener_stops_no_later_completion(tmp_path):
+    class Broken(Listener):
+        def on_l2_keys_stored(self, keys, sizes=None):
+            raise RuntimeError("listener bug")
+
+    adapter = build(str(tmp_path / "s"))
+    adapter.register_listener(Broken())
+    ks = keys(2)
+    task = adapter.submit_store_task(ks[:1], objects(seed=5, n=1))  # its listener raises on the router thread
+    assert select.select([adapter.get_store_event_fd()], [], [], 30)[0], "the store's eventfd was never written"
+    assert adapter.pop_completed_store_tasks()[task].is_successful()
+    assert store(adapter, ks[1:], objects(seed=6, n=1)).is_successful()
+    assert lookup(adapter, ks) == [True, True]
+    adapter.close()
+
+
 def test_lists_its_chunks_as_lmcache_keys_page_by_page(tmp_path):
     adapter = build(str(tmp_path / "s"))
     ks = keys(5) + keys(2, salt="t", group=3)

@@ -222,7 +222,10 @@ class KvtierL2Adapter(L2AdapterInterface):
             if not poll.poll(100):
                 continue
             for fid, ok, error, per_key in self._conn.drain_completions():
-                self._complete(fid, ok, error, per_key)
+                try:
+                    self._complete(fid, ok, error, per_key)
+                except Exception:  # a listener's error must not stop every later completion
+                    logger.exception("kvtier L2 adapter: completing batch %d failed", fid)
 
     def _complete(self, fid, ok, error, per_key):
         with self._lock:
@@ -231,7 +234,10 @@ class KvtierL2Adapter(L2AdapterInterface):
                 waiter[1] = list(per_key)
                 waiter[0].set()
                 return
-            op, task, keys, sizes = self._pending.pop(fid)
+            entry = self._pending.pop(fid, None)
+            if entry is None:
+                return
+            op, task, keys, sizes = entry
             done = [k for k, found in zip(keys, per_key) if found]
             if op == "store":
                 done_sizes = [s for s, found in zip(sizes, per_key) if found]
@@ -245,8 +251,10 @@ class KvtierL2Adapter(L2AdapterInterface):
             self._done[op][task] = result
         if error and op != "lookup":
             logger.warning("kvtier L2 adapter: a %s of %d keys failed: %s", op, len(keys), error)
-        if op == "store" and done:
-            self._notify_keys_stored(done, done_sizes)  # the base's byte accounting, and LMCache's listeners
-        elif op == "load" and done:
-            self._notify_keys_accessed(done)
-        os.eventfd_write(self._efd[op], 1)
+        try:
+            if op == "store" and done:
+                self._notify_keys_stored(done, done_sizes)  # the base's byte accounting, and LMCache's listeners
+            elif op == "load" and done:
+                self._notify_keys_accessed(done)
+        finally:
+            os.eventfd_write(self._efd[op], 1)  # the result is there: the controller must hear of it
