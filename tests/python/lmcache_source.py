@@ -36,24 +36,23 @@ _NO_INIT = ("lmcache", "lmcache.v1", "lmcache.v1.distributed", "lmcache.v1.distr
             "lmcache.v1.multiprocess")
 
 
-class Bitmap:
-    """Bitmap is a C++ extension's fixed-size bit set: lmcache.lmcache_native in the
-    checkout tested (docs/engines.md), lmcache.native_storage_ops in later ones."""
+def _standin_file(relpath, name):
+    """A module of CI's stand-ins (standins/lmcache), loaded under a private
+    name: the classes both CI and a real checkout's run stand in with."""
+    import importlib.util
 
-    def __init__(self, n):
-        self._bits = [False] * int(n)
+    spec = importlib.util.spec_from_file_location(name, os.path.join(_HERE, "standins", "lmcache", relpath))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
-    def set(self, i):
-        self._bits[i] = True
 
-    def test(self, i):
-        return self._bits[i]
-
-    def popcount(self):
-        return sum(self._bits)
-
-    def __len__(self):
-        return len(self._bits)
+_HERE = os.path.dirname(os.path.abspath(__file__))
+# Bitmap is a C++ extension's fixed-size bit set: lmcache.lmcache_native in the
+# checkout tested (docs/engines.md), lmcache.native_storage_ops in later ones.
+Bitmap = _standin_file("native_storage_ops.py", "_kvtier_lmcache_bitmap").Bitmap
+_internal = _standin_file(os.path.join("v1", "distributed", "internal_api.py"), "_kvtier_lmcache_internal_api")
+L2StoreResult, L2AdapterListener = _internal.L2StoreResult, _internal.L2AdapterListener
 
 
 class TensorMemoryObj:
@@ -97,35 +96,6 @@ class EventNotifier:
 
     def close(self):
         os.close(self._fd)
-
-
-class L2StoreResult(int):
-    """As in lmcache.v1.distributed.internal_api: >= 0 bytes on success, -1 on failure."""
-
-    def __new__(cls, success, bytes_transferred):
-        if bytes_transferred < 0:
-            raise ValueError(f"bytes_transferred must be >= 0, got {bytes_transferred}")
-        return super().__new__(cls, bytes_transferred if success else -1)
-
-    def is_successful(self):
-        return int(self) >= 0
-
-    def bytes_transferred(self):
-        return max(int(self), 0)
-
-
-class L2AdapterListener(abc.ABC):
-    @abc.abstractmethod
-    def on_l2_keys_stored(self, keys, sizes=None):
-        pass
-
-    @abc.abstractmethod
-    def on_l2_keys_accessed(self, keys):
-        pass
-
-    @abc.abstractmethod
-    def on_l2_keys_deleted(self, keys):
-        pass
 
 
 def _stand_ins():
@@ -205,3 +175,33 @@ def has_route(route):
     """Whether the loaded checkout has `route`'s loader ("native_plugin" or "plugin")."""
     return all(_has_module(m) for m in ROUTES[route])
 
+
+
+def memory_objects(n, size, seed=None):
+    """n L1 memory objects of `size` bytes: zeros, or random bytes from `seed`."""
+    import torch
+
+    out = []
+    for i in range(n):
+        t = torch.zeros(size, dtype=torch.uint8)
+        if seed is not None:
+            t.copy_(torch.randint(0, 256, (size,), generator=torch.Generator().manual_seed(seed + i),
+                                  dtype=torch.uint8))
+        out.append(TensorMemoryObj(t))
+    return out
+
+
+def wait_for(fd, query, timeout=30):
+    """query() until it answers, waking on `fd` (an L2 task's eventfd)."""
+    import select
+    import time
+
+    p = select.poll()
+    p.register(fd, select.POLLIN)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = query()
+        if got is not None:
+            return got
+        p.poll(50)
+    raise AssertionError("no completion on the L2 task's eventfd")

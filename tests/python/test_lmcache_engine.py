@@ -10,7 +10,6 @@ some, and finds them gone. Through a `kvtier serve` service, per-GPU worker
 processes share one store and hit each other's chunks.
 """
 import os
-import select
 import subprocess
 import sys
 import time
@@ -60,29 +59,13 @@ def _keys(n=N, salt="", rank=0, world=1):
 
 
 def _objects(seed=None, n=N, size=CHUNK_BYTES):
-    import torch
-
     src, _, _ = _lmcache()
-    out = []
-    for i in range(n):
-        t = torch.zeros(size, dtype=torch.uint8)
-        if seed is not None:
-            t.copy_(torch.randint(0, 256, (size,), generator=torch.Generator().manual_seed(seed + i),
-                                  dtype=torch.uint8))
-        out.append(src.TensorMemoryObj(t))
-    return out
+    return src.memory_objects(n, size, seed)
 
 
 def _wait(fd, query, timeout=30):
-    p = select.poll()
-    p.register(fd, select.POLLIN)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = query()
-        if got is not None:
-            return got
-        p.poll(50)
-    raise AssertionError("LMCache's wrapper saw no completion")
+    src, _, _ = _lmcache()
+    return src.wait_for(fd, query, timeout)
 
 
 def _bits(bitmap, n):

@@ -12,7 +12,6 @@ import os
 import select
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
@@ -64,26 +63,10 @@ def keys(n=N, salt="", rank=0, group=0):
 
 
 def objects(seed=None, n=N, size=CHUNK_BYTES):
-    out = []
-    for i in range(n):
-        t = torch.zeros(size, dtype=torch.uint8)
-        if seed is not None:
-            t.copy_(torch.randint(0, 256, (size,), generator=torch.Generator().manual_seed(seed + i),
-                                  dtype=torch.uint8))
-        out.append(lmcache_source.TensorMemoryObj(t))
-    return out
+    return lmcache_source.memory_objects(n, size, seed)
 
 
-def wait(fd, query, timeout=30):
-    p = select.poll()
-    p.register(fd, select.POLLIN)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = query()
-        if got is not None:
-            return got
-        p.poll(50)
-    raise AssertionError("no completion on the task's eventfd")
+wait = lmcache_source.wait_for
 
 
 def store(adapter, ks, objs):
