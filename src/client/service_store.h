@@ -91,6 +91,9 @@ class ServiceStore final : public Store {
   // Releases a lease without waiting for the reply; a lease of a gone
   // connection was released with it.
   void UnpinTier(uint64_t connection, uint64_t lease);
+  // False once `connection` is gone (the service stopped or restarted, or
+  // this client reconnected): a mapping of the tier lent on it should go.
+  bool TierConnectionAlive(uint64_t connection);
 
  private:
   struct Memory {

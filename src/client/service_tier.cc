@@ -51,6 +51,11 @@ Result<wire::TierLease> ServiceStore::PinTier(uint64_t connection, NamespaceId n
   return lease;
 }
 
+bool ServiceStore::TierConnectionAlive(uint64_t connection) {
+  MutexLock l(&mu_);
+  return ch_ != nullptr && ch_->alive() && connections_ == connection;
+}
+
 void ServiceStore::UnpinTier(uint64_t connection, uint64_t lease) {
   std::shared_ptr<Channel> ch;
   {

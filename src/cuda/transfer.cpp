@@ -356,10 +356,28 @@ void TransferImpl::AfterStream(cudaStream_t stream, std::function<void()> fn) {
   fn();
 }
 
+void TransferImpl::ReleaseGoneTier() {
+  std::unique_lock<std::mutex> call(call_mu_, std::try_to_lock);
+  if (!call.owns_lock() || tier_map_ == nullptr || lender_->TierConnectionAlive(tier_connection_)) return;
+  if (cudaSetDevice(opt_.device) != cudaSuccess) {  // this thread's device, for the synchronization
+    cudaGetLastError();
+    return;
+  }
+  UnmapServedTier();
+}
+
 void TransferImpl::CompletionLoop() {
   std::unique_lock<std::mutex> l(done_mu_);
   for (;;) {
-    done_cv_.wait(l, [this] { return stop_ || !done_q_.empty(); });
+    const auto ready = [this] { return stop_ || !done_q_.empty(); };
+    if (lender_ == nullptr) {
+      done_cv_.wait(l, ready);
+    } else if (!done_cv_.wait_for(l, std::chrono::seconds(1), ready)) {
+      l.unlock();
+      ReleaseGoneTier();
+      l.lock();
+      continue;
+    }
     if (done_q_.empty()) return;
     AfterEvent a = std::move(done_q_.front());
     done_q_.pop_front();

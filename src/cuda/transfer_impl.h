@@ -174,6 +174,12 @@ class TransferImpl final : public Transfer {
   Status MapServedTier();
   void UnmapServedTier();
   void RetryServedTier();
+  // The completion thread's check, about once a second while idle: a tier
+  // lent on a connection that is gone is unmapped without waiting for the
+  // next load, so that an idle client does not keep a stopped (or not
+  // adopted) service's memory pinned. Skipped while a call runs: that call
+  // finds the connection gone itself.
+  void ReleaseGoneTier();
   // Device and pinned host room for a get's hash plan: n payloads, f
   // fragments, `rows` scratch rows for each of two groups in flight.
   Status EnsureGetHashArea(size_t n, size_t f, uint64_t rows);

@@ -395,11 +395,15 @@ TEST_F(GpuStore, ThroughTheServiceRamHitsComeStraightFromTheLentTier) {
   for (int i = 0; i < 500 && service_->GetStats().tier_pinned_bytes != 0; ++i) usleep(10000);
   EXPECT_EQ(service_->GetStats().tier_pinned_bytes, 0u);
 
-  // The service restarts (the store and its tier stay): the next load finds
-  // the tier's connection gone, maps the tier again from the new service
-  // and copies from it.
+  // The service restarts (the store and its tier stay). While it is down the
+  // idle client lets go of the old mapping (it would otherwise keep memory
+  // pinned that a stopped service, or a new one that could not adopt the
+  // file, no longer uses); the next load maps the tier again from the new
+  // service and copies from it.
   service_->Stop();
   service_.reset();
+  for (int i = 0; i < 300 && transfer_->GetStats().ram_tier_lent; ++i) usleep(10000);
+  EXPECT_FALSE(transfer_->GetStats().ram_tier_lent) << "an idle client still maps a stopped service's tier";
   ASSERT_NO_FATAL_FAILURE(StartService());
   usleep(300000);  // past the client's pause between reconnections
   Layout again = MakeLayout(kStored + 1, 28, 32 << 10, "t");
