@@ -268,6 +268,19 @@ def test_namespace_pins_model_dtype_salt_and_hash(store_dir):
     t.shutdown()
 
 
+def test_a_process_without_pythonhashseed_is_warned(store_dir, monkeypatch, caplog):
+    primary = np.zeros((ROWS, ROW_BYTES), dtype=np.uint8)
+    monkeypatch.delenv("PYTHONHASHSEED", raising=False)
+    with caplog.at_level(logging.WARNING):
+        make_tier(store_dir, primary).shutdown()
+    assert sum("PYTHONHASHSEED is not set" in r.getMessage() for r in caplog.records) == 1
+    caplog.clear()
+    monkeypatch.setenv("PYTHONHASHSEED", "0")
+    with caplog.at_level(logging.WARNING):
+        make_tier(store_dir, primary).shutdown()
+    assert not any("PYTHONHASHSEED" in r.getMessage() for r in caplog.records)
+
+
 def test_config_errors_name_the_key(store_dir):
     primary = np.zeros((ROWS, ROW_BYTES), dtype=np.uint8)
     with pytest.raises(ValueError, match="capacity_gib"):

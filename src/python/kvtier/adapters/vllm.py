@@ -152,6 +152,13 @@ class KvtierTierManager(SecondaryTierManager):
         # Through a service, the CPU tier's rows (a file in /dev/shm) move
         # straight between the service and this mapping.
         self._shared = register_shared(self._store, self._base, self._num_rows * self._row_bytes, logger)
+        if self._ns is not None and os.environ.get("PYTHONHASHSEED") is None:
+            # vLLM then seeds its block-hash chain at random in each process
+            # (init_none_hash): keys differ per process, so nothing stored
+            # hits after a restart or from another replica (never wrongly).
+            logger.warning("kvtier tier: PYTHONHASHSEED is not set, so vLLM's block hashes change with every "
+                           "process and no block stored now will be found after a restart or by another "
+                           "replica; set PYTHONHASHSEED to one fixed value (e.g. 0) for every vLLM process")
 
     @classmethod
     def build_metric_definitions(cls, extra_config):
