@@ -3,6 +3,7 @@ submit a batch, poll the client's eventfd, drain_completions() and read each
 (future_id, ok, error, per_key) as the wrapper's demux thread reads it.
 test_lmcache_engine.py runs the same client inside LMCache's real wrapper
 when KVTIER_LMCACHE_SRC is set."""
+import logging
 import os
 import select
 import time
@@ -128,8 +129,19 @@ def test_a_wrong_param_is_named(store_dir, bad, named):
         connector(bad.pop("path", store_dir), **bad)
 
 
+def test_a_server_without_pythonhashseed_is_warned(store_dir, monkeypatch, caplog):
+    monkeypatch.delenv("PYTHONHASHSEED", raising=False)
+    with caplog.at_level(logging.WARNING, logger="kvtier.adapters.lmcache"):
+        connector(store_dir).close()
+    assert "PYTHONHASHSEED is not set" in caplog.text
+    caplog.clear()
+    monkeypatch.setenv("PYTHONHASHSEED", "0")
+    with caplog.at_level(logging.WARNING, logger="kvtier.adapters.lmcache"):
+        connector(store_dir).close()
+    assert "PYTHONHASHSEED" not in caplog.text
+
+
 def test_a_store_that_cannot_open_leaves_the_server_without_this_l2(tmp_path, caplog):
-    import logging
 
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")

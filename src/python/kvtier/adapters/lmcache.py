@@ -89,6 +89,12 @@ class KvtierL2Connector:
             opts["capacity_gb"] = params["capacity_gb"]
         # Without a store the server runs on without this L2: every key misses.
         self._store, self._ns = open_or_disable(opts, logger, "kvtier L2 connector", namespace_spec(params))
+        if self._ns is not None and os.environ.get("PYTHONHASHSEED") is None:
+            # LMCache asks for a fixed seed in the server and in the engine:
+            # chunk hashes then stay the same across restarts.
+            logger.warning("kvtier L2 connector: PYTHONHASHSEED is not set; LMCache's chunk hashes are only "
+                           "stable across restarts with one fixed value (e.g. 0) in the LMCache server and "
+                           "every engine process, and without it stored chunks may never be found again")
         self._efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._lock = threading.Lock()
         self._done = collections.deque()   # (future_id, ok, error, per_key) of finished batches
