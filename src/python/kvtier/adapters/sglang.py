@@ -347,7 +347,8 @@ class KvtierHiCacheStorage(HiCacheStorage):
     def _page_frags(self, keys, host_indices):
         split = split_factor(self._storage_config)
         if split > 1:
-            ptrs, sizes = self.mem_pool_host.get_split_heads_page_buffer_meta(host_indices, split)
+            # A hybrid model's host pool is a group: its KV pool holds the heads.
+            ptrs, sizes = anchor_pool(self.mem_pool_host).get_split_heads_page_buffer_meta(host_indices, split)
         else:
             ptrs, sizes = self.mem_pool_host.get_page_buffer_meta(host_indices)
         if not keys or len(ptrs) % len(keys) or len(ptrs) != len(sizes):
