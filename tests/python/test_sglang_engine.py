@@ -303,15 +303,15 @@ def _mamba_device_pool(layers=MAMBA_LAYERS, state=MAMBA_STATE):
     return pool
 
 
-def _hybrid_controller(path, seed=None, state=MAMBA_STATE):
+def _hybrid_controller(path, seed=None, state=MAMBA_STATE, layout="page_first", heads=HEADS, more=None):
     """SGLang's HybridCacheController over a real HostPoolGroup: the KV host
     pool (the anchor) and a real MambaPoolHost, as for a Mamba-hybrid model."""
     torch, _, _, memory_pool_host = _sglang()
     from sglang.srt.mem_cache.hicache_storage import PoolName
     from sglang.srt.mem_cache.hybrid_cache.hybrid_cache_controller import HybridCacheController
 
-    device = _device_pool(False, "bfloat16")
-    kv = memory_pool_host.MHATokenToKVPoolHost(device, 2.0, 0, PAGE, "page_first", pin_memory=False, device="cpu")
+    device = _device_pool(False, "bfloat16", heads)
+    kv = memory_pool_host.MHATokenToKVPoolHost(device, 2.0, 0, PAGE, layout, pin_memory=False, device="cpu")
     mamba_device = _mamba_device_pool(state=state)
     mamba = memory_pool_host.MambaPoolHost(mamba_device, 2.0, 0, pin_memory=False, device="cpu",
                                            layout="page_first")
@@ -327,6 +327,7 @@ def _hybrid_controller(path, seed=None, state=MAMBA_STATE):
         memory_pool_host.PoolEntry(PoolName.MAMBA, mamba, mamba_device, lambda i: i)])
     extra = {"backend_name": "kvtier", "module_path": "kvtier.adapters.sglang",
              "class_name": "KvtierHiCacheStorage", "path": path, "capacity_gb": 0.25, "interface_v1": 1}
+    extra.update(more or {})
     ctl = HybridCacheController(
         token_to_kv_pool_allocator=_Allocator(device), mem_pool_host=group, page_size=PAGE, tp_group=None,
         load_cache_event=threading.Event(), storage_backend="dynamic", prefetch_threshold=PAGE,
@@ -401,6 +402,35 @@ def test_a_hybrid_models_kv_pages_and_mamba_state_survive_a_restart(tmp_path):
     assert len(got) == N_PAGES and all(torch.equal(w, g) for w, g in zip(want["kv"], got))
     assert torch.equal(mamba.get_data_page(int(slot[0])), want["mamba"])
     ctl.detach_storage_backend()
+
+
+def test_a_hybrid_models_split_heads_come_back_through_its_pool_group(tmp_path, kvtier_service):
+    # Rank 0 of TP 2 with tp_lcm_size 4, page_head: SGLang splits the KV
+    # pool's heads while the host pool it hands over is a HostPoolGroup.
+    try:
+        _set_ranks({"tp_rank": 0, "tp_size": 2})
+        torch, ctl, kv, mamba = _hybrid_controller(kvtier_service, seed=17, layout="page_head", heads=4,
+                                                   more={"tp_lcm_size": 4})
+        assert ctl.storage_backend._storage_config.should_split_heads
+        tokens = _prompt()
+        indices, slot = kv.alloc(len(tokens)), mamba.alloc(1)
+        hashes = _hashes(tokens)
+        op_id = ctl.write_storage(indices, tokens, hash_value=hashes,
+                                  extra_pools=[_mamba_transfer(slot, hashes[-1:])])
+        ack = ctl.ack_backup_queue.get(timeout=60)
+        assert ack.id == op_id and ack.completed_tokens == len(tokens), ack.completed_tokens
+        want = _page_words(torch, kv, indices)
+        ctl.detach_storage_backend()
+
+        torch, ctl, kv, mamba = _hybrid_controller(kvtier_service, layout="page_head", heads=4,
+                                                   more={"tp_lcm_size": 4})
+        op, got_indices, _ = _hybrid_prefetch(ctl, kv, mamba, tokens)
+        assert op.completed_tokens == len(tokens), op.completed_tokens
+        got = _page_words(torch, kv, got_indices)
+        assert all(torch.equal(w, g) for w, g in zip(want, got))
+        ctl.detach_storage_backend()
+    finally:
+        _set_ranks({"tp_rank": 0, "tp_size": 1})
 
 
 def test_a_hybrid_prefix_without_its_mamba_state_or_of_another_state_shape_prefetches_nothing(tmp_path):
