@@ -211,6 +211,32 @@ def test_a_wrong_config_key_is_named_at_start(store_dir, bad, named):
         backend(bad.pop("path", store_dir), host_pool(), **bad)
 
 
+def test_an_unexpected_error_is_logged_and_answered_never_raised(store_dir, caplog):
+    # SGLang's prefetch and backup threads would stop on an exception.
+    pool = host_pool(seed=8)
+    b = backend(store_dir, pool)
+    idx = pages(pool, 2)
+    assert b.batch_set_v1(keys(2), idx) == [True, True]
+
+    def broken(*_):
+        raise RuntimeError("host pool bug")
+
+    pool.get_page_buffer_meta = broken
+    with caplog.at_level(logging.ERROR, logger="kvtier.adapters.sglang"):
+        assert b.batch_get_v1(keys(2), idx) == [False, False]
+        assert b.batch_set_v1(keys(2, "n"), idx) == [False, False]
+    assert caplog.text.count("RuntimeError: host pool bug") == 2  # each with its traceback
+    b._ns["flat"] = None  # anything the calls below touch fails
+    b._lookup_ns = broken
+    assert b.batch_exists(keys(2)) == 0 and b.exists(keys(1)[0]) is False
+    result = b.batch_exists_v2(keys(2))
+    assert (result.kv_hit_pages, result.extra_pool_hit_pages) == (0, {})
+    b._each_pool_transfer = broken
+    t = PoolTransfer(name=PoolName.SWA, host_indices=idx, keys=keys(2), hit_policy=PoolHitPolicy.ALL_PAGES)
+    assert b.batch_get_v2([t]) == {PoolName.SWA: [False, False]} == b.batch_set_v2([t])
+    b.close()
+
+
 def test_split_heads_off_the_zero_copy_path_are_refused_by_name(store_dir):
     cfg = storage_config(extra_config(store_dir, v1=False), tp=(0, 2), layout="page_head", tp_lcm=4)
     with pytest.raises(ValueError, match="tp_lcm_size.*interface_v1"):

@@ -47,6 +47,7 @@ every extra pool holds by its hit policy (all pages, or the trailing ones).
 A store that cannot be opened is logged once and the backend then answers
 misses and failed writes: the server runs without L3.
 """
+import functools
 import logging
 import os
 import threading
@@ -260,6 +261,30 @@ class SplitHeadsNamespace:
         return min(ns.lookup_prefix(keys) for ns in self.pieces)
 
 
+def _contained(failed):
+    """SGLang calls the backend from its prefetch and backup threads, which an
+    exception would stop: an unexpected error is logged with its traceback
+    and answered as failed(args) (misses, failed writes), never raised."""
+    def wrap(fn):
+        @functools.wraps(fn)
+        def call(self, *args, **kwargs):
+            try:
+                return fn(self, *args, **kwargs)
+            except Exception:
+                logger.exception("kvtier backend: %s failed; answered as a miss or a failed write", fn.__name__)
+                return failed(*args)
+        return call
+    return wrap
+
+
+def _each_key(value):
+    return lambda keys, *_: [value] * len(keys)
+
+
+def _each_transfer(transfers, *_):
+    return {t.name: [False] * len(t.keys or []) for t in transfers}
+
+
 def _nbytes(t):
     return int(t.numel()) * int(t.element_size())
 
@@ -357,6 +382,7 @@ class KvtierHiCacheStorage(HiCacheStorage):
         return [[(int(ptrs[i * per + j]), int(sizes[i * per + j])) for j in range(per)]
                 for i in range(len(keys))]
 
+    @_contained(_each_key(False))
     def batch_get_v1(self, keys, host_indices, extra_info=None):
         ns = self._ns.get("v1")
         if ns is None or not keys:
@@ -372,6 +398,7 @@ class KvtierHiCacheStorage(HiCacheStorage):
         self._sample("get", sum(ok), sum(g for g, o in zip(got, ok) if o), t0)
         return ok
 
+    @_contained(_each_key(False))
     def batch_set_v1(self, keys, host_indices, extra_info=None):
         ns = self._ns.get("v1")
         if ns is None or not keys:
@@ -396,6 +423,7 @@ class KvtierHiCacheStorage(HiCacheStorage):
         got = self.batch_get([key], None if target_location is None else [target_location])
         return got[0] if got else None
 
+    @_contained(_each_key(None))
     def batch_get(self, keys, target_locations=None, target_sizes=None):
         ns = self._ns.get("flat")
         if ns is None or not keys or target_locations is None:
@@ -415,6 +443,7 @@ class KvtierHiCacheStorage(HiCacheStorage):
         src = value if value is not None else target_location
         return src is not None and self.batch_set([key], [src])
 
+    @_contained(lambda *_: False)
     def batch_set(self, keys, values=None, target_locations=None, target_sizes=None):
         ns = self._ns.get("flat")
         srcs = values if values is not None else target_locations
@@ -436,6 +465,7 @@ class KvtierHiCacheStorage(HiCacheStorage):
     def _lookup_ns(self):
         return self._ns.get("v1" if self._v1 else "flat")
 
+    @_contained(lambda *_: False)
     def exists(self, key):
         ns = self._lookup_ns()
         try:
@@ -443,6 +473,7 @@ class KvtierHiCacheStorage(HiCacheStorage):
         except KvtierError:
             return False
 
+    @_contained(lambda *_: 0)
     def batch_exists(self, keys, extra_info=None):
         """Number of consecutive present keys from the start."""
         ns = self._lookup_ns()
@@ -471,6 +502,7 @@ class KvtierHiCacheStorage(HiCacheStorage):
                 return end
         return 0
 
+    @_contained(lambda *_: PoolTransferResult.empty())
     def batch_exists_v2(self, keys, pool_transfers=None, extra_info=None):
         kv_pages = self.batch_exists(keys, extra_info)
         hits = {PoolName.KV: kv_pages} if kv_pages else {}
@@ -520,6 +552,7 @@ class KvtierHiCacheStorage(HiCacheStorage):
                 ok[:] = [False] * len(ok)
         return out
 
+    @_contained(_each_transfer)
     def batch_get_v2(self, transfers, extra_info=None):
         def load(pool, ns, keys, offsets, ok):
             t0 = time.monotonic()
@@ -533,6 +566,7 @@ class KvtierHiCacheStorage(HiCacheStorage):
 
         return self._each_pool_transfer(transfers, "batch_get_v2", load)
 
+    @_contained(_each_transfer)
     def batch_set_v2(self, transfers, extra_info=None):
         def store(pool, ns, keys, offsets, ok):
             t0 = time.monotonic()
