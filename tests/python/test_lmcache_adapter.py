@@ -122,6 +122,20 @@ def test_mismatched_lengths_and_empty_batches_complete(store_dir):
     c.close()
 
 
+def test_a_bad_key_or_buffer_fails_in_its_completion_never_in_the_caller(store_dir):
+    c = connector(store_dir)
+    _, ok, err, per = wait_for(c, c.submit_batch_set(keys(2) + [None], bufs(2, fill=3) + bufs(1)))
+    assert not ok and per == [True, True, False] and err
+    _, ok, err, per = wait_for(c, c.submit_batch_set(keys(1, "x@1"), [object()]))
+    assert not ok and per == [False]
+    _, ok, err, per = wait_for(c, c.submit_batch_get(keys(2), bufs(1) + [12345]))
+    assert not ok and per == [True, False]
+    for submit in (c.submit_batch_exists, c.submit_batch_delete):
+        _, ok, err, per = wait_for(c, submit(keys(1) + [None]))
+        assert not ok and err and per == [False, False]
+    c.close()
+
+
 @pytest.mark.parametrize("bad, named", [({"capacity": 1}, "capacity"), ({"path": ""}, "path")])
 def test_a_wrong_param_is_named(store_dir, bad, named):
     bad = dict(bad)

@@ -204,7 +204,7 @@ class KvtierL2Connector:
         for i, (k, b) in enumerate(zip(keys, bufs)):
             try:
                 fut = submit(store_key(k), b)
-            except KvtierError as e:  # a full queue, a closed store, a bad buffer
+            except Exception as e:  # a full queue, a closed store, a bad buffer: that key fails, never the caller
                 settle(i, False, str(e))
                 continue
             fut.add_done_callback(lambda f, i=i, b=b: self._settle_future(f, i, b, succeeded, settle))
@@ -219,13 +219,13 @@ class KvtierL2Connector:
 
     def _submit_on_pool(self, keys, answer):
         """answer(keys) -> a bool per key, run on the pool."""
-        keys = [store_key(k) for k in keys]
+        keys = list(keys)
         fid = self._new_batch()
 
         def run():
             try:
-                out, err = [bool(x) for x in answer(keys)], ""
-            except KvtierError as e:
+                out, err = [bool(x) for x in answer([store_key(k) for k in keys])], ""
+            except Exception as e:  # reported in the completion: LMCache's threads never see it raised
                 out, err = [False] * len(keys), str(e)
             self._finish(fid, out, err, ok=not err)
 
