@@ -43,7 +43,7 @@
 extern "C" {
 #endif
 
-#define KVTIER_ABI_VERSION ((1u << 16) | 5u) /* 1.5: kvtier_remove_batch, kvtier_contains_batch; 1.4: kvtier_gpu_set_copy_method, kvtier_gpu_stats_json; 1.3: kvtier_destroy_store; 1.2: the GPU path; 1.1: kvtier_register_memory, unix:/auto: opens */
+#define KVTIER_ABI_VERSION ((1u << 16) | 6u) /* 1.6: kvtier_touch_batch; 1.5: kvtier_remove_batch, kvtier_contains_batch; 1.4: kvtier_gpu_set_copy_method, kvtier_gpu_stats_json; 1.3: kvtier_destroy_store; 1.2: the GPU path; 1.1: kvtier_register_memory, unix:/auto: opens */
 #define KVTIER_MAX_KEY_BYTES 255
 
 /* Status codes: equal to kvtier::Code. */
@@ -198,6 +198,12 @@ int kvtier_contains(kvtier_store* s, kvtier_ns ns, const void* key, size_t key_l
  * service one request per 4,096 keys instead of one per key. */
 int kvtier_contains_batch(kvtier_store* s, kvtier_ns ns, const kvtier_key* keys, size_t n,
                           uint8_t* out_present);
+/* Counts a use of each present key as a read does, for the reinsertion of hot
+ * blocks when their segment is reclaimed: for blocks an engine's upper tier
+ * served without reading them here. out_present may be NULL, else
+ * out_present[i] is 1 when keys[i] is present. Index only. */
+int kvtier_touch_batch(kvtier_store* s, kvtier_ns ns, const kvtier_key* keys, size_t n,
+                       uint8_t* out_present);
 /* *out_count: how many leading keys are present. */
 int kvtier_lookup_prefix(kvtier_store* s, kvtier_ns ns, const kvtier_key* keys, size_t n,
                          size_t* out_count);

@@ -393,6 +393,12 @@ class Store {
   // Contains for each key: `present` (not null) gets a flag per key, in
   // order. Through a service one request per 4,096 keys instead of one per key.
   virtual Status ContainsBatch(NamespaceId ns, std::span<const std::string_view> keys, std::vector<bool>* present) = 0;
+  // Counts a use of each present key as a read does, for the hot-block
+  // reinsertion at reclaim (Options::reinsert_min_hits): for a block an
+  // engine's upper tier served without reading it here. Index only; absent
+  // keys are skipped. `present` (may be null) gets a flag per key. Through a
+  // service one request per 4,096 keys.
+  virtual Status TouchBatch(NamespaceId ns, std::span<const std::string_view> keys, std::vector<bool>* present) = 0;
   // How many leading keys are present (engines' prefix match).
   virtual Result<size_t> LookupPrefix(NamespaceId ns, std::span<const std::string_view> keys) = 0;
   // The local disk copy's record when there is one; else the RAM tier's or

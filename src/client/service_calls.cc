@@ -114,6 +114,10 @@ Status ServiceStore::ContainsBatch(NamespaceId ns, std::span<const std::string_v
   return KeyFlagsCalls(wire::Op::kContainsBatch, ns, keys, present);
 }
 
+Status ServiceStore::TouchBatch(NamespaceId ns, std::span<const std::string_view> keys, std::vector<bool>* present) {
+  return KeyFlagsCalls(wire::Op::kTouchBatch, ns, keys, present);
+}
+
 // Longer lists go in pieces of kMaxBatchKeys (for removes, a flush each).
 Status ServiceStore::KeyFlagsCalls(wire::Op op, NamespaceId ns, std::span<const std::string_view> keys,
                                    std::vector<bool>* flags) {
@@ -127,7 +131,7 @@ Status ServiceStore::KeyFlagsCalls(wire::Op op, NamespaceId ns, std::span<const 
     wire::WireReader r(*body);
     std::vector<bool> piece;
     wire::DecodeKeyFlagsReply(r, n, &piece);
-    KVTIER_RETURN_IF_ERROR(r.Finish(op == wire::Op::kRemoveBatch ? "remove_batch reply" : "contains_batch reply"));
+    KVTIER_RETURN_IF_ERROR(r.Finish(std::string(wire::OpName(static_cast<uint16_t>(op))) + " reply"));
     if (flags != nullptr) flags->insert(flags->end(), piece.begin(), piece.end());
   }
   return Status::OK();

@@ -55,6 +55,7 @@ class ServiceStore final : public Store {
                 Clock::time_point deadline, GetCallback done) override;
   Result<bool> Contains(NamespaceId ns, std::string_view key) override;
   Status ContainsBatch(NamespaceId ns, std::span<const std::string_view> keys, std::vector<bool>* present) override;
+  Status TouchBatch(NamespaceId ns, std::span<const std::string_view> keys, std::vector<bool>* present) override;
   Result<size_t> LookupPrefix(NamespaceId ns, std::span<const std::string_view> keys) override;
   Result<BlockInfo> Stat(NamespaceId ns, std::string_view key) override;
   Status ListBlocks(NamespaceId ns, std::string_view key_prefix,
@@ -108,8 +109,8 @@ class ServiceStore final : public Store {
   Status Replay(Channel& ch) REQUIRES(mu_);
   Clock::time_point OpDeadline() const;
   Result<std::string> Call(wire::Op op, const wire::WireWriter& body, Clock::time_point deadline);
-  // remove_batch or contains_batch over `keys`, in pieces; `flags` (may be
-  // null for removes) gets a flag per key.
+  // remove_batch, contains_batch or touch_batch over `keys`, in pieces;
+  // `flags` (may be null for removes and touches) gets a flag per key.
   Status KeyFlagsCalls(wire::Op op, NamespaceId ns, std::span<const std::string_view> keys, std::vector<bool>* flags);
   // A put's payload as fragments of registered memory or, copied, of staging
   // (waiting for room until `room_deadline`).

@@ -271,7 +271,8 @@ Status Connection::Handle(wire::Frame& f) {
     case wire::Op::kRemove:
     case wire::Op::kInspectRecord: OnLookup(h, body); return Status::OK();
     case wire::Op::kRemoveBatch:
-    case wire::Op::kContainsBatch: OnKeyFlags(h, body); return Status::OK();
+    case wire::Op::kContainsBatch:
+    case wire::Op::kTouchBatch: OnKeyFlags(h, body); return Status::OK();
     case wire::Op::kFlush:
     case wire::Op::kEvictTo:
     case wire::Op::kShareNow:

@@ -299,16 +299,20 @@ void Connection::OnLookup(const wire::FrameHeader& h, std::string_view body) {
   Reply(h, st, &w);
 }
 
-// remove_batch and contains_batch: the reply says, per key, whether it had
-// (or has) a block, one byte each.
+// remove_batch, contains_batch and touch_batch: the reply says, per key,
+// whether it had (or has) a block, one byte each.
 void Connection::OnKeyFlags(const wire::FrameHeader& h, std::string_view body) {
   wire::LookupRequest req;
   if (!Parsed(h, wire::Parse(body, &req))) return;
   if (Status st = CheckNamespace(req.ns); !st.ok()) return Reply(h, st);
   const std::vector<std::string_view> keys(req.keys.begin(), req.keys.end());
   std::vector<bool> present;
-  Status st = h.op == static_cast<uint16_t>(wire::Op::kRemoveBatch) ? core_->store->RemoveBatch(req.ns, keys, &present)
-                                                                     : core_->store->ContainsBatch(req.ns, keys, &present);
+  Status st;
+  switch (static_cast<wire::Op>(h.op)) {
+    case wire::Op::kRemoveBatch: st = core_->store->RemoveBatch(req.ns, keys, &present); break;
+    case wire::Op::kTouchBatch: st = core_->store->TouchBatch(req.ns, keys, &present); break;
+    default: st = core_->store->ContainsBatch(req.ns, keys, &present); break;
+  }
   wire::WireWriter w;
   if (st.ok()) wire::EncodeKeyFlagsReply(w, present);
   Reply(h, st, &w);

@@ -87,6 +87,7 @@ class StoreImpl final : public Store, public BlockSink {
 
   Result<bool> Contains(NamespaceId ns, std::string_view key) override;
   Status ContainsBatch(NamespaceId ns, std::span<const std::string_view> keys, std::vector<bool>* present) override;
+  Status TouchBatch(NamespaceId ns, std::span<const std::string_view> keys, std::vector<bool>* present) override;
   Result<size_t> LookupPrefix(NamespaceId ns, std::span<const std::string_view> keys) override;
   Result<BlockInfo> Stat(NamespaceId ns, std::string_view key) override;
   Status ListBlocks(NamespaceId ns, std::string_view key_prefix,

@@ -191,6 +191,19 @@ Status StoreImpl::ContainsBatch(NamespaceId ns, std::span<const std::string_view
   return Status::OK();
 }
 
+Status StoreImpl::TouchBatch(NamespaceId ns, std::span<const std::string_view> keys, std::vector<bool>* present) {
+  if (present != nullptr) present->assign(keys.size(), false);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (keys[i].empty() || keys[i].size() > format::kMaxKeyBytes) return Status::InvalidArgument("key length out of range");
+    auto e = index_->Get(ns, keys[i]);
+    if (!e.ok()) return e.status();
+    if (!e->has_value() || !table_->IsLive((*e)->segment, (*e)->generation)) continue;
+    NoteHit((*e)->segment, (*e)->offset);  // where the reclaim of its segment looks
+    if (present != nullptr) (*present)[i] = true;
+  }
+  return Status::OK();
+}
+
 Result<size_t> StoreImpl::LookupPrefix(NamespaceId ns, std::span<const std::string_view> keys) {
   c_.lookups.Add();
   thread_local std::vector<uint64_t> locs;

@@ -35,8 +35,8 @@ void Decode(WireReader& r, NamespaceInfo* n);
 void EncodeGetBatchReply(WireWriter& w, const std::vector<Result<size_t>>& got);
 void DecodeGetBatchReply(WireReader& r, size_t n, std::vector<Result<size_t>>* got);
 
-// remove_batch's and contains_batch's reply after its status: a count, then
-// a byte per key (1: it had a block, or has one). Decode fails `r` unless it
+// remove_batch's, contains_batch's and touch_batch's reply after its status:
+// a count, then a byte per key (1: it had a block, or has one). Decode fails `r` unless it
 // holds exactly `n` keys.
 void EncodeKeyFlagsReply(WireWriter& w, const std::vector<bool>& present);
 void DecodeKeyFlagsReply(WireReader& r, size_t n, std::vector<bool>* present);

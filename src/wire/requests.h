@@ -66,7 +66,7 @@ struct KeyRequest {  // contains, stat, remove, inspect_record
   NamespaceId ns = 0;
   std::string key;
 };
-struct LookupRequest {  // lookup_prefix, remove_batch, contains_batch (up to kMaxBatchKeys), pin_tier (up to kMaxBatchGets)
+struct LookupRequest {  // lookup_prefix, remove_batch, contains_batch, touch_batch (up to kMaxBatchKeys), pin_tier (up to kMaxBatchGets)
   NamespaceId ns = 0;
   std::vector<std::string> keys;
 };

@@ -25,6 +25,7 @@ const char* OpName(uint16_t op) {
     case Op::kGetBatch: return "get_batch";
     case Op::kRemoveBatch: return "remove_batch";
     case Op::kContainsBatch: return "contains_batch";
+    case Op::kTouchBatch: return "touch_batch";
     case Op::kFlush: return "flush";
     case Op::kEvictTo: return "evict_to";
     case Op::kShareNow: return "share_now";

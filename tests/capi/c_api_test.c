@@ -215,6 +215,11 @@ static void test_batches(kvtier_store* s, kvtier_ns ns) {
   CHECK(present[0] == 1 && present[1] == 0 && present[2] == 1);
   CHECK_RC(kvtier_contains_batch(s, ns, rm, 3, NULL), KVTIER_INVALID_ARGUMENT);
   memset(present, 9, sizeof(present));
+  CHECK_RC(kvtier_touch_batch(s, ns, rm, 3, present), KVTIER_OK);
+  CHECK(present[0] == 1 && present[1] == 0 && present[2] == 1);
+  CHECK_RC(kvtier_touch_batch(s, ns, rm, 3, NULL), KVTIER_OK);
+  CHECK_RC(kvtier_touch_batch(s, ns, NULL, 3, NULL), KVTIER_INVALID_ARGUMENT);
+  memset(present, 9, sizeof(present));
   CHECK_RC(kvtier_remove_batch(s, ns, rm, 3, present), KVTIER_OK);
   CHECK(present[0] == 1 && present[1] == 0 && present[2] == 1);
   CHECK_RC(kvtier_remove_batch(s, ns, rm, 3, NULL), KVTIER_OK); /* absent now, and no output */

@@ -97,6 +97,7 @@ def test_batch_lookup_remove(store_dir):
         assert ns.lookup_prefix(keys) == 1
         assert ns.contains_batch(["k2", "zz", b"k3"]) == [True, False, True]
         assert ns.contains_batch([]) == []
+        assert ns.touch_batch(["k2", "zz"]) == [True, False] and ns.touch_batch([]) == []
         # Several at once, one index flush: which of them had a block.
         assert ns.remove_batch(["k2", "zz", b"k3", "k2"]) == [True, False, True, True]
         assert ns.remove_batch([]) == []

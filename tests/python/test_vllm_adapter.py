@@ -97,7 +97,7 @@ class CountingNamespace:
     """The tier's namespace, with its calls counted by name."""
 
     def __init__(self, ns):
-        self._ns, self.calls = ns, collections.Counter()
+        self._ns, self.calls, self.args = ns, collections.Counter(), collections.defaultdict(list)
 
     def __getattr__(self, name):
         attr = getattr(self._ns, name)
@@ -106,6 +106,7 @@ class CountingNamespace:
 
         def counted(*a, **kw):
             self.calls[name] += 1
+            self.args[name].append(a)
             return attr(*a, **kw)
         return counted
 
@@ -138,6 +139,33 @@ def test_a_steps_lookups_go_as_one_batch_after_the_step(store_dir):
     stats = tier.get_stats().reduce()
     assert [v for k, v in stats.items() if k.startswith(adapter.METRIC_LOOKUP_HITS)] == [6], stats
     assert [v for k, v in stats.items() if k.startswith(adapter.METRIC_LOOKUP_MISSES)] == [6], stats
+    tier.shutdown()
+
+
+def test_uses_vllms_cpu_tier_served_are_counted_in_kvtier_once_per_request(store_dir):
+    primary = np.random.default_rng(4).integers(0, 256, (ROWS, ROW_BYTES), dtype=np.uint8)
+    keys = keys_of(6)
+    tier = make_tier(store_dir, primary)
+    tier.submit_store(job(1, keys, list(range(6)), False, base.ReqContext(req_id="s")))
+    wait_jobs(tier, 1)
+    tier.shutdown()
+
+    tier = make_tier(store_dir, primary)
+    counting = tier._ns = CountingNamespace(tier._ns)
+    a, b = base.ReqContext(req_id="a"), base.ReqContext(req_id="b")
+    assert tier.lookup(keys[0], a) is LR.RETRY  # key 0 comes from kvtier for request a: its read counts
+    tier.touch(keys, a)
+    tier.touch(keys, a)  # vLLM touches again on later steps: counted once
+    tier.touch(keys[:2], b)
+    assert "touch_batch" not in counting.calls  # nothing crosses inside the step
+    tier.on_schedule_end(STEP_END)
+    tier.drain_jobs()
+    assert counting.args["touch_batch"] == [(keys[1:] + keys[:2],)]
+    tier.on_request_finished(a)  # a later request of the same id counts again
+    tier.touch(keys[1:2], a)
+    tier.on_schedule_end(STEP_END)
+    tier.drain_jobs()
+    assert counting.args["touch_batch"][-1] == (keys[1:2],) and not tier.has_pending_work()
     tier.shutdown()
 
 

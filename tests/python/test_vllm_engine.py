@@ -174,6 +174,29 @@ def test_restart_cycle_through_vllms_manager(tmp_path):
     manager.shutdown()
 
 
+def test_vllms_touches_reach_kvtier_once_per_request(tmp_path):
+    # Blocks vLLM's CPU tier serves are touched through vLLM's manager; the
+    # tier counts their use in kvtier at the step's end, once per request.
+    base, _, _ = _vllm()
+    manager = _spec(str(tmp_path / "kv")).get_manager()
+    keys = _keys(4)
+    _store_blocks(manager, keys)
+    tier = _tier(manager)
+    sent = []
+    touch_batch = tier._ns.touch_batch
+    tier._ns = type("Spy", (), {"__getattr__": lambda self, n: getattr(touch_batch.__self__, n),
+                                "touch_batch": lambda self, ks: sent.append(list(ks)) or touch_batch(ks)})()
+    ctx = base.ReqContext(req_id="reuse")
+    manager.on_new_request(ctx)
+    manager.touch(keys, ctx)
+    manager.touch(keys, ctx)
+    _step(manager)
+    tier.drain_jobs()
+    assert sent == [keys]
+    manager.on_request_finished(ctx)
+    manager.shutdown()
+
+
 def test_another_model_never_hits(tmp_path):
     base, _, _ = _vllm()
     path = str(tmp_path / "kv")

@@ -388,6 +388,7 @@ TEST(ServiceFaults, TenantsByUidNeverSeeEachOthersBlocks) {
     if ((*c)->RemoveBatch(mine, keys, nullptr).ok()) _exit(24);
     std::vector<bool> there;
     if ((*c)->ContainsBatch(mine, keys, &there).ok()) _exit(25);
+    if ((*c)->TouchBatch(mine, keys, &there).ok()) _exit(26);  // nor learn of, or warm, them
   });
   // The admin's block is untouched; the admin sees both namespaces, and may
   // borrow the tier.

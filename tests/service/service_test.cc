@@ -191,10 +191,13 @@ TEST_F(ServiceTest, KeyListsLongerThanOneRequestSayForEveryKeyWhetherItIsThere) 
     ASSERT_TRUE(c->Put(ns, keys[i], p.data(), p.size()).ok());
   }
   const std::vector<std::string_view> views(keys.begin(), keys.end());
-  std::vector<bool> present, there;
+  std::vector<bool> present, there, touched;
   ASSERT_TRUE(c->ContainsBatch(ns, views, &there).ok());
+  ASSERT_TRUE(c->TouchBatch(ns, views, &touched).ok());
+  ASSERT_TRUE(c->TouchBatch(ns, views, nullptr).ok());
   ASSERT_TRUE(c->RemoveBatch(ns, views, &present).ok());
   EXPECT_EQ(there, present);
+  EXPECT_EQ(touched, present);
   ASSERT_EQ(present.size(), keys.size());
   for (size_t i = 0; i < keys.size(); ++i)
     EXPECT_EQ(present[i], std::find(put_at.begin(), put_at.end(), i) != put_at.end()) << i;
@@ -206,6 +209,7 @@ TEST_F(ServiceTest, KeyListsLongerThanOneRequestSayForEveryKeyWhetherItIsThere) 
   // Bad input is refused before anything is sent.
   const std::vector<std::string_view> bad{keys[0], ""};
   EXPECT_EQ(c->RemoveBatch(ns, bad, &present).code(), Code::kInvalidArgument);
+  EXPECT_EQ(c->TouchBatch(ns, bad, &present).code(), Code::kInvalidArgument);
   // As Remove: a namespace with none of the keys (here none at all) is OK.
   ASSERT_TRUE(c->RemoveBatch(ns + 1, views, &present).ok());
   EXPECT_EQ(std::count(present.begin(), present.end(), true), 0);

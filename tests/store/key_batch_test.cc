@@ -1,6 +1,7 @@
 // Lists of keys in one call. RemoveBatch: removed with one index flush per
 // 4,096 keys, durable on return like Remove (under a failed write's held
 // checkpoint: failed_write_test.cc). ContainsBatch: Contains for each.
+// TouchBatch: a use of each present key, counted for reinsertion as a read.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -83,6 +84,43 @@ TEST(ContainsBatch, SaysForEveryKeyWhetherItIsPresent) {
   // Another namespace holds none of them.
   ASSERT_TRUE(s->ContainsBatch(ns + 1, Views(keys), &present).ok());
   EXPECT_EQ(present, std::vector<bool>(5, false));
+}
+
+// A touched block counts as read: touched twice (reinsert_min_hits) it is
+// rewritten when its segment is reclaimed, as a block read twice is;
+// touched once, or not at all, it is evicted.
+TEST(TouchBatch, TouchedBlocksAreKeptByReclaimAsReadOnesAre) {
+  testing::TempDir dir;
+  Options o = testing::SmallOptions();
+  o.capacity_bytes = 4 << 20;  // 4 segments of 1 MiB
+  o.reinsert_hot_blocks = true;
+  auto s = testing::OpenOrFail(dir.Sub("store"), o);
+  const NamespaceId ns = testing::RegisterOrFail(s.get());
+  PutKeys(*s, ns, 0, 16);
+  const std::vector<std::string> hot{Key(0), Key(1), "absent"};
+  std::vector<bool> present;
+  for (int pass = 0; pass < 2; ++pass) {
+    ASSERT_TRUE(s->TouchBatch(ns, Views(hot), &present).ok());
+    EXPECT_EQ(present, (std::vector<bool>{true, true, false}));
+  }
+  const std::vector<std::string> once{Key(2)};
+  ASSERT_TRUE(s->TouchBatch(ns, Views(once), nullptr).ok());
+  ASSERT_TRUE(s->TouchBatch(ns + 1, Views(hot), &present).ok());  // another namespace holds none
+  EXPECT_EQ(present, std::vector<bool>(3, false));
+  const std::vector<std::string> bad{""};
+  EXPECT_EQ(s->TouchBatch(ns, Views(bad), &present).code(), Code::kInvalidArgument);
+  EXPECT_EQ(s->GetStats().gets, 0u);  // nothing was read
+  PutKeys(*s, ns, 16, 300);  // many times the budget: every early segment is reclaimed
+  const Stats st = s->GetStats();
+  EXPECT_GT(st.evicted_blocks, 100u);
+  EXPECT_GE(st.reinsertions, 2u);
+  for (int i : {0, 1}) {
+    auto got = s->GetVector(ns, Key(i));
+    ASSERT_TRUE(got.ok()) << i << ": " << got.status().ToString();
+    EXPECT_EQ(*got, Payload(ns, Key(i), 20000));
+  }
+  EXPECT_FALSE(*s->Contains(ns, Key(2)));  // touched once: not kept
+  EXPECT_FALSE(*s->Contains(ns, Key(5)));  // never touched
 }
 
 // A list longer than one writer pass (4,096 keys) goes in pieces; the

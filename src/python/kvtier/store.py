@@ -459,6 +459,12 @@ class Namespace:
         request per 4,096 keys instead of one per key."""
         return self._key_flags(lib.kvtier_contains_batch, keys)
 
+    def touch_batch(self, keys):
+        """Counts a use of each present key, as a read does, for kvtier's
+        hot-block reinsertion (blocks an engine's upper tier served without
+        reading them here); a bool per key: present."""
+        return self._key_flags(lib.kvtier_touch_batch, keys)
+
     def _key_flags(self, call, keys):
         """call(store, ns, keys, n, flags) over `keys`: a bool per key."""
         arr, n, keep = _buffers.packed_keys(keys)

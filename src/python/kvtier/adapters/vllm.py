@@ -135,6 +135,8 @@ class KvtierTierManager(SecondaryTierManager):
         self._lookups = {}                       # key -> None (asked) or bool (answered)
         self._lookup_queue = []                  # keys asked this step, not yet sent
         self._lookup_runner = None               # Future of the batch runner, while it runs
+        self._touched = collections.defaultdict(set)  # req id -> keys whose use was counted
+        self._touch_queue = []                   # keys to count at the step's end
         self._storing = collections.Counter()    # keys with a store in flight
         self._req_keys = collections.defaultdict(set)
         self._jobs = set()                       # futures of transfers in flight
@@ -213,6 +215,33 @@ class KvtierTierManager(SecondaryTierManager):
         with self._lock:
             if self._lookup_queue and self._lookup_runner is None:
                 self._lookup_runner = self._pool.submit(self._run_lookups)
+            touches, self._touch_queue = self._touch_queue, []
+        if touches:
+            self._submit(self._do_touch, touches)
+
+    # ---- touches -------------------------------------------------------------
+    # vLLM touches a request's blocks wherever they are. One its CPU tier
+    # serves is never read from kvtier, whose reclaim would then take it for
+    # cold: its use is counted in kvtier as a read is (touch_batch), once per
+    # request. Keys the request looked up here are skipped: they come from
+    # kvtier, and that read counts already.
+    def touch(self, keys, req_context):
+        if self._ns is None:
+            return
+        with self._lock:
+            looked_up = self._req_keys.get(req_context.req_id, ())
+            counted = self._touched[req_context.req_id]
+            for key in keys:
+                k = bytes(key)
+                if k not in looked_up and k not in counted:
+                    counted.add(k)
+                    self._touch_queue.append(k)
+
+    def _do_touch(self, keys):
+        try:
+            self._ns.touch_batch(keys)
+        except Exception as e:  # a use not counted: at worst a block evicted sooner
+            logger.warning("kvtier tier: counting the use of %d blocks failed: %s", len(keys), e)
 
     def _run_lookups(self):
         while True:
@@ -325,7 +354,7 @@ class KvtierTierManager(SecondaryTierManager):
 
     def has_pending_work(self):
         with self._lock:
-            return bool(self._jobs or self._lookup_queue or self._lookup_runner or self._finished)
+            return bool(self._jobs or self._lookup_queue or self._lookup_runner or self._touch_queue or self._finished)
 
     def drain_jobs(self):
         with self._lock:
@@ -338,6 +367,7 @@ class KvtierTierManager(SecondaryTierManager):
 
     def on_request_finished(self, req_context):
         with self._lock:
+            self._touched.pop(req_context.req_id, None)
             for k in self._req_keys.pop(req_context.req_id, ()):
                 self._known.pop(k, None)  # answers are per request: a later one asks kvtier again
                 self._lookups.pop(k, None)  # an answer nobody will read
