@@ -299,30 +299,14 @@ int kvtier_contains(kvtier_store* s, kvtier_ns ns, const void* key, size_t key_l
 }
 
 int kvtier_touch_batch(kvtier_store* s, kvtier_ns ns, const kvtier_key* keys, size_t n, uint8_t* out_present) {
-  return Guard([&]() -> int {
-    if (int rc = CheckStore(s)) return rc;
-    if (keys == nullptr && n != 0) return Invalid("null key list");
-    std::vector<std::string_view> v;
-    if (int rc = KeyList(keys, n, &v)) return rc;
-    std::vector<bool> present;
-    Status st = s->store->TouchBatch(ns, v, &present);
-    if (st.ok() && out_present != nullptr)
-      for (size_t i = 0; i < n; ++i) out_present[i] = present[i] ? 1 : 0;
-    return Report(st);
+  return KeyFlagsCall(s, keys, n, out_present, false, [&](auto v, std::vector<bool>* present) {
+    return s->store->TouchBatch(ns, v, present);
   });
 }
 
 int kvtier_contains_batch(kvtier_store* s, kvtier_ns ns, const kvtier_key* keys, size_t n, uint8_t* out_present) {
-  return Guard([&]() -> int {
-    if (int rc = CheckStore(s)) return rc;
-    if ((keys == nullptr && n != 0) || out_present == nullptr) return Invalid("null key list or output pointer");
-    std::vector<std::string_view> v;
-    if (int rc = KeyList(keys, n, &v)) return rc;
-    std::vector<bool> present;
-    Status st = s->store->ContainsBatch(ns, v, &present);
-    if (st.ok())
-      for (size_t i = 0; i < n; ++i) out_present[i] = present[i] ? 1 : 0;
-    return Report(st);
+  return KeyFlagsCall(s, keys, n, out_present, true, [&](auto v, std::vector<bool>* present) {
+    return s->store->ContainsBatch(ns, v, present);
   });
 }
 
@@ -372,16 +356,8 @@ int kvtier_remove(kvtier_store* s, kvtier_ns ns, const void* key, size_t key_len
 }
 
 int kvtier_remove_batch(kvtier_store* s, kvtier_ns ns, const kvtier_key* keys, size_t n, uint8_t* out_present) {
-  return Guard([&]() -> int {
-    if (int rc = CheckStore(s)) return rc;
-    if (keys == nullptr && n != 0) return Invalid("null key list");
-    std::vector<std::string_view> v;
-    if (int rc = KeyList(keys, n, &v)) return rc;
-    std::vector<bool> present;
-    Status st = s->store->RemoveBatch(ns, v, out_present != nullptr ? &present : nullptr);
-    if (st.ok() && out_present != nullptr)
-      for (size_t i = 0; i < n; ++i) out_present[i] = present[i] ? 1 : 0;
-    return Report(st);
+  return KeyFlagsCall(s, keys, n, out_present, false, [&](auto v, std::vector<bool>* present) {
+    return s->store->RemoveBatch(ns, v, present);
   });
 }
 

@@ -120,6 +120,25 @@ inline int KeyList(const kvtier_key* keys, size_t n, std::vector<std::string_vie
   return KVTIER_OK;
 }
 
+// remove_batch, contains_batch, touch_batch: call(keys, flags) over the
+// checked key list, then a byte per key into `out` (flags is null when out
+// is; only contains needs an answer).
+template <typename F>
+int KeyFlagsCall(kvtier_store* s, const kvtier_key* keys, size_t n, uint8_t* out, bool out_required, F&& call) {
+  return Guard([&]() -> int {
+    if (int rc = CheckStore(s)) return rc;
+    if (keys == nullptr && n != 0) return Invalid("null key list");
+    if (out_required && out == nullptr) return Invalid("null output pointer");
+    std::vector<std::string_view> v;
+    if (int rc = KeyList(keys, n, &v)) return rc;
+    std::vector<bool> flags;
+    kvtier::Status st = call(std::span<const std::string_view>(v), out != nullptr ? &flags : nullptr);
+    if (st.ok() && out != nullptr)
+      for (size_t i = 0; i < n; ++i) out[i] = flags[i] ? 1 : 0;
+    return Report(st);
+  });
+}
+
 inline std::span<const kvtier::Fragment> Frags(const kvtier_fragment* f, size_t n) {
   return {reinterpret_cast<const kvtier::Fragment*>(f), n};
 }
