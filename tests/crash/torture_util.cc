@@ -388,6 +388,14 @@ class Child {
         const std::vector<std::string_view> views(names.begin(), names.end());
         Status st = count == 1 ? s->Remove(ns_, names[0]) : s->RemoveBatch(ns_, views, nullptr);
         for (size_t i = 0; i < count; ++i) Log(st.ok() ? 'A' : 'E', keys[i], -1, nos[i], st.code());
+      } else if (r < 80) {
+        // A use counted without a read (an engine's upper tier served the
+        // blocks): more blocks become hot, and reclaim rewrites them.
+        std::vector<std::string> names;
+        for (size_t i = 1 + rng_() % 4; i > 0; --i) names.push_back(Key(pick(rng_)));
+        const std::vector<std::string_view> views(names.begin(), names.end());
+        Status st = s->TouchBatch(ns_, views, nullptr);
+        if (!st.ok()) Fail("TouchBatch: " + st.ToString(), 34);
       } else if (r < 97) {
         CheckRead(pick(rng_));
       } else if (r < 99 || !c_.eviction) {
