@@ -299,6 +299,31 @@ def test_split_heads_without_every_piece_are_a_miss(kvtier_service):
     b.close()
 
 
+def test_split_heads_backup_asks_each_piece_once(kvtier_service):
+    # A backup batch of a TP-2 rank with tp_lcm_size 4 (two pieces a page):
+    # each piece's namespace is asked once what it holds and written once,
+    # and a page whose piece another deployment already wrote gets only the
+    # piece it lacks.
+    (pool, b), _ = _deployment(kvtier_service, 2, 4, 8, seed=60)
+    (pool4, b4), *_ = _deployment(kvtier_service, 4, 4, 8, seed=61)
+    assert b4.batch_set_v1(keys(1), pages(pool4, 1)) == [True]  # rank 0 of 4: piece 0 of page 0
+    b4.close()
+    calls = []
+    for j, piece in enumerate(b._ns["v1"].pieces):
+        for name in ("contains_batch", "put_batch"):
+            def counted(*args, _f=getattr(piece, name), _tag=(name, j)):
+                calls.append((_tag, len(args[0])))
+                return _f(*args)
+            setattr(piece, name, counted)
+    assert b.batch_set_v1(keys(3), pages(pool, 3)) == [True] * 3
+    assert sorted(calls) == [(("contains_batch", 0), 3), (("contains_batch", 1), 3),
+                             (("put_batch", 0), 2), (("put_batch", 1), 3)]
+    calls.clear()
+    assert b.batch_set_v1(keys(3), pages(pool, 3)) == [True] * 3  # all there: nothing written
+    assert sorted(calls) == [(("contains_batch", 0), 3), (("contains_batch", 1), 3)]
+    b.close()
+
+
 def test_split_heads_of_another_head_count_never_meet(kvtier_service):
     # A model with 16 heads in all is another geometry than one with 8.
     (pool, b), *_ = _deployment(kvtier_service, 2, 4, 8, seed=50)

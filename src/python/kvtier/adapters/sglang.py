@@ -238,13 +238,18 @@ class SplitHeadsNamespace:
                     total[i] = None  # a page missing a piece is a miss
         return total
 
-    def put_batch(self, keys, frags):
-        codes = [Code.OK] * len(keys)
+    def put_absent(self, keys, frags):
+        """Puts every piece not stored yet, with one contains_batch and one
+        put_batch per piece. Returns {page index: code} for the pages of which
+        a piece was put (the worst of its pieces' codes)."""
+        codes = {}
         for j, ns in enumerate(self.pieces):
             # A piece may be there already: another deployment's rank wrote it.
             new = [i for i, there in enumerate(ns.contains_batch(keys)) if not there]
+            if not new:
+                continue
             for i, c in zip(new, ns.put_batch([keys[i] for i in new], [self._of_piece(frags[i], j) for i in new])):
-                if codes[i] == Code.OK:
+                if codes.get(i, Code.OK) == Code.OK:
                     codes[i] = c
         return codes
 
@@ -259,6 +264,17 @@ class SplitHeadsNamespace:
 
     def lookup_prefix(self, keys):
         return min(ns.lookup_prefix(keys) for ns in self.pieces)
+
+
+def _put_absent(ns, keys, frags):
+    """Puts the pages a namespace does not hold yet (blocks are immutable, so
+    one already there is done). Returns {page index: code} of those put."""
+    if isinstance(ns, SplitHeadsNamespace):
+        return ns.put_absent(keys, frags)
+    new = [i for i, there in enumerate(ns.contains_batch(keys)) if not there]
+    if not new:
+        return {}
+    return dict(zip(new, ns.put_batch([keys[i] for i in new], [frags[i] for i in new])))
 
 
 def _contained(failed):
@@ -407,14 +423,13 @@ class KvtierHiCacheStorage(HiCacheStorage):
         ok = [True] * len(keys)
         try:
             frags = self._page_frags(keys, host_indices)
-            new = [i for i, there in enumerate(ns.contains_batch(keys)) if not there]  # blocks are immutable
-            codes = ns.put_batch([keys[i] for i in new], [frags[i] for i in new])
+            codes = _put_absent(ns, keys, frags)
         except KvtierError as e:
             logger.warning("kvtier backend: batch_set_v1 of %d pages failed: %s", len(keys), e)
             return [False] * len(keys)
-        for i, c in zip(new, codes):
+        for i, c in codes.items():
             ok[i] = c == Code.OK
-        written = [i for i, c in zip(new, codes) if c == Code.OK]
+        written = [i for i, c in codes.items() if c == Code.OK]
         self._sample("set", len(written), sum(sum(s for _, s in frags[i]) for i in written), t0)
         return ok
 
@@ -452,14 +467,13 @@ class KvtierHiCacheStorage(HiCacheStorage):
         t0 = time.monotonic()
         srcs = [s.contiguous() if hasattr(s, "contiguous") else s for s in srcs]
         try:
-            new = [i for i, there in enumerate(ns.contains_batch(keys)) if not there]
-            codes = ns.put_batch([keys[i] for i in new], [srcs[i] for i in new])
+            codes = _put_absent(ns, keys, srcs)
         except KvtierError as e:
             logger.warning("kvtier backend: batch_set of %d pages failed: %s", len(keys), e)
             return False
-        written = [i for i, c in zip(new, codes) if c == Code.OK]
+        written = [i for i, c in codes.items() if c == Code.OK]
         self._sample("set", len(written), sum(_nbytes(srcs[i]) for i in written if hasattr(srcs[i], "numel")), t0)
-        return len(written) == len(new)
+        return len(written) == len(codes)
 
     # ---- lookups --------------------------------------------------------------------
     def _lookup_ns(self):
