@@ -153,6 +153,7 @@ struct Stats {
   uint64_t checksum_failures = 0;                // records that failed a check on read
   uint64_t stale_entries_dropped = 0;            // index entries pointing at reused space
   uint64_t lookups = 0, contains = 0, removes = 0;  // calls; removes: keys (a RemoveBatch counts each)
+  uint64_t touches = 0;  // keys a TouchBatch found stored (and marked as read for reclaim)
   // Device.
   uint64_t device_bytes_written = 0, device_bytes_read = 0;
   // Payload bytes written to the device from where they already were (the

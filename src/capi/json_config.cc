@@ -264,6 +264,7 @@ std::string StatsToJson(const Stats& s) {
       {"lookups", s.lookups},
       {"contains", s.contains},
       {"removes", s.removes},
+      {"touches", s.touches},
       {"device_bytes_written", s.device_bytes_written},
       {"device_bytes_read", s.device_bytes_read},
       {"zero_copy_put_bytes", s.zero_copy_put_bytes},

@@ -199,6 +199,7 @@ Status StoreImpl::TouchBatch(NamespaceId ns, std::span<const std::string_view> k
     if (!e.ok()) return e.status();
     if (!e->has_value() || !table_->IsLive((*e)->segment, (*e)->generation)) continue;
     NoteHit((*e)->segment, (*e)->offset);  // where the reclaim of its segment looks
+    c_.touches.Add();
     if (present != nullptr) (*present)[i] = true;
   }
   return Status::OK();

@@ -26,6 +26,7 @@ Stats StoreImpl::GetStats() {
   s.lookups = c_.lookups.Get();
   s.contains = c_.contains.Get();
   s.removes = c_.removes.Get();
+  s.touches = c_.touches.Get();
   s.device_bytes_written = c_.device_bytes_written.Get();
   s.device_bytes_read = c_.device_bytes_read.Get();
   s.zero_copy_put_bytes = c_.zero_copy_put_bytes.Get();

@@ -20,7 +20,7 @@ struct Counters {
   Counter puts, put_bytes, puts_not_admitted, puts_failed;
   Counter gets, hits_ram, hits_disk, misses, bytes_read_ram, bytes_read_disk;
   Counter get_deadline_misses, checksum_failures, stale_entries_dropped;
-  Counter lookups, contains, removes;
+  Counter lookups, contains, removes, touches;
   Counter device_bytes_written, device_bytes_read, syncs, group_commits;
   Counter zero_copy_put_bytes, direct_read_bytes, registered_writes, small_page_copies;
   Counter remote_admitted_to_ram;

@@ -6,7 +6,7 @@ namespace kvtier::wire {
 namespace {
 
 // A new field in one of these structs must be added to its visitor below.
-static_assert(sizeof(Stats) == 704, "Stats changed: list the new field in VisitStats");
+static_assert(sizeof(Stats) == 712, "Stats changed: list the new field in VisitStats");
 static_assert(sizeof(BlockInfo) == 128, "BlockInfo changed: list the new field in VisitBlockInfo");
 static_assert(sizeof(SegmentInfo) == 32, "SegmentInfo changed: list the new field in VisitSegmentInfo");
 static_assert(sizeof(VerifyReport) == 96, "VerifyReport changed: list the new field in VisitVerifyReport");
@@ -19,7 +19,7 @@ void VisitStats(T& s, V& v) {
   v(s.hits_disk); v(s.misses); v(s.bytes_read_ram); v(s.bytes_read_disk); v(s.ram_capacity_bytes);
   v(s.ram_used_bytes); v(s.ram_blocks); v(s.ram_evictions); v(s.ram_evicted_bytes); v(s.ram_adopted_blocks);
   v(s.ram_adopt_dropped); v(s.ram_checksum_failures); v(s.ram_shared_memory); v(s.get_deadline_misses);
-  v(s.checksum_failures); v(s.stale_entries_dropped); v(s.lookups); v(s.contains); v(s.removes);
+  v(s.checksum_failures); v(s.stale_entries_dropped); v(s.lookups); v(s.contains); v(s.removes); v(s.touches);
   v(s.device_bytes_written); v(s.device_bytes_read); v(s.zero_copy_put_bytes); v(s.direct_read_bytes);
   v(s.small_page_copies); v(s.registered_writes); v(s.syncs); v(s.group_commits); v(s.disk_reads_timed);
   v(s.disk_read_queue_ns); v(s.disk_read_index_ns); v(s.disk_read_device_ns); v(s.disk_read_finish_ns);

@@ -78,7 +78,7 @@ def test_a_served_store_is_the_same_api(served):
         assert ns.lookup_prefix(["k1", "nope", "k1"]) == 1
         futs = [ns.put_async(f"a{i}", a[: 1024 * (i + 1)]) for i in range(8)]
         assert all(f.result(timeout=10) for f in futs)
-        assert ns.get(f"a3") == a[: 4096].tobytes()
+        assert ns.get("a3") == a[: 4096].tobytes()
         st = s.stats()
         assert st["puts"] >= 9
     # What went through the service is in the folder once it stops.

@@ -98,6 +98,7 @@ def test_batch_lookup_remove(store_dir):
         assert ns.contains_batch(["k2", "zz", b"k3"]) == [True, False, True]
         assert ns.contains_batch([]) == []
         assert ns.touch_batch(["k2", "zz"]) == [True, False] and ns.touch_batch([]) == []
+        assert s.stats()["touches"] == 1
         # Several at once, one index flush: which of them had a block.
         assert ns.remove_batch(["k2", "zz", b"k3", "k2"]) == [True, False, True, True]
         assert ns.remove_batch([]) == []

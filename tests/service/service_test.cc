@@ -204,6 +204,8 @@ TEST_F(ServiceTest, KeyListsLongerThanOneRequestSayForEveryKeyWhetherItIsThere) 
   for (size_t i : put_at) EXPECT_TRUE(c->GetVector(ns, keys[i]).status().IsNotFound()) << i;
   EXPECT_EQ(served.store()->GetStats().removes, keys.size());
   EXPECT_EQ(served.store()->GetStats().contains, keys.size());
+  // The client's stats come over the wire: two touches of each stored key.
+  EXPECT_EQ(c->GetStats().touches, 2 * put_at.size());
   ASSERT_TRUE(c->ContainsBatch(ns, views, &there).ok());
   EXPECT_EQ(std::count(there.begin(), there.end(), true), 0);
   // Bad input is refused before anything is sent.

@@ -110,6 +110,7 @@ TEST(TouchBatch, TouchedBlocksAreKeptByReclaimAsReadOnesAre) {
   const std::vector<std::string> bad{""};
   EXPECT_EQ(s->TouchBatch(ns, Views(bad), &present).code(), Code::kInvalidArgument);
   EXPECT_EQ(s->GetStats().gets, 0u);  // nothing was read
+  EXPECT_EQ(s->GetStats().touches, 5u);  // keys found: twice two, then one
   PutKeys(*s, ns, 16, 300);  // many times the budget: every early segment is reclaimed
   const Stats st = s->GetStats();
   EXPECT_GT(st.evicted_blocks, 100u);

@@ -147,6 +147,7 @@ std::string RenderMetrics(const MetricsInput& in, nlohmann::json* json) {
   e.One("lookups_total", "counter", "LookupPrefix calls.", static_cast<double>(s.lookups));
   e.One("contains_total", "counter", "Contains calls.", static_cast<double>(s.contains));
   e.One("removes_total", "counter", "Keys asked to be removed (by Remove, or in a RemoveBatch).", static_cast<double>(s.removes));
+  e.One("touches_total", "counter", "Keys a TouchBatch found stored and marked as read, so reclaim keeps them.", static_cast<double>(s.touches));
   e.One("device_written_bytes_total", "counter", "Bytes written to segment files.", static_cast<double>(s.device_bytes_written));
   e.One("device_read_bytes_total", "counter", "Bytes read from segment files.", static_cast<double>(s.device_bytes_read));
   e.One("zero_copy_put_bytes_total", "counter", "Payload bytes written from the caller's or RAM tier's pages (no copy).", static_cast<double>(s.zero_copy_put_bytes));
