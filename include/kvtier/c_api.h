@@ -43,7 +43,7 @@
 extern "C" {
 #endif
 
-#define KVTIER_ABI_VERSION ((1u << 16) | 6u) /* 1.6: kvtier_touch_batch; 1.5: kvtier_remove_batch, kvtier_contains_batch; 1.4: kvtier_gpu_set_copy_method, kvtier_gpu_stats_json; 1.3: kvtier_destroy_store; 1.2: the GPU path; 1.1: kvtier_register_memory, unix:/auto: opens */
+#define KVTIER_ABI_VERSION ((1u << 16) | 7u) /* 1.7: kvtier_list_keys_after; 1.6: kvtier_touch_batch; 1.5: kvtier_remove_batch, kvtier_contains_batch; 1.4: kvtier_gpu_set_copy_method, kvtier_gpu_stats_json; 1.3: kvtier_destroy_store; 1.2: the GPU path; 1.1: kvtier_register_memory, unix:/auto: opens */
 #define KVTIER_MAX_KEY_BYTES 255
 
 /* Status codes: equal to kvtier::Code. */
@@ -218,6 +218,13 @@ typedef int (*kvtier_key_visitor)(void* ctx, kvtier_ns ns, const void* key, size
                                   uint64_t payload_size);
 int kvtier_list_keys(kvtier_store* s, kvtier_ns ns, const void* prefix, size_t prefix_len,
                      kvtier_key_visitor fn, void* ctx);
+/* The same walk, resumed strictly after the key (after_ns, after) in
+ * (namespace, key) order, whether or not that key is still stored: a caller
+ * pages through a large store by passing the last key it was given. The walk
+ * seeks there; its cost is the keys it visits. (ABI 1.7) */
+int kvtier_list_keys_after(kvtier_store* s, kvtier_ns ns, const void* prefix, size_t prefix_len,
+                           kvtier_ns after_ns, const void* after, size_t after_len,
+                           kvtier_key_visitor fn, void* ctx);
 
 /* ---- Removal, durability, statistics -------------------------------------------- */
 /* OK also when the key was absent. */

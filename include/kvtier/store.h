@@ -115,6 +115,14 @@ struct BlockInfo {
   uint32_t hits = 0;            // reads since written (this process's view)
 };
 
+// Where a listing resumes (Store::ListBlocks): strictly after the entry
+// (ns, key) in (namespace, key) order, whether or not that entry is still
+// there.
+struct ListCursor {
+  NamespaceId ns = 0;
+  std::string key;
+};
+
 struct NamespaceInfo {
   NamespaceId id = 0;
   NamespaceSpec spec;
@@ -405,10 +413,15 @@ class Store {
   // The local disk copy's record when there is one; else the RAM tier's or
   // the shared tier's copy (tier, payload_bytes and, from RAM, the checksum).
   virtual Result<BlockInfo> Stat(NamespaceId ns, std::string_view key) = 0;
-  // Visits index entries of one namespace (ns = 0: all) in key order. Return
-  // false from `fn` to stop.
-  virtual Status ListBlocks(NamespaceId ns, std::string_view key_prefix,
+  // Visits index entries of one namespace (ns = 0: all) in (namespace, key)
+  // order, from the first or strictly after `after` (may be null): a page
+  // costs the entries it visits, not those before the cursor. Return false
+  // from `fn` to stop.
+  virtual Status ListBlocks(NamespaceId ns, std::string_view key_prefix, const ListCursor* after,
                             const std::function<bool(const BlockInfo&)>& fn) = 0;
+  Status ListBlocks(NamespaceId ns, std::string_view key_prefix, const std::function<bool(const BlockInfo&)>& fn) {
+    return ListBlocks(ns, key_prefix, nullptr, fn);
+  }
 
   // --- Shared memory ---------------------------------------------------------------
   // Says that [base, base+len) is a MAP_SHARED mapping of `fd` at file offset

@@ -335,15 +335,30 @@ int kvtier_block_size(kvtier_store* s, kvtier_ns ns, const void* key, size_t key
   });
 }
 
+namespace {
+int ListKeys(kvtier_store* s, kvtier_ns ns, const void* prefix, size_t prefix_len, const kvtier::ListCursor* after,
+             kvtier_key_visitor fn, void* ctx) {
+  if (int rc = CheckStore(s)) return rc;
+  if (fn == nullptr || (prefix == nullptr && prefix_len != 0)) return Invalid("null visitor or prefix");
+  std::string_view p = prefix_len == 0 ? std::string_view() : Key(prefix, prefix_len);
+  return Report(s->store->ListBlocks(ns, p, after, [&](const kvtier::BlockInfo& b) {
+    return fn(ctx, b.ns, b.key.data(), b.key.size(), b.payload_bytes) == 0;
+  }));
+}
+}  // namespace
+
 int kvtier_list_keys(kvtier_store* s, kvtier_ns ns, const void* prefix, size_t prefix_len,
                      kvtier_key_visitor fn, void* ctx) {
+  return Guard([&]() -> int { return ListKeys(s, ns, prefix, prefix_len, nullptr, fn, ctx); });
+}
+
+int kvtier_list_keys_after(kvtier_store* s, kvtier_ns ns, const void* prefix, size_t prefix_len,
+                           kvtier_ns after_ns, const void* after, size_t after_len,
+                           kvtier_key_visitor fn, void* ctx) {
   return Guard([&]() -> int {
-    if (int rc = CheckStore(s)) return rc;
-    if (fn == nullptr || (prefix == nullptr && prefix_len != 0)) return Invalid("null visitor or prefix");
-    std::string_view p = prefix_len == 0 ? std::string_view() : Key(prefix, prefix_len);
-    return Report(s->store->ListBlocks(ns, p, [&](const kvtier::BlockInfo& b) {
-      return fn(ctx, b.ns, b.key.data(), b.key.size(), b.payload_bytes) == 0;
-    }));
+    if (int rc = CheckKey(after, after_len)) return rc;
+    const kvtier::ListCursor cursor{after_ns, std::string(Key(after, after_len))};
+    return ListKeys(s, ns, prefix, prefix_len, &cursor, fn, ctx);
   });
 }
 

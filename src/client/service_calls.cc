@@ -77,13 +77,13 @@ Result<BlockInfo> ServiceStore::Stat(NamespaceId ns, std::string_view key) {
   return DecodeOne<BlockInfo>(Call(wire::Op::kStat, KeyCall(ns, key), OpDeadline()), "stat reply");
 }
 
-Status ServiceStore::ListBlocks(NamespaceId ns, std::string_view key_prefix,
+Status ServiceStore::ListBlocks(NamespaceId ns, std::string_view key_prefix, const ListCursor* from,
                                 const std::function<bool(const BlockInfo&)>& fn) {
-  std::string after;
-  bool has_after = false;
+  ListCursor after = from != nullptr ? *from : ListCursor{};
+  bool has_after = from != nullptr;
   for (;;) {
     wire::WireWriter w;
-    wire::Encode(w, wire::ListBlocksRequest{ns, std::string(key_prefix), has_after, after, kListPage});
+    wire::Encode(w, wire::ListBlocksRequest{ns, std::string(key_prefix), has_after, after.ns, after.key, kListPage});
     auto body = Call(wire::Op::kListBlocks, w, OpDeadline());
     if (!body.ok()) return body.status();
     wire::WireReader r(*body);
@@ -95,7 +95,7 @@ Status ServiceStore::ListBlocks(NamespaceId ns, std::string_view key_prefix,
     for (const BlockInfo& b : page)
       if (!fn(b)) return Status::OK();
     if (!more || page.empty()) return Status::OK();
-    after = page.back().key;
+    after = ListCursor{page.back().ns, page.back().key};
     has_after = true;
   }
 }

@@ -58,7 +58,8 @@ class ServiceStore final : public Store {
   Status TouchBatch(NamespaceId ns, std::span<const std::string_view> keys, std::vector<bool>* present) override;
   Result<size_t> LookupPrefix(NamespaceId ns, std::span<const std::string_view> keys) override;
   Result<BlockInfo> Stat(NamespaceId ns, std::string_view key) override;
-  Status ListBlocks(NamespaceId ns, std::string_view key_prefix,
+  using Store::ListBlocks;
+  Status ListBlocks(NamespaceId ns, std::string_view key_prefix, const ListCursor* after,
                     const std::function<bool(const BlockInfo&)>& fn) override;
   Status RegisterMemory(void* base, size_t len, int fd, uint64_t offset) override;
   Status UnregisterMemory(void* base) override;

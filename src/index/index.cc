@@ -382,7 +382,7 @@ Status Index::MultiGet(NamespaceId ns, std::span<const std::string_view> keys,
   return first_error;
 }
 
-Status Index::ForEach(NamespaceId ns, std::string_view prefix,
+Status Index::ForEach(NamespaceId ns, std::string_view prefix, const ListCursor* after,
                       const std::function<bool(NamespaceId, std::string_view key,
                                                const format::IndexValue&)>& fn) {
   // Scan bounds: one namespace, or all of 'K'. With ns = 0 and a prefix the
@@ -401,7 +401,15 @@ Status Index::ForEach(NamespaceId ns, std::string_view prefix,
 
   const bool per_namespace_seek = ns == 0 && !prefix.empty();
   std::string seek_key;
-  it->Seek(lower);
+  // Entry keys sort as (namespace, key): a cursor is the entry key to pass.
+  std::string resume;
+  if (after != nullptr) {
+    resume.assign(1, kEntryTag);
+    AppendBE64(&resume, after->ns);
+    resume.append(after->key);
+  }
+  it->Seek(resume > lower ? resume : lower);
+  if (after != nullptr && it->Valid() && View(it->key()) == resume) it->Next();
   while (it->Valid()) {
     const rocksdb::Slice k = it->key();
     if (k.size() < kEntryPrefixBytes) {

@@ -35,6 +35,7 @@
 #include "kvtier/io.h"
 #include "kvtier/namespace.h"
 #include "kvtier/status.h"
+#include "kvtier/store.h"
 
 namespace kvtier {
 
@@ -112,6 +113,12 @@ class Index {
   // Visits entries of namespace ns (0 = all namespaces) whose key starts with
   // `prefix`, in (ns, key) order, until fn returns false.
   Status ForEach(NamespaceId ns, std::string_view prefix,
+                 const std::function<bool(NamespaceId, std::string_view key,
+                                          const format::IndexValue&)>& fn) {
+    return ForEach(ns, prefix, nullptr, fn);
+  }
+  // The same, strictly after `after` (null: from the first): it seeks there.
+  Status ForEach(NamespaceId ns, std::string_view prefix, const ListCursor* after,
                  const std::function<bool(NamespaceId, std::string_view key,
                                           const format::IndexValue&)>& fn);
   // Visits by_segment rows of (segment, generation) in offset order.

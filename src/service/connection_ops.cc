@@ -255,8 +255,8 @@ void Connection::OnLookup(const wire::FrameHeader& h, std::string_view body) {
     if (!st.ok()) return Reply(h, st);
     std::vector<BlockInfo> page;
     bool more = false;
-    st = core_->store->ListBlocks(req.ns, req.prefix, [&](const BlockInfo& b) {
-      if (req.has_after && b.key <= req.after) return true;
+    const ListCursor after{req.after_ns, req.after};
+    st = core_->store->ListBlocks(req.ns, req.prefix, req.has_after ? &after : nullptr, [&](const BlockInfo& b) {
       if (page.size() == req.max) {
         more = true;
         return false;

@@ -90,7 +90,8 @@ class StoreImpl final : public Store, public BlockSink {
   Status TouchBatch(NamespaceId ns, std::span<const std::string_view> keys, std::vector<bool>* present) override;
   Result<size_t> LookupPrefix(NamespaceId ns, std::span<const std::string_view> keys) override;
   Result<BlockInfo> Stat(NamespaceId ns, std::string_view key) override;
-  Status ListBlocks(NamespaceId ns, std::string_view key_prefix,
+  using Store::ListBlocks;
+  Status ListBlocks(NamespaceId ns, std::string_view key_prefix, const ListCursor* after,
                     const std::function<bool(const BlockInfo&)>& fn) override;
 
   Status Remove(NamespaceId ns, std::string_view key) override;

@@ -267,9 +267,9 @@ Result<BlockInfo> StoreImpl::Stat(NamespaceId ns, std::string_view key) {
   return Status::NotFound("no such key");
 }
 
-Status StoreImpl::ListBlocks(NamespaceId ns, std::string_view key_prefix,
+Status StoreImpl::ListBlocks(NamespaceId ns, std::string_view key_prefix, const ListCursor* after,
                              const std::function<bool(const BlockInfo&)>& fn) {
-  return index_->ForEach(ns, key_prefix, [&](NamespaceId n, std::string_view key, const format::IndexValue& v) {
+  return index_->ForEach(ns, key_prefix, after, [&](NamespaceId n, std::string_view key, const format::IndexValue& v) {
     return fn(ToBlockInfo(n, key, v));
   });
 }

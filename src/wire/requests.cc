@@ -47,6 +47,7 @@ void Encode(WireWriter& w, const ListBlocksRequest& r) {
   w.U64(r.ns);
   w.Bytes(r.prefix);
   w.Bool(r.has_after);
+  w.U64(r.after_ns);
   w.Bytes(r.after);
   w.U32(r.max);
 }
@@ -158,6 +159,7 @@ Status Parse(std::string_view body, ListBlocksRequest* out) {
   out->ns = r.U64();
   out->prefix = r.String(format::kMaxKeyBytes);
   out->has_after = r.Bool();
+  out->after_ns = r.U64();
   out->after = r.String(format::kMaxKeyBytes);
   out->max = r.U32();
   if (out->max == 0 || out->max > kMaxListPage) r.Fail();

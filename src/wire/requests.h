@@ -74,7 +74,8 @@ struct ListBlocksRequest {
   NamespaceId ns = 0;
   std::string prefix;
   bool has_after = false;
-  std::string after;  // the page starts after this key
+  NamespaceId after_ns = 0;  // the page starts after this entry
+  std::string after;
   uint32_t max = 0;
 };
 struct U64Request {  // evict_to (bytes), share_now (ms), unpin_tier (lease)

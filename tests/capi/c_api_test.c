@@ -56,6 +56,20 @@ static int count_keys(void* ctx, kvtier_ns ns, const void* key, size_t key_len, 
   return 0;
 }
 
+/* A page of at most three keys, and the last of them (where the next resumes). */
+struct key_page {
+  int n;
+  char last[64];
+  size_t last_len;
+};
+static int page_of_three(void* ctx, kvtier_ns ns, const void* key, size_t key_len, uint64_t size) {
+  struct key_page* p = (struct key_page*)ctx;
+  (void)ns; (void)size;
+  memcpy(p->last, key, key_len);
+  p->last_len = key_len;
+  return ++p->n == 3;
+}
+
 static kvtier_ns register_ns(kvtier_store* s) {
   kvtier_namespace_spec spec;
   memset(&spec, 0, sizeof(spec));
@@ -155,6 +169,21 @@ static void test_blocking(kvtier_store* s, kvtier_ns ns) {
   int n = 0;
   CHECK_RC(kvtier_list_keys(s, ns, "key-", 4, count_keys, &n), KVTIER_OK);
   CHECK(n == 8);
+  /* Paged: each page resumes after the last key of the one before. */
+  struct key_page pg = {0, {0}, 0};
+  int listed = 0, pages = 0;
+  CHECK_RC(kvtier_list_keys(s, ns, "key-", 4, page_of_three, &pg), KVTIER_OK);
+  while (pg.n > 0) {
+    char last[64];
+    const size_t len = pg.last_len;
+    memcpy(last, pg.last, len);
+    listed += pg.n;
+    pages++;
+    pg.n = 0;
+    CHECK_RC(kvtier_list_keys_after(s, ns, "key-", 4, ns, last, len, page_of_three, &pg), KVTIER_OK);
+  }
+  CHECK(listed == 8 && pages == 3);
+  CHECK_RC(kvtier_list_keys_after(s, ns, "key-", 4, ns, NULL, 0, count_keys, &n), KVTIER_INVALID_ARGUMENT);
 
   /* Remove. */
   CHECK_RC(kvtier_remove(s, ns, k1, strlen(k1)), KVTIER_OK);

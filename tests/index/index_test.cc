@@ -325,6 +325,56 @@ TEST_F(IndexTest, ForEachPrefixAndAllNamespaces) {
   EXPECT_EQ(calls, 3);
 }
 
+// A listing resumed after a cursor: pages of any size add up to the whole
+// listing, across namespaces too (where a key alone would not say where it
+// stopped), and a cursor whose entry is gone resumes at the next one.
+TEST_F(IndexTest, ForEachResumesStrictlyAfterACursor) {
+  auto idx = OpenIndex();
+  ASSERT_TRUE(idx);
+  IndexBatch b;
+  uint64_t off = 4096;
+  for (NamespaceId ns : {3ull, 1ull, 0xffffffffffffffffull}) {
+    for (const char* k : {"a1", "a2", "b1", "ab", "a", "z"}) b.Put(ns, k, MakeValue(1, 0, off += 4096));
+  }
+  b.Put(2, "0", MakeValue(1, 0, off += 4096));
+  ASSERT_TRUE(idx->Commit(b, false).ok());
+
+  using Seen = std::vector<std::pair<NamespaceId, std::string>>;
+  auto page = [&](NamespaceId ns, std::string_view prefix, const ListCursor* after, size_t max) {
+    Seen seen;
+    EXPECT_TRUE(idx->ForEach(ns, prefix, after, [&](NamespaceId n, std::string_view k, const IndexValue&) {
+      seen.emplace_back(n, std::string(k));
+      return seen.size() < max;
+    }).ok());
+    return seen;
+  };
+  for (NamespaceId ns : {0ull, 3ull}) {
+    for (std::string_view prefix : {"", "a"}) {
+      const Seen all = page(ns, prefix, nullptr, 1000);
+      for (size_t size : {1, 2, 5}) {
+        Seen joined;
+        ListCursor cursor;
+        for (;;) {
+          Seen p = page(ns, prefix, joined.empty() ? nullptr : &cursor, size);
+          if (p.empty()) break;
+          joined.insert(joined.end(), p.begin(), p.end());
+          cursor = ListCursor{p.back().first, p.back().second};
+        }
+        EXPECT_EQ(joined, all) << ns << " '" << prefix << "' pages of " << size;
+      }
+    }
+  }
+  ListCursor gone{1, "a15"};  // between "a1" and "a2"
+  EXPECT_EQ(page(1, "", &gone, 2), (Seen{{1, "a2"}, {1, "ab"}}));
+  ListCursor before{1, "zzz"};  // past namespace 1: namespace 2 next
+  EXPECT_EQ(page(0, "", &before, 2), (Seen{{2, "0"}, {3, "a"}}));
+  EXPECT_EQ(page(3, "", &before, 1), (Seen{{3, "a"}}));  // a cursor before the namespace listed
+  ListCursor last{0xffffffffffffffffull, "z"};
+  EXPECT_TRUE(page(0, "", &last, 10).empty());
+  ListCursor beyond{4, "a"};
+  EXPECT_TRUE(page(3, "", &beyond, 10).empty());
+}
+
 TEST_F(IndexTest, BySegmentRowsFollowPutAndDelete) {
   auto idx = OpenIndex();
   ASSERT_TRUE(idx);

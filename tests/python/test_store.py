@@ -92,6 +92,12 @@ def test_batch_lookup_remove(store_dir):
         assert "k2" in ns and not ns.contains("zz")
         assert ns.block_size("k1") == 2048 and ns.block_size("zz") is None
         assert ns.keys(prefix="k") == [k.encode() for k in keys[:4]]
+        # Paged: resumed after a key (there or not), at most `limit` a page.
+        assert ns.keys_with_sizes("k", after="k0", limit=2) == [(b"k1", 2048), (b"k2", 2048)]
+        assert [k for k, _ in ns.keys_with_sizes("k", after=b"k15")] == [b"k2", b"k3"]
+        assert ns.keys_with_sizes("k", after="k3") == []
+        with pytest.raises(ValueError):
+            ns.keys_with_sizes(limit=0)
         ns.remove("k1")
         ns.remove("k1")
         assert ns.lookup_prefix(keys) == 1

@@ -11,7 +11,7 @@ import glob
 import os
 
 ABI_MAJOR = 1
-ABI_MINOR = 6  # kvtier_touch_batch; 5: kvtier_remove_batch, kvtier_contains_batch; 4: kvtier_gpu_set_copy_method, kvtier_gpu_stats_json; 3: kvtier_destroy_store; 2: the GPU path (kvtier_get_to_device ...)
+ABI_MINOR = 7  # kvtier_list_keys_after; 6: kvtier_touch_batch; 5: kvtier_remove_batch, kvtier_contains_batch; 4: kvtier_gpu_set_copy_method, kvtier_gpu_stats_json; 3: kvtier_destroy_store; 2: the GPU path (kvtier_get_to_device ...)
 
 c_ns = ctypes.c_uint64
 
@@ -67,6 +67,7 @@ _SIGNATURES = {
     "kvtier_touch_batch": (_I, [_P, c_ns, ctypes.POINTER(Key), _SZ, ctypes.POINTER(ctypes.c_uint8)]),
     "kvtier_block_size": (_I, [_P, c_ns, _P, _SZ, ctypes.POINTER(ctypes.c_uint64)]),
     "kvtier_list_keys": (_I, [_P, c_ns, _P, _SZ, KEY_VISITOR, _P]),
+    "kvtier_list_keys_after": (_I, [_P, c_ns, _P, _SZ, c_ns, _P, _SZ, KEY_VISITOR, _P]),
     "kvtier_remove": (_I, [_P, c_ns, _P, _SZ]),
     "kvtier_remove_batch": (_I, [_P, c_ns, ctypes.POINTER(Key), _SZ, ctypes.POINTER(ctypes.c_uint8)]),
     "kvtier_flush": (_I, [_P]),

@@ -499,18 +499,28 @@ class Namespace:
         """Keys (bytes) starting with prefix, in key order."""
         return [k for k, _ in self.keys_with_sizes(prefix)]
 
-    def keys_with_sizes(self, prefix=b""):
-        """(key, payload bytes) of each key starting with prefix, in key order."""
+    def keys_with_sizes(self, prefix=b"", after=None, limit=None):
+        """(key, payload bytes) of each key starting with prefix, in key order:
+        with `after`, only keys past it (a page of a listing resumes after the
+        last key of the one before, found by a seek, not a scan), and with
+        `limit`, at most that many."""
         if isinstance(prefix, str):
             prefix = prefix.encode()
+        if limit is not None and limit <= 0:
+            raise ValueError(f"limit must be positive, got {limit}")
         found = []
 
         def visit(ctx, ns, key, key_len, size):
             found.append((ctypes.string_at(key, key_len), int(size)))
-            return 0
+            return 1 if limit is not None and len(found) >= limit else 0
 
         cb = KEY_VISITOR(visit)
-        _check(lib.kvtier_list_keys(self.store._handle(), self.id, prefix or None, len(prefix), cb, None))
+        if after is None:
+            _check(lib.kvtier_list_keys(self.store._handle(), self.id, prefix or None, len(prefix), cb, None))
+        else:
+            a = _buffers.key_bytes(after)
+            _check(lib.kvtier_list_keys_after(self.store._handle(), self.id, prefix or None, len(prefix),
+                                              self.id, a, len(a), cb, None))
         return found
 
     # ---- removal --------------------------------------------------------------
