@@ -182,14 +182,19 @@ def test_lists_its_chunks_as_lmcache_keys_page_by_page(tmp_path):
     adapter = build(str(tmp_path / "s"))
     ks = keys(5) + keys(2, salt="t", group=3)
     assert store(adapter, ks, objects(seed=2, n=7)).is_successful()
-    seen, cursor = [], None
+    # Keys of the model that are no chunk's name are passed over, not listed.
+    for junk in ("0", "00000000@0", "zz"):
+        adapter._conn._ns.put(f"{MODEL}@{junk}", b"x" * 4096)
+    seen, cursor, sizes = [], None, []
     while True:
         page = adapter.list_l2_keys(model_name=MODEL, page_size=3, cursor=cursor)
         assert isinstance(page, api.KeyListPage) and len(page.entries) <= 3
         seen += page.entries
+        sizes.append(len(page.entries))
         cursor = page.next_page_token
         if cursor is None:
             break
+    assert sizes[:2] == [3, 3] and sum(sizes) == 7
     assert sorted(e.key.to_object_key().chunk_hash + e.key.cache_salt.encode() for e in seen) == \
         sorted(k.chunk_hash + k.cache_salt.encode() for k in ks)
     assert {e.key.to_object_key() for e in seen} == set(ks)

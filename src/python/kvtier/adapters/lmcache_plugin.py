@@ -175,18 +175,20 @@ class KvtierL2Adapter(L2AdapterInterface):
         if ns is None:
             return KeyListPage(entries=(), next_page_token=None)
         prefix = (model_name + _SEP).encode() if model_name is not None else b""
-        after = bytes.fromhex(cursor) if cursor else None
-        entries, last = [], None
-        for k, size in ns.keys_with_sizes(prefix):  # in key order, so a cursor is the last key seen
-            if after is not None and k <= after:
-                continue
-            if len(entries) == page_size:
-                return KeyListPage(entries=tuple(entries), next_page_token=last.hex())
-            last = k
-            enc = parse_key_string(k.decode(errors="replace"))
-            if enc is not None:  # not a key stored under its SHA-256
-                entries.append(KeyEntry(key=enc, size_bytes=size))
-        return KeyListPage(entries=tuple(entries), next_page_token=None)
+        last = bytes.fromhex(cursor) if cursor else None  # a cursor is the last key a page saw
+        entries = []
+        while True:
+            want = page_size + 1 - len(entries)  # one more than the page holds: is there another page?
+            chunk = ns.keys_with_sizes(prefix, after=last, limit=want)
+            for k, size in chunk:
+                if len(entries) == page_size:
+                    return KeyListPage(entries=tuple(entries), next_page_token=last.hex())
+                last = k
+                enc = parse_key_string(k.decode(errors="replace"))
+                if enc is not None:  # not a key stored under its SHA-256
+                    entries.append(KeyEntry(key=enc, size_bytes=size))
+            if len(chunk) < want:
+                return KeyListPage(entries=tuple(entries), next_page_token=None)
 
     def report_status(self):
         store = self._conn._store
