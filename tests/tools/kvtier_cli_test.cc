@@ -355,6 +355,19 @@ TEST_F(KvtierCli, LsTableJsonPrefixLimit) {
   EXPECT_EQ(p.size(), 10u);  // key-1000 .. key-1009
   json l = Json(Kv({"ls", f_.dir, "--limit", "3", "--json"}));
   EXPECT_EQ(l.size(), 3u);
+  // Paged: each page starts after the last key of the one before.
+  json paged = json::array();
+  std::vector<std::string> page_args{"ls", f_.dir, "--ns", "alpha", "--limit", "5", "--json"};
+  for (int i = 0; i < 4; ++i) {
+    json page = Json(Kv(page_args));
+    if (page.empty()) break;
+    EXPECT_LE(page.size(), 5u);
+    for (const json& b : page) paged.push_back(b);
+    page_args = {"ls", f_.dir, "--ns", "alpha", "--limit", "5", "--json", "--after", page.back()["key"]};
+  }
+  EXPECT_EQ(paged, a);
+  EXPECT_EQ(Kv({"ls", f_.dir, "--after", Hex(KeyOf(0))}).rc, 2);  // needs --ns
+  EXPECT_EQ(Kv({"ls", f_.dir, "--ns", "alpha", "--after", "zz"}).rc, 2);
   Out t = Kv({"ls", f_.dir, "--ns", "beta"});
   ASSERT_EQ(t.rc, 0);
   EXPECT_NE(t.out.find("KEY"), std::string::npos);

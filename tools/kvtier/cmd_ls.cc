@@ -1,4 +1,4 @@
-// kvtier ls DIR [--ns N] [--prefix HEX] [--limit K]: index entries (read-only).
+// kvtier ls DIR [--ns N] [--prefix HEX] [--after HEX] [--limit K]: index entries (read-only).
 #include <iostream>
 #include <unordered_map>
 
@@ -10,7 +10,7 @@ namespace {
 
 struct Ls {
   StoreArgs a;
-  std::string ns, prefix;
+  std::string ns, prefix, after;
   uint64_t limit = 0;
 };
 
@@ -21,18 +21,25 @@ int Run(const Ls& in) {
     if (!p.ok()) return Fail("ls", kExitUsage, "--prefix: " + p.message());
   }
   if (!prefix.empty() && in.ns.empty()) return Fail("ls", kExitUsage, "--prefix needs --ns");
+  ListCursor after;
+  if (!in.after.empty()) {
+    Status p = ParseHexKey(in.after, &after.key);
+    if (!p.ok()) return Fail("ls", kExitUsage, "--after: " + p.message());
+    if (in.ns.empty()) return Fail("ls", kExitUsage, "--after needs --ns");
+  }
   int rc = kExitOk;
   auto store = OpenStore("ls", in.a, OpenMode::kReadOnly, &rc);
   if (!store) return rc;
   NamespaceId ns = 0;
   if (!in.ns.empty() && !ResolveNamespace("ls", store.get(), in.ns, &ns)) return kExitProblems;
+  after.ns = ns;
   std::unordered_map<NamespaceId, std::string> names;
   auto list = store->ListNamespaces();
   if (list.ok())
     for (const NamespaceInfo& n : *list) names[n.id] = n.spec.DisplayName();
 
   std::vector<BlockInfo> blocks;
-  Status st = store->ListBlocks(ns, prefix, [&](const BlockInfo& b) {
+  Status st = store->ListBlocks(ns, prefix, in.after.empty() ? nullptr : &after, [&](const BlockInfo& b) {
     blocks.push_back(b);
     return in.limit == 0 || blocks.size() < in.limit;
   });
@@ -66,6 +73,7 @@ Command AddLs(CLI::App& root) {
   AddDirArg(sub, &in->a);
   sub->add_option("--ns", in->ns, "Namespace (display name or 16-hex id); default all");
   sub->add_option("--prefix", in->prefix, "Only keys starting with these hex bytes (needs --ns)");
+  sub->add_option("--after", in->after, "Start after this key (hex bytes; needs --ns): with --limit, a page at a time");
   sub->add_option("--limit", in->limit, "Print at most K blocks (0 = all)");
   AddJsonFlag(sub, &in->a.json);
   return {sub, [in] { return Run(*in); }};
