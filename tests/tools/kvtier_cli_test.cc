@@ -660,6 +660,39 @@ void ExpectSameBlocks(const std::string& a, const std::string& b, const std::str
   EXPECT_EQ(n, m);
 }
 
+// An export reads its namespace a batch (1,024 blocks) at a time, each
+// listed after the last key of the one before: every block goes, once,
+// here 20,000 small ones, many times what the store's read queue holds.
+TEST_F(KvtierCli, ExportOfMoreThanOneBatchRoundTrips) {
+  {
+    auto s = Store::Open(f_.dir, SmallOptions());
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    auto id = (*s)->RegisterNamespace(Spec("many", "test/many"));
+    ASSERT_TRUE(id.ok());
+    for (int from = 0; from < 20000; from += 1000) {
+      std::vector<std::string> keys, bodies;
+      for (int i = from; i < from + 1000; ++i) {
+        keys.push_back(KeyOf(i));
+        bodies.push_back(PayloadOf(3, i, 512 + i % 7));
+      }
+      std::vector<Fragment> frags;
+      for (const std::string& b : bodies) frags.push_back(Fragment{b.data(), b.size()});
+      std::vector<PutItem> items;
+      for (size_t i = 0; i < keys.size(); ++i) items.push_back(PutItem{keys[i], {&frags[i], 1}});
+      for (const Status& st : (*s)->PutBatch(*id, items)) ASSERT_TRUE(st.ok()) << st.ToString();
+    }
+    ASSERT_TRUE((*s)->Close().ok());
+  }
+  const std::string archive = tmp_.Sub("many.kvta");
+  json e = Json(Kv({"export", f_.dir, "--ns", "many", "-o", archive, "--json"}));
+  EXPECT_EQ(e["blocks"], 20000);
+  EXPECT_EQ(e["skipped"], 0);
+  const std::string second = tmp_.Sub("second");
+  json im = Json(Kv({"import", second, archive, "--segment-size", "1M", "--json"}));
+  EXPECT_EQ(im["blocks"], 20000);
+  ExpectSameBlocks(f_.dir, second, "many");
+}
+
 TEST_F(KvtierCli, ExportImportRoundTripAndCorruptArchiveRefused) {
   const std::string plain = tmp_.Sub("alpha.kvta"), packed = tmp_.Sub("alpha.kvta.zst");
   json e = Json(Kv({"export", f_.dir, "--ns", "alpha", "-o", plain, "--json"}));

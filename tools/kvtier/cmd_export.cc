@@ -1,5 +1,6 @@
 // kvtier export DIR --ns N -o ARCHIVE [--zstd[=LEVEL]]: one namespace's blocks
 // into a checksummed archive (read-only on the store).
+#include <algorithm>
 #include <iostream>
 
 #include "archive.h"
@@ -17,7 +18,9 @@ struct Export {
   int zstd = 0;  // effective level, 0 = off
 };
 
+// One GetBatch: up to 64 MiB or 1,024 blocks.
 constexpr uint64_t kBatchBytes = 64ull << 20;
+constexpr size_t kBatchBlocks = 1024;
 
 int Run(Export& in) {
   if (in.level < 1 || in.level > 19) return Fail("export", kExitUsage, "--zstd-level must be 1..19");
@@ -30,50 +33,62 @@ int Run(Export& in) {
   auto list = store->ListNamespaces();
   if (!list.ok()) return Fail("export", kExitProblems, in.a.dir + ": " + list.status().ToString());
   NamespaceSpec spec;
-  for (const NamespaceInfo& n : *list)
-    if (n.id == ns) spec = n.spec;
-  std::vector<std::pair<std::string, uint64_t>> blocks;
-  uint64_t total = 0;
-  Status ls = store->ListBlocks(ns, "", [&](const BlockInfo& b) {
-    blocks.emplace_back(b.key, b.payload_bytes);
-    total += b.payload_bytes;
-    return true;
-  });
-  if (!ls.ok()) return Fail("export", kExitProblems, in.a.dir + ": " + ls.ToString());
+  uint64_t total = 0;  // for the progress line: the namespace's bytes when the export starts
+  for (const NamespaceInfo& n : *list) {
+    if (n.id != ns) continue;
+    spec = n.spec;
+    total = n.payload_bytes;
+  }
   auto w = ArchiveWriter::Create(in.output, ns, spec, in.zstd);
   if (!w.ok()) return Fail("export", kExitProblems, w.status().ToString());
 
+  // A batch at a time, each listed after the last key of the one before, so
+  // memory holds one batch whatever the namespace's size.
   Progress progress("export");
   const auto t0 = std::chrono::steady_clock::now();
   uint64_t done = 0, exported = 0, skipped = 0;
   std::vector<std::string> skipped_why;
-  for (size_t i = 0; i < blocks.size();) {
-    size_t j = i;
+  ListCursor cursor{ns, ""};
+  for (bool more = true; more;) {
+    std::vector<std::pair<std::string, uint64_t>> blocks;
     uint64_t bytes = 0;
-    while (j < blocks.size() && (j == i || bytes + blocks[j].second <= kBatchBytes)) bytes += blocks[j++].second;
-    std::vector<std::vector<uint8_t>> bufs(j - i);
-    std::vector<MutableFragment> frags(j - i);
-    std::vector<GetItem> items(j - i);
-    for (size_t k = i; k < j; ++k) {
-      bufs[k - i].resize(blocks[k].second);
-      frags[k - i] = {bufs[k - i].data(), bufs[k - i].size()};
-      items[k - i] = {blocks[k].first, {&frags[k - i], 1}};
+    more = false;
+    Status ls = store->ListBlocks(ns, "", cursor.key.empty() ? nullptr : &cursor,
+                                  [&](const BlockInfo& b) {
+                                    if (!blocks.empty() && (blocks.size() == kBatchBlocks ||
+                                                            bytes + b.payload_bytes > kBatchBytes)) {
+                                      more = true;
+                                      return false;
+                                    }
+                                    blocks.emplace_back(b.key, b.payload_bytes);
+                                    bytes += b.payload_bytes;
+                                    return true;
+                                  });
+    if (!ls.ok()) return Fail("export", kExitProblems, in.a.dir + ": " + ls.ToString());
+    if (blocks.empty()) break;
+    cursor.key = blocks.back().first;
+    std::vector<std::vector<uint8_t>> bufs(blocks.size());
+    std::vector<MutableFragment> frags(blocks.size());
+    std::vector<GetItem> items(blocks.size());
+    for (size_t k = 0; k < blocks.size(); ++k) {
+      bufs[k].resize(blocks[k].second);
+      frags[k] = {bufs[k].data(), bufs[k].size()};
+      items[k] = {blocks[k].first, {&frags[k], 1}};
     }
     auto results = store->GetBatch(ns, items);
-    for (size_t k = i; k < j; ++k) {
-      const auto& r = results[k - i];
+    for (size_t k = 0; k < blocks.size(); ++k) {
+      const auto& r = results[k];
       if (!r.ok()) {
         ++skipped;
         if (skipped_why.size() < 10) skipped_why.push_back(ToHex(blocks[k].first) + ": " + r.status().ToString());
         continue;
       }
-      Status as = (*w)->Add(blocks[k].first, bufs[k - i].data(), *r);
+      Status as = (*w)->Add(blocks[k].first, bufs[k].data(), *r);
       if (!as.ok()) return Fail("export", kExitProblems, as.ToString());
       ++exported;
       done += *r;
     }
-    progress.Update(done, total);
-    i = j;
+    progress.Update(done, std::max(total, done));
   }
   Status fs = (*w)->Finish();
   progress.Finish();
