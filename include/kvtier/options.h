@@ -224,6 +224,8 @@ struct Options {
   // A group commit writes and syncs up to this many bytes at once.
   uint64_t group_commit_bytes = 64ull << 20;
   // Async gets waiting for a read thread; beyond it they complete as a miss.
+  // A blocking GetBatch keeps at most a quarter of it in flight and waits for
+  // room, so one batch, however long, does not overflow it.
   uint32_t max_pending_reads = 4096;
 
   // --- Limits ----------------------------------------------------------------

@@ -115,14 +115,24 @@ std::vector<Result<size_t>> StoreImpl::GetBatch(NamespaceId ns, std::span<const 
   // threads; the rest go to disk as GetAsync would send them.
   std::vector<Result<size_t>> ram(ram_ != nullptr ? items.size() : 0, Result<size_t>(Status::NotFound("")));
   if (ram_ != nullptr) ram_->ReadBatch(ns, items, ram);
+  // A blocking batch waits for room instead of overflowing the read queue:
+  // at most a quarter of it in flight from one batch, so a batch longer than
+  // the queue loses none of its tail to "read queue full" misses.
+  const size_t window = std::max<size_t>(1, opt_.max_pending_reads / 4);
   std::mutex m;
   std::condition_variable cv;
-  size_t left = items.size();
+  size_t left = items.size(), running = 0;
   for (size_t i = 0; i < items.size(); ++i) {
+    {
+      std::unique_lock<std::mutex> l(m);
+      cv.wait(l, [&] { return running < window; });
+      ++running;
+    }
     GetCallback done = [&, i](Result<size_t> r) {
       std::lock_guard<std::mutex> l(m);
       out[i] = std::move(r);
-      if (--left == 0) cv.notify_one();
+      const bool made_room = running-- == window;
+      if (--left == 0 || made_room) cv.notify_one();
     };
     if (ram_ == nullptr) {
       GetAsync(ns, items[i].key, items[i].out, kNoDeadline, std::move(done));

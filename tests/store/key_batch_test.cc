@@ -2,6 +2,7 @@
 // 4,096 keys, durable on return like Remove (under a failed write's held
 // checkpoint: failed_write_test.cc). ContainsBatch: Contains for each.
 // TouchBatch: a use of each present key, counted for reinsertion as a read.
+// GetBatch: a batch longer than the read queue waits for room, missing none.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -122,6 +123,42 @@ TEST(TouchBatch, TouchedBlocksAreKeptByReclaimAsReadOnesAre) {
   }
   EXPECT_FALSE(*s->Contains(ns, Key(2)));  // touched once: not kept
   EXPECT_FALSE(*s->Contains(ns, Key(5)));  // never touched
+}
+
+// A batch of disk reads many times the read queue (max_pending_reads):
+// every block comes back, none is turned into a "read queue full" miss, and
+// the reads still run side by side.
+TEST(GetBatch, ABatchLongerThanTheReadQueueWaitsForRoomAndMissesNothing) {
+  testing::TempDir dir;
+  Options o = testing::SmallOptions();
+  o.max_pending_reads = 8;
+  o.read_threads = 1;
+  auto s = testing::OpenOrFail(dir.Sub("store"), o);
+  const NamespaceId ns = testing::RegisterOrFail(s.get());
+  constexpr int kBlocks = 400;
+  std::vector<std::string> keys;
+  std::vector<std::vector<uint8_t>> want, got(kBlocks);
+  std::vector<MutableFragment> frags(kBlocks);
+  std::vector<GetItem> items;
+  for (int i = 0; i < kBlocks; ++i) {
+    keys.push_back(Key(i));
+    want.push_back(Payload(ns, keys.back(), 4096 + i));
+    ASSERT_TRUE(s->Put(ns, keys.back(), want.back().data(), want.back().size()).ok());
+  }
+  for (int i = 0; i < kBlocks; ++i) {
+    got[i].assign(want[i].size(), 0);
+    frags[i] = MutableFragment{got[i].data(), got[i].size()};
+    items.push_back(GetItem{keys[i], {&frags[i], 1}});
+  }
+  const auto res = s->GetBatch(ns, items);
+  ASSERT_EQ(res.size(), items.size());
+  for (int i = 0; i < kBlocks; ++i) {
+    ASSERT_TRUE(res[i].ok()) << i << ": " << res[i].status().ToString();
+    EXPECT_EQ(got[i], want[i]) << i;
+  }
+  const Stats st = s->GetStats();
+  EXPECT_EQ(st.get_deadline_misses, 0u);
+  EXPECT_EQ(st.hits_disk, static_cast<uint64_t>(kBlocks));
 }
 
 // A list longer than one writer pass (4,096 keys) goes in pieces; the
