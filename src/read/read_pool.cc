@@ -291,9 +291,14 @@ ReadPool::ReadPool(Deps deps) : d_(std::move(deps)) {
 
 ReadPool::~ReadPool() { Stop(); }
 
-ReadPool::Admit ReadPool::Submit(std::shared_ptr<ReadOp> op) {
+ReadPool::Admit ReadPool::Submit(std::shared_ptr<ReadOp> op, WhenFull when_full) {
   {
     MutexLock l(&mu_);
+    while (when_full == WhenFull::kWait && !stop_ && queue_.size() >= d_.max_pending) {
+      ++room_waiters_;
+      l.Wait(room_cv_);
+      --room_waiters_;
+    }
     if (stop_) return Admit::kClosed;
     if (queue_.size() >= d_.max_pending) return Admit::kFull;
     op->queued = Clock::now();
@@ -310,6 +315,7 @@ void ReadPool::Stop() {
     while (on_callers_ > 0) l.Wait(callers_cv_);  // reads on callers' threads use the index too
   }
   cv_.notify_all();
+  room_cv_.notify_all();
   for (std::thread& t : threads_)
     if (t.joinable()) t.join();
 }
@@ -333,6 +339,7 @@ bool ReadPool::Take(size_t room, bool idle, std::vector<std::shared_ptr<ReadOp>>
     batch->push_back(std::move(queue_.front()));
     queue_.pop_front();
   }
+  if (room_waiters_ > 0 && !batch->empty()) room_cv_.notify_all();
   return true;
 }
 

@@ -58,8 +58,12 @@ class ReadPool {
   ReadPool(const ReadPool&) = delete;
   ReadPool& operator=(const ReadPool&) = delete;
 
+  // How Submit meets a full queue: refuse at once (kFull: an async get's
+  // back-pressure), or wait until the readers have taken some (a blocking
+  // caller, which would only wait for its answer anyway).
+  enum class WhenFull { kRefuse, kWait };
   // Queues `op`; on kClosed or kFull it is not taken (the caller completes it).
-  Admit Submit(std::shared_ptr<ReadOp> op);
+  Admit Submit(std::shared_ptr<ReadOp> op, WhenFull when_full = WhenFull::kRefuse);
   // Serves `op` on the calling thread with one blocking read and no thread
   // hand-over, for a caller that would only wait for a reader (a blocking
   // Get without a deadline): a small record through a bounce buffer, a
@@ -91,6 +95,8 @@ class ReadPool {
   Mutex mu_;
   std::condition_variable cv_;
   std::condition_variable callers_cv_;  // on_callers_ fell to 0 while stopping
+  std::condition_variable room_cv_;     // the queue fell below max_pending, or stopping
+  int room_waiters_ GUARDED_BY(mu_) = 0;  // Submit calls waiting on room_cv_
   int on_callers_ GUARDED_BY(mu_) = 0;  // ReadOnCaller calls under way
   std::deque<std::shared_ptr<ReadOp>> queue_ GUARDED_BY(mu_);
   bool stop_ GUARDED_BY(mu_) = false;

@@ -165,13 +165,15 @@ class StoreImpl final : public Store, public BlockSink {
   // A get's start, counted: a bad key or a RAM-tier answer completes it
   // (true); false: it goes to disk.
   bool StartGet(NamespaceId ns, std::string_view key, std::span<const MutableFragment> out, GetCallback& done);
-  // A get the RAM tier did not serve: queued for the read pool.
+  // A get the RAM tier did not serve: queued for the read pool (a blocking
+  // caller's waits for room in a full queue; an async one's is a miss).
   void ReadFromDisk(NamespaceId ns, std::string_view key, std::span<const MutableFragment> out,
-                    Clock::time_point deadline, GetCallback done);
+                    Clock::time_point deadline, GetCallback done,
+                    ReadPool::WhenFull when_full = ReadPool::WhenFull::kRefuse);
   std::shared_ptr<ReadOp> NewReadOp(NamespaceId ns, std::string_view key, std::span<const MutableFragment> out,
                                     Clock::time_point deadline, GetCallback done);
   // Hands `op` to the read threads, adding its deadline to the timer.
-  void SubmitRead(const std::shared_ptr<ReadOp>& op);
+  void SubmitRead(const std::shared_ptr<ReadOp>& op, ReadPool::WhenFull when_full = ReadPool::WhenFull::kRefuse);
   void RequestDrop(NamespaceId ns, std::string_view key, uint64_t sequence);
   void NoteHit(uint32_t seg, uint64_t offset);
   BlockInfo ToBlockInfo(NamespaceId ns, std::string_view key, const format::IndexValue& v);

@@ -56,13 +56,13 @@ std::shared_ptr<ReadOp> StoreImpl::NewReadOp(NamespaceId ns, std::string_view ke
 }
 
 void StoreImpl::ReadFromDisk(NamespaceId ns, std::string_view key, std::span<const MutableFragment> out,
-                             Clock::time_point deadline, GetCallback done) {
-  SubmitRead(NewReadOp(ns, key, out, deadline, std::move(done)));
+                             Clock::time_point deadline, GetCallback done, ReadPool::WhenFull when_full) {
+  SubmitRead(NewReadOp(ns, key, out, deadline, std::move(done)), when_full);
 }
 
-void StoreImpl::SubmitRead(const std::shared_ptr<ReadOp>& op) {
+void StoreImpl::SubmitRead(const std::shared_ptr<ReadOp>& op, ReadPool::WhenFull when_full) {
   const Clock::time_point deadline = op->deadline;
-  switch (reads_->Submit(op)) {
+  switch (reads_->Submit(op, when_full)) {
     case ReadPool::Admit::kClosed:
       op->done(Status::Closed("store is closed"));
       return;
@@ -115,9 +115,9 @@ std::vector<Result<size_t>> StoreImpl::GetBatch(NamespaceId ns, std::span<const 
   // threads; the rest go to disk as GetAsync would send them.
   std::vector<Result<size_t>> ram(ram_ != nullptr ? items.size() : 0, Result<size_t>(Status::NotFound("")));
   if (ram_ != nullptr) ram_->ReadBatch(ns, items, ram);
-  // A blocking batch waits for room instead of overflowing the read queue:
-  // at most a quarter of it in flight from one batch, so a batch longer than
-  // the queue loses none of its tail to "read queue full" misses.
+  // A blocking batch waits for room instead of overflowing the read queue
+  // (max_pending_reads): it keeps at most a quarter of it in flight, leaving
+  // room for others' async gets, and waits where other callers filled it.
   const size_t window = std::max<size_t>(1, opt_.max_pending_reads / 4);
   std::mutex m;
   std::condition_variable cv;
@@ -135,14 +135,15 @@ std::vector<Result<size_t>> StoreImpl::GetBatch(NamespaceId ns, std::span<const 
       if (--left == 0 || made_room) cv.notify_one();
     };
     if (ram_ == nullptr) {
-      GetAsync(ns, items[i].key, items[i].out, kNoDeadline, std::move(done));
+      if (!StartGet(ns, items[i].key, items[i].out, done))
+        ReadFromDisk(ns, items[i].key, items[i].out, kNoDeadline, std::move(done), ReadPool::WhenFull::kWait);
       continue;
     }
     c_.gets.Add();
     if (items[i].key.empty() || items[i].key.size() > format::kMaxKeyBytes)
       done(Status::InvalidArgument("key length out of range"));
     else if (!FinishRamRead(ram[i], done))
-      ReadFromDisk(ns, items[i].key, items[i].out, kNoDeadline, std::move(done));
+      ReadFromDisk(ns, items[i].key, items[i].out, kNoDeadline, std::move(done), ReadPool::WhenFull::kWait);
   }
   std::unique_lock<std::mutex> l(m);
   cv.wait(l, [&] { return left == 0; });

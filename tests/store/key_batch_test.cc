@@ -7,8 +7,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "doubles/fault_injection.h"
@@ -159,6 +161,65 @@ TEST(GetBatch, ABatchLongerThanTheReadQueueWaitsForRoomAndMissesNothing) {
   const Stats st = s->GetStats();
   EXPECT_EQ(st.get_deadline_misses, 0u);
   EXPECT_EQ(st.hits_disk, static_cast<uint64_t>(kBlocks));
+}
+
+// The read queue full of other callers' async gets: theirs may come back
+// as "read queue full" misses (an async get's back-pressure), a blocking
+// batch's wait for room and all come back.
+TEST(GetBatch, WaitsWhereOtherCallersFilledTheReadQueue) {
+  testing::TempDir dir;
+  Options o = testing::SmallOptions();
+  o.max_pending_reads = 8;
+  o.read_threads = 1;
+  // Before the store: the flood's reads land here until the store closes.
+  std::vector<uint8_t> sink(8192);
+  std::atomic<uint64_t> async_done{0};
+  auto s = testing::OpenOrFail(dir.Sub("store"), o);
+  const NamespaceId ns = testing::RegisterOrFail(s.get());
+  constexpr int kBlocks = 200;
+  std::vector<std::string> keys;
+  for (int i = 0; i < kBlocks; ++i) {
+    keys.push_back(Key(i));
+    auto p = Payload(ns, keys.back(), 8192);
+    ASSERT_TRUE(s->Put(ns, keys.back(), p.data(), p.size()).ok());
+  }
+  std::atomic<bool> stop{false};
+  const MutableFragment into{sink.data(), sink.size()};
+  std::thread flood([&] {
+    while (!stop.load()) {
+      for (int i = 0; i < 32; ++i)
+        s->GetAsync(ns, keys[i], {&into, 1}, kNoDeadline,
+                    [&](Result<size_t>) { async_done.fetch_add(1); });
+      std::this_thread::yield();
+    }
+  });
+  struct Joined {  // on every way out, a failed ASSERT's too
+    std::atomic<bool>& stop;
+    std::thread& t;
+    ~Joined() {
+      stop.store(true);
+      if (t.joinable()) t.join();
+    }
+  } joined{stop, flood};
+  std::vector<std::vector<uint8_t>> got(kBlocks, std::vector<uint8_t>(8192));
+  std::vector<MutableFragment> frags(kBlocks);
+  std::vector<GetItem> items;
+  for (int i = 0; i < kBlocks; ++i) {
+    frags[i] = MutableFragment{got[i].data(), got[i].size()};
+    items.push_back(GetItem{keys[i], {&frags[i], 1}});
+  }
+  for (int round = 0; round < 5; ++round) {
+    const auto res = s->GetBatch(ns, items);
+    for (int i = 0; i < kBlocks; ++i) {
+      ASSERT_TRUE(res[i].ok()) << round << "/" << i << ": " << res[i].status().ToString();
+      EXPECT_EQ(got[i], Payload(ns, keys[i], 8192)) << i;
+    }
+  }
+  stop.store(true);
+  flood.join();
+  EXPECT_GT(s->GetStats().get_deadline_misses, 0u);  // the queue was full: the flood's gets missed
+  ASSERT_TRUE(s->Close().ok());  // completes what is queued before the sink goes
+  EXPECT_GT(async_done.load(), 0u);
 }
 
 // A list longer than one writer pass (4,096 keys) goes in pieces; the
