@@ -378,7 +378,9 @@ class Store {
                                 PutCallback done) = 0;
 
   // --- Reads ---------------------------------------------------------------------
-  // Returns the payload size written into `out`.
+  // Returns the payload size written into `out`. Blocking reads (Get,
+  // GetVector, GetBatch) wait for room when the read queue is full
+  // (Options::max_pending_reads); GetAsync completes TimedOut at once.
   virtual Result<size_t> Get(NamespaceId ns, std::string_view key,
                              std::span<const MutableFragment> out) = 0;
   Result<size_t> Get(NamespaceId ns, std::string_view key, void* buf, size_t cap) {
@@ -392,8 +394,9 @@ class Store {
   virtual Result<std::vector<uint8_t>> GetVector(NamespaceId ns, std::string_view key) = 0;
   // Reads issued together (one submission per read thread); one result each.
   virtual std::vector<Result<size_t>> GetBatch(NamespaceId ns, std::span<const GetItem> items) = 0;
-  // Queues a read; `done` runs once. When `deadline` passes first, `done`
-  // gets TimedOut (counted as a deadline miss) and `out` is never touched.
+  // Queues a read; `done` runs once. When `deadline` passes first, or the
+  // read queue is full, `done` gets TimedOut (counted as a deadline miss)
+  // and `out` is never touched.
   virtual void GetAsync(NamespaceId ns, std::string_view key, std::span<const MutableFragment> out,
                         Clock::time_point deadline, GetCallback done) = 0;
 

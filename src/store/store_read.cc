@@ -82,13 +82,15 @@ Result<size_t> StoreImpl::Get(NamespaceId ns, std::string_view key,
   std::promise<Result<size_t>> p;
   auto f = p.get_future();
   GetCallback done = [&p](Result<size_t> r) { p.set_value(std::move(r)); };
+  // A blocking get waits for room in a full read queue: it would wait for
+  // its answer anyway (an async get is refused at once instead: a miss).
+  if (StartGet(ns, key, out, done)) return f.get();
   if (!opt_.read_on_caller_thread) {
-    GetAsync(ns, key, out, kNoDeadline, std::move(done));
+    ReadFromDisk(ns, key, out, kNoDeadline, std::move(done), ReadPool::WhenFull::kWait);
     return f.get();
   }
-  if (StartGet(ns, key, out, done)) return f.get();
   auto op = NewReadOp(ns, key, out, kNoDeadline, std::move(done));
-  if (!reads_->ReadOnCaller(op)) SubmitRead(op);
+  if (!reads_->ReadOnCaller(op)) SubmitRead(op, ReadPool::WhenFull::kWait);
   return f.get();
 }
 

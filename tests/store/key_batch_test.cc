@@ -164,9 +164,9 @@ TEST(GetBatch, ABatchLongerThanTheReadQueueWaitsForRoomAndMissesNothing) {
 }
 
 // The read queue full of other callers' async gets: theirs may come back
-// as "read queue full" misses (an async get's back-pressure), a blocking
-// batch's wait for room and all come back.
-TEST(GetBatch, WaitsWhereOtherCallersFilledTheReadQueue) {
+// as "read queue full" misses (an async get's back-pressure), blocking
+// batches and gets wait for room and all come back.
+TEST(GetBatch, BlockingReadsWaitWhereOtherCallersFilledTheReadQueue) {
   testing::TempDir dir;
   Options o = testing::SmallOptions();
   o.max_pending_reads = 8;
@@ -214,6 +214,11 @@ TEST(GetBatch, WaitsWhereOtherCallersFilledTheReadQueue) {
       ASSERT_TRUE(res[i].ok()) << round << "/" << i << ": " << res[i].status().ToString();
       EXPECT_EQ(got[i], Payload(ns, keys[i], 8192)) << i;
     }
+  }
+  for (int i = 0; i < kBlocks; ++i) {  // and key by key, blocking
+    auto one = s->GetVector(ns, keys[i]);
+    ASSERT_TRUE(one.ok()) << i << ": " << one.status().ToString();
+    EXPECT_EQ(*one, Payload(ns, keys[i], 8192)) << i;
   }
   stop.store(true);
   flood.join();
