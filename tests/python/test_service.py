@@ -215,6 +215,36 @@ def test_processes_share_one_store(served):
     assert 'kvtier_hits_total{source="ram"}' in body
 
 
+def _metric(body, name):
+    for line in body.splitlines():
+        if line.startswith(name):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+@pytest.mark.parametrize("interval", ["0", "3600"])
+def test_metrics_reuse_the_namespace_counts_for_the_count_interval(tmp_path, interval):
+    # Counting blocks per namespace walks the whole index, so a scrape reuses
+    # the last count for --metrics-count-interval seconds; 0 counts each time.
+    s = Served(tmp_path, "--metrics-count-interval", interval)
+    try:
+        scrape = lambda: urllib.request.urlopen(f"http://127.0.0.1:{s.port}/metrics", timeout=10).read().decode()
+        with kvtier.Store(s.address, **CLIENT) as st:
+            ns = st.register_namespace(**SPEC)
+            assert ns.put("a", np.zeros(1024, dtype=np.float32))
+            first = scrape()
+            assert ns.put("b", np.zeros(1024, dtype=np.float32))
+            second = scrape()
+        blocks = 'kvtier_namespace_blocks{namespace="svc'
+        assert _metric(first, blocks) == 1
+        assert _metric(second, "kvtier_puts_total") == 2
+        assert _metric(second, blocks) == (2 if interval == "0" else 1)
+        age = _metric(second, "kvtier_namespace_counts_age_seconds")
+        assert age == 0 if interval == "0" else 0 < age < 3600
+    finally:
+        s.stop()
+
+
 def test_sighup_reopens_the_log_and_sigterm_closes_cleanly(tmp_path):
     s = Served(tmp_path)
     os.rename(s.log, s.log + ".1")

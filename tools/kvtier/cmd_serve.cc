@@ -14,11 +14,14 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <iostream>
+#include <memory>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "commands.h"
 #include "kvtier/service.h"
@@ -35,6 +38,7 @@ struct ServeCmd {
   std::string socket_group;
   std::string tenancy = "none";
   std::string metrics_listen = "127.0.0.1:9464";
+  double metrics_count_interval_s = 30;
   std::string log_file;
   uint32_t idle_exit_s = 0;
   std::string ram_tier;
@@ -44,6 +48,39 @@ struct ServeCmd {
   std::string client_inflight = "1G";
   std::string client_pinned = "4G";
   uint32_t max_clients = 256;
+};
+
+// The namespaces with their block and byte counts, for the metrics. Counting
+// walks the whole index (seconds at tens of millions of blocks), so a scrape
+// reuses the last count until it is `interval_s` old (0: counts every time).
+// Thread-safe: concurrent scrapes wait for one count.
+class NamespaceCounts {
+ public:
+  NamespaceCounts(Store* store, double interval_s) : store_(store), interval_s_(interval_s) {}
+  void Get(std::vector<NamespaceInfo>* out, double* age_s) {
+    std::lock_guard<std::mutex> l(mu_);
+    const auto now = std::chrono::steady_clock::now();
+    double age = std::chrono::duration<double>(now - at_).count();
+    if (!counted_ || age >= interval_s_) {
+      auto nss = store_->ListNamespaces();
+      if (nss.ok()) {  // on an error the last count stands
+        last_ = std::move(nss).value();
+        at_ = now;
+        counted_ = true;
+        age = 0;
+      }
+    }
+    *out = last_;
+    *age_s = counted_ ? age : 0;
+  }
+
+ private:
+  Store* const store_;
+  const double interval_s_;
+  std::mutex mu_;
+  bool counted_ = false;
+  std::chrono::steady_clock::time_point at_;
+  std::vector<NamespaceInfo> last_;
 };
 
 // One line per event, time-stamped, to the log file (reopened on SIGHUP) or
@@ -216,11 +253,11 @@ int Run(const ServeCmd& in) {
   if (in.metrics_listen != "off") {
     Store* s = store->get();
     Service* sv = service->get();
-    auto m = MetricsServer::Start(in.metrics_listen, [s, sv] {
+    auto counts = std::make_shared<NamespaceCounts>(s, in.metrics_count_interval_s);
+    auto m = MetricsServer::Start(in.metrics_listen, [s, sv, counts] {
       MetricsInput mi;
       mi.stats = s->GetStats();
-      auto nss = s->ListNamespaces();
-      if (nss.ok()) mi.namespaces = std::move(nss).value();
+      counts->Get(&mi.namespaces, &mi.namespace_counts_age_s);
       mi.segments = s->Segments();
       const ServiceStats st = sv->GetStats();
       mi.service = &st;
@@ -278,6 +315,10 @@ Command AddServe(CLI::App& root) {
       ->capture_default_str();
   sub->add_option("--metrics-listen", in->metrics_listen, "HOST:PORT for Prometheus (GET /metrics), or off")
       ->capture_default_str();
+  sub->add_option("--metrics-count-interval", in->metrics_count_interval_s,
+                  "Seconds a scrape reuses the namespaces' block and byte counts (a recount walks the index; 0: every scrape)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   sub->add_option("--log", in->log_file, "Append log lines to this file (reopened on SIGHUP; default stderr)");
   sub->add_option("--idle-exit", in->idle_exit_s, "Leave after this many seconds without a client (0: never)")
       ->capture_default_str();

@@ -120,6 +120,10 @@ std::string RenderMetrics(const MetricsInput& in, nlohmann::json* json) {
   for (const NamespaceInfo& n : in.namespaces)
     e.Sample(static_cast<double>(n.payload_bytes), "namespace=\"" + Label(n.spec.DisplayName()) + "\",ns_id=\"" + NamespaceIdToHex(n.id) + "\"");
   e.One("namespaces", "gauge", "Registered namespaces.", static_cast<double>(in.namespaces.size()));
+  if (in.namespace_counts_age_s >= 0)
+    e.One("namespace_counts_age_seconds", "gauge",
+          "Age of the namespaces and their block and byte counts (kvtier serve --metrics-count-interval).",
+          in.namespace_counts_age_s);
   e.One("capacity_bytes", "gauge", "Byte budget for segment files (of the opening process).", static_cast<double>(s.capacity_bytes));
   e.One("used_bytes", "gauge", "Bytes appended to live segments.", static_cast<double>(s.used_bytes));
   e.Metric("segments", "gauge", "Segment files by state.");

@@ -17,6 +17,9 @@ struct MetricsInput {
   std::vector<NamespaceInfo> namespaces;
   std::vector<SegmentInfo> segments;
   const ServiceStats* service = nullptr;  // only from a service
+  // A service's namespaces and their counts come from a recount at most
+  // every --metrics-count-interval: how old they are (< 0: counted now).
+  double namespace_counts_age_s = -1;
 };
 
 // The exposition as text, and (when `json` is not null) the same samples as
