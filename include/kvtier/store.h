@@ -126,9 +126,14 @@ struct ListCursor {
 struct NamespaceInfo {
   NamespaceId id = 0;
   NamespaceSpec spec;
-  uint64_t blocks = 0;   // counted from the index
+  uint64_t blocks = 0;   // counted from the index (0 when not asked for)
   uint64_t payload_bytes = 0;
 };
+
+// What ListNamespaces says of each namespace: also its blocks and bytes,
+// which walks every index entry (seconds at tens of millions of blocks), or
+// its id and spec alone, read from memory.
+enum class NamespaceListing : uint8_t { kWithCounts, kSpecsOnly };
 
 enum class SegmentState : uint8_t { kFree, kOpen, kSealed };
 
@@ -349,7 +354,8 @@ class Store {
   virtual Result<NamespaceId> RegisterNamespace(const NamespaceSpec& spec) = 0;
   // Finds a namespace by display name or by 16-hex-digit id.
   virtual Result<NamespaceId> FindNamespace(std::string_view name_or_hex) = 0;
-  virtual Result<std::vector<NamespaceInfo>> ListNamespaces() = 0;
+  virtual Result<std::vector<NamespaceInfo>> ListNamespaces(NamespaceListing listing) = 0;
+  Result<std::vector<NamespaceInfo>> ListNamespaces() { return ListNamespaces(NamespaceListing::kWithCounts); }
   // Drops every block of a namespace and the namespace itself.
   virtual Status RemoveNamespace(NamespaceId ns) = 0;
 

@@ -125,8 +125,10 @@ Result<NamespaceId> ServiceStore::FindNamespace(std::string_view name_or_hex) {
   return id;
 }
 
-Result<std::vector<NamespaceInfo>> ServiceStore::ListNamespaces() {
-  auto body = Call(wire::Op::kListNamespaces, wire::WireWriter(), OpDeadline());
+Result<std::vector<NamespaceInfo>> ServiceStore::ListNamespaces(NamespaceListing listing) {
+  wire::WireWriter w;
+  wire::Encode(w, wire::ListNamespacesRequest{listing == NamespaceListing::kWithCounts});
+  auto body = Call(wire::Op::kListNamespaces, w, OpDeadline());
   if (!body.ok()) return body.status();
   wire::WireReader r(*body);
   const uint32_t n = r.Count(wire::kMaxListItems, 8);

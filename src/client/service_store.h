@@ -41,7 +41,8 @@ class ServiceStore final : public Store {
   using Store::Put;
   Result<NamespaceId> RegisterNamespace(const NamespaceSpec& spec) override;
   Result<NamespaceId> FindNamespace(std::string_view name_or_hex) override;
-  Result<std::vector<NamespaceInfo>> ListNamespaces() override;
+  using Store::ListNamespaces;
+  Result<std::vector<NamespaceInfo>> ListNamespaces(NamespaceListing listing) override;
   Status RemoveNamespace(NamespaceId ns) override;
   Status Put(NamespaceId ns, std::string_view key, std::span<const Fragment> payload) override;
   std::vector<Status> PutBatch(NamespaceId ns, std::span<const PutItem> items) override;

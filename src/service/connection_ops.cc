@@ -205,8 +205,9 @@ void Connection::OnNamespaceCall(const wire::FrameHeader& h, std::string_view bo
       break;
     }
     case wire::Op::kListNamespaces: {
-      if (!Parsed(h, wire::ParseEmpty(body, "list_namespaces"))) return;
-      auto list = core_->store->ListNamespaces();
+      wire::ListNamespacesRequest req;
+      if (!Parsed(h, wire::Parse(body, &req))) return;
+      auto list = core_->store->ListNamespaces(req.counts ? NamespaceListing::kWithCounts : NamespaceListing::kSpecsOnly);
       st = list.status();
       if (!st.ok()) break;
       std::vector<const NamespaceInfo*> mine;

@@ -68,7 +68,8 @@ class StoreImpl final : public Store, public BlockSink {
 
   Result<NamespaceId> RegisterNamespace(const NamespaceSpec& spec) override;
   Result<NamespaceId> FindNamespace(std::string_view name_or_hex) override;
-  Result<std::vector<NamespaceInfo>> ListNamespaces() override;
+  using Store::ListNamespaces;
+  Result<std::vector<NamespaceInfo>> ListNamespaces(NamespaceListing listing) override;
   Status RemoveNamespace(NamespaceId ns) override;
 
   Status Put(NamespaceId ns, std::string_view key, std::span<const Fragment> payload) override;

@@ -101,10 +101,11 @@ Result<NamespaceId> StoreImpl::FindNamespace(std::string_view name_or_hex) {
   return Status::NotFound("no namespace named '" + std::string(name_or_hex) + "'");
 }
 
-Result<std::vector<NamespaceInfo>> StoreImpl::ListNamespaces() {
+Result<std::vector<NamespaceInfo>> StoreImpl::ListNamespaces(NamespaceListing listing) {
   std::vector<NamespaceInfo> out;
   for (auto& [id, spec] : namespaces_.List()) out.push_back(NamespaceInfo{id, std::move(spec), 0, 0});
   std::sort(out.begin(), out.end(), [](const NamespaceInfo& a, const NamespaceInfo& b) { return a.id < b.id; });
+  if (listing == NamespaceListing::kSpecsOnly) return out;
   for (NamespaceInfo& info : out) {
     Status st = index_->ForEach(info.id, "", [&](NamespaceId, std::string_view, const format::IndexValue& v) {
       ++info.blocks;

@@ -53,6 +53,7 @@ void Encode(WireWriter& w, const ListBlocksRequest& r) {
 }
 void Encode(WireWriter& w, const U64Request& r) { w.U64(r.value); }
 void Encode(WireWriter& w, const VerifyRequest& r) { w.Bool(r.deep); }
+void Encode(WireWriter& w, const ListNamespacesRequest& r) { w.Bool(r.counts); }
 
 namespace {
 // A key of 1..kMaxKeyBytes bytes.
@@ -174,6 +175,11 @@ Status Parse(std::string_view body, VerifyRequest* out) {
   WireReader r(body);
   out->deep = r.Bool();
   return r.Finish("verify");
+}
+Status Parse(std::string_view body, ListNamespacesRequest* out) {
+  WireReader r(body);
+  out->counts = r.Bool();
+  return r.Finish("list_namespaces");
 }
 Status ParseEmpty(std::string_view body, const char* what) {
   WireReader r(body);

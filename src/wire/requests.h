@@ -84,6 +84,9 @@ struct U64Request {  // evict_to (bytes), share_now (ms), unpin_tier (lease)
 struct VerifyRequest {
   bool deep = false;
 };
+struct ListNamespacesRequest {
+  bool counts = true;  // each namespace's blocks and bytes (a walk of the index)
+};
 
 void Encode(WireWriter& w, const HelloRequest& r);
 void Encode(WireWriter& w, const RegisterRegionRequest& r);
@@ -98,6 +101,7 @@ void Encode(WireWriter& w, const KeyRequest& r);
 void Encode(WireWriter& w, const LookupRequest& r);
 void Encode(WireWriter& w, const ListBlocksRequest& r);
 void Encode(WireWriter& w, const U64Request& r);
+void Encode(WireWriter& w, const ListNamespacesRequest& r);
 void Encode(WireWriter& w, const VerifyRequest& r);
 
 // InvalidArgument naming the request when the body is malformed.
@@ -115,7 +119,8 @@ Status Parse(std::string_view body, LookupRequest* r);
 Status Parse(std::string_view body, ListBlocksRequest* r);
 Status Parse(std::string_view body, U64Request* r);
 Status Parse(std::string_view body, VerifyRequest* r);
-// An empty body (flush, get_stats, segments, list_namespaces).
+Status Parse(std::string_view body, ListNamespacesRequest* r);
+// An empty body (flush, get_stats, segments).
 Status ParseEmpty(std::string_view body, const char* what);
 
 }  // namespace kvtier::wire

@@ -41,8 +41,9 @@ inline constexpr uint32_t kWireMagic = 0x5653564B;
 // 2: Stats carries the lookup map's state; 3: get_batch; 4: Stats carries
 // the hot region's segments and the disk reads' phase times; 5: and the
 // puts' phase times; 7: map_tier, pin_tier and unpin_tier; 8: remove_batch
-// and contains_batch; 9: touch_batch; 10: Stats carries touches, and
-// list_blocks resumes after a (namespace, key).
+// and contains_batch; 9: touch_batch; 10: Stats carries touches,
+// list_blocks resumes after a (namespace, key), list_namespaces says
+// whether to count blocks.
 inline constexpr uint16_t kWireVersion = 10;
 inline constexpr size_t kHeaderBytes = 24;
 inline constexpr uint32_t kMaxBodyBytes = 4u << 20;

@@ -156,6 +156,11 @@ TEST_F(ServiceTest, EveryCallOfTheStoreInterfaceWorksThroughTheService) {
   ASSERT_TRUE(nss.ok());
   ASSERT_EQ(nss->size(), 1u);
   EXPECT_EQ((*nss)[0].blocks, 30u);
+  auto specs = c->ListNamespaces(NamespaceListing::kSpecsOnly);
+  ASSERT_TRUE(specs.ok());
+  ASSERT_EQ(specs->size(), 1u);
+  EXPECT_EQ((*specs)[0].id, (*nss)[0].id);
+  EXPECT_EQ((*specs)[0].blocks, 0u);
   EXPECT_EQ(c->FindNamespace((*nss)[0].spec.DisplayName()).value(), *ns);
   // Removal, flush, stats, segments, verify.
   ASSERT_TRUE(c->Remove(*ns, Key(0)).ok());

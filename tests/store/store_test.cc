@@ -278,6 +278,16 @@ TEST_P(StoreTest, NamespacesIsolateKeys) {
   auto list = s->ListNamespaces();
   ASSERT_TRUE(list.ok());
   EXPECT_EQ(list->size(), 3u);
+  // Specs alone: the same namespaces, nothing counted.
+  auto specs = s->ListNamespaces(NamespaceListing::kSpecsOnly);
+  ASSERT_TRUE(specs.ok());
+  ASSERT_EQ(specs->size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ((*specs)[i].id, (*list)[i].id);
+    EXPECT_EQ((*specs)[i].spec.DisplayName(), (*list)[i].spec.DisplayName());
+    EXPECT_EQ((*specs)[i].blocks, 0u);
+  }
+  EXPECT_GT((*list)[0].blocks + (*list)[1].blocks + (*list)[2].blocks, 0u);
 }
 
 TEST_P(StoreTest, BadArgumentsGetClearErrors) {

@@ -34,7 +34,7 @@ int Run(const Ls& in) {
   if (!in.ns.empty() && !ResolveNamespace("ls", store.get(), in.ns, &ns)) return kExitProblems;
   after.ns = ns;
   std::unordered_map<NamespaceId, std::string> names;
-  auto list = store->ListNamespaces();
+  auto list = store->ListNamespaces(NamespaceListing::kSpecsOnly);  // names only: no walk of the index
   if (list.ok())
     for (const NamespaceInfo& n : *list) names[n.id] = n.spec.DisplayName();
 
