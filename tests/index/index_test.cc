@@ -265,15 +265,22 @@ TEST_F(IndexTest, NamespacesAreIsolated) {
   EXPECT_TRUE(idx->Get(2, "same")->has_value());
 }
 
-TEST_F(IndexTest, ForEachPrefixAndAllNamespaces) {
-  auto idx = OpenIndex();
-  ASSERT_TRUE(idx);
+// Entries for the listing tests: `keys` in namespaces 3, 1 and the largest
+// id, and `lone` alone in namespace 2.
+IndexBatch ListingEntries(std::initializer_list<const char*> keys, const char* lone) {
   IndexBatch b;
   uint64_t off = 4096;
   for (NamespaceId ns : {3ull, 1ull, 0xffffffffffffffffull}) {
-    for (const char* k : {"a1", "a2", "b1", "ab", "a"}) b.Put(ns, k, MakeValue(1, 0, off += 4096));
+    for (const char* k : keys) b.Put(ns, k, MakeValue(1, 0, off += 4096));
   }
-  b.Put(2, "zz", MakeValue(1, 0, off += 4096));
+  b.Put(2, lone, MakeValue(1, 0, off += 4096));
+  return b;
+}
+
+TEST_F(IndexTest, ForEachPrefixAndAllNamespaces) {
+  auto idx = OpenIndex();
+  ASSERT_TRUE(idx);
+  IndexBatch b = ListingEntries({"a1", "a2", "b1", "ab", "a"}, "zz");
   ASSERT_TRUE(idx->Commit(b, false).ok());
   // Namespace and metadata records must not show up in entry scans.
   ASSERT_TRUE(idx->PutNamespace(1, MakeSpec("m"), false).ok());
@@ -331,12 +338,7 @@ TEST_F(IndexTest, ForEachPrefixAndAllNamespaces) {
 TEST_F(IndexTest, ForEachResumesStrictlyAfterACursor) {
   auto idx = OpenIndex();
   ASSERT_TRUE(idx);
-  IndexBatch b;
-  uint64_t off = 4096;
-  for (NamespaceId ns : {3ull, 1ull, 0xffffffffffffffffull}) {
-    for (const char* k : {"a1", "a2", "b1", "ab", "a", "z"}) b.Put(ns, k, MakeValue(1, 0, off += 4096));
-  }
-  b.Put(2, "0", MakeValue(1, 0, off += 4096));
+  IndexBatch b = ListingEntries({"a1", "a2", "b1", "ab", "a", "z"}, "0");
   ASSERT_TRUE(idx->Commit(b, false).ok());
 
   using Seen = std::vector<std::pair<NamespaceId, std::string>>;
