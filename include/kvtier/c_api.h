@@ -43,7 +43,7 @@
 extern "C" {
 #endif
 
-#define KVTIER_ABI_VERSION ((1u << 16) | 7u) /* 1.7: kvtier_list_keys_after; 1.6: kvtier_touch_batch; 1.5: kvtier_remove_batch, kvtier_contains_batch; 1.4: kvtier_gpu_set_copy_method, kvtier_gpu_stats_json; 1.3: kvtier_destroy_store; 1.2: the GPU path; 1.1: kvtier_register_memory, unix:/auto: opens */
+#define KVTIER_ABI_VERSION ((1u << 16) | 8u) /* 1.8: kvtier_get_batch_timeout; 1.7: kvtier_list_keys_after; 1.6: kvtier_touch_batch; 1.5: kvtier_remove_batch, kvtier_contains_batch; 1.4: kvtier_gpu_set_copy_method, kvtier_gpu_stats_json; 1.3: kvtier_destroy_store; 1.2: the GPU path; 1.1: kvtier_register_memory, unix:/auto: opens */
 #define KVTIER_MAX_KEY_BYTES 255
 
 /* Status codes: equal to kvtier::Code. */
@@ -190,6 +190,13 @@ int kvtier_put_batch(kvtier_store* s, kvtier_ns ns, const kvtier_put_item* items
                      int32_t* statuses);
 int kvtier_get_batch(kvtier_store* s, kvtier_ns ns, const kvtier_get_item* items, size_t n,
                      int32_t* statuses, uint64_t* sizes);
+/* kvtier_get_batch whose reads start within timeout_us from now (0: no
+ * deadline): an item not started by then is KVTIER_TIMED_OUT (a miss) and
+ * its fragments are never touched. Reads already on the device complete, so
+ * it returns up to one device read after the deadline; once it has
+ * returned, nothing writes any item's fragments. (ABI 1.8) */
+int kvtier_get_batch_timeout(kvtier_store* s, kvtier_ns ns, const kvtier_get_item* items, size_t n,
+                             uint64_t timeout_us, int32_t* statuses, uint64_t* sizes);
 
 /* ---- Lookups (index only) ------------------------------------------------------ */
 int kvtier_contains(kvtier_store* s, kvtier_ns ns, const void* key, size_t key_len,

@@ -399,7 +399,16 @@ class Store {
   // RAM tier before the index has it; read again once it has landed.
   virtual Result<std::vector<uint8_t>> GetVector(NamespaceId ns, std::string_view key) = 0;
   // Reads issued together (one submission per read thread); one result each.
-  virtual std::vector<Result<size_t>> GetBatch(NamespaceId ns, std::span<const GetItem> items) = 0;
+  std::vector<Result<size_t>> GetBatch(NamespaceId ns, std::span<const GetItem> items) {
+    return GetBatch(ns, items, kNoDeadline);
+  }
+  // GetBatch whose reads start by `deadline`: an item not started by then
+  // (still waiting for room, or queued) completes TimedOut, its `out` never
+  // touched. A read already on the device when it passes completes (it may
+  // be writing `out`), so the call returns up to one device read after the
+  // deadline, and nothing writes any item's `out` once it has returned.
+  virtual std::vector<Result<size_t>> GetBatch(NamespaceId ns, std::span<const GetItem> items,
+                                               Clock::time_point deadline) = 0;
   // Queues a read; `done` runs once. When `deadline` passes first, or the
   // read queue is full, `done` gets TimedOut (counted as a deadline miss)
   // and `out` is never touched.

@@ -241,6 +241,12 @@ int kvtier_put_batch(kvtier_store* s, kvtier_ns ns, const kvtier_put_item* items
 
 int kvtier_get_batch(kvtier_store* s, kvtier_ns ns, const kvtier_get_item* items, size_t n,
                      int32_t* statuses, uint64_t* sizes) {
+  return kvtier_get_batch_timeout(s, ns, items, n, 0, statuses, sizes);
+}
+
+int kvtier_get_batch_timeout(kvtier_store* s, kvtier_ns ns, const kvtier_get_item* items, size_t n,
+                             uint64_t timeout_us, int32_t* statuses, uint64_t* sizes) {
+  const kvtier::Clock::time_point deadline = DeadlineAfterUs(timeout_us);
   return Guard([&]() -> int {
     if (int rc = CheckStore(s)) return rc;
     if (items == nullptr && n != 0) return Invalid("null item list");
@@ -261,7 +267,7 @@ int kvtier_get_batch(kvtier_store* s, kvtier_ns ns, const kvtier_get_item* items
       pass.push_back({Key(it.key.data, it.key.size), MutFrags(it.frags, it.num_frags)});
       idx.push_back(i);
     }
-    std::vector<kvtier::Result<size_t>> r = s->store->GetBatch(ns, pass);
+    std::vector<kvtier::Result<size_t>> r = s->store->GetBatch(ns, pass, deadline);
     for (size_t j = 0; j < idx.size() && j < r.size(); ++j) {
       if (r[j].ok()) {
         size[idx[j]] = *r[j];
@@ -438,9 +444,7 @@ int kvtier_get_async(kvtier_store* s, kvtier_ns ns, const void* key, size_t key_
     if (int rc = CheckFrags(frags, num_frags)) return rc;
     for (size_t i = 0; i < num_frags; ++i)
       if (frags[i].data == nullptr && frags[i].size != 0) return Invalid("fragment with null data");
-    kvtier::Clock::time_point deadline = kvtier::kNoDeadline;
-    if (timeout_us != 0 && timeout_us < (uint64_t{1} << 50))
-      deadline = kvtier::Clock::now() + std::chrono::microseconds(timeout_us);
+    const kvtier::Clock::time_point deadline = DeadlineAfterUs(timeout_us);
     kvtier::GetCallback cb = [s, user_data](kvtier::Result<size_t> r) {
       Complete(s, user_data, KVTIER_OP_GET, r.status(), r.ok() ? *r : 0);
     };

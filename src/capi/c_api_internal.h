@@ -159,6 +159,13 @@ inline int CopyOut(const std::string& text, char* buf, size_t cap, size_t* out_l
 
 inline const char* Str(const char* p) { return p == nullptr ? "" : p; }
 
+// A timeout_us argument as a deadline: 0, or one too far to add to the
+// clock (2^50 us is 35 years), is none.
+inline kvtier::Clock::time_point DeadlineAfterUs(uint64_t timeout_us) {
+  if (timeout_us == 0 || timeout_us >= (uint64_t{1} << 50)) return kvtier::kNoDeadline;
+  return kvtier::Clock::now() + std::chrono::microseconds(timeout_us);
+}
+
 // Called on kvtier's threads (or inline) when an async operation finishes.
 inline void Complete(kvtier_store* s, uint64_t user_data, uint32_t op, const Status& st, uint64_t size) noexcept {
   kvtier_completion c{user_data, size, static_cast<int32_t>(st.code()), op};

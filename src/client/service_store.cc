@@ -90,6 +90,10 @@ Clock::time_point ServiceStore::OpDeadline() const {
   return Clock::now() + std::chrono::milliseconds(opt_.client.op_timeout_ms);
 }
 
+Clock::duration ServiceStore::BatchLandingMargin() const {
+  return std::min<Clock::duration>(std::chrono::seconds(5), std::chrono::milliseconds(opt_.client.op_timeout_ms) / 4);
+}
+
 Result<std::string> ServiceStore::Call(wire::Op op, const wire::WireWriter& body, Clock::time_point deadline) {
   auto ch = Live();
   if (!ch.ok()) return ch.status();
@@ -342,8 +346,14 @@ WorkerPool& ServiceStore::Copiers() {
   return *copiers_;
 }
 
-std::vector<Result<size_t>> ServiceStore::GetBatch(NamespaceId ns, std::span<const GetItem> items) {
+std::vector<Result<size_t>> ServiceStore::GetBatch(NamespaceId ns, std::span<const GetItem> items,
+                                                   Clock::time_point deadline) {
   std::vector<Result<size_t>> out(items.size(), Result<size_t>(Status::Aborted("not run")));
+  if (deadline != kNoDeadline && Clock::now() >= deadline) {
+    out.assign(items.size(), Status::TimedOut("get_batch deadline passed before it was sent"));
+    return out;
+  }
+
   Mutex mu;
   std::condition_variable cv;
   size_t inflight = 0;
@@ -381,8 +391,16 @@ std::vector<Result<size_t>> ServiceStore::GetBatch(NamespaceId ns, std::span<con
   // Sends one request for items [first, last) of `idx`; `hold` is the
   // group's staging extent (empty for registered memory).
   auto send = [&](const std::vector<size_t>& idx, size_t first, size_t last, Staging::Extent hold) {
+    // The service starts no read after `start_by` and answers once those
+    // under way have landed; the wait for that answer ends at `reply_by`.
+    // Registered memory is written by the service itself, so the margin
+    // between the two keeps a reply that trails a slow device from landing
+    // after this call has handed the memory back to its caller.
+    const Clock::time_point reply_by = OpDeadline();
+    const Clock::time_point start_by = std::min(deadline, reply_by - BatchLandingMargin());
     wire::GetBatchRequest req;
     req.ns = ns;
+    req.deadline_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(start_by.time_since_epoch()).count();
     std::vector<size_t> which(idx.begin() + first, idx.begin() + last);
     std::vector<uint64_t> at;  // each staged item's offset in the extent
     uint64_t off = 0;
@@ -407,7 +425,7 @@ std::vector<Result<size_t>> ServiceStore::GetBatch(NamespaceId ns, std::span<con
     // The staging stays mapped while the callback runs (see SubmitGet).
     const uint8_t* base = hold ? (*ch)->staging().data(hold) : nullptr;
     (*ch)->Call(
-        wire::Op::kGetBatch, w, OpDeadline(),
+        wire::Op::kGetBatch, w, reply_by,
         [this, &arrive, &items, which = std::move(which), at = std::move(at), base](Status st,
                                                                                    wire::WireReader* r) {
           std::vector<Result<size_t>> got;
@@ -442,7 +460,7 @@ std::vector<Result<size_t>> ServiceStore::GetBatch(NamespaceId ns, std::span<con
     while (last < staged.size() && last - first < wire::kMaxBatchGets &&
            (last == first || bytes + caps[staged[last]] <= staging_bytes / 2))
       bytes += caps[staged[last++]];
-    Staging::Extent hold = (*ch)->staging().Allocate(bytes, OpDeadline());
+    Staging::Extent hold = (*ch)->staging().Allocate(bytes, std::min(deadline, OpDeadline()));
     if (!hold) {
       for (size_t k = first; k < last; ++k) out[staged[k]] = Status::TimedOut("the client's staging had no room");
     } else {
@@ -460,7 +478,7 @@ std::vector<Result<size_t>> ServiceStore::GetBatch(NamespaceId ns, std::span<con
       while (inflight >= kSingleWindow) l.Wait(cv);
       ++inflight;
     }
-    SubmitGet(ns, items[i].key, items[i].out, kNoDeadline, /*blocking=*/true,
+    SubmitGet(ns, items[i].key, items[i].out, deadline, /*blocking=*/true,
               [&arrive, i](Result<size_t> r) { arrive(i, std::move(r)); });
   }
   MutexLock l(&mu);

@@ -51,7 +51,9 @@ class ServiceStore final : public Store {
                         PutCallback done) override;
   Result<size_t> Get(NamespaceId ns, std::string_view key, std::span<const MutableFragment> out) override;
   Result<std::vector<uint8_t>> GetVector(NamespaceId ns, std::string_view key) override;
-  std::vector<Result<size_t>> GetBatch(NamespaceId ns, std::span<const GetItem> items) override;
+  using Store::GetBatch;
+  std::vector<Result<size_t>> GetBatch(NamespaceId ns, std::span<const GetItem> items,
+                                       Clock::time_point deadline) override;
   void GetAsync(NamespaceId ns, std::string_view key, std::span<const MutableFragment> out,
                 Clock::time_point deadline, GetCallback done) override;
   Result<bool> Contains(NamespaceId ns, std::string_view key) override;
@@ -110,6 +112,9 @@ class ServiceStore final : public Store {
   Result<std::shared_ptr<Channel>> Live();
   Status Replay(Channel& ch) REQUIRES(mu_);
   Clock::time_point OpDeadline() const;
+  // How long before a get_batch's reply is given up the service must stop
+  // starting its reads: the time left for those under way to land.
+  Clock::duration BatchLandingMargin() const;
   Result<std::string> Call(wire::Op op, const wire::WireWriter& body, Clock::time_point deadline);
   // remove_batch, contains_batch or touch_batch over `keys`, in pieces;
   // `flags` (may be null for removes and touches) gets a flag per key.

@@ -296,8 +296,11 @@ ReadPool::Admit ReadPool::Submit(std::shared_ptr<ReadOp> op, WhenFull when_full)
     MutexLock l(&mu_);
     while (when_full == WhenFull::kWait && !stop_ && queue_.size() >= d_.max_pending) {
       ++room_waiters_;
-      l.Wait(room_cv_);
+      bool woken = true;
+      if (op->start_by == kNoDeadline) l.Wait(room_cv_);
+      else woken = l.WaitUntil(room_cv_, op->start_by);
       --room_waiters_;
+      if (!woken) break;  // its batch's deadline passed: refused as full
     }
     if (stop_) return Admit::kClosed;
     if (queue_.size() >= d_.max_pending) return Admit::kFull;
@@ -372,7 +375,7 @@ void ReadPool::Reader::StartReads(std::vector<std::shared_ptr<ReadOp>>& ops) {
   const auto now = Clock::now();
   for (auto& op : ops) {
     if (!op->pending()) continue;  // expired while queued
-    if (op->deadline <= now) {
+    if (op->deadline <= now || op->start_by <= now) {
       if (op->Expire()) {
         c_.misses.Add();
         c_.get_deadline_misses.Add();
@@ -380,6 +383,7 @@ void ReadPool::Reader::StartReads(std::vector<std::shared_ptr<ReadOp>>& ops) {
       }
       continue;
     }
+    if (op->start_by != kNoDeadline && !op->Start()) continue;  // the timer expired it just now
     format::IndexValue v;
     File* file = nullptr;
     ReadTimes times{op->queued, Clock::now(), {}};

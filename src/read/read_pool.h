@@ -60,7 +60,8 @@ class ReadPool {
 
   // How Submit meets a full queue: refuse at once (kFull: an async get's
   // back-pressure), or wait until the readers have taken some (a blocking
-  // caller, which would only wait for its answer anyway).
+  // caller, which would only wait for its answer anyway), until the op's
+  // start_by at the latest.
   enum class WhenFull { kRefuse, kWait };
   // Queues `op`; on kClosed or kFull it is not taken (the caller completes it).
   Admit Submit(std::shared_ptr<ReadOp> op, WhenFull when_full = WhenFull::kRefuse);

@@ -82,7 +82,9 @@ class StoreImpl final : public Store, public BlockSink {
   Result<size_t> Get(NamespaceId ns, std::string_view key,
                      std::span<const MutableFragment> out) override;
   Result<std::vector<uint8_t>> GetVector(NamespaceId ns, std::string_view key) override;
-  std::vector<Result<size_t>> GetBatch(NamespaceId ns, std::span<const GetItem> items) override;
+  using Store::GetBatch;
+  std::vector<Result<size_t>> GetBatch(NamespaceId ns, std::span<const GetItem> items,
+                                       Clock::time_point deadline) override;
   void GetAsync(NamespaceId ns, std::string_view key, std::span<const MutableFragment> out,
                 Clock::time_point deadline, GetCallback done) override;
 

@@ -69,12 +69,14 @@ void StoreImpl::SubmitRead(const std::shared_ptr<ReadOp>& op, ReadPool::WhenFull
     case ReadPool::Admit::kFull:
       c_.misses.Add();
       c_.get_deadline_misses.Add();
-      op->done(Status::TimedOut("read queue full: treat as a miss"));
+      op->done(Status::TimedOut(op->start_by <= Clock::now() ? "get_batch deadline passed while the read queue was full"
+                                                             : "read queue full: treat as a miss"));
       return;
     case ReadPool::Admit::kQueued:
       break;
   }
   if (deadline != kNoDeadline) deadlines_->Add(deadline, op);
+  else if (op->start_by != kNoDeadline) deadlines_->Add(op->start_by, op);  // expires it only while it waits
 }
 
 Result<size_t> StoreImpl::Get(NamespaceId ns, std::string_view key,
@@ -111,8 +113,19 @@ Result<std::vector<uint8_t>> StoreImpl::GetVector(NamespaceId ns, std::string_vi
   return Status::Aborted("block changed size while being read");
 }
 
-std::vector<Result<size_t>> StoreImpl::GetBatch(NamespaceId ns, std::span<const GetItem> items) {
+std::vector<Result<size_t>> StoreImpl::GetBatch(NamespaceId ns, std::span<const GetItem> items,
+                                                Clock::time_point deadline) {
   std::vector<Result<size_t>> out(items.size(), Result<size_t>(Status::Aborted("not run")));
+  auto too_late = [&](size_t i) {
+    c_.gets.Add();
+    c_.misses.Add();
+    c_.get_deadline_misses.Add();
+    out[i] = Status::TimedOut("get_batch deadline passed before the read started");
+  };
+  if (deadline != kNoDeadline && Clock::now() >= deadline) {
+    for (size_t i = 0; i < items.size(); ++i) too_late(i);
+    return out;
+  }
   // RAM hits first, all together, so the tier can copy them on several
   // threads; the rest go to disk as GetAsync would send them.
   std::vector<Result<size_t>> ram(ram_ != nullptr ? items.size() : 0, Result<size_t>(Status::NotFound("")));
@@ -124,10 +137,21 @@ std::vector<Result<size_t>> StoreImpl::GetBatch(NamespaceId ns, std::span<const 
   std::mutex m;
   std::condition_variable cv;
   size_t left = items.size(), running = 0;
+  auto to_disk = [&](size_t i, GetCallback done) {
+    auto op = NewReadOp(ns, items[i].key, items[i].out, kNoDeadline, std::move(done));
+    op->start_by = deadline;  // once started, a read may land straight in `out`
+    SubmitRead(op, ReadPool::WhenFull::kWait);
+  };
   for (size_t i = 0; i < items.size(); ++i) {
     {
       std::unique_lock<std::mutex> l(m);
-      cv.wait(l, [&] { return running < window; });
+      const bool room = deadline == kNoDeadline ? (cv.wait(l, [&] { return running < window; }), true)
+                                                : cv.wait_until(l, deadline, [&] { return running < window; });
+      if (!room) {  // the rest would start after the deadline
+        for (size_t k = i; k < items.size(); ++k) too_late(k);
+        left -= items.size() - i;
+        break;
+      }
       ++running;
     }
     GetCallback done = [&, i](Result<size_t> r) {
@@ -137,15 +161,14 @@ std::vector<Result<size_t>> StoreImpl::GetBatch(NamespaceId ns, std::span<const 
       if (--left == 0 || made_room) cv.notify_one();
     };
     if (ram_ == nullptr) {
-      if (!StartGet(ns, items[i].key, items[i].out, done))
-        ReadFromDisk(ns, items[i].key, items[i].out, kNoDeadline, std::move(done), ReadPool::WhenFull::kWait);
+      if (!StartGet(ns, items[i].key, items[i].out, done)) to_disk(i, std::move(done));
       continue;
     }
     c_.gets.Add();
     if (items[i].key.empty() || items[i].key.size() > format::kMaxKeyBytes)
       done(Status::InvalidArgument("key length out of range"));
     else if (!FinishRamRead(ram[i], done))
-      ReadFromDisk(ns, items[i].key, items[i].out, kNoDeadline, std::move(done), ReadPool::WhenFull::kWait);
+      to_disk(i, std::move(done));
   }
   std::unique_lock<std::mutex> l(m);
   cv.wait(l, [&] { return left == 0; });

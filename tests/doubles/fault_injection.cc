@@ -78,6 +78,7 @@ struct FaultInjectionFileSystem::State {
   const std::shared_ptr<FileSystem> base;
   mutable std::mutex mu;
   std::optional<uint64_t> free_space;  // guarded by mu
+  std::function<void(const std::string&)> before_read;  // guarded by mu
   std::array<PerOp, kNumFaultOps> ops;
   std::mt19937_64 rng;
 };
@@ -101,7 +102,15 @@ class FaultInjectionFile final : public File {
 
   Status ReadAt(uint64_t offset, void* buf, size_t n) override {
     const State::Decision d = state_->Check(FaultOp::kRead, path());
-    if (!d.fail) return base_->ReadAt(offset, buf, n);
+    if (!d.fail) {
+      std::function<void(const std::string&)> hook;
+      {
+        std::lock_guard<std::mutex> lock(state_->mu);
+        hook = state_->before_read;
+      }
+      if (hook) hook(path());
+      return base_->ReadAt(offset, buf, n);
+    }
     if (d.short_transfer) KVTIER_RETURN_IF_ERROR(PartialRead(offset, buf, n));
     return State::Injected(FaultOp::kRead, path(), d.error);
   }
@@ -276,6 +285,11 @@ Result<uint64_t> FaultInjectionFileSystem::FreeSpace(const std::string& path) {
 void FaultInjectionFileSystem::SetFreeSpace(std::optional<uint64_t> bytes) {
   std::lock_guard<std::mutex> l(state_->mu);
   state_->free_space = bytes;
+}
+
+void FaultInjectionFileSystem::SetBeforeRead(std::function<void(const std::string&)> hook) {
+  std::lock_guard<std::mutex> l(state_->mu);
+  state_->before_read = std::move(hook);
 }
 
 #undef KVTIER_FAULT_

@@ -30,6 +30,7 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -116,6 +117,11 @@ class FaultInjectionFileSystem final : public FileSystem {
   // FreeSpace reports `bytes` (a small or nearly full disk) instead of the
   // base's answer; nullopt restores the base's.
   void SetFreeSpace(std::optional<uint64_t> bytes);
+
+  // Runs `hook` with the file's path before every read that is not made to
+  // fail, on the reading thread (a test holds reads there to make a device
+  // slow); nullptr removes it.
+  void SetBeforeRead(std::function<void(const std::string&)> hook);
 
   // Calls of `op` seen (failed or not) since construction or ResetCounts().
   uint64_t Calls(FaultOp op) const;

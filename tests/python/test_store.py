@@ -87,6 +87,12 @@ def test_batch_lookup_remove(store_dir):
         assert sizes == [2048] * 4 + [None]
         assert codes[4] == Code.NOT_FOUND
         assert all(np.array_equal(o, v) for o, v in zip(outs[:4], vals[:4]))
+        # A deadline its reads make: the same answers. A negative one is refused.
+        outs = [np.zeros(2048, dtype=np.uint8) for _ in range(5)]
+        assert ns.get_batch(keys, outs, timeout=60) == [2048] * 4 + [None]
+        assert all(np.array_equal(o, v) for o, v in zip(outs[:4], vals[:4]))
+        with pytest.raises(KvtierError):
+            ns.get_batch(keys, outs, timeout=-1)
         assert ns.lookup_prefix(keys) == 4
         assert ns.lookup_prefix(["k0", "zz", "k1"]) == 1
         assert "k2" in ns and not ns.contains("zz")

@@ -50,24 +50,6 @@ struct BatchOfGets {
   std::vector<MutableFragment> frags;
 };
 
-// An engine's buffer: memfd pages mapped shared, which a client registers.
-struct SharedBuffer {
-  explicit SharedBuffer(size_t n) : bytes(n), fd(memfd_create("engine-buffers", MFD_CLOEXEC)) {
-    if (fd < 0 || ftruncate(fd, static_cast<off_t>(n)) != 0) return;
-    void* p = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (p != MAP_FAILED) mem = static_cast<uint8_t*>(p);
-  }
-  ~SharedBuffer() {
-    if (mem != nullptr) munmap(mem, bytes);
-    if (fd >= 0) close(fd);
-  }
-  SharedBuffer(const SharedBuffer&) = delete;
-  SharedBuffer& operator=(const SharedBuffer&) = delete;
-  const size_t bytes;
-  const int fd;
-  uint8_t* mem = nullptr;
-};
-
 class ServiceTest : public ::testing::Test {
  protected:
   TempDir dir_;

@@ -4,7 +4,9 @@
 #define KVTIER_TESTS_SERVICE_SERVICE_UTIL_H_
 
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <memory>
@@ -34,6 +36,24 @@ class ServedStore {
   std::string socket_;
   std::unique_ptr<Store> store_;
   std::unique_ptr<Service> service_;
+};
+
+// An engine's buffer: memfd pages mapped shared, which a client registers.
+struct SharedBuffer {
+  explicit SharedBuffer(size_t n) : bytes(n), fd(memfd_create("engine-buffers", MFD_CLOEXEC)) {
+    if (fd < 0 || ftruncate(fd, static_cast<off_t>(n)) != 0) return;
+    void* p = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p != MAP_FAILED) mem = static_cast<uint8_t*>(p);
+  }
+  ~SharedBuffer() {
+    if (mem != nullptr) munmap(mem, bytes);
+    if (fd >= 0) close(fd);
+  }
+  SharedBuffer(const SharedBuffer&) = delete;
+  SharedBuffer& operator=(const SharedBuffer&) = delete;
+  const size_t bytes;
+  const int fd;
+  uint8_t* mem = nullptr;
 };
 
 // Kills and reaps a forked child still running when a test leaves early (a

@@ -11,7 +11,7 @@ import glob
 import os
 
 ABI_MAJOR = 1
-ABI_MINOR = 7  # kvtier_list_keys_after; 6: kvtier_touch_batch; 5: kvtier_remove_batch, kvtier_contains_batch; 4: kvtier_gpu_set_copy_method, kvtier_gpu_stats_json; 3: kvtier_destroy_store; 2: the GPU path (kvtier_get_to_device ...)
+ABI_MINOR = 8  # kvtier_get_batch_timeout; 7: kvtier_list_keys_after; 6: kvtier_touch_batch; 5: kvtier_remove_batch, kvtier_contains_batch; 4: kvtier_gpu_set_copy_method, kvtier_gpu_stats_json; 3: kvtier_destroy_store; 2: the GPU path (kvtier_get_to_device ...)
 
 c_ns = ctypes.c_uint64
 
@@ -61,6 +61,8 @@ _SIGNATURES = {
     "kvtier_put_batch": (_I, [_P, c_ns, ctypes.POINTER(PutItem), _SZ, ctypes.POINTER(ctypes.c_int32)]),
     "kvtier_get_batch": (_I, [_P, c_ns, ctypes.POINTER(GetItem), _SZ, ctypes.POINTER(ctypes.c_int32),
                               ctypes.POINTER(ctypes.c_uint64)]),
+    "kvtier_get_batch_timeout": (_I, [_P, c_ns, ctypes.POINTER(GetItem), _SZ, ctypes.c_uint64,
+                                      ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_uint64)]),
     "kvtier_contains": (_I, [_P, c_ns, _P, _SZ, ctypes.POINTER(_I)]),
     "kvtier_lookup_prefix": (_I, [_P, c_ns, ctypes.POINTER(Key), _SZ, ctypes.POINTER(_SZ)]),
     "kvtier_contains_batch": (_I, [_P, c_ns, ctypes.POINTER(Key), _SZ, ctypes.POINTER(ctypes.c_uint8)]),

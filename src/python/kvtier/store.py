@@ -385,17 +385,23 @@ class Namespace:
             return None if got is None else bytes(buf[:got])
         raise KvtierError(Code.ABORTED, "block kept changing size during get")
 
-    def get_batch(self, keys, outs, sizes=None, return_codes=False):
+    def get_batch(self, keys, outs, sizes=None, return_codes=False, timeout=None):
         """Reads many blocks (issued together). Returns a list of payload
-        sizes, None for misses (and, with return_codes, the Codes too)."""
+        sizes, None for misses (and, with return_codes, the Codes too).
+        timeout (seconds): reads not started by then are misses
+        (Code.TIMED_OUT) whose outs are left untouched; reads already on the
+        device finish first, and nothing writes any out after the call."""
         keys = list(keys)
         outs = list(outs)
         if len(outs) != len(keys):
             raise KvtierError(Code.INVALID_ARGUMENT, "keys and outs differ in length")
+        if timeout is not None and timeout < 0:
+            raise KvtierError(Code.INVALID_ARGUMENT, "timeout must be >= 0")
+        us = 0 if timeout is None else max(1, int(timeout * 1e6))
         items, keep = _batch_items(GetItem, keys, outs, sizes, writable=True)
         st = (ctypes.c_int32 * max(1, len(keys)))()
         got = (ctypes.c_uint64 * max(1, len(keys)))()
-        rc = lib.kvtier_get_batch(self.store._handle(), self.id, items, len(keys), st, got)
+        rc = lib.kvtier_get_batch_timeout(self.store._handle(), self.id, items, len(keys), us, st, got)
         if rc == Code.CLOSED:
             _raise(rc)
         codes = [Code.of(st[i]) for i in range(len(keys))]
