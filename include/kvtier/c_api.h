@@ -54,7 +54,7 @@ enum kvtier_code {
   KVTIER_IO_ERROR = 3,
   KVTIER_NO_SPACE = 4,           /* also: out of memory */
   KVTIER_INVALID_ARGUMENT = 5,
-  KVTIER_BUSY = 6,               /* store folder in use by another opener */
+  KVTIER_BUSY = 6,               /* store folder in use by another opener; a handle used after fork */
   KVTIER_NOT_SUPPORTED = 7,
   KVTIER_TIMED_OUT = 8,          /* get deadline passed: treat as a miss */
   KVTIER_NOT_ADMITTED = 9,       /* put declined (queue full, admission) */
@@ -149,6 +149,12 @@ const char* kvtier_last_error(void);
  * then an object of kvtier::ServiceClientOptions fields (e.g. {"client":
  * {"staging_bytes": 268435456}}). */
 int kvtier_open(const char* dir, const char* options_json, kvtier_store** out);
+/* A handle belongs to the process that opened it. In a child forked after
+ * the open, every call on it is KVTIER_BUSY (the store's threads stayed in
+ * the parent; its eventfd and service connection are the parent's too) and
+ * kvtier_event_fd is -1; kvtier_close and kvtier_free there let go of the
+ * child's copy without touching the parent's store. Open the store in the
+ * child instead (through a service when the parent keeps the folder). */
 /* Completes queued work, checkpoints, releases the folder. The handle stays
  * valid: later calls return KVTIER_CLOSED. Closing twice is OK. Completions
  * of async calls already submitted can still be polled. */

@@ -28,6 +28,9 @@
 //   thread when the request is rejected at once, or when a get is served
 //   from the host RAM tier, see Options::ram_tier_bytes). They must not block for
 //   long and must not call Close().
+// - A Store belongs to the process that opened it: a child forked after the
+//   open must not use it (or destroy it), since the store's threads stayed
+//   in the parent. The C ABI and Python enforce this (Busy in the child).
 //
 // Buffers
 // - PutAsync copies the payload before it returns: the caller may reuse its

@@ -3,6 +3,7 @@
 #include "kvtier/c_api.h"
 
 #include <poll.h>
+#include <pthread.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -30,6 +31,28 @@ using kvtier::Status;
 
 using namespace kvtier::capi;  // NOLINT: the room's own helpers
 
+namespace kvtier::capi {
+
+std::atomic<uint64_t> g_forks{0};
+
+int ForkedError(const kvtier_store* s) {
+  const std::string msg = "this store handle was opened by process " + std::to_string(s->opener_pid) +
+                          ", which has since forked: its threads did not come into this process (pid " +
+                          std::to_string(::getpid()) +
+                          "). Open the store in this process (a folder another process holds is Busy: share it "
+                          "through a service, unix: or auto:)";
+  return SetError(KVTIER_BUSY, msg.c_str());
+}
+
+namespace {
+void CountForksFromNowOn() {
+  static std::once_flag once;
+  std::call_once(once, [] { ::pthread_atfork(nullptr, nullptr, [] { g_forks.fetch_add(1); }); });
+}
+}  // namespace
+
+}  // namespace kvtier::capi
+
 extern "C" {
 
 uint32_t kvtier_abi_version(void) { return KVTIER_ABI_VERSION; }
@@ -51,7 +74,10 @@ int kvtier_open(const char* dir, const char* options_json, kvtier_store** out) {
     if (!j.ok()) return Report(j.status());
     Status st = kvtier::capi::OptionsFromJson(*j, &opt);
     if (!st.ok()) return Report(st);
+    CountForksFromNowOn();
     auto handle = std::make_unique<kvtier_store>();
+    handle->opener_pid = ::getpid();
+    handle->forks_at_open = g_forks.load();
     handle->efd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (handle->efd < 0) return Report(Status::FromErrno(errno, "eventfd"));
     auto store = kvtier::Store::Open(dir, opt);
@@ -75,6 +101,10 @@ int kvtier_destroy_store(const char* dir) {
 int kvtier_close(kvtier_store* s) {
   return Guard([&]() -> int {
     if (s == nullptr) return Invalid("null kvtier_store handle");
+    if (OpenedBeforeFork(s)) {  // the parent's store: this process only lets go of its copy
+      s->closed.store(true);
+      return Report(Status::OK());
+    }
     if (s->closed.exchange(true)) return Report(Status::OK());
     kvtier::capi::DropGpu(s);  // the GPU path goes before its store
     return Report(s->store->Close());
@@ -84,6 +114,16 @@ int kvtier_close(kvtier_store* s) {
 void kvtier_free(kvtier_store* s) {
   if (s == nullptr) return;
   Guard([&]() -> int {
+    if (OpenedBeforeFork(s)) {
+      // Its threads, queues and descriptors are the parent's: destroying
+      // the store here would join threads this process does not have.
+      // Left as they are; the process's exit reclaims them.
+      (void)s->store.release();
+      (void)s->gpu.release();
+      ::close(s->efd);  // this process's descriptor only
+      delete s;
+      return KVTIER_OK;
+    }
     if (!s->closed.exchange(true)) {
       kvtier::capi::DropGpu(s);
       s->store->Close().IgnoreError();
@@ -457,6 +497,7 @@ int kvtier_get_async(kvtier_store* s, kvtier_ns ns, const void* key, size_t key_
 int kvtier_poll(kvtier_store* s, kvtier_completion* out, size_t max, int timeout_ms) {
   int rc = Guard([&]() -> int {
     if (s == nullptr) return Invalid("null kvtier_store handle");
+    if (OpenedBeforeFork(s)) return ForkedError(s);  // its eventfd is the parent's too: never read it here
     if (out == nullptr && max != 0) return Invalid("null completion array");
     auto drain = [&]() -> int {
       std::lock_guard<std::mutex> l(s->mu);
@@ -490,7 +531,7 @@ int kvtier_poll(kvtier_store* s, kvtier_completion* out, size_t max, int timeout
   return -rc;
 }
 
-int kvtier_event_fd(kvtier_store* s) { return s == nullptr ? -1 : s->efd; }
+int kvtier_event_fd(kvtier_store* s) { return s == nullptr || OpenedBeforeFork(s) ? -1 : s->efd; }
 
 uint64_t kvtier_pending(kvtier_store* s) {
   return s == nullptr ? 0 : s->pending.load(std::memory_order_relaxed);

@@ -39,6 +39,11 @@ struct kvtier_store {
   std::unique_ptr<kvtier::gpu::Transfer> gpu;
   int gpu_device = -1;       // the device `gpu` serves
   kvtier::Status gpu_error;  // why the GPU path cannot run here, once tried
+  // The process that opened it, and the forks it had seen then: a forked
+  // child holds a copy of the handle without the store's threads (and shares
+  // its eventfd and service connection with the parent), so it may not use it.
+  long opener_pid = 0;
+  uint64_t forks_at_open = 0;
 };
 
 namespace kvtier::capi {
@@ -85,9 +90,18 @@ inline int Guard(F&& f) noexcept {
 
 inline int Invalid(const char* msg) { return SetError(KVTIER_INVALID_ARGUMENT, msg); }
 
-// Checks that the handle is usable (non-null, not closed).
+// Forks this process has made (a pthread_atfork child handler counts them
+// from the first open on): a handle opened before one is the parent's.
+extern std::atomic<uint64_t> g_forks;
+inline bool OpenedBeforeFork(const kvtier_store* s) {
+  return s->forks_at_open != g_forks.load(std::memory_order_relaxed);
+}
+int ForkedError(const kvtier_store* s);
+
+// Checks that the handle is usable (non-null, not closed, not the parent's).
 inline int CheckStore(kvtier_store* s) {
   if (s == nullptr) return Invalid("null kvtier_store handle");
+  if (OpenedBeforeFork(s)) return ForkedError(s);
   if (s->closed.load(std::memory_order_acquire)) return SetError(KVTIER_CLOSED, "store is closed");
   return KVTIER_OK;
 }

@@ -3,10 +3,12 @@
 #define _GNU_SOURCE
 #include <ftw.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "kvtier/c_api.h"
@@ -338,6 +340,53 @@ static void test_async(kvtier_store* s, kvtier_ns ns) {
   CHECK_RC(kvtier_put_async(s, ns, "", 0, NULL, 0, 1), KVTIER_INVALID_ARGUMENT);
 }
 
+/* A child forked after the open gets Busy for every call on the parent's
+ * handle, never the parent's eventfd, and lets go of its copy without
+ * harming the parent's store, whose async completions still arrive. */
+static void test_fork(kvtier_store* s, kvtier_ns ns) {
+  uint8_t in[kBlock], out[kBlock];
+  fill(in, kBlock, 77);
+  CHECK_RC(kvtier_put(s, ns, "fork-key", 8, in, kBlock), KVTIER_OK);
+  kvtier_fragment f = {in, kBlock};
+  CHECK_RC(kvtier_put_async(s, ns, "fork-async", 10, &f, 1, 4242), KVTIER_OK);
+  pid_t pid = fork();
+  if (pid == 0) {
+    uint64_t size = 0;
+    int bad = 0;
+    bad |= kvtier_get(s, ns, "fork-key", 8, out, kBlock, &size) != KVTIER_BUSY;
+    bad |= strstr(kvtier_last_error(), "forked") == NULL;
+    bad |= kvtier_put(s, ns, "fork-child", 10, in, kBlock) != KVTIER_BUSY;
+    bad |= kvtier_event_fd(s) != -1;
+    kvtier_completion c;
+    bad |= kvtier_poll(s, &c, 1, 0) != -KVTIER_BUSY;
+    bad |= kvtier_close(s) != KVTIER_OK;
+    kvtier_free(s);
+    _exit(bad ? 3 : 0);
+  }
+  CHECK(pid > 0);
+  int status = -1;
+  pid_t done = 0;
+  for (int waited_ms = 0; done == 0 && waited_ms < 30000; waited_ms += 10) {
+    done = waitpid(pid, &status, WNOHANG);
+    if (done == 0) usleep(10000);
+  }
+  if (done == 0) { /* hung on the parent's store: fail, don't hang */
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+  }
+  CHECK(done == pid);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  /* The parent's store carries on: its completion is still there to poll. */
+  kvtier_completion c;
+  int n = 0;
+  for (int tries = 0; tries < 100 && n == 0; tries++) n = kvtier_poll(s, &c, 1, 100);
+  CHECK(n == 1 && c.user_data == 4242 && c.status == KVTIER_OK);
+  uint64_t size = 0;
+  CHECK_RC(kvtier_get(s, ns, "fork-key", 8, out, kBlock, &size), KVTIER_OK);
+  CHECK(size == kBlock && memcmp(in, out, kBlock) == 0);
+  CHECK_RC(kvtier_get(s, ns, "fork-child", 10, out, kBlock, &size), KVTIER_NOT_FOUND);
+}
+
 static void test_stats(kvtier_store* s) {
   size_t len = 0;
   char tiny[8];
@@ -449,6 +498,7 @@ int main(void) {
   test_blocking(s, ns);
   test_batches(s, ns);
   test_async(s, ns);
+  test_fork(s, ns);
   test_stats(s);
   test_gpu_entry_points(s, ns);
 

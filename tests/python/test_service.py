@@ -87,6 +87,43 @@ def test_a_served_store_is_the_same_api(served):
         assert s.namespace(SPEC["name"]).get("k1") == a.tobytes()
 
 
+def test_a_forked_child_never_speaks_on_the_parents_connection(served):
+    # The child shares the parent's socket and staging: a call there could
+    # take the parent's replies or land in its staging. It gets Busy instead.
+    with kvtier.Store(served.address, **CLIENT) as s:
+        ns = s.register_namespace(**SPEC)
+        ns.put("p", b"p" * 65536)
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                try:
+                    ns.get("p")
+                    code = 3
+                except kvtier.KvtierError as e:
+                    code = 0 if e.code == kvtier.Code.BUSY else 4
+                s.close()
+            except BaseException:
+                code = 5
+            os._exit(code)
+        for _ in range(50):  # the parent's calls go on while the child runs
+            assert ns.get("p") == b"p" * 65536
+        status = []
+
+        def reaped():
+            done, st = os.waitpid(pid, os.WNOHANG)
+            if done == pid:
+                status.append(st)
+            return bool(status)
+
+        if not wait_for(reaped):
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child hung on the parent's connection")
+        assert os.WIFEXITED(status[0]) and os.WEXITSTATUS(status[0]) == 0
+        assert ns.get("p") == b"p" * 65536
+
+
 @pytest.mark.parametrize("spin", [0, 1000])
 def test_blocking_requests_answer_whether_the_caller_spins_or_sleeps(served, spin):
     with kvtier.Store(served.address, client={"reply_spin_us": spin}) as s:

@@ -369,3 +369,42 @@ def test_lookup_prefix_over_many_keys_of_one_or_mixed_lengths(store_dir):
         with pytest.raises(KvtierError) as bad:
             ns.lookup_prefix([b""])
         assert bad.value.code == Code.INVALID_ARGUMENT
+
+
+def test_a_forked_child_gets_busy_and_leaves_the_parents_store_alone(store_dir):
+    with open_store(store_dir) as s:
+        ns = s.register_namespace(name="t")
+        ns.put("before", b"p" * 4096)
+        pending = ns.put_async("async", b"a" * 4096)
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                for call in (lambda: ns.get("before"), lambda: ns.put("child", b"c" * 10),
+                             lambda: ns.get_async("before", bytearray(4096))):
+                    try:
+                        call()
+                        code = 3
+                    except KvtierError as e:
+                        if e.code != Code.BUSY or "forked" not in str(e):
+                            code = 4
+                s.close()  # lets go of the child's copy only
+            except BaseException:
+                code = 5
+            os._exit(code)
+        deadline = time.monotonic() + 30
+        done, status = os.waitpid(pid, os.WNOHANG)
+        while done == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+            done, status = os.waitpid(pid, os.WNOHANG)
+        if done == 0:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child hung on the parent's store")
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+        assert pending.result(timeout=10) is True
+        assert ns.get("before") == b"p" * 4096
+        assert ns.get("async") == b"a" * 4096
+        assert ns.get("child") is None
+        out = bytearray(4096)
+        assert ns.get_async("before", out).result(timeout=10) == 4096

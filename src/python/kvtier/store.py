@@ -8,6 +8,11 @@ which sleeps on the store's eventfd.
 Errors: every failure raises KvtierError carrying a Code; bad Python input
 (wrong types, sizes, read-only destinations) is Code.INVALID_ARGUMENT.
 A miss is not an error: get()/get_into() return None.
+
+Fork: a Store belongs to the process that opened it. In a child forked
+after the open (multiprocessing's "fork" start method), its calls raise
+KvtierError BUSY and close() lets go of the child's copy only; open the
+store in the child instead (through a service when the parent keeps it).
 """
 import concurrent.futures
 import ctypes
@@ -16,6 +21,7 @@ import json
 import os
 import select
 import threading
+import weakref
 
 from . import _buffers, _device
 from ._errors import Code, KvtierError
@@ -40,6 +46,22 @@ def destroy_store(path):
     until reboot). Raises KvtierError BUSY while any process has it open,
     NOT_FOUND when `path` holds no store."""
     _check(lib.kvtier_destroy_store(os.fsencode(path)))
+
+
+_open_stores = weakref.WeakSet()
+
+
+def _after_fork_in_child():
+    # The parent's poller thread did not come along and may have held the
+    # lock at the fork; its futures are the parent's to complete.
+    for store in list(_open_stores):
+        store._lock = threading.Lock()
+        store._poller = None
+        store._inflight = {}
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class Store:
@@ -67,6 +89,7 @@ class Store:
         _check(lib.kvtier_open(os.fsencode(path), opts, ctypes.byref(handle)))
         self._h = handle.value
         self.path = os.fsdecode(path)
+        _open_stores.add(self)
 
     # ---- lifetime -------------------------------------------------------
     def _handle(self):
@@ -234,8 +257,11 @@ class Store:
         return fut
 
     def _poll_loop(self, h):
+        fd = lib.kvtier_event_fd(h)
+        if fd < 0:  # a handle of the process this one forked from: nothing to wait for
+            return
         p = select.poll()
-        p.register(lib.kvtier_event_fd(h), select.POLLIN)
+        p.register(fd, select.POLLIN)
         while not self._stop:
             p.poll(100)
             self._drain(h)
