@@ -123,7 +123,10 @@ ProcCounters ProcCounters::Now() {
     std::ifstream st(e.path() / "stat");
     uint64_t f[7] = {};
     for (uint64_t& x : f) st >> x;
-    if (st) c.device_sectors_written += f[6];
+    if (st) {
+      c.device_sectors_written += f[6];
+      c.device_reads += f[0];
+    }
   }
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);

@@ -75,6 +75,7 @@ class AlignedBuf {
 struct ProcCounters {
   uint64_t write_bytes = 0;    // /proc/self/io write_bytes (reached the block layer)
   uint64_t device_sectors_written = 0;  // sum over /sys/block/*/stat (fallback)
+  uint64_t device_reads = 0;            // reads completed, summed likewise (every process's)
   double cpu_s = 0;            // user + system, all threads
   uint64_t resident_bytes = 0;  // /proc/self/statm: the process's resident memory
   static ProcCounters Now();
@@ -88,6 +89,9 @@ struct Measurement {
   std::optional<double> gbps, ops_per_s, p50_us, p99_us, p999_us, write_amp, cpu_s_per_gb;
   // Reads by tier (kvtier designs' gets): bytes served from RAM / from disk.
   std::optional<double> bytes_read_ram, bytes_read_disk;
+  // Reads the machine's block devices completed per operation (gets): how
+  // many device reads a design spends on one, whatever its code does.
+  std::optional<double> device_reads_per_op;
   uint64_t ops = 0;        // operations measured (for the table only)
   uint64_t bad = 0;        // reads that failed verification or errored
   std::string note;        // shown under the table

@@ -230,6 +230,11 @@ std::vector<Target> EvaluateTargets(const std::vector<WorkloadResult>& ws) {
     std::optional<double> fpb;
     for (const Measurement* f : {f1, f2})
       if (f && f->ops_per_s && (!fpb || *f->ops_per_s > *fpb)) fpb = *f->ops_per_s;
+    // Key by key, each design spends at least a device read per cold get
+    // with at most the gets' concurrency in flight: the detail sets both
+    // beside fio's random reads at that concurrency (fio-key-by-key) and
+    // says how many device reads each spent per get.
+    const Measurement* limit = FindResult(w, "fio-key-by-key", "get");
     for (const char* op : {"get", "get-batch"}) {
       const Measurement* k = FindResult(w, "kvtier", op);
       if (!k) continue;
@@ -242,9 +247,21 @@ std::vector<Target> EvaluateTargets(const std::vector<WorkloadResult>& ws) {
         t.detail = "file-per-block not run or failed";
       } else {
         t.value = *k->ops_per_s / *fpb;
-        char b[96];
+        char b[256];
         std::snprintf(b, sizeof b, "%.0f vs %.0f gets/s", *k->ops_per_s, *fpb);
         t.detail = b;
+        if (std::string(op) == "get" && limit != nullptr && limit->ops_per_s && *limit->ops_per_s > 0) {
+          std::snprintf(b, sizeof b, "; fio's random reads at the gets' concurrency %.0f/s (kvtier %.2fx, "
+                                     "file-per-block %.2fx of it)",
+                        *limit->ops_per_s, *k->ops_per_s / *limit->ops_per_s, *fpb / *limit->ops_per_s);
+          t.detail += b;
+        }
+        const Measurement* fk = FindResult(w, "file-per-block", op);
+        if (k->device_reads_per_op && fk != nullptr && fk->device_reads_per_op) {
+          std::snprintf(b, sizeof b, "; device reads per get: kvtier %.2f, file-per-block %.2f",
+                        *k->device_reads_per_op, *fk->device_reads_per_op);
+          t.detail += b;
+        }
       }
       Judge(&t);
       out.push_back(t);
@@ -336,6 +353,7 @@ nlohmann::json ToJson(const nlohmann::json& machine, const std::vector<WorkloadR
       put("cpu_s_per_gb", m.cpu_s_per_gb);
       put("bytes_read_ram", m.bytes_read_ram);
       put("bytes_read_disk", m.bytes_read_disk);
+      put("device_reads_per_op", m.device_reads_per_op);
       // Against the best fio configuration of the same run (the device's limit).
       if (m.design.rfind("fio", 0) != 0) put("x_best", RatioTo(w, m, "fio"));
       if (!m.note.empty()) r["note"] = m.note;  // e.g. which memory fio had

@@ -228,13 +228,15 @@ TEST_F(BenchHarnessTest, FioIsTheReferenceWhenInstalled) {
 }
 
 // Small blocks have a device limit too: the best read of the sweep at 4 KiB,
-// which each design's cold gets are divided by.
+// which each design's cold gets are divided by; beside it, fio's random reads
+// at the gets' concurrency (the key-by-key pattern), and how many device
+// reads each design spent per get.
 TEST_F(BenchHarnessTest, SmallBlockGetsAreDividedByTheDevicesBestRead) {
   nlohmann::json j = RunJson("--preset tiny --workloads small --small-64k-blocks 0 --designs kvtier,file-per-block "
                              "--lookup-keys 0 --fio-sweep quick --dir " + dir_);
   ASSERT_FALSE(j.is_discarded());
   if (j["machine"]["fio"] == "missing") GTEST_SKIP() << "fio is not installed";
-  bool fio_row = false, kvtier_get = false, kvtier_batch = false;
+  bool fio_row = false, key_by_key_row = false, kvtier_get = false, kvtier_batch = false;
   for (const auto& w : j["workloads"]) {
     if (w["name"] != "small-blocks") continue;
     for (const auto& res : w["results"]) {
@@ -244,6 +246,19 @@ TEST_F(BenchHarnessTest, SmallBlockGetsAreDividedByTheDevicesBestRead) {
         EXPECT_GT(res.value("gbps", 0.0), 0.0);
         EXPECT_NE(res.value("note", "").find("best of 12 fio configurations"), std::string::npos) << res.dump();
         ExpectWinnerRunTwice(res);
+      }
+      if (res["design"] == "fio-key-by-key") {
+        key_by_key_row = true;
+        EXPECT_EQ(res["op"], "get");
+        EXPECT_GT(res.value("ops_per_s", 0.0), 0.0) << res.dump();
+        EXPECT_FALSE(res.contains("x_best")) << res.dump();  // a limit, not a design
+        const std::string note = res.value("note", "");
+        EXPECT_NE(note.find("jobs of one read each"), std::string::npos) << res.dump();
+        EXPECT_NE(note.find("the faster kept"), std::string::npos) << res.dump();  // run before and after the designs
+      }
+      if ((res["design"] == "kvtier" || res["design"] == "file-per-block") && res["op"] == "get" &&
+          res.contains("device_reads_per_op")) {
+        EXPECT_GT(res["device_reads_per_op"].get<double>(), 0.0) << res.dump();  // cold: the device served them
       }
       if (res["design"] == "kvtier" && res["op"] == "get") {
         kvtier_get = true;
@@ -260,6 +275,7 @@ TEST_F(BenchHarnessTest, SmallBlockGetsAreDividedByTheDevicesBestRead) {
     }
   }
   EXPECT_TRUE(fio_row);
+  EXPECT_TRUE(key_by_key_row);
   EXPECT_TRUE(kvtier_get);
   EXPECT_TRUE(kvtier_batch);
   // Issue 21's 4 KiB target is judged for both shapes against file-per-block.
@@ -269,6 +285,10 @@ TEST_F(BenchHarnessTest, SmallBlockGetsAreDividedByTheDevicesBestRead) {
     if (name.find("file-per-block's best pass") == std::string::npos) continue;
     judged.insert(name);
     EXPECT_TRUE(t.contains("value")) << t.dump();
+    if (name.find("kvtier get >=") != std::string::npos) {
+      EXPECT_NE(t.value("detail", "").find("fio's random reads at the gets' concurrency"), std::string::npos)
+          << t.dump();
+    }
   }
   EXPECT_EQ(judged.size(), 2u);
 }
