@@ -2,10 +2,10 @@
 // deadlines, and the index-only lookups.
 #include <algorithm>
 #include <cstring>
-#include <future>
 
 #include "index/presence_map.h"
 #include "store/store_impl.h"
+#include "util/handoff.h"
 
 namespace kvtier {
 
@@ -81,19 +81,18 @@ void StoreImpl::SubmitRead(const std::shared_ptr<ReadOp>& op, ReadPool::WhenFull
 
 Result<size_t> StoreImpl::Get(NamespaceId ns, std::string_view key,
                               std::span<const MutableFragment> out) {
-  std::promise<Result<size_t>> p;
-  auto f = p.get_future();
-  GetCallback done = [&p](Result<size_t> r) { p.set_value(std::move(r)); };
+  Handoff<Result<size_t>> answer;
+  GetCallback done = [&answer](Result<size_t> r) { answer.Set(std::move(r)); };
   // A blocking get waits for room in a full read queue: it would wait for
   // its answer anyway (an async get is refused at once instead: a miss).
-  if (StartGet(ns, key, out, done)) return f.get();
+  if (StartGet(ns, key, out, done)) return answer.Wait();
   if (!opt_.read_on_caller_thread) {
     ReadFromDisk(ns, key, out, kNoDeadline, std::move(done), ReadPool::WhenFull::kWait);
-    return f.get();
+    return answer.Wait();
   }
   auto op = NewReadOp(ns, key, out, kNoDeadline, std::move(done));
   if (!reads_->ReadOnCaller(op)) SubmitRead(op, ReadPool::WhenFull::kWait);
-  return f.get();
+  return answer.Wait();
 }
 
 Result<std::vector<uint8_t>> StoreImpl::GetVector(NamespaceId ns, std::string_view key) {

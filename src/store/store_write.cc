@@ -2,13 +2,13 @@
 // commit, segment rollover and reclaim, removes and checkpoints.
 #include <algorithm>
 #include <cstring>
-#include <future>
 
 #include "log/put_plan.h"
 #include "log/write_runs.h"
 #include "store/store_impl.h"
 #include "util/checksum.h"
 #include "util/clock.h"
+#include "util/handoff.h"
 #include "util/copy_checksum.h"
 
 namespace kvtier {
@@ -206,10 +206,9 @@ void StoreImpl::FillRecord(WriteOp* op, size_t key_len, std::span<const Fragment
 }
 
 Status StoreImpl::Put(NamespaceId ns, std::string_view key, std::span<const Fragment> payload) {
-  std::promise<Status> p;
-  auto f = p.get_future();
-  SubmitPut(ns, key, payload, /*blocking=*/true, /*borrow=*/true, [&p](Status st) { p.set_value(std::move(st)); });
-  return f.get();
+  Handoff<Status> answer;
+  SubmitPut(ns, key, payload, /*blocking=*/true, /*borrow=*/true, [&answer](Status st) { answer.Set(std::move(st)); });
+  return answer.Wait();
 }
 
 std::vector<Status> StoreImpl::PutBatch(NamespaceId ns, std::span<const PutItem> items) {
@@ -250,11 +249,10 @@ void StoreImpl::PutInternal(NamespaceId ns, std::string_view key, std::span<cons
 
 Status StoreImpl::RunOnWriter(WriteOp op) {
   if (opt_.read_only) return Status::NotSupported("store opened read-only");
-  std::promise<Status> p;
-  auto f = p.get_future();
-  op.done = [&p](Status st) { p.set_value(std::move(st)); };
+  Handoff<Status> answer;
+  op.done = [&answer](Status st) { answer.Set(std::move(st)); };
   KVTIER_RETURN_IF_ERROR(ops_.Push(std::move(op)));
-  return f.get();
+  return answer.Wait();
 }
 
 Status StoreImpl::Flush() {
