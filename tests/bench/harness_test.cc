@@ -81,12 +81,14 @@ TEST_F(BenchHarnessTest, TinyPresetVerifiesEveryBlockAndPrintsTheSchema) {
   ASSERT_TRUE(j.contains("machine"));
   EXPECT_TRUE(j["machine"].contains("cpu"));
   EXPECT_TRUE(j["machine"].contains("fs_type"));
-  const std::set<std::string> designs = {"fio", "fio-durable", "kvtier", "kvtier-ram", "file-per-block",
-                                         "file-per-block-fsync", "rocksdb-blob"};
+  const std::set<std::string> designs = {"fio",           "fio-durable",          "fio-key-by-key", "kvtier",
+                                         "kvtier-ram",    "file-per-block",       "file-per-block-fsync",
+                                         "rocksdb-blob"};
   const std::set<std::string> ops = {"put", "get", "get-batch", "lookup", "reopen"};
   const std::set<std::string> fields = {"design",  "op",        "gbps",         "ops_per_s",
                                         "p50_us",  "p99_us",    "p999_us",      "write_amp",
-                                        "cpu_s_per_gb", "bytes_read_ram", "bytes_read_disk", "note"};
+                                        "cpu_s_per_gb", "bytes_read_ram", "bytes_read_disk", "device_reads_per_op",
+                                        "x_best",  "note"};
   std::set<std::string> names, seen_designs;
   for (const auto& w : j["workloads"]) {
     names.insert(w["name"].get<std::string>());
