@@ -80,6 +80,11 @@ struct ServiceClientOptions {
   // 8. The helpers start with the first such batch.
   uint32_t copy_threads = 0;
   // Bound on the wait for any reply (a get's own deadline, when sooner).
+  // The service reads and writes registered memory itself, so it is told
+  // to start nothing on a request's memory later than a quarter of this (at
+  // most 5 s) before the wait ends: once a put, get or GetBatch has returned,
+  // even TimedOut, the service no longer touches its buffers (short of one
+  // device I/O slower than that margin), and the caller may reuse them.
   uint32_t op_timeout_ms = 60000;
   // A blocking request busy-waits this long for its reply before it sleeps,
   // reading the socket itself meanwhile: a reply takes one socket round

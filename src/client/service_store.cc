@@ -18,6 +18,10 @@ constexpr auto kRetry = std::chrono::milliseconds(200);
 // TimedOut; past that the client says it.
 constexpr auto kGetGrace = std::chrono::milliseconds(50);
 
+int64_t MonotonicNs(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+
 uint64_t TotalOf(std::span<const Fragment> f) {
   uint64_t n = 0;
   for (const Fragment& x : f) n += x.size;
@@ -90,7 +94,7 @@ Clock::time_point ServiceStore::OpDeadline() const {
   return Clock::now() + std::chrono::milliseconds(opt_.client.op_timeout_ms);
 }
 
-Clock::duration ServiceStore::BatchLandingMargin() const {
+Clock::duration ServiceStore::LandingMargin() const {
   return std::min<Clock::duration>(std::chrono::seconds(5), std::chrono::milliseconds(opt_.client.op_timeout_ms) / 4);
 }
 
@@ -192,6 +196,10 @@ void ServiceStore::SubmitPut(NamespaceId ns, std::string_view key, std::span<con
   req.ns = ns;
   req.key.assign(key);
   req.blocking = blocking;
+  // The service reads registered memory itself: past this it starts no
+  // longer, so a reply this client gave up on cannot be followed by a read of
+  // memory its caller has reused.
+  req.start_by_ns = MonotonicNs(deadline - LandingMargin());
   req.payload = std::move(frags);
   wire::WireWriter w;
   wire::Encode(w, req);
@@ -244,8 +252,15 @@ void ServiceStore::SubmitGet(NamespaceId ns, std::string_view key, std::span<con
   auto ch = Live();
   if (!ch.ok()) return finish(ch.status());
   const Clock::time_point now = Clock::now();
+  // The service writes registered memory itself, so it must be done with
+  // `out` before this client stops waiting for its reply: a caller's
+  // deadline (after which the store never touches `out`) is kept before the
+  // reply timeout, and without one the service starts no read after the
+  // landing margin before it (a read under way then has the margin to land).
+  const Clock::time_point reply_by = OpDeadline();
+  if (deadline != kNoDeadline) deadline = std::min(deadline, reply_by - kGetGrace);
   if (deadline <= now) return finish(Status::TimedOut("get deadline passed before it was sent"));
-  const Clock::time_point op_deadline = std::min(OpDeadline(), deadline == kNoDeadline ? kNoDeadline : deadline + kGetGrace);
+  const Clock::time_point op_deadline = deadline == kNoDeadline ? reply_by : deadline + kGetGrace;
   const uint64_t cap = TotalOf(out);
   std::vector<wire::WireFragment> frags;
   bool shared = !out.empty() && out.size() <= wire::kMaxFragments;
@@ -275,9 +290,8 @@ void ServiceStore::SubmitGet(NamespaceId ns, std::string_view key, std::span<con
   req.key.assign(key);
   // CLOCK_MONOTONIC is one clock for every process on the machine: the
   // service's store stops touching `out` at this very instant.
-  req.deadline_ns = deadline == kNoDeadline
-                        ? -1
-                        : std::chrono::duration_cast<std::chrono::nanoseconds>(deadline.time_since_epoch()).count();
+  req.deadline_ns = deadline == kNoDeadline ? -1 : MonotonicNs(deadline);
+  req.start_by_ns = deadline == kNoDeadline ? MonotonicNs(reply_by - LandingMargin()) : -1;
   req.out = std::move(frags);
   wire::WireWriter w;
   wire::Encode(w, req);
@@ -397,10 +411,10 @@ std::vector<Result<size_t>> ServiceStore::GetBatch(NamespaceId ns, std::span<con
     // between the two keeps a reply that trails a slow device from landing
     // after this call has handed the memory back to its caller.
     const Clock::time_point reply_by = OpDeadline();
-    const Clock::time_point start_by = std::min(deadline, reply_by - BatchLandingMargin());
+    const Clock::time_point start_by = std::min(deadline, reply_by - LandingMargin());
     wire::GetBatchRequest req;
     req.ns = ns;
-    req.deadline_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(start_by.time_since_epoch()).count();
+    req.deadline_ns = MonotonicNs(start_by);
     std::vector<size_t> which(idx.begin() + first, idx.begin() + last);
     std::vector<uint64_t> at;  // each staged item's offset in the extent
     uint64_t off = 0;

@@ -112,9 +112,10 @@ class ServiceStore final : public Store {
   Result<std::shared_ptr<Channel>> Live();
   Status Replay(Channel& ch) REQUIRES(mu_);
   Clock::time_point OpDeadline() const;
-  // How long before a get_batch's reply is given up the service must stop
-  // starting its reads: the time left for those under way to land.
-  Clock::duration BatchLandingMargin() const;
+  // How long before the reply to a request that reads or writes the
+  // client's memory (put, get, get_batch) is given up the service must stop
+  // starting on that memory: the time left for work under way to land.
+  Clock::duration LandingMargin() const;
   Result<std::string> Call(wire::Op op, const wire::WireWriter& body, Clock::time_point deadline);
   // remove_batch, contains_batch or touch_batch over `keys`, in pieces;
   // `flags` (may be null for removes and touches) gets a flag per key.

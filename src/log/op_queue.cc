@@ -12,7 +12,8 @@ Status OpQueue::Init() {
   return Status::OK();
 }
 
-Status OpQueue::Reserve(WriteOp* op, uint64_t ring_bytes, uint64_t borrowed, bool blocking) {
+Status OpQueue::Reserve(WriteOp* op, uint64_t ring_bytes, uint64_t borrowed, bool blocking,
+                        Clock::time_point room_by) {
   MutexLock l(&mu_);
   for (;;) {
     if (closing_) return Status::Closed("store is closing");
@@ -25,7 +26,12 @@ Status OpQueue::Reserve(WriteOp* op, uint64_t ring_bytes, uint64_t borrowed, boo
       if (op->alloc.data != nullptr) break;
     }
     if (!blocking) return Status::NotAdmitted("write queue full");
-    l.Wait(space_cv_);
+    if (room_by == kNoDeadline) {
+      l.Wait(space_cv_);
+    } else {
+      if (Clock::now() >= room_by) return Status::TimedOut("no room in the write queue before the put's start deadline");
+      (void)l.WaitUntil(space_cv_, room_by);  // then looks for room once more
+    }
   }
   op->alloc_id = next_alloc_id_++;
   slots_.push_back(Slot{op->alloc_id, op->alloc, false});

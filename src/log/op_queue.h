@@ -37,8 +37,10 @@ class OpQueue {
   Status Init();  // maps the ring
   // Reserves `ring_bytes` of the ring for `op` (op->dense picks the
   // alignment) and counts `borrowed` payload bytes in flight. Waits for
-  // room when `blocking`, else answers NotAdmitted; Closed once closing.
-  Status Reserve(WriteOp* op, uint64_t ring_bytes, uint64_t borrowed, bool blocking);
+  // room when `blocking` (TimedOut once `room_by` passes), else answers
+  // NotAdmitted; Closed once closing.
+  Status Reserve(WriteOp* op, uint64_t ring_bytes, uint64_t borrowed, bool blocking,
+                 Clock::time_point room_by = kNoDeadline);
   // True when a put of `payload_bytes` (ring or borrowed, with room for its
   // header and tail pages) would be reserved now without waiting. A hint:
   // another put may take the room first.

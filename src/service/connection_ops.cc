@@ -56,6 +56,10 @@ bool Connection::Parsed(const wire::FrameHeader& h, const Status& st) {
 void Connection::OnPut(const wire::FrameHeader& h, std::string_view body) {
   wire::PutRequest req;
   if (!Parsed(h, wire::Parse(body, &req))) return;
+  // Past it the client has stopped waiting and may reuse the payload's
+  // memory: nothing may be read from it any more.
+  const Clock::time_point start_by = DeadlineOf(req.start_by_ns);
+  if (Clock::now() >= start_by) return Reply(h, Status::TimedOut("put deadline passed before the service reached it"));
   Status st = CheckNamespace(req.ns);
   auto res = st.ok() ? Resolve(req.payload, /*for_output=*/false) : Result<Resolved>(st);
   if (!res.ok()) return Reply(h, res.status());
@@ -82,12 +86,12 @@ void Connection::OnPut(const wire::FrameHeader& h, std::string_view body) {
     // are still read.
     if (sink->WriteQueueHasRoom(bytes)) {
       return sink->PutInternal(ns, req.key, resolved->in, RamTier::Pin(), /*blocking=*/true, std::move(done),
-                               nullptr, /*borrow=*/true);
+                               nullptr, /*borrow=*/true, start_by);
     }
     ++core_->pooled_puts;
-    core_->puts.Submit(id_, [sink, ns, key = std::move(req.key), resolved, done = std::move(done)]() mutable {
+    core_->puts.Submit(id_, [sink, ns, key = std::move(req.key), resolved, done = std::move(done), start_by]() mutable {
       sink->PutInternal(ns, key, resolved->in, RamTier::Pin(), /*blocking=*/true, std::move(done), nullptr,
-                        /*borrow=*/true);
+                        /*borrow=*/true, start_by);
     });
     return;
   }
@@ -109,7 +113,8 @@ void Connection::OnGet(const wire::FrameHeader& h, std::string_view body) {
   auto resolved = std::make_shared<Resolved>(std::move(res).value());
   const NamespaceId ns = req.ns;
   const Clock::time_point deadline = DeadlineOf(req.deadline_ns);
-  auto get = [self, h, ns, key = std::move(req.key), resolved, deadline] {
+  const Clock::time_point start_by = DeadlineOf(req.start_by_ns);
+  auto get = [self, h, ns, key = std::move(req.key), resolved, deadline, start_by] {
     GetCallback done = [self, h, ns, resolved](Result<size_t> got) {
       self->core_->access.CountGet(ns, got.ok(), got.ok() ? *got : 0);
       wire::WireWriter w;
@@ -118,9 +123,13 @@ void Connection::OnGet(const wire::FrameHeader& h, std::string_view body) {
       self->Finish(0);
     };
     // Past its deadline the client may have reused `out`: never touch it.
-    if (deadline != kNoDeadline && Clock::now() >= deadline)
+    if (Clock::now() >= std::min(deadline, start_by))
       return done(Status::TimedOut("get deadline passed before the service reached it"));
-    self->core_->store->GetAsync(ns, key, resolved->out, deadline, std::move(done));
+    // A start deadline alone lets a read under way land in `out` directly;
+    // a store that cannot tell the two gets the stricter one.
+    if (deadline == kNoDeadline && start_by != kNoDeadline && self->core_->sink != nullptr)
+      return self->core_->sink->GetStartingBy(ns, key, resolved->out, start_by, std::move(done));
+    self->core_->store->GetAsync(ns, key, resolved->out, std::min(deadline, start_by), std::move(done));
   };
   // A small get costs less than the hand-over; a large one is a copy that
   // would hold up this client's later requests, if it has sent any (a

@@ -123,7 +123,10 @@ class StoreImpl final : public Store, public BlockSink {
   RamTier* ram_tier() override { return ram_.get(); }
   void PutInternal(NamespaceId ns, std::string_view key, std::span<const Fragment> payload,
                    RamTier::Pin reservation, bool blocking, PutCallback done,
-                   const uint64_t* checksum = nullptr, bool borrow = false) override;
+                   const uint64_t* checksum = nullptr, bool borrow = false,
+                   Clock::time_point start_by = kNoDeadline) override;
+  void GetStartingBy(NamespaceId ns, std::string_view key, std::span<const MutableFragment> out,
+                     Clock::time_point start_by, GetCallback done) override;
   bool WriteQueueHasRoom(uint64_t payload_bytes) override { return ops_.HasRoomFor(payload_bytes); }
   void CountRamHits(uint64_t blocks, uint64_t bytes) override {
     c_.gets.Add(blocks);
@@ -142,9 +145,10 @@ class StoreImpl final : public Store, public BlockSink {
   // (payload must describe its pieces), which is committed instead of copied.
   // `borrow`: the caller keeps the payload valid until `done` runs, so it
   // may be written from where it is.
+  // A blocking put waits for room in the write queue until `start_by`.
   void SubmitPut(NamespaceId ns, std::string_view key, std::span<const Fragment> payload,
                  bool blocking, bool borrow, PutCallback done, RamTier::Pin* reserved = nullptr,
-                 const uint64_t* checksum = nullptr);
+                 const uint64_t* checksum = nullptr, Clock::time_point start_by = kNoDeadline);
   // The record filled in and checksummed, on the caller's thread.
   void FillRecord(WriteOp* op, size_t key_len, std::span<const Fragment> source, const RecordPlan& plan,
                   const WritePlan& w, const uint64_t* checksum);

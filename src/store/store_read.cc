@@ -15,6 +15,14 @@ void StoreImpl::GetAsync(NamespaceId ns, std::string_view key, std::span<const M
   ReadFromDisk(ns, key, out, deadline, std::move(done));
 }
 
+void StoreImpl::GetStartingBy(NamespaceId ns, std::string_view key, std::span<const MutableFragment> out,
+                              Clock::time_point start_by, GetCallback done) {
+  if (StartGet(ns, key, out, done)) return;
+  auto op = NewReadOp(ns, key, out, kNoDeadline, std::move(done));
+  op->start_by = start_by;  // once started, a read may land straight in `out`
+  SubmitRead(op);
+}
+
 bool StoreImpl::StartGet(NamespaceId ns, std::string_view key, std::span<const MutableFragment> out,
                          GetCallback& done) {
   c_.gets.Add();
@@ -69,7 +77,7 @@ void StoreImpl::SubmitRead(const std::shared_ptr<ReadOp>& op, ReadPool::WhenFull
     case ReadPool::Admit::kFull:
       c_.misses.Add();
       c_.get_deadline_misses.Add();
-      op->done(Status::TimedOut(op->start_by <= Clock::now() ? "get_batch deadline passed while the read queue was full"
+      op->done(Status::TimedOut(op->start_by <= Clock::now() ? "the get's start deadline passed while the read queue was full"
                                                              : "read queue full: treat as a miss"));
       return;
     case ReadPool::Admit::kQueued:

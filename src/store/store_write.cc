@@ -74,9 +74,10 @@ uint64_t ChecksumOf(std::span<const Fragment> payload) {
 
 void StoreImpl::SubmitPut(NamespaceId ns, std::string_view key, std::span<const Fragment> payload,
                           bool blocking, bool borrow, PutCallback done, RamTier::Pin* reserved,
-                          const uint64_t* checksum) {
+                          const uint64_t* checksum, Clock::time_point start_by) {
   if (opt_.read_only) return FinishPut(done, Status::NotSupported("store opened read-only"));
   const Clock::time_point submitted = Clock::now();
+  if (submitted >= start_by) return FinishPut(done, Status::TimedOut("the put's start deadline passed before it started"));
   uint64_t payload_len = 0;
   for (const Fragment& f : payload) {
     if (f.data == nullptr && f.size != 0)
@@ -122,10 +123,11 @@ void StoreImpl::SubmitPut(NamespaceId ns, std::string_view key, std::span<const 
   WriteOp op;
   op.flags = plan.flags;
   op.rec_bytes = plan.rec_bytes;
-  st = ops_.Reserve(&op, w.ring_bytes, w.borrowed, blocking);
+  st = ops_.Reserve(&op, w.ring_bytes, w.borrowed, blocking, start_by);
   if (!st.ok()) {
     admission_->Refund(payload_len);
     if (st.code() == Code::kNotAdmitted) c_.puts_not_admitted.Add();
+    if (st.code() == Code::kTimedOut) c_.puts_failed.Add();
     return FinishPut(done, st);
   }
   // Fill and checksum outside the lock: on the caller's thread, in parallel
@@ -240,11 +242,11 @@ void StoreImpl::PutAsyncBorrowed(NamespaceId ns, std::string_view key, std::span
 
 void StoreImpl::PutInternal(NamespaceId ns, std::string_view key, std::span<const Fragment> payload,
                             RamTier::Pin reservation, bool blocking, PutCallback done,
-                            const uint64_t* checksum, bool borrow) {
-  if (!reservation) return SubmitPut(ns, key, payload, blocking, borrow, std::move(done), nullptr, checksum);
+                            const uint64_t* checksum, bool borrow, Clock::time_point start_by) {
+  if (!reservation) return SubmitPut(ns, key, payload, blocking, borrow, std::move(done), nullptr, checksum, start_by);
   std::vector<Fragment> frags;
   for (const RamTier::Piece& p : reservation.pieces()) frags.push_back(Fragment{p.data, p.size});
-  SubmitPut(ns, key, frags, blocking, /*borrow=*/false, std::move(done), &reservation, checksum);
+  SubmitPut(ns, key, frags, blocking, /*borrow=*/false, std::move(done), &reservation, checksum, start_by);
 }
 
 Status StoreImpl::RunOnWriter(WriteOp op) {

@@ -17,12 +17,14 @@ void Encode(WireWriter& w, const PutRequest& r) {
   w.U64(r.ns);
   w.Bytes(r.key);
   w.U8(r.blocking ? 1 : 0);
+  w.I64(r.start_by_ns);
   w.Fragments(r.payload);
 }
 void Encode(WireWriter& w, const GetRequest& r) {
   w.U64(r.ns);
   w.Bytes(r.key);
   w.I64(r.deadline_ns);
+  w.I64(r.start_by_ns);
   w.Fragments(r.out);
 }
 void Encode(WireWriter& w, const GetBatchRequest& r) {
@@ -107,6 +109,8 @@ Status Parse(std::string_view body, PutRequest* out) {
   const uint8_t flags = r.U8();
   if (flags > 1) r.Fail();
   out->blocking = flags == 1;
+  out->start_by_ns = r.I64();
+  if (out->start_by_ns < -1) r.Fail();
   out->payload = r.Fragments();
   if (out->payload.empty()) r.Fail();
   return r.Finish("put");
@@ -117,6 +121,8 @@ Status Parse(std::string_view body, GetRequest* out) {
   out->key = Key(r);
   out->deadline_ns = r.I64();
   if (out->deadline_ns < -1) r.Fail();
+  out->start_by_ns = r.I64();
+  if (out->start_by_ns < -1) r.Fail();
   out->out = r.Fragments();
   if (out->out.empty()) r.Fail();
   return r.Finish("get");

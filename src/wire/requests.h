@@ -45,12 +45,18 @@ struct PutRequest {
   NamespaceId ns = 0;
   std::string key;
   bool blocking = false;  // wait for room in the write queue (else NotAdmitted)
+  // CLOCK_MONOTONIC instant after which the service no longer starts reading
+  // `payload` (the put completes TimedOut); -1: none.
+  int64_t start_by_ns = -1;
   std::vector<WireFragment> payload;
 };
 struct GetRequest {
   NamespaceId ns = 0;
   std::string key;
   int64_t deadline_ns = -1;  // CLOCK_MONOTONIC instant; -1: none
+  // As GetBatchRequest's deadline: no read starts after it, and one under
+  // way completes (it may write `out` directly); -1: none.
+  int64_t start_by_ns = -1;
   std::vector<WireFragment> out;
 };
 struct GetBatchRequest {

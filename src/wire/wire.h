@@ -43,8 +43,9 @@ inline constexpr uint32_t kWireMagic = 0x5653564B;
 // puts' phase times; 7: map_tier, pin_tier and unpin_tier; 8: remove_batch
 // and contains_batch; 9: touch_batch; 10: Stats carries touches,
 // list_blocks resumes after a (namespace, key), list_namespaces says
-// whether to count blocks.
-inline constexpr uint16_t kWireVersion = 10;
+// whether to count blocks; 11: put and get carry a start deadline, after
+// which the service no longer starts reading or writing the client's memory.
+inline constexpr uint16_t kWireVersion = 11;
 inline constexpr size_t kHeaderBytes = 24;
 inline constexpr uint32_t kMaxBodyBytes = 4u << 20;
 inline constexpr uint32_t kMaxFragments = 64;     // per put or get

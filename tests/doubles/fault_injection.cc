@@ -79,6 +79,7 @@ struct FaultInjectionFileSystem::State {
   mutable std::mutex mu;
   std::optional<uint64_t> free_space;  // guarded by mu
   std::function<void(const std::string&)> before_read;  // guarded by mu
+  std::function<void(const std::string&)> before_write;  // guarded by mu
   std::array<PerOp, kNumFaultOps> ops;
   std::mt19937_64 rng;
 };
@@ -117,7 +118,15 @@ class FaultInjectionFile final : public File {
 
   Status WriteAt(uint64_t offset, const void* buf, size_t n) override {
     const State::Decision d = state_->Check(FaultOp::kWrite, path());
-    if (!d.fail) return base_->WriteAt(offset, buf, n);
+    if (!d.fail) {
+      std::function<void(const std::string&)> hook;
+      {
+        std::lock_guard<std::mutex> lock(state_->mu);
+        hook = state_->before_write;
+      }
+      if (hook) hook(path());
+      return base_->WriteAt(offset, buf, n);
+    }
     if (d.short_transfer) {
       const size_t half = Half(n);
       if (half > 0) KVTIER_RETURN_IF_ERROR(base_->WriteAt(offset, buf, half));
@@ -290,6 +299,11 @@ void FaultInjectionFileSystem::SetFreeSpace(std::optional<uint64_t> bytes) {
 void FaultInjectionFileSystem::SetBeforeRead(std::function<void(const std::string&)> hook) {
   std::lock_guard<std::mutex> l(state_->mu);
   state_->before_read = std::move(hook);
+}
+
+void FaultInjectionFileSystem::SetBeforeWrite(std::function<void(const std::string&)> hook) {
+  std::lock_guard<std::mutex> l(state_->mu);
+  state_->before_write = std::move(hook);
 }
 
 #undef KVTIER_FAULT_

@@ -122,6 +122,8 @@ class FaultInjectionFileSystem final : public FileSystem {
   // fail, on the reading thread (a test holds reads there to make a device
   // slow); nullptr removes it.
   void SetBeforeRead(std::function<void(const std::string&)> hook);
+  // The same before every write that is not made to fail.
+  void SetBeforeWrite(std::function<void(const std::string&)> hook);
 
   // Calls of `op` seen (failed or not) since construction or ResetCounts().
   uint64_t Calls(FaultOp op) const;

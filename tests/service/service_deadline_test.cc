@@ -2,7 +2,9 @@
 // after it, and answers only once the reads under way have landed, so the
 // client's memory (registered with the store, which the service writes
 // itself) is never written after the client's call has returned. Without a
-// caller's deadline the same holds for the client's own reply timeout.
+// caller's deadline the same holds for the client's own reply timeout, and
+// for lone gets and puts: a put the service has not started when the client
+// stops waiting never reads the memory its caller then reuses.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -14,7 +16,7 @@
 #include <vector>
 
 #include "doubles/fault_injection.h"
-#include "doubles/read_gate.h"
+#include "doubles/io_gate.h"
 #include "service/service_util.h"
 
 namespace kvtier::testing {
@@ -75,8 +77,8 @@ struct GatedService {
 // "device" until `open_at`; says whether the call returned before that.
 std::vector<Result<size_t>> HeldBatch(GatedService& g, Clock::time_point deadline, Clock::time_point open_at,
                                       bool* returned_early) {
-  ReadGate gate;
-  gate.Install(*g.fs);
+  IoGate gate;
+  gate.HoldReads(*g.fs);
   std::atomic<bool> returned{false};
   auto batch = std::async(std::launch::async, [&] {
     auto r = g.client->GetBatch(g.ns, g.items, deadline);
@@ -134,6 +136,88 @@ TEST(ServiceGetBatchDeadline, TheClientsReplyTimeoutBoundsWhenTheServiceStartsRe
   for (int i = 0; i < kBlocks; ++i) {
     ASSERT_TRUE(res[i].ok()) << i << ": " << res[i].status().ToString();
     EXPECT_TRUE(g.Holds(i)) << i;
+  }
+}
+
+// A lone get with no deadline of its own, queued behind a read the "device"
+// holds past the client's reply timeout (2 s here): the client tells the
+// service to start it by the timeout less the landing margin, so it misses
+// and its memory stays as it was, also once the device is quick again.
+// (The held read itself was under way: it lands when the device lets it,
+// which only a device slower than the margin makes late.)
+TEST(ServiceGetDeadline, ALoneGetNotStartedBeforeTheClientGivesUpNeverWritesItsMemory) {
+  TempDir dir;
+  ServiceClientOptions co;
+  co.op_timeout_ms = 2000;
+  GatedService g(dir.path(), co);
+  const auto t0 = Clock::now();
+  IoGate gate;
+  gate.HoldReads(*g.fs);
+  auto first = std::async(std::launch::async, [&] { return g.client->Get(g.ns, g.keys[0], {&g.frags[0], 1}); });
+  ASSERT_TRUE(gate.WaitHeld(1));
+  auto second = std::async(std::launch::async, [&] { return g.client->Get(g.ns, g.keys[1], {&g.frags[1], 1}); });
+  std::this_thread::sleep_until(t0 + std::chrono::milliseconds(2300));
+  gate.Open();
+  auto r1 = first.get();
+  auto r2 = second.get();
+  EXPECT_EQ(r2.status().code(), Code::kTimedOut) << r2.status().ToString();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // what a late read would take to land
+  EXPECT_TRUE(g.Untouched(1)) << "the service wrote a get's memory after the client had given up on it";
+  g.fs->SetBeforeRead(nullptr);
+  // Quick again: the same get lands.
+  auto again = g.client->Get(g.ns, g.keys[1], {&g.frags[1], 1});
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_TRUE(g.Holds(1));
+  (void)r1;
+}
+
+// A put from registered memory that waits for room in a full write queue
+// (the record ahead of it held on the "device") past the client's reply
+// timeout: the service refuses it once its start deadline passes, so when
+// the caller reuses the memory (as an engine does after a failed put), the
+// new bytes never land under the old key.
+TEST(ServicePutDeadline, APutNotStartedBeforeTheClientGivesUpNeverReadsItsMemory) {
+  TempDir dir;
+  auto fs = std::make_shared<FaultInjectionFileSystem>(DefaultFileSystem(IoBackend::kPosix));
+  Options o = SmallOptions();
+  o.file_system = fs;
+  o.write_queue_bytes = 1 << 20;  // room for one of these records, not two
+  constexpr size_t kPut = 600000;
+  ServedStore served(dir.path(), ServiceOptions{}, o);
+  ServiceClientOptions co;
+  co.op_timeout_ms = 2000;
+  auto client = served.Client(co);
+  const NamespaceId ns = client->RegisterNamespace(TestSpec()).value();
+  SharedBuffer buf(2 * kPut);
+  ASSERT_NE(buf.mem, nullptr);
+  const auto a = Payload(ns, "a", kPut), b = Payload(ns, "b", kPut), reused = Payload(ns, "b", kPut, 7);
+  std::memcpy(buf.mem, a.data(), kPut);
+  std::memcpy(buf.mem + kPut, b.data(), kPut);
+  ASSERT_TRUE(client->RegisterMemory(buf.mem, buf.bytes, buf.fd, 0).ok());
+  const auto t0 = Clock::now();
+  IoGate gate;
+  gate.HoldWrites(*fs);
+  auto put_a = std::async(std::launch::async, [&] { return client->Put(ns, "a", buf.mem, kPut); });
+  ASSERT_TRUE(gate.WaitHeld(1));
+  Status put_b = client->Put(ns, "b", buf.mem + kPut, kPut);
+  EXPECT_EQ(put_b.code(), Code::kTimedOut) << put_b.ToString();
+  std::memcpy(buf.mem + kPut, reused.data(), kPut);  // the caller reuses its memory
+  std::this_thread::sleep_until(t0 + std::chrono::milliseconds(2300));
+  gate.Open();
+  (void)put_a.get();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // what a late put would take to be queued
+  ASSERT_TRUE(client->Flush().ok());
+  fs->SetBeforeWrite(nullptr);
+  std::vector<uint8_t> got(kPut);
+  auto r = client->Get(ns, "b", got.data(), got.size());
+  EXPECT_FALSE(r.ok()) << "a put the client gave up on stored the bytes its caller wrote afterwards";
+  if (r.ok()) {
+    EXPECT_NE(0, std::memcmp(got.data(), reused.data(), kPut));
+  }
+  // The record ahead of it is whole either way.
+  auto ra = client->Get(ns, "a", got.data(), got.size());
+  if (ra.ok()) {
+    EXPECT_EQ(0, std::memcmp(got.data(), a.data(), kPut));
   }
 }
 

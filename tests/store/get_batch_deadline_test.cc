@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "doubles/fault_injection.h"
-#include "doubles/read_gate.h"
+#include "doubles/io_gate.h"
 #include "kvtier/store.h"
 #include "store/store_test_util.h"
 
@@ -96,8 +96,8 @@ TEST(GetBatchDeadline, AFarDeadlineReadsEverything) {
 TEST(GetBatchDeadline, ReadsNotStartedMissAndTheCallWaitsForTheOneOnTheDevice) {
   testing::TempDir dir;
   GatedStore g(dir.Sub("store"), 6);
-  testing::ReadGate gate;
-  gate.Install(*g.fs);
+  testing::IoGate gate;
+  gate.HoldReads(*g.fs);
   const auto deadline = Clock::now() + std::chrono::milliseconds(300);
   std::atomic<bool> returned{false};
   auto batch = std::async(std::launch::async, [&] {

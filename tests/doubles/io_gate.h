@@ -1,8 +1,9 @@
-// ReadGate: holds the store's segment reads at the I/O seam until the test
-// opens it, so a test can put a read "on the device" for as long as it
-// likes (FaultInjectionFileSystem::SetBeforeRead). Index reads pass.
-#ifndef KVTIER_TESTS_DOUBLES_READ_GATE_H_
-#define KVTIER_TESTS_DOUBLES_READ_GATE_H_
+// IoGate: holds the store's segment reads, or its segment writes, at the I/O
+// seam until the test opens it, so a test can keep an I/O "on the device" for
+// as long as it likes (FaultInjectionFileSystem::SetBeforeRead and
+// SetBeforeWrite). The index's I/O passes.
+#ifndef KVTIER_TESTS_DOUBLES_IO_GATE_H_
+#define KVTIER_TESTS_DOUBLES_IO_GATE_H_
 
 #include <chrono>
 #include <condition_variable>
@@ -14,22 +15,28 @@
 
 namespace kvtier::testing {
 
-class ReadGate {
+class IoGate {
  public:
   // Holds `fs`'s segment reads from now on; the gate must outlive its use
   // there (Open, then the store closed, before it goes).
-  void Install(FaultInjectionFileSystem& fs) {
+  void HoldReads(FaultInjectionFileSystem& fs) {
     fs.SetBeforeRead([this](const std::string& path) {
       if (path.find("segments") != std::string::npos) Hold();
     });
   }
-  // Lets every held read and every later one through.
+  // The same for segment writes.
+  void HoldWrites(FaultInjectionFileSystem& fs) {
+    fs.SetBeforeWrite([this](const std::string& path) {
+      if (path.find("segments") != std::string::npos) Hold();
+    });
+  }
+  // Lets every held I/O and every later one through.
   void Open() {
     std::lock_guard<std::mutex> l(mu_);
     open_ = true;
     cv_.notify_all();
   }
-  // Waits (bounded) until `n` reads are held.
+  // Waits (bounded) until `n` I/Os are held.
   bool WaitHeld(int n, std::chrono::milliseconds limit = std::chrono::seconds(10)) {
     std::unique_lock<std::mutex> l(mu_);
     return cv_.wait_for(l, limit, [&] { return held_ >= n; });
@@ -55,4 +62,4 @@ class ReadGate {
 
 }  // namespace kvtier::testing
 
-#endif  // KVTIER_TESTS_DOUBLES_READ_GATE_H_
+#endif  // KVTIER_TESTS_DOUBLES_IO_GATE_H_
