@@ -49,7 +49,8 @@ void Connection::ReadLoop() {
     // Idle clients may wait as long as they like between frames; inside a
     // frame the socket's timeout applies.
     wire::Frame f;
-    Status st = frames_.Next(&f);
+    Status st;
+    if (!PollForNext(&f, &st)) st = frames_.Next(&f);
     if (st.code() == Code::kClosed) break;
     if (!st.ok()) {
       if (st.code() == Code::kInvalidArgument || st.code() == Code::kNotSupported) ++core_->malformed;
@@ -87,6 +88,54 @@ void Connection::ReadLoop() {
   finished_.store(true);
 }
 
+namespace {
+// How long after a reply the client's next request is still expected soon:
+// a few of its round trips.
+constexpr auto kAnsweredWindow = std::chrono::microseconds(200);
+
+int64_t SteadyNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+}
+
+void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  for (int i = 0; i < 16; ++i) __builtin_ia32_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+}  // namespace
+
+bool Connection::PollForNext(wire::Frame* f, Status* st) {
+  if (core_->spin_us == 0) return false;
+  auto expected = [&](int64_t now_ns) {
+    return busy_.load(std::memory_order_relaxed) > 0 ||
+           now_ns - answered_ns_.load(std::memory_order_relaxed) <
+               std::chrono::duration_cast<std::chrono::nanoseconds>(kAnsweredWindow).count();
+  };
+  if (!expected(SteadyNs())) return false;
+  if (core_->spinning.fetch_add(1) >= core_->max_spinning) {  // enough cores poll already
+    core_->spinning.fetch_sub(1);
+    return false;
+  }
+  const int64_t until = SteadyNs() + int64_t{core_->spin_us} * 1000;
+  bool got = false;
+  for (;;) {
+    Result<bool> r = frames_.TryNext(f);
+    if (!r.ok() || *r) {
+      *st = r.ok() ? Status::OK() : r.status();
+      if (r.ok()) ++core_->polled;
+      got = true;
+      break;
+    }
+    const int64_t now = SteadyNs();
+    if (now >= until || !expected(now)) break;
+    CpuRelax();
+  }
+  core_->spinning.fetch_sub(1);
+  return got;
+}
+
 void Connection::WriteLoop() {
   for (;;) {
     std::string batch;
@@ -116,6 +165,7 @@ void Connection::WriteLoop() {
 }
 
 void Connection::Send(std::string frame) {
+  answered_ns_.store(SteadyNs(), std::memory_order_relaxed);
   {
     MutexLock l(&out_mu_);
     if (out_closed_) return;
@@ -210,6 +260,7 @@ bool Connection::Admit(uint64_t bytes, bool is_put) {
   // One put is always let through, so that no size can starve.
   if (is_put && inflight_bytes_ > 0 && inflight_bytes_ + bytes > core_->opt.max_client_inflight_bytes) return false;
   ++inflight_requests_;
+  busy_.fetch_add(1, std::memory_order_relaxed);
   if (is_put) inflight_bytes_ += bytes;
   return true;
 }
@@ -217,6 +268,7 @@ bool Connection::Admit(uint64_t bytes, bool is_put) {
 void Connection::Finish(uint64_t bytes) {
   MutexLock l(&inflight_mu_);
   inflight_bytes_ -= bytes;
+  busy_.fetch_sub(1, std::memory_order_relaxed);
   if (--inflight_requests_ == 0) idle_cv_.notify_all();
 }
 

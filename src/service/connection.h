@@ -14,6 +14,7 @@
 #ifndef KVTIER_SRC_SERVICE_CONNECTION_H_
 #define KVTIER_SRC_SERVICE_CONNECTION_H_
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -46,6 +47,12 @@ struct ServerCore {
   NamespaceAccess access;
   WorkPool puts{4};  // blocking puts waiting for the write queue
   WorkPool gets;     // gets of large blocks (their copies out of the RAM tier)
+  // ServiceOptions::reader_spin_us resolved, and how many readers may poll
+  // at once; `spinning` counts those that do.
+  const uint32_t spin_us;
+  const uint32_t max_spinning;
+  std::atomic<uint32_t> spinning{0};
+  std::atomic<uint64_t> polled{0};  // frames a polling reader caught
   std::atomic<uint64_t> requests{0}, malformed{0}, over_cap{0}, regions{0}, pooled_gets{0},
       pooled_puts{0};
   std::atomic<uint64_t> populated{0};  // bytes of clients' regions mapped ahead of use
@@ -58,9 +65,12 @@ struct ServerCore {
   void Log(const std::string& line) const;
 
   ServerCore(Store* s, const ServiceOptions& o, uid_t self)
-      : store(s), sink(BlockSinkOf(s)), opt(o), access(o.tenancy, self), gets(GetThreads()) {}
+      : store(s), sink(BlockSinkOf(s)), opt(o), access(o.tenancy, self), gets(GetThreads()),
+        spin_us(SpinMicros(o.reader_spin_us)), max_spinning(std::clamp(Cores() / 8, 1u, 4u)) {}
   // One per core, at most 16: a copy out of memory takes one core.
   static unsigned GetThreads();
+  static unsigned Cores();
+  static uint32_t SpinMicros(int32_t asked);
   // Last: stopped first, before the counters its jobs add to.
   WorkPool populate{1};
 };
@@ -85,6 +95,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   };
 
   void ReadLoop();
+  // The next frame polled for while this client waits for a reply or was
+  // just answered (ServiceOptions::reader_spin_us): true with `*st` set when
+  // the poll ended on a frame or an error, false to wait for it asleep.
+  bool PollForNext(wire::Frame* f, Status* st);
   void WriteLoop();
   // Answers one frame; a non-OK status closes the connection.
   Status Handle(wire::Frame& f);
@@ -146,6 +160,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::condition_variable idle_cv_;
   uint64_t inflight_bytes_ GUARDED_BY(inflight_mu_) = 0;
   uint64_t inflight_requests_ GUARDED_BY(inflight_mu_) = 0;
+  // For the reader's poll, without the lock: requests in the store, and
+  // when the last reply was sent (steady clock, ns).
+  std::atomic<uint64_t> busy_{0};
+  std::atomic<int64_t> answered_ns_{0};
 
   // One sender at a time on the socket, claimed with `sending_`. A reply
   // with nothing queued before it goes out on the thread that made it: the

@@ -32,6 +32,15 @@ unsigned ServerCore::GetThreads() {
   return std::clamp(std::thread::hardware_concurrency(), 2u, 16u);
 }
 
+unsigned ServerCore::Cores() {
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+uint32_t ServerCore::SpinMicros(int32_t asked) {
+  if (asked >= 0) return static_cast<uint32_t>(asked);
+  return Cores() >= 8 ? 3000 : 0;
+}
+
 namespace {
 // Gets of at least this many bytes run on the pool (WorkPool): a copy of
 // 64 KiB takes a few microseconds, about what handing it over costs.

@@ -712,5 +712,36 @@ TEST_F(ServiceTest, AutoStartsAnotherServiceWhenTheFirstFindsTheStoreStillHeld) 
   EXPECT_TRUE((*s)->Put(ns, Key(1), p.data(), p.size()).ok());
 }
 
+// While a client waits for its reply, its connection's reader polls the
+// socket for the next request instead of sleeping (reader_spin_us), and
+// requests it catches that way are served as any other; with 0 it never
+// polls.
+TEST_F(ServiceTest, AReaderPollsForTheNextRequestOnlyWhenAskedTo) {
+  for (int32_t spin : {20000, 0}) {
+    SCOPED_TRACE(spin);
+    TempDir dir;
+    ServiceOptions so;
+    so.reader_spin_us = spin;
+    ServedStore served(dir.path(), so);
+    auto c = served.Client();
+    ASSERT_NE(c, nullptr);
+    const NamespaceId ns = c->RegisterNamespace(TestSpec()).value();
+    constexpr int kBlocks = 40;
+    for (int i = 0; i < kBlocks; ++i) {
+      auto p = Payload(ns, Key(i), 8192);
+      ASSERT_TRUE(c->Put(ns, Key(i), p.data(), p.size()).ok()) << i;
+    }
+    for (int i = 0; i < kBlocks; ++i) {
+      std::vector<uint8_t> got(8192);
+      ASSERT_EQ(c->Get(ns, Key(i), got.data(), got.size()).value(), 8192u) << i;
+      EXPECT_EQ(got, Payload(ns, Key(i), 8192)) << i;
+    }
+    const uint64_t polled = served.service()->GetStats().polled_requests;
+    if (spin == 0) EXPECT_EQ(polled, 0u);
+    else EXPECT_GT(polled, uint64_t{kBlocks});  // each put's and get's successor at least
+    c.reset();
+  }
+}
+
 }  // namespace
 }  // namespace kvtier::testing
