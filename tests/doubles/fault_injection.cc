@@ -104,12 +104,7 @@ class FaultInjectionFile final : public File {
   Status ReadAt(uint64_t offset, void* buf, size_t n) override {
     const State::Decision d = state_->Check(FaultOp::kRead, path());
     if (!d.fail) {
-      std::function<void(const std::string&)> hook;
-      {
-        std::lock_guard<std::mutex> lock(state_->mu);
-        hook = state_->before_read;
-      }
-      if (hook) hook(path());
+      RunHook(&State::before_read);
       return base_->ReadAt(offset, buf, n);
     }
     if (d.short_transfer) KVTIER_RETURN_IF_ERROR(PartialRead(offset, buf, n));
@@ -119,12 +114,7 @@ class FaultInjectionFile final : public File {
   Status WriteAt(uint64_t offset, const void* buf, size_t n) override {
     const State::Decision d = state_->Check(FaultOp::kWrite, path());
     if (!d.fail) {
-      std::function<void(const std::string&)> hook;
-      {
-        std::lock_guard<std::mutex> lock(state_->mu);
-        hook = state_->before_write;
-      }
-      if (hook) hook(path());
+      RunHook(&State::before_write);
       return base_->WriteAt(offset, buf, n);
     }
     if (d.short_transfer) {
@@ -156,6 +146,17 @@ class FaultInjectionFile final : public File {
   }
 
  private:
+  // The test's hook before a read or write, if it set one; run outside the
+  // lock, since it may hold the calling thread.
+  void RunHook(std::function<void(const std::string&)> State::*which) {
+    std::function<void(const std::string&)> hook;
+    {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      hook = state_.get()->*which;
+    }
+    if (hook) hook(path());
+  }
+
   Status Fault(FaultOp op) {
     const State::Decision d = state_->Check(op, path());
     return d.fail ? State::Injected(op, path(), d.error) : Status::OK();

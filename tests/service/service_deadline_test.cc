@@ -73,6 +73,14 @@ struct GatedService {
   std::vector<GetItem> items;
 };
 
+// A client that stops waiting for any reply after 2 s: the service is then
+// told to start nothing on its memory after 1.5 s.
+ServiceClientOptions TwoSecondReplies() {
+  ServiceClientOptions co;
+  co.op_timeout_ms = 2000;
+  return co;
+}
+
 // Runs the batch on another thread while the first read is held on the
 // "device" until `open_at`; says whether the call returned before that.
 std::vector<Result<size_t>> HeldBatch(GatedService& g, Clock::time_point deadline, Clock::time_point open_at,
@@ -117,9 +125,7 @@ TEST(ServiceGetBatchDeadline, ReadsNotStartedByTheDeadlineMissAndNothingLandsAft
 // that the reads under way land before the client stops waiting.
 TEST(ServiceGetBatchDeadline, TheClientsReplyTimeoutBoundsWhenTheServiceStartsReads) {
   TempDir dir;
-  ServiceClientOptions co;
-  co.op_timeout_ms = 2000;
-  GatedService g(dir.path(), co);
+  GatedService g(dir.path(), TwoSecondReplies());
   const auto t0 = Clock::now();
   bool early = false;
   auto res = HeldBatch(g, kNoDeadline, t0 + std::chrono::milliseconds(1700), &early);
@@ -147,9 +153,7 @@ TEST(ServiceGetBatchDeadline, TheClientsReplyTimeoutBoundsWhenTheServiceStartsRe
 // which only a device slower than the margin makes late.)
 TEST(ServiceGetDeadline, ALoneGetNotStartedBeforeTheClientGivesUpNeverWritesItsMemory) {
   TempDir dir;
-  ServiceClientOptions co;
-  co.op_timeout_ms = 2000;
-  GatedService g(dir.path(), co);
+  GatedService g(dir.path(), TwoSecondReplies());
   const auto t0 = Clock::now();
   IoGate gate;
   gate.HoldReads(*g.fs);
@@ -184,9 +188,7 @@ TEST(ServicePutDeadline, APutNotStartedBeforeTheClientGivesUpNeverReadsItsMemory
   o.write_queue_bytes = 1 << 20;  // room for one of these records, not two
   constexpr size_t kPut = 600000;
   ServedStore served(dir.path(), ServiceOptions{}, o);
-  ServiceClientOptions co;
-  co.op_timeout_ms = 2000;
-  auto client = served.Client(co);
+  auto client = served.Client(TwoSecondReplies());
   const NamespaceId ns = client->RegisterNamespace(TestSpec()).value();
   SharedBuffer buf(2 * kPut);
   ASSERT_NE(buf.mem, nullptr);
