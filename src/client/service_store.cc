@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "format/record.h"
+#include "util/clock.h"
 #include "util/fragment_walk.h"
 #include "wire/messages.h"
 #include "wire/requests.h"
@@ -17,10 +18,6 @@ constexpr auto kRetry = std::chrono::milliseconds(200);
 // A get's reply may trail its deadline by the time the service takes to say
 // TimedOut; past that the client says it.
 constexpr auto kGetGrace = std::chrono::milliseconds(50);
-
-int64_t MonotonicNs(Clock::time_point t) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
-}
 
 uint64_t TotalOf(std::span<const Fragment> f) {
   uint64_t n = 0;

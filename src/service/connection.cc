@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "format/record.h"
+#include "util/clock.h"
 #include "wire/messages.h"
 #include "wire/requests.h"
 
@@ -93,9 +94,7 @@ namespace {
 // a few of its round trips.
 constexpr auto kAnsweredWindow = std::chrono::microseconds(200);
 
-int64_t SteadyNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
-}
+int64_t SteadyNs() { return MonotonicNs(Clock::now()); }
 
 void CpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -165,7 +164,7 @@ void Connection::WriteLoop() {
 }
 
 void Connection::Send(std::string frame) {
-  answered_ns_.store(SteadyNs(), std::memory_order_relaxed);
+  if (core_->spin_us != 0) answered_ns_.store(SteadyNs(), std::memory_order_relaxed);
   {
     MutexLock l(&out_mu_);
     if (out_closed_) return;
