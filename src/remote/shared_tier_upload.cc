@@ -5,12 +5,13 @@
 // writes before the next began: the cluster sat idle at every boundary
 // (0.58-0.73x of `rados bench write` on the one-node cluster). Here the
 // chunks of every part of a batch of segments stream through one ring of
-// kWriteWindow buffers: a chunk is read back from the local segment while
-// the writes before it are in flight, and a segment is published while the
-// next one's writes keep the cluster busy.
+// buffers: a few chunks are read back from the local segment (ChunkReader)
+// while the writes before them are in flight, and a segment is published
+// while the next one's writes keep the cluster busy.
 #include <algorithm>
 #include <deque>
 
+#include "remote/chunk_reader.h"
 #include "remote/rados_client.h"
 #include "remote/shared_tier.h"
 #include "util/aligned_buffer.h"
@@ -19,6 +20,8 @@ namespace kvtier::remote {
 namespace {
 constexpr size_t kWriteChunk = 4u << 20;  // one RADOS write
 constexpr unsigned kWriteWindow = 16;     // writes in flight, as `rados bench -t 16`
+constexpr size_t kReadAhead = 4;          // chunks read back ahead of the writes
+constexpr unsigned kReadThreads = 2;      // reads of them at once
 }  // namespace
 
 struct SharedTier::PendingUpload {
@@ -80,13 +83,30 @@ Status SharedTier::UploadBatch(const std::vector<std::pair<uint32_t, uint32_t>>&
     AlignedBuffer buf;
     uint64_t ticket = 0;  // its write in flight, 0: none
   };
-  // One buffer more than writes in flight: the next chunk is read back
-  // while the window is full, and goes out the moment a write completes.
-  std::vector<Slot> ring(kWriteWindow + 1);
-  std::deque<uint64_t> window;  // tickets in flight, oldest first
-  RadosClient::AsyncWrites writes(c.get());  // drains before the ring goes
+  // One chunk of a part to upload, planned; then read into its slot.
+  struct Chunk {
+    size_t up = 0;  // index in ups
+    uint32_t part = 0;
+    uint64_t off = 0;  // within the part
+    size_t len = 0;
+    bool last = false;  // the segment's last chunk
+    Slot* slot = nullptr;
+    uint64_t read = 0;  // its read's ticket
+  };
+  // Room for the writes in flight, the reads ahead of them, and the next
+  // read while the window is full. Declared before the writes and the reads:
+  // both drain before the buffers go.
+  std::vector<Slot> ring(kWriteWindow + kReadAhead + 1);
+  RadosClient::AsyncWrites writes(c.get());
+  ChunkReader reader(source_.read, kReadThreads);
+  std::deque<uint64_t> window;  // write tickets in flight, oldest first
+  std::deque<Chunk> planned, reading;
   size_t next_slot = 0;
-  size_t issued = 0;  // segments whose writes are all issued (or that need none)
+  size_t next_plan = 0;  // the next segment to plan
+  auto stopping = [this] {
+    std::lock_guard<std::mutex> l(mu_);
+    return stop_;
+  };
   // Publishes the segments from *finished up to `end` (exclusive), whose
   // writes are all issued, in order.
   auto publish_through = [&](size_t end) -> Status {
@@ -98,63 +118,87 @@ Status SharedTier::UploadBatch(const std::vector<std::pair<uint32_t, uint32_t>>&
     }
     return Status::OK();
   };
-  for (size_t i = 0; i < ups.size(); ++i) {
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      if (stop_) break;
-    }
+  // Plans segment i's chunks in stripes across its parts (chunk 0 of every
+  // part, then chunk 1, ...): RADOS applies the writes of one object one
+  // after the other, so a window of chunks of one object would keep one
+  // placement group busy and leave the rest of the cluster idle.
+  auto plan = [&](size_t i) -> Status {
     PendingUpload& u = ups[i];
     auto share = PrepareUpload(&u);
     if (!share.ok()) return share.status();
     u.share = *share;
+    if (!u.share) return Status::OK();
     const SegmentSummary& s = u.summary;
-    // Chunks in stripes across the parts (chunk 0 of every part, then chunk
-    // 1, ...): RADOS applies the writes of one object one after the other,
-    // so a window of chunks of one object would keep one placement group
-    // busy and leave the rest of the cluster idle.
-    const uint32_t parts = s.Parts();
-    std::vector<uint64_t> replacing(parts, 0);  // each part's first write: it replaces any older copy, the rest follow
-    for (uint64_t off = 0; u.share && off < s.part_bytes; off += kWriteChunk) {
-      for (uint32_t p = 0; p < parts; ++p) {
+    const size_t first = planned.size();
+    for (uint64_t off = 0; off < s.part_bytes; off += kWriteChunk) {
+      for (uint32_t p = 0; p < s.Parts(); ++p) {
         const uint64_t part_off = static_cast<uint64_t>(p) * s.part_bytes;
         const uint64_t part_len = std::min(s.part_bytes, s.bytes - part_off);
         if (off >= part_len) break;  // only the last part is short
-        Slot& slot = ring[next_slot];
-        next_slot = (next_slot + 1) % ring.size();
-        if (slot.ticket != 0) KVTIER_RETURN_IF_ERROR(writes.Wait(slot.ticket));
-        if (slot.buf.data() == nullptr) slot.buf = AlignedBuffer(kWriteChunk);
-        const size_t n = static_cast<size_t>(std::min<uint64_t>(kWriteChunk, part_len - off));
-        Status st = source_.read(u.seg, u.gen, part_off + off, slot.buf.data(), n);
-        if (st.code() == Code::kNotFound) {  // reclaimed meanwhile: drop what went up
-          for (uint64_t t : u.tickets) writes.Wait(t).IgnoreError();
-          for (uint32_t q = 0; q < parts; ++q) c->Remove(PartObject(u.base, q)).IgnoreError();
-          counters_.uploads_skipped.fetch_add(1);
-          u.share = false;
-          break;
-        }
-        KVTIER_RETURN_IF_ERROR(st);
-        if (off > 0 && replacing[p] != 0) {
-          KVTIER_RETURN_IF_ERROR(writes.Wait(replacing[p]));
-          replacing[p] = 0;
-        }
-        if (window.size() == kWriteWindow) {
-          KVTIER_RETURN_IF_ERROR(writes.Wait(window.front()));
-          window.pop_front();
-        }
-        auto t = writes.Start(PartObject(u.base, p), slot.buf.data(), n, off, /*replace=*/off == 0);
-        if (!t.ok()) return t.status();
-        slot.ticket = *t;
-        window.push_back(*t);
-        u.tickets.push_back(*t);
-        if (off == 0) replacing[p] = *t;
+        planned.push_back(Chunk{i, p, off, static_cast<size_t>(std::min<uint64_t>(kWriteChunk, part_len - off))});
       }
     }
-    // The segment before this one is written by now or soon: publish it
-    // while this one's writes are in flight.
-    KVTIER_RETURN_IF_ERROR(publish_through(i));
-    issued = i + 1;
+    if (planned.size() > first) planned.back().last = true;
+    return Status::OK();
+  };
+  // Starts reads until kReadAhead are under way, planning segments as
+  // they are needed.
+  auto read_ahead = [&]() -> Status {
+    while (reading.size() < kReadAhead) {
+      if (planned.empty()) {
+        if (next_plan == ups.size() || stopping()) return Status::OK();
+        KVTIER_RETURN_IF_ERROR(plan(next_plan++));
+        continue;
+      }
+      Chunk k = planned.front();
+      planned.pop_front();
+      if (!ups[k.up].share) continue;  // dropped: its segment was reclaimed
+      Slot& slot = ring[next_slot];
+      next_slot = (next_slot + 1) % ring.size();
+      if (slot.ticket != 0) KVTIER_RETURN_IF_ERROR(writes.Wait(slot.ticket));
+      slot.ticket = 0;
+      if (slot.buf.data() == nullptr) slot.buf = AlignedBuffer(kWriteChunk);
+      const PendingUpload& u = ups[k.up];
+      k.slot = &slot;
+      k.read = reader.Start(u.seg, u.gen, static_cast<uint64_t>(k.part) * u.summary.part_bytes + k.off,
+                            slot.buf.data(), k.len);
+      reading.push_back(k);
+    }
+    return Status::OK();
+  };
+  for (;;) {
+    KVTIER_RETURN_IF_ERROR(read_ahead());
+    if (reading.empty()) break;
+    const Chunk k = reading.front();
+    reading.pop_front();
+    Status st = reader.Wait(k.read);
+    PendingUpload& u = ups[k.up];
+    if (!u.share) continue;  // dropped after this read was started
+    if (st.code() == Code::kNotFound) {  // reclaimed meanwhile: drop what went up
+      for (uint64_t t : u.tickets) writes.Wait(t).IgnoreError();
+      for (uint32_t q = 0; q < u.summary.Parts(); ++q) c->Remove(PartObject(u.base, q)).IgnoreError();
+      counters_.uploads_skipped.fetch_add(1);
+      u.share = false;
+      continue;
+    }
+    KVTIER_RETURN_IF_ERROR(st);
+    if (window.size() == kWriteWindow) {
+      KVTIER_RETURN_IF_ERROR(writes.Wait(window.front()));
+      window.pop_front();
+    }
+    // A part's first write replaces any older copy. The rest need not wait
+    // for it: RADOS applies one client's writes to an object in the order
+    // they were sent, in flight together or not.
+    auto t = writes.Start(PartObject(u.base, k.part), k.slot->buf.data(), k.len, k.off, /*replace=*/k.off == 0);
+    if (!t.ok()) return t.status();
+    k.slot->ticket = *t;
+    window.push_back(*t);
+    u.tickets.push_back(*t);
+    // The segments before this one are written by now or soon: publish
+    // them while this one's writes are in flight.
+    if (k.last) KVTIER_RETURN_IF_ERROR(publish_through(k.up));
   }
-  return publish_through(issued);
+  return publish_through(next_plan);
 }
 
 }  // namespace kvtier::remote

@@ -343,9 +343,12 @@ TEST_F(RemoteTierTest, LocalEvictionStillServesFromCeph) {
 TEST_F(RemoteTierTest, ABacklogOfSegmentsGoesUpInBatchesAndReadsBackWhole) {
   // Written with the tier off, then reopened with it on: every sealed
   // segment is queued at once, so the uploader streams them in batches, each
-  // segment's two parts written in stripes.
+  // segment's two parts written in stripes of 4 MiB chunks, a part's second
+  // chunk sent while its first (which replaces the object) is in flight.
   Options on = Opts();
-  on.capacity_bytes = 128 << 20;  // room for 11 sealed segments of 8 MiB
+  on.segment_size_bytes = 16 << 20;
+  on.remote.object_bytes = 8 << 20;
+  on.capacity_bytes = 256 << 20;  // room for 11 sealed segments of 16 MiB
   Options off = on;
   off.remote.enabled = false;
   const std::string dir = tmp_.Sub("backlog");
