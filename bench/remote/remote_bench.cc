@@ -4,11 +4,13 @@
 //   kvtier_remote_bench --conf CEPH.CONF [--pool kvtier] [--dir TMP]
 //       [--convs 128] [--blocks 8] [--block-kib 2048] [--window 16]
 //       [--segment-mib 256] [--object-mib 16] [--rados-seconds 10]
+//       [--write-depths 16,32,64]
 //
-// 1. `rados bench` 4 MiB writes, 16 in flight, then its sequential and its
-//    random reads (16 in flight). The writes run again right after step 2
-//    and the reads right after step 3a; the better figure of each is the one
-//    compared with.
+// 1. `rados bench` 4 MiB writes at each of `write-depths` in flight (the
+//    cluster's write limit is the best of them), then its sequential and its
+//    random reads (16 in flight, as the bulk gets). The best write depth runs
+//    again right after step 2 and the reads right after step 3a; the better
+//    figure of each is the one compared with.
 // 2. Node A (a store in DIR/a) writes `convs` conversations of `blocks`
 //    blocks each with the tier off and seals its last segment, then reopens
 //    with the tier on, which uploads every sealed segment. Upload throughput
@@ -49,6 +51,7 @@ struct Args {
   // Segments and objects as the store's defaults (Options).
   uint32_t convs = 128, blocks = 8, block_kib = 2048, window = 16, segment_mib = 256, object_mib = 16,
            rados_seconds = 10;
+  std::vector<uint32_t> write_depths = {16, 32, 64};
   bool help = false;
 };
 
@@ -71,9 +74,18 @@ bool Parse(int argc, char** argv, Args* a) {
     else if (k == "--segment-mib") a->segment_mib = static_cast<uint32_t>(std::stoul(v));
     else if (k == "--object-mib") a->object_mib = static_cast<uint32_t>(std::stoul(v));
     else if (k == "--rados-seconds") a->rados_seconds = static_cast<uint32_t>(std::stoul(v));
-    else return false;
+    else if (k == "--write-depths") {
+      a->write_depths.clear();
+      for (size_t at = 0; at <= v.size();) {
+        const size_t comma = std::min(v.find(',', at), v.size());
+        const unsigned long d = std::stoul(v.substr(at, comma - at));
+        if (d == 0 || d > 1024) return false;
+        a->write_depths.push_back(static_cast<uint32_t>(d));
+        at = comma + 1;
+      }
+    } else return false;
   }
-  return !a->conf.empty();
+  return !a->conf.empty() && !a->write_depths.empty();
 }
 
 // One progress line per phase, on stderr (the results go to stdout).
@@ -162,7 +174,7 @@ int main(int argc, char** argv) {
     std::fprintf(a.help ? stdout : stderr,
                  "usage: kvtier_remote_bench --conf CEPH.CONF [--pool P] [--dir TMP] [--convs N] [--blocks N]\n"
                  "       [--block-kib N] [--window N] [--segment-mib N] [--object-mib N]\n"
-                 "       [--rados-seconds N]\n");
+                 "       [--rados-seconds N] [--write-depths 16,32,64]\n");
     return a.help ? 0 : 2;
   }
   if (a.dir.empty()) a.dir = std::filesystem::temp_directory_path() / ("kvtier-remote-bench-" + std::to_string(::getpid()));
@@ -176,11 +188,31 @@ int main(int argc, char** argv) {
   // saying so instead of hanging.
   const std::string rb = "timeout -k 5 " + std::to_string(a.rados_seconds + 60) + " rados -c " + a.conf + " -p " +
                          a.pool + " bench " + std::to_string(a.rados_seconds);
-  Step("rados bench write, " + std::to_string(a.rados_seconds) + " s");
-  // Its writes run twice too, here and after our uploads (a fresh cluster
-  // wrote at 343-546 MB/s in runs minutes apart); the better one is the limit.
-  const std::string rados_write_cmd = rb + " write -b 4194304 -t 16 --no-cleanup --run-name kvrb 2>&1";
-  double rados_write = RadosBandwidth(Sh(rados_write_cmd));
+  // The write limit is the best depth of a sweep: one depth alone is not
+  // the cluster's best (uploads once ran 1.02x of `rados bench -t 16`).
+  // Each sweep run removes its objects as it ends.
+  double rados_write = 0;
+  uint32_t write_depth = a.write_depths.front();
+  std::string sweep_json;
+  for (uint32_t t : a.write_depths) {
+    Step("rados bench write, " + std::to_string(t) + " in flight, " + std::to_string(a.rados_seconds) + " s");
+    const double mbs = RadosBandwidth(
+        Sh(rb + " write -b 4194304 -t " + std::to_string(t) + " --run-name kvsweep" + std::to_string(t) + " 2>&1"));
+    char item[48];
+    std::snprintf(item, sizeof item, "%s\"%u\":%.1f", sweep_json.empty() ? "" : ",", t, mbs);
+    sweep_json += item;
+    if (mbs > rados_write) {
+      rados_write = mbs;
+      write_depth = t;
+    }
+  }
+  // The best depth again, its objects kept for the reads; it runs once more
+  // after our uploads (a fresh cluster wrote at 343-546 MB/s in runs minutes
+  // apart), and the best of all is the limit.
+  Step("rados bench write, " + std::to_string(write_depth) + " in flight, objects kept for the reads");
+  const std::string rados_write_cmd =
+      rb + " write -b 4194304 -t " + std::to_string(write_depth) + " --no-cleanup --run-name kvrb 2>&1";
+  rados_write = std::max(rados_write, RadosBandwidth(Sh(rados_write_cmd)));
   if (rados_write <= 0) {
     std::fprintf(stderr, "kvtier_remote_bench: `rados bench` wrote nothing within %u s: is the cluster healthy "
                          "(`ceph -c %s -s`)?\n", a.rados_seconds + 60, a.conf.c_str());
@@ -359,7 +391,8 @@ int main(int argc, char** argv) {
     const double trace_s = Secs(Clock::now() - tr);
     const kvtier::Stats sb_stats = B->GetStats();
     std::printf("\n%-40s %12s\n", "measure", "value");
-    std::printf("%-40s %12.1f\n", "rados bench write 4 MiB t16, best (MB/s)", rados_write);
+    std::printf("%-40s %12.1f\n", "rados bench write 4 MiB, best (MB/s)", rados_write);
+    std::printf("%-40s %12u\n", "  its depth (writes in flight)", write_depth);
     std::printf("%-40s %12.1f\n", "rados bench seq read, fresh (MB/s)", rados_read_fresh);
     std::printf("%-40s %12.1f\n", "rados bench seq read, best (MB/s)", rados_read);
     std::printf("%-40s %12.1f\n", "kvtier upload (MB/s)", upload_mbs);
@@ -376,11 +409,11 @@ int main(int argc, char** argv) {
     std::printf("%-40s %12.1f\n", "trace: revisit p99 (ms)", Percentile(lat_ms, 0.99));
     std::printf("%-40s %12.1f\n", "trace: MB/s", double(served) * double(block) / 1e6 / trace_s);
     std::printf(
-        "{\"rados_write_mbs\":%.1f,\"rados_read_fresh_mbs\":%.1f,\"rados_read_mbs\":%.1f,\"rados_rand_mbs\":%.1f,"
+        "{\"rados_write_mbs\":%.1f,\"rados_write_depth\":%u,\"rados_write_sweep_mbs\":{%s},\"rados_read_fresh_mbs\":%.1f,\"rados_read_mbs\":%.1f,\"rados_rand_mbs\":%.1f,"
         "\"upload_mbs\":%.1f,\"get_mbs\":%.1f,\"upload_ratio\":%.3f,\"get_ratio\":%.3f,\"get_ratio_rand\":%.3f,"
         "\"trace_served\":%llu,\"trace_asked\":%llu,"
         "\"trace_p50_ms\":%.2f,\"trace_p99_ms\":%.2f,\"remote_hits\":%llu,\"checksum_failures\":%llu,\"bad\":%llu}\n",
-        rados_write, rados_read_fresh, rados_read, rados_rand, upload_mbs, get_mbs,
+        rados_write, write_depth, sweep_json.c_str(), rados_read_fresh, rados_read, rados_rand, upload_mbs, get_mbs,
         rados_write > 0 ? upload_mbs / rados_write : 0, rados_read > 0 ? get_mbs / rados_read : 0,
         rados_rand > 0 ? get_mbs / rados_rand : 0, static_cast<unsigned long long>(served),
         static_cast<unsigned long long>(asked), Percentile(lat_ms, 0.5), Percentile(lat_ms, 0.99),
