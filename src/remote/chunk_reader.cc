@@ -2,6 +2,8 @@
 
 #include <pthread.h>
 
+#include <algorithm>
+
 namespace kvtier::remote {
 
 ChunkReader::ChunkReader(ReadFn read, unsigned threads) : read_(std::move(read)) {
