@@ -45,6 +45,11 @@ struct RemoteTierOptions {
   // writes to one object in turn, so an upload keeps 16 writes in flight
   // only across 16 objects: a default segment (256 MiB) makes 16 of 16 MiB.
   uint64_t object_bytes = 16ull << 20;
+  // An upload writes each part in RADOS writes of at most this size, a
+  // multiple of 4 MiB, at most 64 MiB: fewer, larger writes cost the client
+  // (librados' C API copies each write) and the OSD less per byte. About
+  // 128 MiB of them are in flight.
+  uint64_t upload_write_bytes = 16ull << 20;
   // Bound on each upload, catalog and delete operation (and on connecting).
   uint32_t op_timeout_ms = 10000;
   // Copy blocks served from the shared tier into the RAM tier (when the

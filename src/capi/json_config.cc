@@ -84,6 +84,7 @@ static Status SetRemoteOption(RemoteTierOptions* r, const std::string& k, const 
   if (k == "read_deadline_ms") return GetUnsigned(n, v, &r->read_deadline_ms);
   if (k == "poll_interval_ms") return GetUnsigned(n, v, &r->poll_interval_ms);
   if (k == "object_bytes") return GetUnsigned(n, v, &r->object_bytes);
+  if (k == "upload_write_bytes") return GetUnsigned(n, v, &r->upload_write_bytes);
   if (k == "op_timeout_ms") return GetUnsigned(n, v, &r->op_timeout_ms);
   if (k == "admit_to_ram") return GetBool(n, v, &r->admit_to_ram);
   if (k == "orphan_sweep_interval_ms") return GetUnsigned(n, v, &r->orphan_sweep_interval_ms);

@@ -25,6 +25,9 @@ Result<std::unique_ptr<SharedTier>> SharedTier::Start(const RemoteTierOptions& o
   if (o.pool.empty()) return Status::InvalidArgument("remote tier: pool is empty");
   if (o.object_bytes < (4u << 20) || o.object_bytes % (4u << 20) != 0)
     return Status::InvalidArgument("remote tier: object_bytes must be a multiple of 4 MiB");
+  if (o.upload_write_bytes < (4u << 20) || o.upload_write_bytes % (4u << 20) != 0 ||
+      o.upload_write_bytes > (64u << 20))
+    return Status::InvalidArgument("remote tier: upload_write_bytes must be a multiple of 4 MiB, at most 64 MiB");
   if (o.read_deadline_ms == 0 || o.op_timeout_ms == 0 || o.poll_interval_ms == 0)
     return Status::InvalidArgument("remote tier: read_deadline_ms, op_timeout_ms and poll_interval_ms must be > 0");
   auto index = RemoteIndex::Open(index_files);

@@ -45,6 +45,16 @@ namespace kvtier::remote {
 
 class RadosClient;
 
+// An upload's RADOS writes: pieces of upload_write_bytes (at most a part),
+// about 128 MiB of them in flight (at least 4, at most 16 pieces), and 32
+// MiB read back ahead of them (2 to 4 pieces).
+struct UploadShape {
+  uint64_t write_bytes;
+  size_t writes_in_flight;
+  size_t reads_ahead;
+  static UploadShape Of(const RemoteTierOptions& o);
+};
+
 struct SharedTierCounters {
   std::atomic<uint64_t> hits{0}, bytes_read{0}, misses{0}, deadline_misses{0}, checksum_failures{0};
   std::atomic<uint64_t> uploads{0}, upload_bytes{0}, upload_retries{0}, uploads_skipped{0};

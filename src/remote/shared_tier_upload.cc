@@ -7,7 +7,9 @@
 // chunks of every part of a batch of segments stream through one ring of
 // buffers: a few chunks are read back from the local segment (ChunkReader)
 // while the writes before them are in flight, and a segment is published
-// while the next one's writes keep the cluster busy.
+// while the next one's writes keep the cluster busy. A chunk is one RADOS
+// write of upload_write_bytes: librados' C API copies each write's bytes,
+// and the OSD pays per write, so fewer, larger writes go faster.
 #include <algorithm>
 #include <deque>
 
@@ -18,11 +20,19 @@
 
 namespace kvtier::remote {
 namespace {
-constexpr size_t kWriteChunk = 4u << 20;  // one RADOS write
-constexpr unsigned kWriteWindow = 16;     // writes in flight, as `rados bench -t 16`
-constexpr size_t kReadAhead = 4;          // chunks read back ahead of the writes
-constexpr unsigned kReadThreads = 2;      // reads of them at once
+constexpr size_t kSummaryChunk = 4u << 20;     // a summary object's writes
+constexpr unsigned kSummaryWindow = 16;
+constexpr uint64_t kWindowBytes = 128u << 20;  // upload writes in flight
+constexpr uint64_t kReadAheadBytes = 32u << 20;  // read back ahead of them
+constexpr unsigned kReadThreads = 2;           // reads of them at once
 }  // namespace
+
+UploadShape UploadShape::Of(const RemoteTierOptions& o) {
+  const uint64_t w = std::min(o.upload_write_bytes, o.object_bytes);
+  // 8 writes of 16 MiB; at most 16 (as `rados bench -t 16`) of smaller ones.
+  return UploadShape{w, static_cast<size_t>(std::clamp<uint64_t>(kWindowBytes / w, 4, 16)),
+                     static_cast<size_t>(std::clamp<uint64_t>(kReadAheadBytes / w, 2, 4))};
+}
 
 struct SharedTier::PendingUpload {
   uint32_t seg = 0, gen = 0;
@@ -59,7 +69,7 @@ Status SharedTier::PublishUpload(PendingUpload& u) {
   const SegmentSummary& s = u.summary;
   const std::string summary = EncodeSummary(s);
   KVTIER_RETURN_IF_ERROR(c->WriteObject(SummaryObject(u.base), reinterpret_cast<const uint8_t*>(summary.data()),
-                                        summary.size(), kWriteChunk, kWriteWindow));
+                                        summary.size(), kSummaryChunk, kSummaryWindow));
   CatalogEntry e{CatalogKey(s.uploaded_unix_ms, u.base), u.base, s.bytes, s.part_bytes, summary.size()};
   KVTIER_RETURN_IF_ERROR(c->OmapSet(kCatalogObject, e.key, EncodeCatalogValue(e)));
   auto added = index_->Import(s, e.key);
@@ -93,10 +103,13 @@ Status SharedTier::UploadBatch(const std::vector<std::pair<uint32_t, uint32_t>>&
     Slot* slot = nullptr;
     uint64_t read = 0;  // its read's ticket
   };
+  const UploadShape shape = UploadShape::Of(opt_);
+  const uint64_t chunk_bytes = shape.write_bytes;
+  const size_t write_window = shape.writes_in_flight, read_ahead_chunks = shape.reads_ahead;
   // Room for the writes in flight, the reads ahead of them, and the next
   // read while the window is full. Declared before the writes and the reads:
   // both drain before the buffers go.
-  std::vector<Slot> ring(kWriteWindow + kReadAhead + 1);
+  std::vector<Slot> ring(write_window + read_ahead_chunks + 1);
   RadosClient::AsyncWrites writes(c.get());
   ChunkReader reader(source_.read, kReadThreads);
   std::deque<uint64_t> window;  // write tickets in flight, oldest first
@@ -130,21 +143,21 @@ Status SharedTier::UploadBatch(const std::vector<std::pair<uint32_t, uint32_t>>&
     if (!u.share) return Status::OK();
     const SegmentSummary& s = u.summary;
     const size_t first = planned.size();
-    for (uint64_t off = 0; off < s.part_bytes; off += kWriteChunk) {
+    for (uint64_t off = 0; off < s.part_bytes; off += chunk_bytes) {
       for (uint32_t p = 0; p < s.Parts(); ++p) {
         const uint64_t part_off = static_cast<uint64_t>(p) * s.part_bytes;
         const uint64_t part_len = std::min(s.part_bytes, s.bytes - part_off);
         if (off >= part_len) break;  // only the last part is short
-        planned.push_back(Chunk{i, p, off, static_cast<size_t>(std::min<uint64_t>(kWriteChunk, part_len - off))});
+        planned.push_back(Chunk{i, p, off, static_cast<size_t>(std::min<uint64_t>(chunk_bytes, part_len - off))});
       }
     }
     if (planned.size() > first) planned.back().last = true;
     return Status::OK();
   };
-  // Starts reads until kReadAhead are under way, planning segments as
-  // they are needed.
+  // Starts reads until read_ahead_chunks are under way, planning segments
+  // as they are needed.
   auto read_ahead = [&]() -> Status {
-    while (reading.size() < kReadAhead) {
+    while (reading.size() < read_ahead_chunks) {
       if (planned.empty()) {
         if (next_plan == ups.size() || stopping()) return Status::OK();
         KVTIER_RETURN_IF_ERROR(plan(next_plan++));
@@ -157,7 +170,7 @@ Status SharedTier::UploadBatch(const std::vector<std::pair<uint32_t, uint32_t>>&
       next_slot = (next_slot + 1) % ring.size();
       if (slot.ticket != 0) KVTIER_RETURN_IF_ERROR(writes.Wait(slot.ticket));
       slot.ticket = 0;
-      if (slot.buf.data() == nullptr) slot.buf = AlignedBuffer(kWriteChunk);
+      if (slot.buf.data() == nullptr) slot.buf = AlignedBuffer(chunk_bytes);
       const PendingUpload& u = ups[k.up];
       k.slot = &slot;
       k.read = reader.Start(u.seg, u.gen, static_cast<uint64_t>(k.part) * u.summary.part_bytes + k.off,
@@ -182,7 +195,7 @@ Status SharedTier::UploadBatch(const std::vector<std::pair<uint32_t, uint32_t>>&
       continue;
     }
     KVTIER_RETURN_IF_ERROR(st);
-    if (window.size() == kWriteWindow) {
+    if (window.size() == write_window) {
       KVTIER_RETURN_IF_ERROR(writes.Wait(window.front()));
       window.pop_front();
     }

@@ -107,7 +107,7 @@ static void test_errors_before_open(const char* dir) {
     snprintf(rdir, sizeof(rdir), "%s-remote", dir);
     CHECK_RC(kvtier_open(rdir, "{\"segment_size_bytes\": 1048576, \"capacity_bytes\": 16777216,"
                               " \"remote\": {\"enabled\": false, \"pool\": \"p\", \"admit_to_ram\": false,"
-                              " \"orphan_grace_ms\": 1000}}", &r), KVTIER_OK);
+                              " \"orphan_grace_ms\": 1000, \"upload_write_bytes\": 8388608}}", &r), KVTIER_OK);
     kvtier_free(r);
   }
   CHECK_RC(kvtier_open(dir, "{not json", &s), KVTIER_INVALID_ARGUMENT);

@@ -348,6 +348,7 @@ TEST_F(RemoteTierTest, ABacklogOfSegmentsGoesUpInBatchesAndReadsBackWhole) {
   Options on = Opts();
   on.segment_size_bytes = 16 << 20;
   on.remote.object_bytes = 8 << 20;
+  on.remote.upload_write_bytes = 4 << 20;  // two writes a part
   on.capacity_bytes = 256 << 20;  // room for 11 sealed segments of 16 MiB
   Options off = on;
   off.remote.enabled = false;
@@ -623,6 +624,30 @@ TEST_F(RemoteTierTest, CloseUploadIsBoundedWhenTheClusterIsUnreachable) {
   const auto t0 = SteadyClock::now();
   ASSERT_TRUE(a->Close().ok());
   EXPECT_LT(SteadyClock::now() - t0, seconds(5));
+}
+
+// Part and write sizes that RADOS or the uploader cannot use are refused at
+// open, with the option named.
+TEST_F(RemoteTierTest, UnusableObjectOrWriteSizesAreRefusedAtOpen) {
+  const std::pair<uint64_t, uint64_t> bad[] = {{6ull << 20, 4ull << 20},   // object not a multiple of 4 MiB
+                                               {16ull << 20, 2ull << 20},  // write below 4 MiB
+                                               {16ull << 20, 6ull << 20},  // write not a multiple of 4 MiB
+                                               {128ull << 20, 68ull << 20}};  // write above 64 MiB
+  for (const auto& [object, write] : bad) {
+    Options o = Opts();
+    o.remote.object_bytes = object;
+    o.remote.upload_write_bytes = write;
+    auto s = Store::Open(tmp_.Sub("sizes"), o);
+    ASSERT_FALSE(s.ok()) << object << " / " << write;
+    EXPECT_EQ(s.status().code(), Code::kInvalidArgument);
+    EXPECT_NE(s.status().ToString().find(object % (4u << 20) ? "object_bytes" : "upload_write_bytes"),
+              std::string::npos)
+        << s.status().ToString();
+  }
+  Options o = Opts();
+  o.remote.object_bytes = 4ull << 20;
+  o.remote.upload_write_bytes = 64ull << 20;  // larger than a part: each part is one write
+  EXPECT_NE(OpenStore(tmp_.Sub("sizes-ok"), o), nullptr);
 }
 
 TEST_F(RemoteTierTest, BudgetDeletesTheOldestUploads) {
