@@ -4,17 +4,21 @@
 //   kvtier_remote_bench --conf CEPH.CONF [--pool kvtier] [--dir TMP]
 //       [--convs 128] [--blocks 8] [--block-kib 2048] [--window 16]
 //       [--segment-mib 256] [--object-mib 16] [--rados-seconds 10]
-//       [--write-depths 16,32,64]
+//       [--write-depths 16,32,64] [--write-sizes-mib 4,16] [--upload-write-mib N]
 //
-// 1. `rados bench` 4 MiB writes at each of `write-depths` in flight (the
-//    cluster's write limit is the best of them), then its sequential and its
-//    random reads (16 in flight, as the bulk gets). The best write depth runs
-//    again right after step 2 and the reads right after step 3a; the better
-//    figure of each is the one compared with.
+// 1. `rados bench` writes of each of `write-sizes-mib` at each of
+//    `write-depths` in flight (the cluster's write limit is the best of
+//    them), then its sequential and its random reads of 4 MiB objects (16 in
+//    flight, as the bulk gets). The best write runs again right after step 2
+//    and the reads right after step 3a; the better figure of each is the one
+//    compared with.
 // 2. Node A (a store in DIR/a) writes `convs` conversations of `blocks`
 //    blocks each with the tier off and seals its last segment, then reopens
 //    with the tier on, which uploads every sealed segment. Upload throughput
 //    = uploaded bytes / (reopen to last upload): read back + RADOS writes.
+//    Then the same bytes' writes alone, from memory, in the upload's pieces
+//    and window through kvtier's RADOS client: what the writes reach without
+//    the read-back.
 // 3. Node B (DIR/b, empty) imports the catalog, then
 //    a. bulk: gets every uploaded block, `window` gets in flight;
 //    b. revisit trace: conversations in a shuffled order, each a
@@ -38,8 +42,12 @@
 #include <thread>
 #include <vector>
 
+#include <deque>
+
 #include "format/record.h"
 #include "kvtier/store.h"
+#include "remote/rados_client.h"
+#include "remote/shared_tier.h"
 
 namespace {
 
@@ -52,8 +60,23 @@ struct Args {
   uint32_t convs = 128, blocks = 8, block_kib = 2048, window = 16, segment_mib = 256, object_mib = 16,
            rados_seconds = 10;
   std::vector<uint32_t> write_depths = {16, 32, 64};
+  std::vector<uint32_t> write_sizes_mib = {4, 16};
+  uint32_t upload_write_mib = 0;  // 0: the store's default
   bool help = false;
 };
+
+// "16,32,64": numbers from 1 to `most`.
+bool ParseList(const std::string& v, unsigned long most, std::vector<uint32_t>* out) {
+  out->clear();
+  for (size_t at = 0; at <= v.size();) {
+    const size_t comma = std::min(v.find(',', at), v.size());
+    const unsigned long d = std::stoul(v.substr(at, comma - at));
+    if (d == 0 || d > most) return false;
+    out->push_back(static_cast<uint32_t>(d));
+    at = comma + 1;
+  }
+  return true;
+}
 
 bool Parse(int argc, char** argv, Args* a) {
   for (int i = 1; i < argc; ++i) {
@@ -74,18 +97,14 @@ bool Parse(int argc, char** argv, Args* a) {
     else if (k == "--segment-mib") a->segment_mib = static_cast<uint32_t>(std::stoul(v));
     else if (k == "--object-mib") a->object_mib = static_cast<uint32_t>(std::stoul(v));
     else if (k == "--rados-seconds") a->rados_seconds = static_cast<uint32_t>(std::stoul(v));
+    else if (k == "--upload-write-mib") a->upload_write_mib = static_cast<uint32_t>(std::stoul(v));
     else if (k == "--write-depths") {
-      a->write_depths.clear();
-      for (size_t at = 0; at <= v.size();) {
-        const size_t comma = std::min(v.find(',', at), v.size());
-        const unsigned long d = std::stoul(v.substr(at, comma - at));
-        if (d == 0 || d > 1024) return false;
-        a->write_depths.push_back(static_cast<uint32_t>(d));
-        at = comma + 1;
-      }
+      if (!ParseList(v, 1024, &a->write_depths)) return false;
+    } else if (k == "--write-sizes-mib") {
+      if (!ParseList(v, 64, &a->write_sizes_mib)) return false;
     } else return false;
   }
-  return !a->conf.empty() && !a->write_depths.empty();
+  return !a->conf.empty() && !a->write_depths.empty() && !a->write_sizes_mib.empty();
 }
 
 // One progress line per phase, on stderr (the results go to stdout).
@@ -141,7 +160,46 @@ kvtier::Options NodeOptions(const Args& a, const std::string& rados_ns) {
   o.remote.poll_interval_ms = 200;
   o.remote.read_deadline_ms = 5000;
   o.remote.object_bytes = std::min<uint64_t>(static_cast<uint64_t>(a.object_mib) << 20, o.segment_size_bytes);
+  if (a.upload_write_mib != 0) o.remote.upload_write_bytes = static_cast<uint64_t>(a.upload_write_mib) << 20;
   return o;
+}
+
+// The upload's RADOS writes alone: `bytes` from memory, in the pieces,
+// stripes and window an upload of that many bytes uses, through kvtier's own
+// RADOS client; the objects are removed after. MB/s, or 0 on a failure.
+double UploadWritesAloneMbs(const Args& a, const kvtier::Options& o, const std::string& rados_ns, uint64_t bytes) {
+  using kvtier::remote::RadosClient;
+  auto c = RadosClient::Connect({a.conf, "admin", a.pool, rados_ns + "-writes", 10000});
+  if (!c.ok()) return 0;
+  const auto shape = kvtier::remote::UploadShape::Of(o.remote);
+  const uint64_t part = o.remote.object_bytes, segment = o.segment_size_bytes;
+  const uint64_t parts_per_segment = (segment + part - 1) / part;
+  std::vector<uint8_t> piece(shape.write_bytes);
+  for (size_t i = 0; i < piece.size(); i += 8) piece[i] = static_cast<uint8_t>(i >> 12);
+  std::vector<std::string> objects;
+  RadosClient::AsyncWrites writes(c->get());
+  std::deque<uint64_t> window;
+  const auto t0 = Clock::now();
+  bool ok = true;
+  for (uint64_t seg = 0; ok && seg * segment < bytes; ++seg) {
+    for (uint64_t p = 0; p < parts_per_segment; ++p) objects.push_back("w." + std::to_string(seg) + ".p" + std::to_string(p));
+    const size_t first = objects.size() - parts_per_segment;
+    for (uint64_t off = 0; ok && off < part; off += shape.write_bytes)  // striped, as an upload
+      for (uint64_t p = 0; ok && p < parts_per_segment; ++p) {
+        if (window.size() == shape.writes_in_flight) {
+          ok = writes.Wait(window.front()).ok();
+          window.pop_front();
+        }
+        const size_t len = static_cast<size_t>(std::min<uint64_t>(shape.write_bytes, part - off));
+        auto t = writes.Start(objects[first + p], piece.data(), len, off, off == 0);
+        ok = ok && t.ok();
+        if (t.ok()) window.push_back(*t);
+      }
+  }
+  ok = writes.Drain().ok() && ok;
+  const double secs = Secs(Clock::now() - t0);
+  for (const std::string& obj : objects) (*c)->Remove(obj).IgnoreError();
+  return ok ? static_cast<double>(objects.size() * part) / 1e6 / secs : 0;
 }
 
 double Percentile(std::vector<double> v, double p) {
@@ -174,7 +232,8 @@ int main(int argc, char** argv) {
     std::fprintf(a.help ? stdout : stderr,
                  "usage: kvtier_remote_bench --conf CEPH.CONF [--pool P] [--dir TMP] [--convs N] [--blocks N]\n"
                  "       [--block-kib N] [--window N] [--segment-mib N] [--object-mib N]\n"
-                 "       [--rados-seconds N] [--write-depths 16,32,64]\n");
+                 "       [--rados-seconds N] [--write-depths 16,32,64] [--write-sizes-mib 4,16]\n"
+                 "       [--upload-write-mib N]\n");
     return a.help ? 0 : 2;
   }
   if (a.dir.empty()) a.dir = std::filesystem::temp_directory_path() / ("kvtier-remote-bench-" + std::to_string(::getpid()));
@@ -188,31 +247,42 @@ int main(int argc, char** argv) {
   // saying so instead of hanging.
   const std::string rb = "timeout -k 5 " + std::to_string(a.rados_seconds + 60) + " rados -c " + a.conf + " -p " +
                          a.pool + " bench " + std::to_string(a.rados_seconds);
-  // The write limit is the best depth of a sweep: one depth alone is not
-  // the cluster's best (uploads once ran 1.02x of `rados bench -t 16`).
+  // The write limit is the best of a sweep of write sizes and depths: one
+  // depth alone is not the cluster's best (uploads once ran 1.02x of `rados
+  // bench -t 16`), nor are 4 MiB writes (16 MiB ones ran 1.1-1.2x faster).
   // Each sweep run removes its objects as it ends.
-  double rados_write = 0;
-  uint32_t write_depth = a.write_depths.front();
+  auto write_cmd = [&](uint32_t mib, uint32_t depth, const std::string& run) {
+    return rb + " write -b " + std::to_string(static_cast<uint64_t>(mib) << 20) + " -t " + std::to_string(depth) +
+           " --run-name " + run;
+  };
+  double rados_write = 0, rados_write_4m = 0;
+  uint32_t write_depth = a.write_depths.front(), write_mib = a.write_sizes_mib.front();
+  uint32_t depth_4m = a.write_depths.front();
   std::string sweep_json;
-  for (uint32_t t : a.write_depths) {
-    Step("rados bench write, " + std::to_string(t) + " in flight, " + std::to_string(a.rados_seconds) + " s");
-    const double mbs = RadosBandwidth(
-        Sh(rb + " write -b 4194304 -t " + std::to_string(t) + " --run-name kvsweep" + std::to_string(t) + " 2>&1"));
-    char item[48];
-    std::snprintf(item, sizeof item, "%s\"%u\":%.1f", sweep_json.empty() ? "" : ",", t, mbs);
-    sweep_json += item;
-    if (mbs > rados_write) {
-      rados_write = mbs;
-      write_depth = t;
+  for (uint32_t mib : a.write_sizes_mib)
+    for (uint32_t t : a.write_depths) {
+      Step("rados bench write, " + std::to_string(mib) + " MiB, " + std::to_string(t) + " in flight, " +
+           std::to_string(a.rados_seconds) + " s");
+      const std::string run = "kvsweep" + std::to_string(mib) + "m" + std::to_string(t);
+      const double mbs = RadosBandwidth(Sh(write_cmd(mib, t, run) + " 2>&1"));
+      char item[64];
+      std::snprintf(item, sizeof item, "%s\"%uMiB@%u\":%.1f", sweep_json.empty() ? "" : ",", mib, t, mbs);
+      sweep_json += item;
+      if (mbs > rados_write) {
+        rados_write = mbs;
+        write_depth = t;
+        write_mib = mib;
+      }
+      if (mib == 4 && mbs > rados_write_4m) {
+        rados_write_4m = mbs;
+        depth_4m = t;
+      }
     }
-  }
-  // The best depth again, its objects kept for the reads; it runs once more
-  // after our uploads (a fresh cluster wrote at 343-546 MB/s in runs minutes
-  // apart), and the best of all is the limit.
-  Step("rados bench write, " + std::to_string(write_depth) + " in flight, objects kept for the reads");
-  const std::string rados_write_cmd =
-      rb + " write -b 4194304 -t " + std::to_string(write_depth) + " --no-cleanup --run-name kvrb 2>&1";
-  rados_write = std::max(rados_write, RadosBandwidth(Sh(rados_write_cmd)));
+  // Objects for the reads: 4 MiB, as before the size sweep, at the best
+  // depth for that size; a write as any other, so it counts for the limit.
+  Step("rados bench write, 4 MiB, " + std::to_string(depth_4m) + " in flight, objects kept for the reads");
+  const std::string kept_write_cmd = write_cmd(4, depth_4m, "kvrb") + " --no-cleanup 2>&1";
+  rados_write = std::max(rados_write, RadosBandwidth(Sh(kept_write_cmd)));
   if (rados_write <= 0) {
     std::fprintf(stderr, "kvtier_remote_bench: `rados bench` wrote nothing within %u s: is the cluster healthy "
                          "(`ceph -c %s -s`)?\n", a.rados_seconds + 60, a.conf.c_str());
@@ -286,13 +356,22 @@ int main(int argc, char** argv) {
   const double upload_s = Secs(Clock::now() - tu);
   const kvtier::Stats sa_stats = A->GetStats();
   const double upload_mbs = static_cast<double>(sa_stats.remote_upload_bytes) / 1e6 / upload_s;
+  // What the upload's writes reach without the read-back from the local
+  // disk, and its ratio to the limit: the part of the gap that the client
+  // API and the write pattern set, whatever the store does.
+  Step("the upload's writes alone, from memory");
+  const double writes_alone = UploadWritesAloneMbs(a, NodeOptions(a, rados_ns), rados_ns, sa_stats.remote_upload_bytes);
   Step("rados bench write, again");
   // Its first write's objects go first: `rados bench` cleans up only the
   // run it recorded last, and two runs' objects filled the test cluster.
   const std::string rados_cleanup =
       "timeout -k 5 120 rados -c " + a.conf + " -p " + a.pool + " cleanup --run-name kvrb >/dev/null 2>&1";
   Sh(rados_cleanup);
-  rados_write = std::max(rados_write, RadosBandwidth(Sh(rados_write_cmd)));
+  rados_write = std::max(rados_write, RadosBandwidth(Sh(kept_write_cmd)));
+  // The best write, when it is another, once more too (a fresh cluster
+  // wrote at 343-546 MB/s in runs minutes apart): the best of all is the limit.
+  if (write_mib != 4 || write_depth != depth_4m)
+    rados_write = std::max(rados_write, RadosBandwidth(Sh(write_cmd(write_mib, write_depth, "kvagain") + " 2>&1")));
 
   // 3. Node B.
   Step("node B: catalog import, bulk remote gets, revisit trace");
@@ -391,12 +470,17 @@ int main(int argc, char** argv) {
     const double trace_s = Secs(Clock::now() - tr);
     const kvtier::Stats sb_stats = B->GetStats();
     std::printf("\n%-40s %12s\n", "measure", "value");
-    std::printf("%-40s %12.1f\n", "rados bench write 4 MiB, best (MB/s)", rados_write);
+    std::printf("%-40s %12.1f\n", "rados bench write, best (MB/s)", rados_write);
+    std::printf("%-40s %12u\n", "  its write size (MiB)", write_mib);
     std::printf("%-40s %12u\n", "  its depth (writes in flight)", write_depth);
+    std::printf("%-40s %12.1f\n", "rados bench write 4 MiB, best (MB/s)", rados_write_4m);
     std::printf("%-40s %12.1f\n", "rados bench seq read, fresh (MB/s)", rados_read_fresh);
     std::printf("%-40s %12.1f\n", "rados bench seq read, best (MB/s)", rados_read);
     std::printf("%-40s %12.1f\n", "kvtier upload (MB/s)", upload_mbs);
     std::printf("%-40s %12.2f\n", "  ratio to rados write", rados_write > 0 ? upload_mbs / rados_write : 0);
+    std::printf("%-40s %12.1f\n", "its writes alone, from memory (MB/s)", writes_alone);
+    std::printf("%-40s %12.2f\n", "  ratio to rados write", rados_write > 0 ? writes_alone / rados_write : 0);
+    std::printf("%-40s %12.2f\n", "upload / its writes alone", writes_alone > 0 ? upload_mbs / writes_alone : 0);
     std::printf("%-40s %12.1f\n", "kvtier remote get, bulk (MB/s)", get_mbs);
     std::printf("%-40s %12.1f\n", "rados bench rand read, best (MB/s)", rados_rand);
     std::printf("%-40s %12.2f\n", "  ratio to rados seq read", rados_read > 0 ? get_mbs / rados_read : 0);
@@ -409,11 +493,12 @@ int main(int argc, char** argv) {
     std::printf("%-40s %12.1f\n", "trace: revisit p99 (ms)", Percentile(lat_ms, 0.99));
     std::printf("%-40s %12.1f\n", "trace: MB/s", double(served) * double(block) / 1e6 / trace_s);
     std::printf(
-        "{\"rados_write_mbs\":%.1f,\"rados_write_depth\":%u,\"rados_write_sweep_mbs\":{%s},\"rados_read_fresh_mbs\":%.1f,\"rados_read_mbs\":%.1f,\"rados_rand_mbs\":%.1f,"
-        "\"upload_mbs\":%.1f,\"get_mbs\":%.1f,\"upload_ratio\":%.3f,\"get_ratio\":%.3f,\"get_ratio_rand\":%.3f,"
+        "{\"rados_write_mbs\":%.1f,\"rados_write_mib\":%u,\"rados_write_4mib_mbs\":%.1f,\"rados_write_depth\":%u,\"rados_write_sweep_mbs\":{%s},\"rados_read_fresh_mbs\":%.1f,\"rados_read_mbs\":%.1f,\"rados_rand_mbs\":%.1f,"
+        "\"upload_mbs\":%.1f,\"upload_writes_alone_mbs\":%.1f,\"get_mbs\":%.1f,\"upload_ratio\":%.3f,\"get_ratio\":%.3f,\"get_ratio_rand\":%.3f,"
         "\"trace_served\":%llu,\"trace_asked\":%llu,"
         "\"trace_p50_ms\":%.2f,\"trace_p99_ms\":%.2f,\"remote_hits\":%llu,\"checksum_failures\":%llu,\"bad\":%llu}\n",
-        rados_write, write_depth, sweep_json.c_str(), rados_read_fresh, rados_read, rados_rand, upload_mbs, get_mbs,
+        rados_write, write_mib, rados_write_4m, write_depth, sweep_json.c_str(), rados_read_fresh, rados_read, rados_rand, upload_mbs,
+        writes_alone, get_mbs,
         rados_write > 0 ? upload_mbs / rados_write : 0, rados_read > 0 ? get_mbs / rados_read : 0,
         rados_rand > 0 ? get_mbs / rados_rand : 0, static_cast<unsigned long long>(served),
         static_cast<unsigned long long>(asked), Percentile(lat_ms, 0.5), Percentile(lat_ms, 0.99),

@@ -727,6 +727,29 @@ TEST_F(RemoteTierTest, StoppedOsdTurnsRemoteGetsIntoDeadlineMisses) {
   EXPECT_LT(SteadyClock::now() - t0, seconds(15));
 }
 
+// The shared tier's bench, small, on the test cluster: its sweep of write
+// sizes and depths, the upload, the upload's writes alone and the reads all
+// run, and every block read back verifies.
+TEST_F(RemoteTierTest, RemoteBenchRunsSmallAndVerifiesEveryBlock) {
+  const std::filesystem::path bench =
+      std::filesystem::read_symlink("/proc/self/exe").parent_path() / "kvtier_remote_bench";
+  if (!std::filesystem::exists(bench)) GTEST_SKIP() << "built without benches (KVTIER_BUILD_BENCH=OFF)";
+  const std::string out = tmp_.Sub("bench.out");
+  const std::string cmd = bench.string() + " --conf " + conf_ + " --dir " + tmp_.Sub("bench") +
+                          " --convs 4 --blocks 4 --segment-mib 8 --object-mib 4 --rados-seconds 1"
+                          " --write-depths 4 --write-sizes-mib 4,8 --upload-write-mib 4 > " + out + " 2>&1";
+  const int rc = std::system(cmd.c_str());
+  std::ifstream f(out);
+  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  ASSERT_EQ(rc, 0) << text;
+  for (const char* want : {"\"bad\":0", "\"checksum_failures\":0", "\"4MiB@4\":", "\"8MiB@4\":"})
+    EXPECT_NE(text.find(want), std::string::npos) << want << " in\n" << text;
+  EXPECT_EQ(text.find("\"upload_writes_alone_mbs\":0.0,"), std::string::npos) << text;
+  EXPECT_EQ(text.find("\"upload_mbs\":0.0,"), std::string::npos) << text;
+  // A list the sweep cannot use is refused before anything runs.
+  EXPECT_NE(std::system((bench.string() + " --conf " + conf_ + " --write-sizes-mib 4,0 >/dev/null 2>&1").c_str()), 0);
+}
+
 }  // namespace
 }  // namespace kvtier::testing
 
