@@ -1,8 +1,8 @@
 // ChunkReader: reads chunks of local segments ahead of the shared tier's
 // uploads, on threads of its own.
 //
-// Why: an upload reads each 4 MiB chunk back from its local segment before
-// it writes it to RADOS. Read on the upload's thread, one at a time, the
+// Why: an upload reads each chunk (one RADOS write, upload_write_bytes) back
+// from its local segment before it writes it to RADOS. Read on the upload's thread, one at a time, the
 // read-back took 60% of an upload's time on a 2-core VM (1.96 of 3.31 s for
 // 2 GiB) while RADOS had room for more writes: the reads, not the cluster,
 // set the rate. Reading a few chunks ahead, two at a time, overlaps them with
