@@ -35,14 +35,13 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <mutex>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <deque>
 
 #include "format/record.h"
 #include "kvtier/store.h"
@@ -248,8 +247,7 @@ int main(int argc, char** argv) {
   const std::string rb = "timeout -k 5 " + std::to_string(a.rados_seconds + 60) + " rados -c " + a.conf + " -p " +
                          a.pool + " bench " + std::to_string(a.rados_seconds);
   // The write limit is the best of a sweep of write sizes and depths: one
-  // depth alone is not the cluster's best (uploads once ran 1.02x of `rados
-  // bench -t 16`), nor are 4 MiB writes (16 MiB ones ran 1.1-1.2x faster).
+  // size or depth alone is not the cluster's best (docs/benchmarks.md).
   // Each sweep run removes its objects as it ends.
   auto write_cmd = [&](uint32_t mib, uint32_t depth, const std::string& run) {
     return rb + " write -b " + std::to_string(static_cast<uint64_t>(mib) << 20) + " -t " + std::to_string(depth) +

@@ -104,12 +104,10 @@ Status SharedTier::UploadBatch(const std::vector<std::pair<uint32_t, uint32_t>>&
     uint64_t read = 0;  // its read's ticket
   };
   const UploadShape shape = UploadShape::Of(opt_);
-  const uint64_t chunk_bytes = shape.write_bytes;
-  const size_t write_window = shape.writes_in_flight, read_ahead_chunks = shape.reads_ahead;
   // Room for the writes in flight, the reads ahead of them, and the next
   // read while the window is full. Declared before the writes and the reads:
   // both drain before the buffers go.
-  std::vector<Slot> ring(write_window + read_ahead_chunks + 1);
+  std::vector<Slot> ring(shape.writes_in_flight + shape.reads_ahead + 1);
   RadosClient::AsyncWrites writes(c.get());
   ChunkReader reader(source_.read, kReadThreads);
   std::deque<uint64_t> window;  // write tickets in flight, oldest first
@@ -143,21 +141,21 @@ Status SharedTier::UploadBatch(const std::vector<std::pair<uint32_t, uint32_t>>&
     if (!u.share) return Status::OK();
     const SegmentSummary& s = u.summary;
     const size_t first = planned.size();
-    for (uint64_t off = 0; off < s.part_bytes; off += chunk_bytes) {
+    for (uint64_t off = 0; off < s.part_bytes; off += shape.write_bytes) {
       for (uint32_t p = 0; p < s.Parts(); ++p) {
         const uint64_t part_off = static_cast<uint64_t>(p) * s.part_bytes;
         const uint64_t part_len = std::min(s.part_bytes, s.bytes - part_off);
         if (off >= part_len) break;  // only the last part is short
-        planned.push_back(Chunk{i, p, off, static_cast<size_t>(std::min<uint64_t>(chunk_bytes, part_len - off))});
+        planned.push_back(Chunk{i, p, off, static_cast<size_t>(std::min<uint64_t>(shape.write_bytes, part_len - off))});
       }
     }
     if (planned.size() > first) planned.back().last = true;
     return Status::OK();
   };
-  // Starts reads until read_ahead_chunks are under way, planning segments
+  // Starts reads until shape.reads_ahead are under way, planning segments
   // as they are needed.
   auto read_ahead = [&]() -> Status {
-    while (reading.size() < read_ahead_chunks) {
+    while (reading.size() < shape.reads_ahead) {
       if (planned.empty()) {
         if (next_plan == ups.size() || stopping()) return Status::OK();
         KVTIER_RETURN_IF_ERROR(plan(next_plan++));
@@ -170,7 +168,7 @@ Status SharedTier::UploadBatch(const std::vector<std::pair<uint32_t, uint32_t>>&
       next_slot = (next_slot + 1) % ring.size();
       if (slot.ticket != 0) KVTIER_RETURN_IF_ERROR(writes.Wait(slot.ticket));
       slot.ticket = 0;
-      if (slot.buf.data() == nullptr) slot.buf = AlignedBuffer(chunk_bytes);
+      if (slot.buf.data() == nullptr) slot.buf = AlignedBuffer(shape.write_bytes);
       const PendingUpload& u = ups[k.up];
       k.slot = &slot;
       k.read = reader.Start(u.seg, u.gen, static_cast<uint64_t>(k.part) * u.summary.part_bytes + k.off,
@@ -195,7 +193,7 @@ Status SharedTier::UploadBatch(const std::vector<std::pair<uint32_t, uint32_t>>&
       continue;
     }
     KVTIER_RETURN_IF_ERROR(st);
-    if (window.size() == write_window) {
+    if (window.size() == shape.writes_in_flight) {
       KVTIER_RETURN_IF_ERROR(writes.Wait(window.front()));
       window.pop_front();
     }
