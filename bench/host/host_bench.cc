@@ -55,6 +55,7 @@ struct Args {
   int copy_threads = -1;  // Options::ram_copy_threads; -1: the default
   int64_t stream_min_kib = -1;  // Options::ram_streaming_copy_min_bytes in KiB; -1: the default
   int64_t split_min_kib = -1;   // Options::ram_split_copy_min_bytes in KiB; -1: the default
+  int copy_spin_us = -1;        // Options::ram_copy_spin_us; -1: by core count
   bool shared_memory = false;  // the tier in /dev/shm, as a store that survives restarts keeps it
   size_t destinations = 1;     // batch-sized destinations each batch rotates over
   double gap_ms = 0;           // idle time between GetBatch calls (not timed), as between an engine's loads
@@ -65,7 +66,7 @@ struct Args {
   std::fprintf(stderr,
                "usage: kvtier-host-bench [--dir D] [--block-kib K,K,...] [--batch-mib M] [--working-set-mib W]\n"
                "                         [--seconds S] [--max-threads N] [--copy-threads N] [--stream-min-kib K]\n"
-               "                         [--split-min-kib K]\n"
+               "                         [--split-min-kib K] [--copy-spin-us N]\n"
                "                         [--shared-memory] [--destinations D] [--gap-ms G]\n"
                "                         [--json]\n");
   std::exit(2);
@@ -97,6 +98,7 @@ Args Parse(int argc, char** argv) {
       else if (k == "--copy-threads") a.copy_threads = std::stoi(next());
       else if (k == "--stream-min-kib") a.stream_min_kib = std::stoll(next());
       else if (k == "--split-min-kib") a.split_min_kib = std::stoll(next());
+      else if (k == "--copy-spin-us") a.copy_spin_us = std::stoi(next());
       else if (k == "--shared-memory") a.shared_memory = true;
       else if (k == "--destinations") a.destinations = std::stoul(next());
       else if (k == "--gap-ms") a.gap_ms = std::stod(next());
@@ -214,6 +216,7 @@ std::unique_ptr<Store> OpenStore(const Args& a, const std::string& dir, bool ver
   if (a.copy_threads >= 0) o.ram_copy_threads = static_cast<uint32_t>(a.copy_threads);
   if (a.stream_min_kib >= 0) o.ram_streaming_copy_min_bytes = static_cast<uint64_t>(a.stream_min_kib) << 10;
   if (a.split_min_kib >= 0) o.ram_split_copy_min_bytes = static_cast<uint64_t>(a.split_min_kib) << 10;
+  o.ram_copy_spin_us = a.copy_spin_us;
   auto s = Store::Open(dir, o);
   if (!s.ok()) {
     std::fprintf(stderr, "kvtier-host-bench: open %s: %s\n", dir.c_str(), s.status().ToString().c_str());

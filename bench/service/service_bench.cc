@@ -88,6 +88,7 @@ struct Args {
   int64_t reader_spin_us = 0;  // the service's ServiceOptions::reader_spin_us (-1: by core count)
   int64_t stream_min_kib = -1;  // Options::ram_streaming_copy_min_bytes in KiB (-1: the default)
   int64_t split_min_kib = -1;  // Options::ram_split_copy_min_bytes in KiB (0: never; -1: the store's default)
+  int64_t copy_spin_us = -1;   // Options::ram_copy_spin_us (-1: by core count)
   bool disk = true;             // the disk rows (--no-disk: the RAM and lookup rows alone)
   bool ram = true;              // the lookup and RAM rows (--disk-only: the disk rows alone)
   bool warm_up = true;          // one untimed get per client first (--no-warm-up: timed from the first)
@@ -538,6 +539,7 @@ Served Serve(const Args& a, const std::string& dir, uint64_t ram_bytes, uint64_t
   o.zero_copy_small_pages = a.zero_copy_small_pages;
   if (a.stream_min_kib >= 0) o.ram_streaming_copy_min_bytes = static_cast<uint64_t>(a.stream_min_kib) << 10;
   if (a.split_min_kib >= 0) o.ram_split_copy_min_bytes = static_cast<uint64_t>(a.split_min_kib) << 10;
+  o.ram_copy_spin_us = static_cast<int32_t>(a.copy_spin_us);
   o.ram_tier_bytes = ram_bytes;
   o.ram_tier_shared_memory = false;
   o.capacity_bytes = capacity;
@@ -775,13 +777,14 @@ int RunParent(const Args& a) {
     std::printf("{\"machine\": {\"cores\": %u, \"kernel\": \"%s\", \"block_bytes\": %zu, \"seconds\": %.2f, "
                 "\"memcpy_gbps\": %.3f, \"copy_kernel\": \"%s\", \"copy_threads\": %d, "
                 "\"verified_copy_gbps\": %.3f, \"verified_copy_kernel\": \"%s\", \"verified_copy_threads\": %d, "
-                "\"reply_spin_us\": %lld, \"reader_spin_us\": %lld, "
+                "\"reply_spin_us\": %lld, \"reader_spin_us\": %lld, \"copy_spin_us\": %lld, "
                 "\"zero_copy_small_pages\": %s, \"client_huge_pages\": %s, \"embedded_huge_pages\": %s}, "
                 "\"disk_get_phases_us\": {\"gets\": %.0f, \"queue\": %.1f, \"index\": %.1f, \"device\": %.1f, "
                 "\"finish\": %.1f}, \"put_phases_us\": {%s, %s}, \"rows\": [\n",
                 cores, u.release, a.block, a.seconds, mem_gbps, mem.kernel.c_str(), mem.threads, verified.gbps,
                 verified.kernel.c_str(), verified.threads, static_cast<long long>(a.reply_spin_us),
-                static_cast<long long>(a.reader_spin_us), a.zero_copy_small_pages ? "true" : "false", client_huge ? "true" : "false",
+                static_cast<long long>(a.reader_spin_us), static_cast<long long>(a.copy_spin_us),
+                a.zero_copy_small_pages ? "true" : "false", client_huge ? "true" : "false",
                 a.embedded_huge_pages || client_huge ? "true" : "false", timed, queue_us, index_us, device_us,
                 finish_us, PhasesJson("embedded", put_embedded).c_str(), PhasesJson("service", put_service).c_str());
     for (size_t i = 0; i < rows.size(); ++i) {
@@ -814,10 +817,10 @@ int RunParent(const Args& a) {
                   mem_gbps, mem.kernel.c_str(), mem.threads, verified.gbps, verified.kernel.c_str(), verified.threads,
                   maxc, same_destination[1], same_destination[maxc]);
   std::printf("kvtier service bench: %u cores, Linux %s, %zu-byte blocks, %.1f s per run, %s; reply spin %lld us, "
-              "reader spin %lld us (-1: by cores), zero-copy from 4 KiB pages %s; client memory on %s, embedded arm on "
+              "reader spin %lld us, copy spin %lld us (-1: by cores), zero-copy from 4 KiB pages %s; client memory on %s, embedded arm on "
               "%s\n\n",
               cores, u.release, a.block, a.seconds, limits, static_cast<long long>(a.reply_spin_us),
-              static_cast<long long>(a.reader_spin_us),
+              static_cast<long long>(a.reader_spin_us), static_cast<long long>(a.copy_spin_us),
               a.zero_copy_small_pages ? "on" : "off", client_huge ? "huge pages" : "4 KiB pages",
               a.embedded_huge_pages || client_huge ? "huge pages" : "4 KiB pages");
   std::printf("%-52s %7s %12s %12s %12s %12s %14s %14s  %s\n", "workload", "clients", "service", "embedded",
@@ -897,6 +900,7 @@ int main(int argc, char** argv) {
     else if (k == "--no-warm-up") a.warm_up = false;
     else if (k == "--stream-min-kib") a.stream_min_kib = std::strtoll(next().c_str(), nullptr, 10);
     else if (k == "--split-copy-min-kib") a.split_min_kib = std::strtoll(next().c_str(), nullptr, 10);
+    else if (k == "--copy-spin-us") a.copy_spin_us = std::strtoll(next().c_str(), nullptr, 10);
     else if (k == "--reply-spin-us") a.reply_spin_us = std::strtoll(next().c_str(), nullptr, 10);
     else if (k == "--reader-spin-us") a.reader_spin_us = std::strtoll(next().c_str(), nullptr, 10);
     else if (k == "--socket") a.socket = next();
@@ -911,7 +915,7 @@ int main(int argc, char** argv) {
       std::printf("usage: kvtier bench --service [--dir D] [--seconds S] [--clients 1,2,4,8] [--block 2M]\n"
                   "       [--ram-blocks N] [--disk-blocks N] [--reply-spin-us N] [--reader-spin-us N]\n"
                   "       [--zero-copy-small-pages] [--embedded-huge-pages] [--stream-min-kib K]\n"
-                  "       [--split-copy-min-kib K] [--no-disk | --disk-only] [--no-warm-up]\n"
+                  "       [--split-copy-min-kib K] [--copy-spin-us N] [--no-disk | --disk-only] [--no-warm-up]\n"
                   "       [--json]\n");
       return 0;
     } else {

@@ -50,7 +50,7 @@ void RamTier::Pin::Release() {
 // ---- Open / mapping ----
 
 RamTier::RamTier(const RamTierOptions& o) : opt_(o) {
-  if (o.copy_threads > 1) copiers_ = std::make_unique<WorkerPool>(o.copy_threads - 1, "kvtier-ramcopy");
+  if (o.copy_threads > 1) copiers_ = std::make_unique<WorkerPool>(o.copy_threads - 1, "kvtier-ramcopy", o.copy_spin_us);
 }
 
 RamTier::~RamTier() {
@@ -433,7 +433,7 @@ Result<size_t> RamTier::ReadAs(NamespaceId ns, std::string_view key, std::span<c
   if (splittable) {
     auto have = MarksOf(p);
     if (have != nullptr) {
-      if (!SharesCopy(reads_.load(std::memory_order_relaxed), opt_.copy_threads)) record = false;
+      if (!SharesCopy(reads_.load(std::memory_order_relaxed), opt_.copy_threads, opt_.copy_spin_us > 0)) record = false;
       else if (CopyShared(p, out, *have, stream)) return static_cast<size_t>(p.size());
     }
   }

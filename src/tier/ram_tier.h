@@ -70,6 +70,9 @@ struct RamTierOptions {
   bool verify_reads = true;
   // Threads that copy one ReadBatch's blocks, the caller included.
   uint32_t copy_threads = 1;
+  // How long idle copy threads poll for the next read before they sleep
+  // (Options::ram_copy_spin_us); 0: they sleep at once.
+  uint32_t copy_spin_us = 0;
   // Read() copies blocks (ReadBatch: batches) of at least this size with
   // non-temporal stores (Options::ram_streaming_copy_min_bytes).
   uint64_t streaming_copy_min_bytes = UINT64_MAX;
@@ -203,12 +206,13 @@ class RamTier {
   }
 
   // Whether a lone read shares its copy out (split_copy_min_bytes) while
-  // `reads_in_flight` reads, its own included, run at once: only while they
-  // leave most copy threads idle. Beyond that every core already copies a
-  // block of its own, and pieces handed to busy threads only wait (8 clients
-  // of a service on the H200's 16 cores: 32 GB/s shared against 45 alone).
-  static bool SharesCopy(uint32_t reads_in_flight, uint32_t copy_threads) {
-    return reads_in_flight * 4 <= copy_threads;
+  // `reads_in_flight` reads, its own included, run at once: while they
+  // leave each read two copy threads, when idle copy threads poll for work
+  // (`polling`, copy_spin_us > 0), else four. Pieces handed to sleeping
+  // threads wait for their wake-ups (8 clients of a service on the H200's 16
+  // cores: 32 GB/s shared against 45 alone; docs/benchmarks.md).
+  static bool SharesCopy(uint32_t reads_in_flight, uint32_t copy_threads, bool polling) {
+    return reads_in_flight * (polling ? 2 : 4) <= copy_threads;
   }
 
   // The states between a block's pieces, for a writer that hashes the

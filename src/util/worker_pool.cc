@@ -1,9 +1,11 @@
 #include "util/worker_pool.h"
 
 #include <pthread.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <mutex>
 
 namespace kvtier {
@@ -18,7 +20,8 @@ struct WorkerPool::Call {
   std::condition_variable all_done;
 };
 
-WorkerPool::WorkerPool(unsigned helpers, const std::string& name) {
+WorkerPool::WorkerPool(unsigned helpers, const std::string& name, uint32_t spin_us)
+    : spin_ns_(int64_t{spin_us} * 1000) {
   for (unsigned i = 0; i < helpers; ++i) {
     threads_.emplace_back([this] { HelperLoop(); });
     pthread_setname_np(threads_.back().native_handle(), name.substr(0, 15).c_str());
@@ -46,9 +49,42 @@ void WorkerPool::Work(Call& c) {
   }
 }
 
+namespace {
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+// Yields the core: a thread woken on it (a service's reader, a client)
+// runs at once instead of waiting out a poller's time slice.
+inline void Pause() { sched_yield(); }
+}  // namespace
+
+void WorkerPool::SpinForCall(uint64_t seen) const {
+  const int64_t until = NowNs() + spin_ns_;
+  for (unsigned turn = 0; posted_.load(std::memory_order_acquire) == seen; ++turn) {
+    Pause();
+    if (turn % 8 == 7 && NowNs() >= until) return;
+  }
+}
+
+bool WorkerPool::SpinForDone(const Call& c) const {
+  const int64_t until = NowNs() + spin_ns_;
+  for (unsigned turn = 0; c.done.load(std::memory_order_acquire) != c.n; ++turn) {
+    Pause();
+    if (turn % 8 == 7 && NowNs() >= until) return false;
+  }
+  return true;
+}
+
 void WorkerPool::HelperLoop() {
   MutexLock l(&mu_);
   for (;;) {
+    if (spin_ns_ > 0 && !stop_ && calls_.empty()) {
+      const uint64_t seen = posted_.load(std::memory_order_acquire);
+      l.Unlock();
+      SpinForCall(seen);
+      l.Lock();
+    }
     while (!stop_ && calls_.empty()) l.Wait(wake_);
     if (stop_) return;
     std::shared_ptr<Call> c = calls_.front();
@@ -73,6 +109,7 @@ void WorkerPool::ForEach(size_t n, const std::function<void(size_t)>& fn) {
     MutexLock l(&mu_);
     calls_.push_back(c);
   }
+  posted_.fetch_add(1, std::memory_order_release);
   // As many helpers as there are items beyond the caller's first: waking
   // every helper for a call of a few items sets the idle ones fighting over
   // mu_ while the others copy.
@@ -83,7 +120,7 @@ void WorkerPool::ForEach(size_t n, const std::function<void(size_t)>& fn) {
     for (size_t i = 0; i < wake; ++i) wake_.notify_one();
   }
   Work(*c);
-  {
+  if (spin_ns_ == 0 || !SpinForDone(*c)) {
     std::unique_lock<std::mutex> g(c->m);
     c->all_done.wait(g, [&] { return c->done.load() == c->n; });
   }

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -213,12 +214,50 @@ TEST(RamTier, ReadsCopyingAtOnceDecideTheStores) {
   EXPECT_FALSE(RamTier::StreamsCopy(300 * kMiB, 4 * 300 * kMiB, UINT64_MAX));  // never
 }
 
-// A lone read shares its copy out only while few reads run at once.
+// A lone read shares its copy out only while few reads run at once: each
+// keeps four copy threads, or two where idle copy threads poll for work.
 TEST(RamTier, ALoneReadSharesItsCopyOnlyWhileMostCopyThreadsAreIdle) {
-  EXPECT_TRUE(RamTier::SharesCopy(1, 16));
-  EXPECT_TRUE(RamTier::SharesCopy(4, 16));
-  EXPECT_FALSE(RamTier::SharesCopy(8, 16));  // 8 clients of a service on 16 cores
-  EXPECT_FALSE(RamTier::SharesCopy(1, 2));   // a host of few cores: one pass
+  EXPECT_TRUE(RamTier::SharesCopy(1, 16, false));
+  EXPECT_TRUE(RamTier::SharesCopy(4, 16, false));
+  EXPECT_FALSE(RamTier::SharesCopy(8, 16, false));  // 8 clients of a service on 16 cores
+  EXPECT_TRUE(RamTier::SharesCopy(8, 16, true));    // the same, with polling copy threads
+  EXPECT_FALSE(RamTier::SharesCopy(9, 16, true));
+  EXPECT_FALSE(RamTier::SharesCopy(1, 2, false));   // a host of few cores: one pass
+  EXPECT_FALSE(RamTier::SharesCopy(2, 2, true));
+}
+
+// Readers at once, each reading large blocks the polling copy threads share
+// out (after each block's first read recorded its states): every copy lands
+// the block's own bytes, whichever reads' pieces the threads run together.
+TEST(RamTier, ConcurrentSharedReadsWithPollingCopyThreadsLandTheirOwnBytes) {
+  RamTierOptions o = Small(32 << 20);
+  o.copy_threads = 4;
+  o.copy_spin_us = 500;
+  o.split_copy_min_bytes = 64 << 10;
+  auto t = RamTier::Open(o);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  constexpr int kBlocks = 6;
+  std::vector<std::vector<uint8_t>> v;
+  for (int i = 0; i < kBlocks; ++i) {
+    v.push_back(Bytes((1u << 20) + 4096 * i + 7, 60 + i));
+    ASSERT_NE(Put(**t, 1, Name("b", i), v.back()), 0u);
+    ASSERT_EQ(Get(**t, 1, Name("b", i), v.back().size()), v.back());  // records the states
+  }
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> readers;
+  for (int r = 0; r < 2; ++r)
+    readers.emplace_back([&, r] {
+      std::vector<uint8_t> out(2u << 20);
+      for (int k = 0; k < 60; ++k) {
+        const int i = (r * 7 + k) % kBlocks;
+        MutableFragment f{out.data(), out.size()};
+        auto n = (*t)->Read(1, Name("b", i), {&f, 1});
+        if (!n.ok() || *n != v[i].size() || !std::equal(v[i].begin(), v[i].end(), out.begin())) wrong.fetch_add(1);
+      }
+    });
+  for (auto& th : readers) th.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_GT((*t)->GetStats().split_copies, 0u);  // two readers on four threads do share
 }
 
 // A lone read of a large block shares its copy over the copy threads, each

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <mutex>
 #include <set>
 #include <thread>
 #include <vector>
@@ -13,10 +15,12 @@ namespace {
 // Every index runs exactly once, on the caller and the helpers, and
 // ForEach returns only after the last one; concurrent callers each get
 // their own items, whatever the helpers are busy with.
+// With polling helpers (spin_us) as with sleeping ones.
 TEST(WorkerPool, EveryItemRunsOnceBeforeForEachReturns) {
+  for (uint32_t spin_us : {0u, 200u})
   for (unsigned helpers : {0u, 1u, 3u}) {
-    SCOPED_TRACE(helpers);
-    WorkerPool pool(helpers, "test-pool");
+    SCOPED_TRACE(testing::Message() << helpers << " helpers, spin " << spin_us);
+    WorkerPool pool(helpers, "test-pool", spin_us);
     EXPECT_EQ(pool.helpers(), helpers);
     auto run = [&](size_t n) {
       std::vector<std::atomic<int>> seen(n);
@@ -54,6 +58,31 @@ TEST(WorkerPool, HelpersRunItemsBesideTheCaller) {
     while (arrived.load() < 3) std::this_thread::yield();
   });
   EXPECT_EQ(threads.size(), 3u);
+}
+
+// Polling helpers still take a call that comes after their poll has ended
+// (they sleep then, and the call wakes them), and one that comes while they
+// poll (no wake-up needed): both calls need all three threads at once.
+TEST(WorkerPool, PollingHelpersTakeCallsBothWhilePollingAndAfterSleeping) {
+  WorkerPool pool(2, "test-pool", 1000);
+  auto needs_three = [&] {
+    std::atomic<int> arrived{0};
+    std::set<std::thread::id> threads;
+    std::mutex m;
+    pool.ForEach(3, [&](size_t) {
+      {
+        std::lock_guard<std::mutex> g(m);
+        threads.insert(std::this_thread::get_id());
+      }
+      arrived.fetch_add(1);
+      while (arrived.load() < 3) std::this_thread::yield();
+    });
+    EXPECT_EQ(threads.size(), 3u);
+  };
+  needs_three();
+  needs_three();  // within the 1 ms poll of the first
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // past it: asleep
+  needs_three();
 }
 
 }  // namespace

@@ -49,6 +49,7 @@ struct ServeCmd {
   std::string client_pinned = "4G";
   uint32_t max_clients = 256;
   int32_t reader_spin_us = 0;
+  int32_t ram_copy_spin_us = -1;
 };
 
 // The namespaces with their block and byte counts, for the metrics. Counting
@@ -243,6 +244,7 @@ int Run(const ServeCmd& in) {
     *s.field = *n;
   }
   o.zero_copy_small_pages = in.zero_copy_small_pages;
+  o.ram_copy_spin_us = in.ram_copy_spin_us;  // checked by the store's open
   o.remote = in.a.remote;
   o.warn = [&log](const std::string& line) { log.Line("warning: " + line); };
   auto store = Store::Open(in.a.dir, o);
@@ -341,6 +343,10 @@ Command AddServe(CLI::App& root) {
   sub->add_option("--client-inflight", in->client_inflight, "Bytes of puts one client may have in flight")
       ->capture_default_str();
   sub->add_option("--max-clients", in->max_clients, "Clients served at once")->capture_default_str();
+  sub->add_option("--ram-copy-spin-us", in->ram_copy_spin_us,
+                  "Microseconds idle RAM-tier copy threads poll for the next read before they sleep "
+                  "(0: sleep at once; -1: 100 on hosts of 8 cores or more, else 0; see docs/ram_tier.md)")
+      ->capture_default_str();
   sub->add_option("--reader-spin-us", in->reader_spin_us,
                   "Microseconds a connection polls for a client's next request while it waits for a reply "
                   "(0: sleep at once; -1: 3000 on hosts of 8 cores or more, else 0)")
