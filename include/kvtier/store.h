@@ -357,8 +357,13 @@ class Store {
   virtual Result<NamespaceId> RegisterNamespace(const NamespaceSpec& spec) = 0;
   // Finds a namespace by display name or by 16-hex-digit id.
   virtual Result<NamespaceId> FindNamespace(std::string_view name_or_hex) = 0;
-  virtual Result<std::vector<NamespaceInfo>> ListNamespaces(NamespaceListing listing) = 0;
-  Result<std::vector<NamespaceInfo>> ListNamespaces() { return ListNamespaces(NamespaceListing::kWithCounts); }
+  // With counts, `progress` (when set) is called now and then, on the
+  // calling thread, with (index entries counted, the index's estimate of
+  // its entries); a service's client counts on the service and never calls it.
+  virtual Result<std::vector<NamespaceInfo>> ListNamespaces(
+      NamespaceListing listing, const std::function<void(uint64_t, uint64_t)>& progress) = 0;
+  Result<std::vector<NamespaceInfo>> ListNamespaces(NamespaceListing listing) { return ListNamespaces(listing, nullptr); }
+  Result<std::vector<NamespaceInfo>> ListNamespaces() { return ListNamespaces(NamespaceListing::kWithCounts, nullptr); }
   // Drops every block of a namespace and the namespace itself.
   virtual Status RemoveNamespace(NamespaceId ns) = 0;
 

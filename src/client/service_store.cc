@@ -130,7 +130,8 @@ Result<NamespaceId> ServiceStore::FindNamespace(std::string_view name_or_hex) {
   return id;
 }
 
-Result<std::vector<NamespaceInfo>> ServiceStore::ListNamespaces(NamespaceListing listing) {
+Result<std::vector<NamespaceInfo>> ServiceStore::ListNamespaces(NamespaceListing listing,
+                                                                 const std::function<void(uint64_t, uint64_t)>&) {
   wire::WireWriter w;
   wire::Encode(w, wire::ListNamespacesRequest{listing == NamespaceListing::kWithCounts});
   auto body = Call(wire::Op::kListNamespaces, w, OpDeadline());

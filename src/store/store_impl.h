@@ -69,7 +69,8 @@ class StoreImpl final : public Store, public BlockSink {
   Result<NamespaceId> RegisterNamespace(const NamespaceSpec& spec) override;
   Result<NamespaceId> FindNamespace(std::string_view name_or_hex) override;
   using Store::ListNamespaces;
-  Result<std::vector<NamespaceInfo>> ListNamespaces(NamespaceListing listing) override;
+  Result<std::vector<NamespaceInfo>> ListNamespaces(NamespaceListing listing,
+                                                    const std::function<void(uint64_t, uint64_t)>& progress) override;
   Status RemoveNamespace(NamespaceId ns) override;
 
   Status Put(NamespaceId ns, std::string_view key, std::span<const Fragment> payload) override;

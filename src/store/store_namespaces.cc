@@ -101,19 +101,26 @@ Result<NamespaceId> StoreImpl::FindNamespace(std::string_view name_or_hex) {
   return Status::NotFound("no namespace named '" + std::string(name_or_hex) + "'");
 }
 
-Result<std::vector<NamespaceInfo>> StoreImpl::ListNamespaces(NamespaceListing listing) {
+Result<std::vector<NamespaceInfo>> StoreImpl::ListNamespaces(NamespaceListing listing,
+                                                              const std::function<void(uint64_t, uint64_t)>& progress) {
   std::vector<NamespaceInfo> out;
   for (auto& [id, spec] : namespaces_.List()) out.push_back(NamespaceInfo{id, std::move(spec), 0, 0});
   std::sort(out.begin(), out.end(), [](const NamespaceInfo& a, const NamespaceInfo& b) { return a.id < b.id; });
   if (listing == NamespaceListing::kSpecsOnly) return out;
+  // The estimate can be below the count (RocksDB's, from its files): the
+  // total shown never is.
+  const uint64_t estimate = progress ? index_->ApproximateEntries() : 0;
+  uint64_t counted = 0;
   for (NamespaceInfo& info : out) {
     Status st = index_->ForEach(info.id, "", [&](NamespaceId, std::string_view, const format::IndexValue& v) {
       ++info.blocks;
       info.payload_bytes += v.payload_len;
+      if (progress && ++counted % 65536 == 0) progress(counted, std::max(counted, estimate));
       return true;
     });
     if (!st.ok()) return st;
   }
+  if (progress) progress(counted, counted);
   return out;
 }
 

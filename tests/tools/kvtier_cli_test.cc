@@ -631,6 +631,13 @@ TEST_F(KvtierCli, StatsPrometheus) {
   json j = Json(Kv({"stats", f_.dir, "--json"}));
   EXPECT_EQ(j["namespaces"], 2);
   EXPECT_EQ(j["blocks{tier=\"disk\"}"], 17);
+  // Counting walks the whole index: the commands that count show it.
+  for (const char* cmd : {"stats", "info", "ns"}) {
+    Out p = Kv({cmd, f_.dir}, {"KVTIER_PROGRESS=always"});
+    ASSERT_EQ(p.rc, 0) << cmd << ": " << p.err;
+    EXPECT_NE(p.err.find("counting blocks ["), std::string::npos) << cmd << ": " << p.err;
+    EXPECT_NE(p.err.find("17/17"), std::string::npos) << cmd << ": " << p.err;
+  }
 }
 
 void ExpectSameBlocks(const std::string& a, const std::string& b, const std::string& ns_name) {

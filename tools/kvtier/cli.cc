@@ -223,7 +223,7 @@ std::string Table::Render() const {
   return out.str();
 }
 
-Progress::Progress(std::string label) : label_(std::move(label)) {
+Progress::Progress(std::string label, Unit unit) : label_(std::move(label)), unit_(unit) {
   const char* env = std::getenv("KVTIER_PROGRESS");
   if (env != nullptr && std::string_view(env) == "always") enabled_ = true;
   else if (env != nullptr && std::string_view(env) == "never") enabled_ = false;
@@ -232,6 +232,12 @@ Progress::Progress(std::string label) : label_(std::move(label)) {
 }
 
 Progress::~Progress() { Finish(); }
+
+Result<std::vector<NamespaceInfo>> ListNamespacesCounted(Store& store) {
+  Progress p("counting blocks", Progress::Unit::kItems);
+  return store.ListNamespaces(NamespaceListing::kWithCounts,
+                              [&p](uint64_t done, uint64_t total) { p.Update(done, total); });
+}
 
 void Progress::Update(uint64_t done, uint64_t total) {
   done_ = done;
@@ -274,9 +280,18 @@ void Progress::Draw(bool final) {
                   static_cast<unsigned long long>(secs % 60));
     eta = b;
   }
-  std::fprintf(stderr, "\r%s [%s] %3d%%  %s / %s  %s  %s\033[K", label_.c_str(), bar.c_str(),
-               static_cast<int>(frac * 100), FormatBytes(done_).c_str(), FormatBytes(total_).c_str(),
-               FormatRate(rate).c_str(), eta.c_str());
+  std::string done, total, per_second;
+  if (unit_ == Unit::kBytes) {
+    done = FormatBytes(done_);
+    total = " / " + FormatBytes(total_);
+    per_second = FormatRate(rate);
+  } else {
+    done = std::to_string(done_);
+    total = "/" + std::to_string(total_);
+    per_second = std::to_string(static_cast<uint64_t>(rate)) + "/s";
+  }
+  std::fprintf(stderr, "\r%s [%s] %3d%%  %s%s  %s  %s\033[K", label_.c_str(), bar.c_str(),
+               static_cast<int>(frac * 100), done.c_str(), total.c_str(), per_second.c_str(), eta.c_str());
   std::fflush(stderr);
 }
 

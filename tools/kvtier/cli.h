@@ -102,7 +102,10 @@ class Table {
 // Update from one thread at a time.
 class Progress {
  public:
-  explicit Progress(std::string label);
+  // What Update counts: bytes (shown as sizes and a byte rate) or items
+  // (plain counts and items per second).
+  enum class Unit : uint8_t { kBytes, kItems };
+  explicit Progress(std::string label, Unit unit = Unit::kBytes);
   ~Progress();
   void Update(uint64_t done, uint64_t total);
   void Finish();  // draws the final state and ends the line
@@ -111,10 +114,15 @@ class Progress {
  private:
   void Draw(bool final);
   std::string label_;
+  Unit unit_;
   bool enabled_ = false, finished_ = false;
   uint64_t done_ = 0, total_ = 0;
   std::chrono::steady_clock::time_point start_, last_draw_;
 };
+
+// The store's namespaces with their block and byte counts, which walks the
+// whole index: a progress bar ("counting blocks") while it does.
+Result<std::vector<NamespaceInfo>> ListNamespacesCounted(Store& store);
 
 // Prints a JSON document on stdout.
 void PrintJson(const nlohmann::json& j);

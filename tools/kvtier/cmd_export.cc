@@ -30,7 +30,7 @@ int Run(Export& in) {
   if (!store) return rc;
   NamespaceId ns;
   if (!ResolveNamespace("export", store.get(), in.ns, &ns)) return kExitProblems;
-  auto list = store->ListNamespaces();
+  auto list = ListNamespacesCounted(*store);
   if (!list.ok()) return Fail("export", kExitProblems, in.a.dir + ": " + list.status().ToString());
   NamespaceSpec spec;
   uint64_t total = 0;  // for the progress line: the namespace's bytes when the export starts

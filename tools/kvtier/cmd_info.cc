@@ -20,7 +20,7 @@ int Run(const Info& in) {
   if (!store) return rc;
   const StoreDescription d = store->Description();
   const Stats st = store->GetStats();
-  auto nss = store->ListNamespaces();
+  auto nss = ListNamespacesCounted(*store);
   if (!nss.ok()) return Fail("info", kExitProblems, in.a.dir + ": listing namespaces: " + nss.status().ToString());
   uint32_t open_segments = 0;
   for (const SegmentInfo& s : store->Segments())

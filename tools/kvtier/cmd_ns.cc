@@ -18,7 +18,7 @@ int List(const Ns& in) {
   int rc = kExitOk;
   auto store = OpenStore("ns", in.a, OpenMode::kReadOnly, &rc);
   if (!store) return rc;
-  auto nss = store->ListNamespaces();
+  auto nss = ListNamespacesCounted(*store);
   if (!nss.ok()) return Fail("ns", kExitProblems, in.a.dir + ": " + nss.status().ToString());
   if (in.a.json) {
     nlohmann::json out = nlohmann::json::array();

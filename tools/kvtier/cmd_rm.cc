@@ -70,7 +70,7 @@ int Run(Rm in) {
   nlohmann::json out{{"dir", in.a.dir}, {"ns_id", NamespaceIdToHex(ns)}};
   if (keys.empty()) {
     uint64_t blocks = 0;
-    auto list = store->ListNamespaces();
+    auto list = ListNamespacesCounted(*store);
     if (list.ok())
       for (const NamespaceInfo& n : *list)
         if (n.id == ns) blocks = n.blocks;

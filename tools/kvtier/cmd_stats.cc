@@ -24,7 +24,7 @@ int Run(const StatsCmd& in) {
   int rc = kExitOk;
   auto store = OpenStore("stats", in.a, OpenMode::kReadOnly, &rc);
   if (!store) return rc;
-  auto nss = store->ListNamespaces();
+  auto nss = ListNamespacesCounted(*store);
   if (!nss.ok()) return Fail("stats", kExitProblems, in.a.dir + ": " + nss.status().ToString());
   std::vector<SegmentInfo> segs = store->Segments();
   const Stats s = store->GetStats();
