@@ -55,7 +55,7 @@ struct Args {
   int copy_threads = -1;  // Options::ram_copy_threads; -1: the default
   int64_t stream_min_kib = -1;  // Options::ram_streaming_copy_min_bytes in KiB; -1: the default
   int64_t split_min_kib = -1;   // Options::ram_split_copy_min_bytes in KiB; -1: the default
-  int copy_spin_us = -1;        // Options::ram_copy_spin_us; -1: by core count
+  uint32_t copy_spin_us = 0;    // Options::ram_copy_spin_us
   bool shared_memory = false;  // the tier in /dev/shm, as a store that survives restarts keeps it
   size_t destinations = 1;     // batch-sized destinations each batch rotates over
   double gap_ms = 0;           // idle time between GetBatch calls (not timed), as between an engine's loads
@@ -98,7 +98,7 @@ Args Parse(int argc, char** argv) {
       else if (k == "--copy-threads") a.copy_threads = std::stoi(next());
       else if (k == "--stream-min-kib") a.stream_min_kib = std::stoll(next());
       else if (k == "--split-min-kib") a.split_min_kib = std::stoll(next());
-      else if (k == "--copy-spin-us") a.copy_spin_us = std::stoi(next());
+      else if (k == "--copy-spin-us") a.copy_spin_us = static_cast<uint32_t>(std::stoul(next()));
       else if (k == "--shared-memory") a.shared_memory = true;
       else if (k == "--destinations") a.destinations = std::stoul(next());
       else if (k == "--gap-ms") a.gap_ms = std::stod(next());

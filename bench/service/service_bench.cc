@@ -88,7 +88,7 @@ struct Args {
   int64_t reader_spin_us = 0;  // the service's ServiceOptions::reader_spin_us (-1: by core count)
   int64_t stream_min_kib = -1;  // Options::ram_streaming_copy_min_bytes in KiB (-1: the default)
   int64_t split_min_kib = -1;  // Options::ram_split_copy_min_bytes in KiB (0: never; -1: the store's default)
-  int64_t copy_spin_us = -1;   // Options::ram_copy_spin_us (-1: by core count)
+  int64_t copy_spin_us = 0;    // Options::ram_copy_spin_us
   bool disk = true;             // the disk rows (--no-disk: the RAM and lookup rows alone)
   bool ram = true;              // the lookup and RAM rows (--disk-only: the disk rows alone)
   bool warm_up = true;          // one untimed get per client first (--no-warm-up: timed from the first)
@@ -539,7 +539,7 @@ Served Serve(const Args& a, const std::string& dir, uint64_t ram_bytes, uint64_t
   o.zero_copy_small_pages = a.zero_copy_small_pages;
   if (a.stream_min_kib >= 0) o.ram_streaming_copy_min_bytes = static_cast<uint64_t>(a.stream_min_kib) << 10;
   if (a.split_min_kib >= 0) o.ram_split_copy_min_bytes = static_cast<uint64_t>(a.split_min_kib) << 10;
-  o.ram_copy_spin_us = static_cast<int32_t>(a.copy_spin_us);
+  o.ram_copy_spin_us = static_cast<uint32_t>(a.copy_spin_us);
   o.ram_tier_bytes = ram_bytes;
   o.ram_tier_shared_memory = false;
   o.capacity_bytes = capacity;
@@ -817,7 +817,7 @@ int RunParent(const Args& a) {
                   mem_gbps, mem.kernel.c_str(), mem.threads, verified.gbps, verified.kernel.c_str(), verified.threads,
                   maxc, same_destination[1], same_destination[maxc]);
   std::printf("kvtier service bench: %u cores, Linux %s, %zu-byte blocks, %.1f s per run, %s; reply spin %lld us, "
-              "reader spin %lld us, copy spin %lld us (-1: by cores), zero-copy from 4 KiB pages %s; client memory on %s, embedded arm on "
+              "reader spin %lld us (-1: by cores), copy spin %lld us, zero-copy from 4 KiB pages %s; client memory on %s, embedded arm on "
               "%s\n\n",
               cores, u.release, a.block, a.seconds, limits, static_cast<long long>(a.reply_spin_us),
               static_cast<long long>(a.reader_spin_us), static_cast<long long>(a.copy_spin_us),

@@ -287,14 +287,14 @@ struct Options {
   // cores it never shares. 0: never. A GetBatch copies such blocks as pieces
   // too, after its other blocks, so that its copy threads finish together.
   uint64_t ram_split_copy_min_bytes = 1ull << 20;
-  // How long (microseconds) an idle copy thread polls for the next read
-  // before it sleeps, and a reader waits for its helpers' pieces before it
-  // sleeps; polling yields the core at every turn, so a thread woken beside
-  // it runs at once. On hosts where a wake-up costs as much as a 256 KiB
-  // piece's copy, sleeping made sharing a lone get's copy lose; with
-  // polling, lone gets share while their readers leave at least two copy
-  // threads each (else four). -1: 100 on hosts of 8 cores or more, else 0.
-  int32_t ram_copy_spin_us = -1;
+  // How long (microseconds, at most 10,000) an idle copy thread polls for
+  // the next read before it sleeps, and a reader polls for its helpers'
+  // pieces before it sleeps; each turn yields the core. With polling, lone
+  // gets share their copy while their readers leave at least two copy
+  // threads each (else four). Off by default: whether trading idle cores
+  // for wake-ups pays depends on the host (docs/ram_tier.md); measure it
+  // with `kvtier bench --service --copy-spin-us N` first.
+  uint32_t ram_copy_spin_us = 0;
 
   // --- Recovery ---------------------------------------------------------------
   // Write an index checkpoint (so recovery needs no scan before it) every time

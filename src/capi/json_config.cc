@@ -162,7 +162,7 @@ Status SetOption(Options* o, const std::string& k, const json& v) {
   if (k == "ram_copy_threads") return GetUnsigned(k, v, &o->ram_copy_threads);
   if (k == "ram_streaming_copy_min_bytes") return GetUnsigned(k, v, &o->ram_streaming_copy_min_bytes);
   if (k == "ram_split_copy_min_bytes") return GetUnsigned(k, v, &o->ram_split_copy_min_bytes);
-  if (k == "ram_copy_spin_us") return GetAutoInt(k, v, &o->ram_copy_spin_us);
+  if (k == "ram_copy_spin_us") return GetUnsigned(k, v, &o->ram_copy_spin_us);
   if (k == "zero_copy_small_pages") return GetBool(k, v, &o->zero_copy_small_pages);
   if (k == "remote") return RemoteFromJson(v, &o->remote);
   if (k == "client") return ClientFromJson(v, &o->client);

@@ -34,8 +34,7 @@ Status CheckOptions(const Options& o) {
     return Status::InvalidArgument("reinsert_max_fraction must be in [0, 1]");
   if (!(o.hot_region_fraction >= 0 && o.hot_region_fraction < 1))
     return Status::InvalidArgument("hot_region_fraction must be in [0, 1)");
-  if (o.ram_copy_spin_us < -1 || o.ram_copy_spin_us > 10000)
-    return Status::InvalidArgument("ram_copy_spin_us must be -1 (by cores), 0 (never) or at most 10000");
+  if (o.ram_copy_spin_us > 10000) return Status::InvalidArgument("ram_copy_spin_us must be at most 10000");
   return Status::OK();
 }
 }  // namespace

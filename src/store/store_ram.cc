@@ -34,8 +34,7 @@ Status StoreImpl::OpenRamTier() {
   o.copy_threads = opt_.ram_copy_threads != 0
                        ? opt_.ram_copy_threads
                        : std::clamp(std::thread::hardware_concurrency(), 1u, 32u);
-  o.copy_spin_us = opt_.ram_copy_spin_us >= 0 ? static_cast<uint32_t>(opt_.ram_copy_spin_us)
-                   : std::thread::hardware_concurrency() >= 8 ? 100 : 0;
+  o.copy_spin_us = opt_.ram_copy_spin_us;
   o.owner_id = store_id_;
   o.file_mode = opt_.group_access ? 0660 : 0600;
   o.fs = fs_;

@@ -208,9 +208,9 @@ class RamTier {
   // Whether a lone read shares its copy out (split_copy_min_bytes) while
   // `reads_in_flight` reads, its own included, run at once: while they
   // leave each read two copy threads, when idle copy threads poll for work
-  // (`polling`, copy_spin_us > 0), else four. Pieces handed to sleeping
-  // threads wait for their wake-ups (8 clients of a service on the H200's 16
-  // cores: 32 GB/s shared against 45 alone; docs/benchmarks.md).
+  // (`polling`, copy_spin_us > 0), else four: pieces handed to sleeping
+  // threads wait for their wake-ups, and eight readers on 16 threads that
+  // shared lost (docs/ram_tier.md).
   static bool SharesCopy(uint32_t reads_in_flight, uint32_t copy_threads, bool polling) {
     return reads_in_flight * (polling ? 2 : 4) <= copy_threads;
   }

@@ -49,7 +49,7 @@ struct ServeCmd {
   std::string client_pinned = "4G";
   uint32_t max_clients = 256;
   int32_t reader_spin_us = 0;
-  int32_t ram_copy_spin_us = -1;
+  uint32_t ram_copy_spin_us = 0;
 };
 
 // The namespaces with their block and byte counts, for the metrics. Counting
@@ -344,8 +344,8 @@ Command AddServe(CLI::App& root) {
       ->capture_default_str();
   sub->add_option("--max-clients", in->max_clients, "Clients served at once")->capture_default_str();
   sub->add_option("--ram-copy-spin-us", in->ram_copy_spin_us,
-                  "Microseconds idle RAM-tier copy threads poll for the next read before they sleep "
-                  "(0: sleep at once; -1: 100 on hosts of 8 cores or more, else 0; see docs/ram_tier.md)")
+                  "Microseconds idle RAM-tier copy threads poll for the next read before they sleep, and lone "
+                  "gets then share their copy more widely (0: sleep at once; see docs/ram_tier.md)")
       ->capture_default_str();
   sub->add_option("--reader-spin-us", in->reader_spin_us,
                   "Microseconds a connection polls for a client's next request while it waits for a reply "
