@@ -84,6 +84,12 @@ struct ServiceClientOptions {
   // path well below what the service fills staging at. 0: the cores, at most
   // 8. The helpers start with the first such batch.
   uint32_t copy_threads = 0;
+  // A get into memory that is not registered reads the service's RAM tier
+  // itself where the service lends it (mapped read-only): the service pins
+  // the blocks, and the client copies and verifies them, one copy on the
+  // host instead of two through staging. Blocks the tier does not hold, and
+  // gets into registered memory, go to the service as before.
+  bool read_lent_tier = true;
   // Bound on the wait for any reply (a get's own deadline, when sooner).
   // The service reads and writes registered memory itself, so it is told
   // to start nothing on a request's memory later than a quarter of this (at

@@ -97,6 +97,7 @@ static Status SetClientOption(ServiceClientOptions* c, const std::string& k, con
   const std::string n = "client." + k;
   if (k == "staging_bytes") return GetUnsigned(n, v, &c->staging_bytes);
   if (k == "copy_threads") return GetUnsigned(n, v, &c->copy_threads);
+  if (k == "read_lent_tier") return GetBool(n, v, &c->read_lent_tier);
   if (k == "op_timeout_ms") return GetUnsigned(n, v, &c->op_timeout_ms);
   if (k == "connect_timeout_ms") return GetUnsigned(n, v, &c->connect_timeout_ms);
   if (k == "reply_spin_us") return GetAutoInt(n, v, &c->reply_spin_us);

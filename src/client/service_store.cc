@@ -37,7 +37,22 @@ void FinishPut(const PutCallback& done, Status st) {
 }  // namespace
 
 ServiceStore::ServiceStore(std::string target, std::string socket_path, Options options)
-    : target_(std::move(target)), socket_path_(std::move(socket_path)), opt_(std::move(options)) {}
+    : target_(std::move(target)), socket_path_(std::move(socket_path)), opt_(std::move(options)) {
+  if (opt_.client.read_lent_tier) lent_ = std::make_unique<LentTier>(this);
+}
+
+bool ServiceStore::Registered(std::span<const MutableFragment> out) {
+  std::shared_ptr<Channel> ch;
+  {
+    MutexLock l(&mu_);
+    ch = ch_;
+  }
+  if (ch == nullptr || out.empty()) return false;
+  wire::WireFragment wf;
+  for (const MutableFragment& f : out)
+    if (!ch->Locate(f.data, f.size, &wf)) return false;
+  return true;
+}
 
 ServiceStore::~ServiceStore() { Close().IgnoreError(); }
 
@@ -323,6 +338,12 @@ void ServiceStore::SubmitGet(NamespaceId ns, std::string_view key, std::span<con
 }
 
 Result<size_t> ServiceStore::Get(NamespaceId ns, std::string_view key, std::span<const MutableFragment> out) {
+  if (lent_ != nullptr && !Registered(out)) {  // one copy from the lent tier instead of two through staging
+    const GetItem item{key, out};
+    Result<size_t> r(Status::Aborted("not run"));
+    if (lent_->Read(ns, std::span<const GetItem>(&item, 1), std::span<Result<size_t>>(&r, 1), nullptr).empty())
+      return r;
+  }
   auto w = ReplyWait<Result<size_t>>::Make();
   std::shared_ptr<Channel> ch;
   SubmitGet(ns, key, out, kNoDeadline, /*blocking=*/true, [w](Result<size_t> r) { w->Set(std::move(r)); }, &ch);
@@ -360,6 +381,31 @@ WorkerPool& ServiceStore::Copiers() {
 
 std::vector<Result<size_t>> ServiceStore::GetBatch(NamespaceId ns, std::span<const GetItem> items,
                                                    Clock::time_point deadline) {
+  if (lent_ == nullptr || (deadline != kNoDeadline && Clock::now() >= deadline)) return GetBatchServed(ns, items, deadline);
+  // Items into memory not registered: one copy each from the lent tier,
+  // instead of two through staging; what it does not hold, and the items
+  // in registered memory (which the service fills itself), from the service.
+  std::vector<size_t> unregistered, served;
+  for (size_t i = 0; i < items.size(); ++i) (Registered(items[i].out) ? served : unregistered).push_back(i);
+  if (unregistered.empty()) return GetBatchServed(ns, items, deadline);
+  std::vector<Result<size_t>> out(items.size(), Result<size_t>(Status::Aborted("not run")));
+  std::vector<GetItem> sub;
+  for (size_t i : unregistered) sub.push_back(items[i]);
+  std::vector<Result<size_t>> got(sub.size(), Result<size_t>(Status::Aborted("not run")));
+  std::vector<size_t> rest = lent_->Read(ns, sub, got, sub.size() > 1 ? &Copiers() : nullptr);
+  for (size_t k = 0; k < sub.size(); ++k) out[unregistered[k]] = std::move(got[k]);
+  for (size_t k : rest) served.push_back(unregistered[k]);
+  if (served.empty()) return out;
+  std::sort(served.begin(), served.end());
+  sub.clear();
+  for (size_t i : served) sub.push_back(items[i]);
+  got = GetBatchServed(ns, sub, deadline);
+  for (size_t k = 0; k < served.size(); ++k) out[served[k]] = std::move(got[k]);
+  return out;
+}
+
+std::vector<Result<size_t>> ServiceStore::GetBatchServed(NamespaceId ns, std::span<const GetItem> items,
+                                                         Clock::time_point deadline) {
   std::vector<Result<size_t>> out(items.size(), Result<size_t>(Status::Aborted("not run")));
   if (deadline != kNoDeadline && Clock::now() >= deadline) {
     out.assign(items.size(), Status::TimedOut("get_batch deadline passed before it was sent"));

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "client/channel.h"
+#include "client/lent_tier.h"
 #include "wire/messages.h"
 #include "kvtier/store.h"
 #include "util/thread_annotations.h"
@@ -136,13 +137,21 @@ class ServiceStore final : public Store {
   void SubmitGet(NamespaceId ns, std::string_view key, std::span<const MutableFragment> out,
                  Clock::time_point deadline, bool blocking, GetCallback done,
                  std::shared_ptr<Channel>* waiter = nullptr);
-  // The helpers that copy get_batch groups out of staging, started on first use.
+  // The helpers that copy get_batch groups out of staging (and hits out of
+  // the lent tier), started on first use.
   WorkerPool& Copiers();
+  // Whether every fragment lies in memory registered on the live channel
+  // (the service then writes it itself).
+  bool Registered(std::span<const MutableFragment> out);
+  // GetBatch through the service: registered memory directly, the rest
+  // through staging.
+  std::vector<Result<size_t>> GetBatchServed(NamespaceId ns, std::span<const GetItem> items, Clock::time_point deadline);
 
   const std::string target_, socket_path_;
   const Options opt_;
   std::once_flag copiers_once_;
   std::unique_ptr<WorkerPool> copiers_;  // set once under copiers_once_, then only read
+  std::unique_ptr<LentTier> lent_;  // ServiceClientOptions::read_lent_tier; set at construction
   std::atomic<bool> closed_{false};
   mutable Mutex mu_;
   std::shared_ptr<Channel> ch_ GUARDED_BY(mu_);

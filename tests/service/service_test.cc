@@ -388,6 +388,7 @@ TEST_F(ServiceTest, ABatchOfGetsLargerThanTheStagingGoesThroughItInTurnsInsteadO
   ServedStore served(dir_.path(), ServiceOptions{}, big);
   ServiceClientOptions co;
   co.staging_bytes = 1 << 20;
+  co.read_lent_tier = false;  // the staging path itself (else RAM hits come from the lent tier)
   auto c = served.Client(co);
   ASSERT_NE(c, nullptr);
   const NamespaceId ns = c->RegisterNamespace(TestSpec()).value();

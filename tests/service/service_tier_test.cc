@@ -6,6 +6,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <string_view>
@@ -133,6 +134,99 @@ TEST_F(ServiceTierTest, PinnedBlocksAreReadStraightFromTheLentTierAndStayUntilUn
   lender->UnpinTier(m->connection, lease->lease);
   EXPECT_TRUE(Eventually([&] { return served.service()->GetStats().tier_pinned_bytes == 0; }));
   EXPECT_TRUE(Eventually([&] { return served.store()->GetStats().ram_used_bytes == 0; }));
+}
+
+// Gets into memory not registered with the service read the lent tier
+// themselves (one copy, verified here): the right bytes, whatever the tier
+// holds; blocks only on disk, absent keys and short buffers answered as the
+// service would; a copy changed in the tier is caught and read again from
+// the service, which drops it. Gets into registered memory, and clients
+// that turn it off, leave the tier to the service.
+TEST_F(ServiceTierTest, GetsIntoUnregisteredMemoryCopyFromTheLentTierThemselves) {
+  ServedStore served(dir_.path(), ServiceOptions{}, WithRamTier());
+  ASSERT_TRUE(served.store()->GetStats().ram_shared_memory) << "the test needs the tier in /dev/shm";
+  auto c = served.Client();
+  ASSERT_NE(c, nullptr);
+  const NamespaceId ns = c->RegisterNamespace(TestSpec()).value();
+  constexpr int kBlocks = 36;  // 36 x 300 KiB through an 8 MiB tier: the first ones only on disk
+  std::vector<std::vector<uint8_t>> payloads;
+  for (int i = 0; i < kBlocks; ++i) {
+    payloads.push_back(Payload(ns, Key(i), (300u << 10) + 17 * i));
+    ASSERT_TRUE(c->Put(ns, Key(i), payloads.back().data(), payloads.back().size()).ok());
+  }
+  RamTier* tier = BlockSinkOf(served.store())->ram_tier();
+  ASSERT_FALSE(tier->Contains(ns, Key(0)));
+  ASSERT_TRUE(tier->Contains(ns, Key(kBlocks - 1)));
+  auto lent = [&] { return served.service()->GetStats().tier_lent_blocks; };
+
+  // A lone get of a block the tier holds: from the tier.
+  std::vector<uint8_t> buf(2u << 20, 0xEE);
+  auto got = c->Get(ns, Key(kBlocks - 1), buf.data(), buf.size());
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(std::vector<uint8_t>(buf.begin(), buf.begin() + static_cast<long>(*got)), payloads.back());
+  EXPECT_EQ(lent(), 1u);
+  // One only on disk: from the service.
+  got = c->Get(ns, Key(0), buf.data(), buf.size());
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(std::vector<uint8_t>(buf.begin(), buf.begin() + static_cast<long>(*got)), payloads[0]);
+
+  // A batch of every block, an absent key and a short buffer.
+  std::vector<std::string> names;
+  for (int i = 0; i < kBlocks; ++i) names.push_back(Key(i));
+  names.push_back("absent");
+  names.push_back(Key(kBlocks - 2));
+  std::vector<std::vector<uint8_t>> outs(names.size(), std::vector<uint8_t>(1u << 20, 0xEE));
+  outs.back().resize(1000);
+  std::vector<MutableFragment> frags;
+  for (auto& o : outs) frags.push_back(MutableFragment{o.data(), o.size()});
+  std::vector<GetItem> items;
+  for (size_t i = 0; i < names.size(); ++i) items.push_back(GetItem{names[i], {&frags[i], 1}});
+  const uint64_t lent_before = lent();
+  auto res = c->GetBatch(ns, items);
+  ASSERT_EQ(res.size(), items.size());
+  for (int i = 0; i < kBlocks; ++i) {
+    ASSERT_TRUE(res[i].ok()) << i << ": " << res[i].status().ToString();
+    ASSERT_EQ(*res[i], payloads[i].size());
+    EXPECT_TRUE(std::equal(payloads[i].begin(), payloads[i].end(), outs[i].begin())) << i;
+  }
+  EXPECT_TRUE(res[kBlocks].status().IsNotFound()) << res[kBlocks].status().ToString();
+  EXPECT_EQ(res[kBlocks + 1].status().code(), Code::kBufferTooSmall) << res[kBlocks + 1].status().ToString();
+  EXPECT_GE(lent() - lent_before, 5u);  // what the tier held, read from it
+
+  // A copy changed in the tier (a stray write into the service's memory):
+  // the client's check fails, the service's read drops it and goes to disk.
+  const uint64_t bad_before = tier->GetStats().checksum_failures;
+  {
+    RamTier::Pin pin = tier->Peek(ns, Key(kBlocks - 1));
+    ASSERT_TRUE(pin);
+    pin.pieces()[0].data[4321] ^= 0x10;
+  }
+  std::fill(buf.begin(), buf.end(), 0);
+  got = c->Get(ns, Key(kBlocks - 1), buf.data(), buf.size());
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(std::vector<uint8_t>(buf.begin(), buf.begin() + static_cast<long>(*got)), payloads.back());
+  EXPECT_EQ(tier->GetStats().checksum_failures, bad_before + 1);  // dropped by the service's read
+
+  // Registered memory: the service fills it itself.
+  SharedBuffer shared(2u << 20);
+  ASSERT_NE(shared.mem, nullptr);
+  ASSERT_TRUE(c->RegisterMemory(shared.mem, shared.bytes, shared.fd, 0).ok());
+  const uint64_t lent_now = lent();
+  got = c->Get(ns, Key(kBlocks - 2), shared.mem, shared.bytes);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_TRUE(std::equal(payloads[kBlocks - 2].begin(), payloads[kBlocks - 2].end(), shared.mem));
+  EXPECT_EQ(lent(), lent_now);
+
+  // A client that turns it off reads through staging.
+  ServiceClientOptions off;
+  off.read_lent_tier = false;
+  auto d = served.Client(off);
+  ASSERT_NE(d, nullptr);
+  ASSERT_TRUE(d->RegisterNamespace(TestSpec()).ok());
+  got = d->Get(ns, Key(kBlocks - 3), buf.data(), buf.size());
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(std::vector<uint8_t>(buf.begin(), buf.begin() + static_cast<long>(*got)), payloads[kBlocks - 3]);
+  EXPECT_EQ(lent(), lent_now);
 }
 
 TEST_F(ServiceTierTest, AClientThatGoesReleasesItsPins) {

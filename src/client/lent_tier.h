@@ -1,0 +1,61 @@
+// LentTier: a client's read-only mapping of the service's RAM tier, for
+// gets into memory not registered with the service. Without it such a get
+// is two copies (the service into staging, the client out of it); from the
+// lent tier it is one: the service pins the blocks (pin_tier, one round
+// trip) and the client copies them out itself, each verified against the
+// checksum the service gave, as every RAM hit is.
+//
+// What it cannot read from the tier (not held there, not lent: no RAM tier,
+// anonymous memory, tenancy; or a copy that fails its checksum) it leaves
+// to the caller, who reads it from the service the usual way; that read
+// verifies the tier's copy again and drops it if bad.
+//
+// Thread safety: any thread. A mapping stays until the last copy from it
+// ends; a mapping of a connection that is gone is dropped and the tier
+// asked for again (at most once a second).
+#ifndef KVTIER_SRC_CLIENT_LENT_TIER_H_
+#define KVTIER_SRC_CLIENT_LENT_TIER_H_
+
+#include <chrono>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "kvtier/store.h"
+#include "util/thread_annotations.h"
+#include "util/worker_pool.h"
+
+namespace kvtier::client {
+
+class ServiceStore;
+
+class LentTier {
+ public:
+  explicit LentTier(ServiceStore* store) : store_(store) {}
+
+  // Reads the items the lent tier holds into their memory, on the caller's
+  // thread and `copiers`' (when there is more than one); sets results[i]
+  // (the size, or BufferTooSmall) for those, and returns the indices of the
+  // rest, ascending, for the caller to get from the service.
+  std::vector<size_t> Read(NamespaceId ns, std::span<const GetItem> items, std::span<Result<size_t>> results,
+                           WorkerPool* copiers);
+  // Blocks read from the tier so far (the client's side of the service's
+  // lent-block count).
+  uint64_t blocks_read() const { return blocks_read_.load(std::memory_order_relaxed); }
+
+ private:
+  struct Mapping;
+  // The live connection's mapping, mapping the tier when there is none;
+  // null when the service does not lend it.
+  std::shared_ptr<const Mapping> Current();
+
+  ServiceStore* const store_;
+  Mutex mu_;
+  std::shared_ptr<const Mapping> map_ GUARDED_BY(mu_);
+  std::chrono::steady_clock::time_point next_try_ GUARDED_BY(mu_){};
+  std::atomic<uint64_t> blocks_read_{0};
+};
+
+}  // namespace kvtier::client
+
+#endif  // KVTIER_SRC_CLIENT_LENT_TIER_H_
