@@ -89,6 +89,8 @@ struct Args {
   int64_t stream_min_kib = -1;  // Options::ram_streaming_copy_min_bytes in KiB (-1: the default)
   int64_t split_min_kib = -1;  // Options::ram_split_copy_min_bytes in KiB (0: never; -1: the store's default)
   int64_t copy_spin_us = 0;    // Options::ram_copy_spin_us
+  bool shared_tier = false;     // the served RAM tier in /dev/shm, as `kvtier serve` keeps it (and lends it)
+  bool lent_tier = true;        // clients' ServiceClientOptions::read_lent_tier
   bool disk = true;             // the disk rows (--no-disk: the RAM and lookup rows alone)
   bool ram = true;              // the lookup and RAM rows (--disk-only: the disk rows alone)
   bool warm_up = true;          // one untimed get per client first (--no-warm-up: timed from the first)
@@ -235,6 +237,7 @@ int RunClient(const Args& a) {
   o.client.staging_bytes = std::max<uint64_t>(4 * a.block, 16 << 20);
   o.client.client_name = "bench " + a.op;
   o.client.reply_spin_us = static_cast<int32_t>(a.reply_spin_us);
+  o.client.read_lent_tier = a.lent_tier;
   auto s = Store::Open("unix:" + a.socket, o);
   if (!s.ok()) {
     std::fprintf(stderr, "client: %s\n", s.status().ToString().c_str());
@@ -373,6 +376,7 @@ Summary ServiceRun(const Args& a, const std::string& socket, NamespaceId ns, con
                                      "--block", std::to_string(a.block), "--ram-blocks", std::to_string(a.ram_blocks),
                                      "--disk-blocks", std::to_string(a.disk_blocks)};
     if (!a.warm_up) args.push_back("--no-warm-up");
+    if (!a.lent_tier) args.push_back("--no-lent-tier");
     std::vector<char*> argv;
     for (std::string& x : args) argv.push_back(x.data());
     argv.push_back(nullptr);
@@ -541,7 +545,7 @@ Served Serve(const Args& a, const std::string& dir, uint64_t ram_bytes, uint64_t
   if (a.split_min_kib >= 0) o.ram_split_copy_min_bytes = static_cast<uint64_t>(a.split_min_kib) << 10;
   o.ram_copy_spin_us = static_cast<uint32_t>(a.copy_spin_us);
   o.ram_tier_bytes = ram_bytes;
-  o.ram_tier_shared_memory = false;
+  o.ram_tier_shared_memory = a.shared_tier;
   o.capacity_bytes = capacity;
   auto st = Store::Open(dir, o);
   if (!st.ok()) {
@@ -732,9 +736,14 @@ int RunParent(const Args& a) {
       ram_row("ram_get_batch", n, batch + "registered", "copy best");
       rows.back().copy_same_destination = same_destination[n];
     }
-    ram_row("ram_get_batch_staged", 1, batch + "staging (2 copies)", "copy best");
+    // Memory not registered: two copies through the client's staging, or
+    // one out of the lent tier (a tier in /dev/shm, clients that read it).
+    const bool lent = a.shared_tier && a.lent_tier;
+    ram_row("ram_get_batch_staged", 1, batch + (lent ? "not registered, lent tier" : "staging (2 copies)"),
+            "copy best");
     rows.back().copy_same_destination = same_destination[1];
-    ram_row("ram_get_staged", maxc, "RAM-tier gets through staging (2 copies)", "copy best");
+    ram_row("ram_get_staged", maxc,
+            std::string("RAM-tier gets, not registered, ") + (lent ? "lent tier" : "staging (2 copies)"), "copy best");
   }
   // Where the disk gets' time goes (Stats::disk_read_*_ns), mean per get
   // over every arm and client count of the rows below.
@@ -778,14 +787,16 @@ int RunParent(const Args& a) {
                 "\"memcpy_gbps\": %.3f, \"copy_kernel\": \"%s\", \"copy_threads\": %d, "
                 "\"verified_copy_gbps\": %.3f, \"verified_copy_kernel\": \"%s\", \"verified_copy_threads\": %d, "
                 "\"reply_spin_us\": %lld, \"reader_spin_us\": %lld, \"copy_spin_us\": %lld, "
-                "\"zero_copy_small_pages\": %s, \"client_huge_pages\": %s, \"embedded_huge_pages\": %s}, "
+                "\"zero_copy_small_pages\": %s, \"client_huge_pages\": %s, \"embedded_huge_pages\": %s, "
+                "\"shared_tier\": %s, \"lent_tier\": %s}, "
                 "\"disk_get_phases_us\": {\"gets\": %.0f, \"queue\": %.1f, \"index\": %.1f, \"device\": %.1f, "
                 "\"finish\": %.1f}, \"put_phases_us\": {%s, %s}, \"rows\": [\n",
                 cores, u.release, a.block, a.seconds, mem_gbps, mem.kernel.c_str(), mem.threads, verified.gbps,
                 verified.kernel.c_str(), verified.threads, static_cast<long long>(a.reply_spin_us),
                 static_cast<long long>(a.reader_spin_us), static_cast<long long>(a.copy_spin_us),
                 a.zero_copy_small_pages ? "true" : "false", client_huge ? "true" : "false",
-                a.embedded_huge_pages || client_huge ? "true" : "false", timed, queue_us, index_us, device_us,
+                a.embedded_huge_pages || client_huge ? "true" : "false", a.shared_tier ? "true" : "false",
+                a.lent_tier ? "true" : "false", timed, queue_us, index_us, device_us,
                 finish_us, PhasesJson("embedded", put_embedded).c_str(), PhasesJson("service", put_service).c_str());
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
@@ -818,11 +829,13 @@ int RunParent(const Args& a) {
                   maxc, same_destination[1], same_destination[maxc]);
   std::printf("kvtier service bench: %u cores, Linux %s, %zu-byte blocks, %.1f s per run, %s; reply spin %lld us, "
               "reader spin %lld us (-1: by cores), copy spin %lld us, zero-copy from 4 KiB pages %s; client memory on %s, embedded arm on "
-              "%s\n\n",
+              "%s; RAM tier in %s, clients %s\n\n",
               cores, u.release, a.block, a.seconds, limits, static_cast<long long>(a.reply_spin_us),
               static_cast<long long>(a.reader_spin_us), static_cast<long long>(a.copy_spin_us),
               a.zero_copy_small_pages ? "on" : "off", client_huge ? "huge pages" : "4 KiB pages",
-              a.embedded_huge_pages || client_huge ? "huge pages" : "4 KiB pages");
+              a.embedded_huge_pages || client_huge ? "huge pages" : "4 KiB pages",
+              a.shared_tier ? "/dev/shm (lent)" : "anonymous memory (not lent)",
+              a.lent_tier ? "read a lent tier" : "never read a lent tier");
   std::printf("%-52s %7s %12s %12s %12s %12s %14s %14s  %s\n", "workload", "clients", "service", "embedded",
               "vs limit", "vs verified", "vs ver. N thr", "vs same dest", "limit");
   for (const Row& r : rows) {
@@ -901,6 +914,8 @@ int main(int argc, char** argv) {
     else if (k == "--stream-min-kib") a.stream_min_kib = std::strtoll(next().c_str(), nullptr, 10);
     else if (k == "--split-copy-min-kib") a.split_min_kib = std::strtoll(next().c_str(), nullptr, 10);
     else if (k == "--copy-spin-us") a.copy_spin_us = std::strtoll(next().c_str(), nullptr, 10);
+    else if (k == "--shared-tier") a.shared_tier = true;
+    else if (k == "--no-lent-tier") a.lent_tier = false;
     else if (k == "--reply-spin-us") a.reply_spin_us = std::strtoll(next().c_str(), nullptr, 10);
     else if (k == "--reader-spin-us") a.reader_spin_us = std::strtoll(next().c_str(), nullptr, 10);
     else if (k == "--socket") a.socket = next();
@@ -915,7 +930,7 @@ int main(int argc, char** argv) {
       std::printf("usage: kvtier bench --service [--dir D] [--seconds S] [--clients 1,2,4,8] [--block 2M]\n"
                   "       [--ram-blocks N] [--disk-blocks N] [--reply-spin-us N] [--reader-spin-us N]\n"
                   "       [--zero-copy-small-pages] [--embedded-huge-pages] [--stream-min-kib K]\n"
-                  "       [--split-copy-min-kib K] [--copy-spin-us N] [--no-disk | --disk-only] [--no-warm-up]\n"
+                  "       [--split-copy-min-kib K] [--copy-spin-us N] [--shared-tier] [--no-lent-tier] [--no-disk | --disk-only] [--no-warm-up]\n"
                   "       [--json]\n");
       return 0;
     } else {
