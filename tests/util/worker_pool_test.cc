@@ -42,10 +42,9 @@ TEST(WorkerPool, EveryItemRunsOnceBeforeForEachReturns) {
   }
 }
 
-// The helpers do take work: with items that wait for each other, a call
-// of 3 items finishes only if three threads run them at once.
-TEST(WorkerPool, HelpersRunItemsBesideTheCaller) {
-  WorkerPool pool(2, "test-pool");
+// How many threads ran a call of 3 items that wait for each other: it
+// finishes only if three threads run them at once.
+size_t ThreadsForThreeWaitingItems(WorkerPool& pool) {
   std::atomic<int> arrived{0};
   std::set<std::thread::id> threads;
   std::mutex m;
@@ -57,32 +56,24 @@ TEST(WorkerPool, HelpersRunItemsBesideTheCaller) {
     arrived.fetch_add(1);
     while (arrived.load() < 3) std::this_thread::yield();
   });
-  EXPECT_EQ(threads.size(), 3u);
+  return threads.size();
+}
+
+// The helpers do take work.
+TEST(WorkerPool, HelpersRunItemsBesideTheCaller) {
+  WorkerPool pool(2, "test-pool");
+  EXPECT_EQ(ThreadsForThreeWaitingItems(pool), 3u);
 }
 
 // Polling helpers still take a call that comes after their poll has ended
 // (they sleep then, and the call wakes them), and one that comes while they
-// poll (no wake-up needed): both calls need all three threads at once.
+// poll (no wake-up needed).
 TEST(WorkerPool, PollingHelpersTakeCallsBothWhilePollingAndAfterSleeping) {
   WorkerPool pool(2, "test-pool", 1000);
-  auto needs_three = [&] {
-    std::atomic<int> arrived{0};
-    std::set<std::thread::id> threads;
-    std::mutex m;
-    pool.ForEach(3, [&](size_t) {
-      {
-        std::lock_guard<std::mutex> g(m);
-        threads.insert(std::this_thread::get_id());
-      }
-      arrived.fetch_add(1);
-      while (arrived.load() < 3) std::this_thread::yield();
-    });
-    EXPECT_EQ(threads.size(), 3u);
-  };
-  needs_three();
-  needs_three();  // within the 1 ms poll of the first
+  EXPECT_EQ(ThreadsForThreeWaitingItems(pool), 3u);
+  EXPECT_EQ(ThreadsForThreeWaitingItems(pool), 3u);  // within the 1 ms poll of the first
   std::this_thread::sleep_for(std::chrono::milliseconds(20));  // past it: asleep
-  needs_three();
+  EXPECT_EQ(ThreadsForThreeWaitingItems(pool), 3u);
 }
 
 }  // namespace
