@@ -138,10 +138,13 @@ def test_a_bad_reply_spin_is_named(served):
         kvtier.Store(served.address, client={"reply_spin_us": -2})
 
 
-def test_a_batch_into_private_memory_is_copied_out_by_the_client_copy_threads(served):
+# Out of the lent RAM tier (one copy) or out of staging (two), on the copy threads either way.
+@pytest.mark.parametrize("lent", [True, False])
+def test_a_batch_into_private_memory_is_copied_out_by_the_client_copy_threads(served, lent):
     rng = np.random.default_rng(7)
     blocks = [rng.integers(0, 255, (3 << 19) + 7, dtype=np.uint8) for _ in range(5)]
-    with kvtier.Store(served.address, client={"copy_threads": 3, "staging_bytes": 8 << 20}) as s:
+    client = {"copy_threads": 3, "staging_bytes": 8 << 20, "read_lent_tier": lent}
+    with kvtier.Store(served.address, client=client) as s:
         ns = s.register_namespace(**SPEC)
         for i, b in enumerate(blocks):
             assert ns.put(f"cp{i}", b)
@@ -150,6 +153,8 @@ def test_a_batch_into_private_memory_is_copied_out_by_the_client_copy_threads(se
         assert all(np.array_equal(o, b) for o, b in zip(outs, blocks))
     with pytest.raises(kvtier.KvtierError, match="copy_threads"):
         kvtier.Store(served.address, client={"copy_threads": -1})
+    with pytest.raises(kvtier.KvtierError, match="read_lent_tier"):
+        kvtier.Store(served.address, client={"read_lent_tier": "yes"})
 
 
 @pytest.mark.parametrize("spin", [0, 300])
