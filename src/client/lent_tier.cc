@@ -63,10 +63,10 @@ std::vector<size_t> LentTier::Read(NamespaceId ns, std::span<const GetItem> item
   std::shared_ptr<const Mapping> m = Current();
   for (size_t at = 0; at < items.size(); at += wire::kMaxBatchGets) {
     const size_t n = std::min<size_t>(items.size() - at, wire::kMaxBatchGets);
-    Result<wire::TierLease> lease(Status::NotFound("not lent"));
     std::vector<std::string_view> keys;
     for (size_t i = at; i < at + n; ++i) keys.push_back(items[i].key);
-    if (m != nullptr) lease = store_->PinTier(m->connection, ns, keys);
+    Result<wire::TierLease> lease =
+        m != nullptr ? store_->PinTier(m->connection, ns, keys) : Status::NotSupported("the tier is not lent");
     if (!lease.ok()) {  // not lent, or its connection is gone: the rest from the service
       for (size_t i = at; i < items.size(); ++i) rest.push_back(i);
       break;
@@ -99,12 +99,8 @@ std::vector<size_t> LentTier::Read(NamespaceId ns, std::span<const GetItem> item
     else for (size_t k = 0; k < copies.size(); ++k) one(k);
     if (lease->lease != 0) store_->UnpinTier(m->connection, lease->lease);
     for (const Copy& c : copies) {
-      if (c.ok) {
-        results[c.item] = static_cast<size_t>(c.size);
-        blocks_read_.fetch_add(1, std::memory_order_relaxed);
-      } else {
-        rest.push_back(c.item);  // the service's own read decides (and drops a bad copy)
-      }
+      if (c.ok) results[c.item] = static_cast<size_t>(c.size);
+      else rest.push_back(c.item);  // the service's own read decides (and drops a bad copy)
     }
   }
   std::sort(rest.begin(), rest.end());

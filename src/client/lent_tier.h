@@ -39,9 +39,6 @@ class LentTier {
   // rest, ascending, for the caller to get from the service.
   std::vector<size_t> Read(NamespaceId ns, std::span<const GetItem> items, std::span<Result<size_t>> results,
                            WorkerPool* copiers);
-  // Blocks read from the tier so far (the client's side of the service's
-  // lent-block count).
-  uint64_t blocks_read() const { return blocks_read_.load(std::memory_order_relaxed); }
 
  private:
   struct Mapping;
@@ -53,7 +50,6 @@ class LentTier {
   Mutex mu_;
   std::shared_ptr<const Mapping> map_ GUARDED_BY(mu_);
   std::chrono::steady_clock::time_point next_try_ GUARDED_BY(mu_){};
-  std::atomic<uint64_t> blocks_read_{0};
 };
 
 }  // namespace kvtier::client
