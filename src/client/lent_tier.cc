@@ -77,14 +77,7 @@ std::vector<size_t> LentTier::Read(NamespaceId ns, std::span<const GetItem> item
       const size_t i = at + j;
       uint64_t cap = 0;
       for (const MutableFragment& f : items[i].out) cap += f.size;
-      Copy c{i, {}, b.size, b.checksum};
-      for (const auto& [off, len] : b.pieces) {
-        if (off > m->len || len > m->len - off) {  // decoded in bounds of the file; the mapping is that file's
-          c.pieces.clear();
-          break;
-        }
-        c.pieces.push_back(Fragment{m->base + off, len});
-      }
+      Copy c{i, PinnedPieces<Fragment>(b, m->base, m->len), b.size, b.checksum};
       if (!b.pinned || c.pieces.empty()) {
         rest.push_back(i);
       } else if (cap < b.size) {

@@ -23,11 +23,26 @@
 
 #include "kvtier/store.h"
 #include "util/thread_annotations.h"
+#include "wire/messages.h"
 #include "util/worker_pool.h"
 
 namespace kvtier::client {
 
 class ServiceStore;
+
+// A block pinned in a lent tier that is mapped at [base, base + len), as
+// Piece{base + offset, bytes} per piece; empty where a piece lies outside
+// the mapping (the reply is checked against the file's size, and the
+// mapping is that file's: a guard, not an expected case).
+template <typename Piece, typename Byte>
+std::vector<Piece> PinnedPieces(const wire::TierPinned& b, Byte* base, size_t len) {
+  std::vector<Piece> out;
+  for (const auto& [off, n] : b.pieces) {
+    if (off > len || n > len - off) return {};
+    out.push_back(Piece{base + off, n});
+  }
+  return out;
+}
 
 class LentTier {
  public:

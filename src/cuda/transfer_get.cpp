@@ -256,15 +256,7 @@ void TransferImpl::LendRamHits(GetCall& call, NamespaceId ns, std::span<const De
       const size_t i = named[at + j];
       const wire::TierPinned& b = got->blocks[j];
       if (!b.pinned) continue;
-      std::vector<RamTier::Piece> pieces;
-      for (const auto& [off, len] : b.pieces) {
-        if (off > tier_map_len_ || len > tier_map_len_ - off) {
-          pieces.clear();
-          break;
-        }
-        pieces.push_back(RamTier::Piece{tier_map_ + off, len});
-      }
-      lent[i] = std::move(pieces);
+      lent[i] = client::PinnedPieces<RamTier::Piece>(b, tier_map_, tier_map_len_);
       sizes[i] = b.size;
       sums[i] = b.checksum;
       any = true;
