@@ -12,8 +12,11 @@ namespace kvtier {
 
 struct WorkerPool::Call {
   Call(size_t count, const std::function<void(size_t)>* f) : n(count), fn(f) {}
+  explicit Call(std::function<void()> posted)
+      : n(1), owned([p = std::move(posted)](size_t) { p(); }), fn(&owned) {}
   const size_t n;
-  const std::function<void(size_t)>* fn;  // the caller's, alive until done == n
+  const std::function<void(size_t)> owned;  // a posted call's
+  const std::function<void(size_t)>* fn;  // the caller's (alive until done == n), or &owned
   std::atomic<size_t> next{0};
   std::atomic<size_t> done{0};
   std::mutex m;
@@ -86,7 +89,7 @@ void WorkerPool::HelperLoop() {
       l.Lock();
     }
     while (!stop_ && calls_.empty()) l.Wait(wake_);
-    if (stop_) return;
+    if (calls_.empty()) return;  // stopping, and every posted call has run
     std::shared_ptr<Call> c = calls_.front();
     if (c->next.load() >= c->n) {  // every item handed out: the next call
       calls_.pop_front();
@@ -96,6 +99,16 @@ void WorkerPool::HelperLoop() {
     Work(*c);
     l.Lock();
   }
+}
+
+void WorkerPool::Post(std::function<void()> fn) {
+  if (threads_.empty()) return fn();
+  {
+    MutexLock l(&mu_);
+    calls_.push_back(std::make_shared<Call>(std::move(fn)));
+  }
+  posted_.fetch_add(1, std::memory_order_release);
+  wake_.notify_one();
 }
 
 void WorkerPool::ForEach(size_t n, const std::function<void(size_t)>& fn) {

@@ -40,6 +40,10 @@ class WorkerPool {
   // Runs fn(i) once for each i in [0, n) and returns when every one has
   // returned. fn must not throw and must not call ForEach.
   void ForEach(size_t n, const std::function<void(size_t)>& fn);
+  // Runs fn once on a helper, without waiting (inline when there are no
+  // helpers); helpers run every posted fn before the pool goes. fn must not
+  // throw.
+  void Post(std::function<void()> fn);
   unsigned helpers() const { return static_cast<unsigned>(threads_.size()); }
 
  private:

@@ -42,6 +42,37 @@ TEST(WorkerPool, EveryItemRunsOnceBeforeForEachReturns) {
   }
 }
 
+// Posted work runs once each, on a helper (on the poster only without
+// helpers), beside ForEach calls; a pool that goes runs what was posted
+// first.
+TEST(WorkerPool, PostedWorkRunsOnceOnAHelperAndBeforeThePoolGoes) {
+  for (uint32_t spin_us : {0u, 200u})
+  for (unsigned helpers : {0u, 1u, 3u}) {
+    SCOPED_TRACE(testing::Message() << helpers << " helpers, spin " << spin_us);
+    constexpr int kPosts = 500;
+    std::vector<std::atomic<int>> ran(kPosts);
+    std::atomic<int> on_poster{0};
+    const std::thread::id poster = std::this_thread::get_id();
+    {
+      WorkerPool pool(helpers, "test-pool", spin_us);
+      for (int i = 0; i < kPosts; ++i) {
+        pool.Post([&ran, &on_poster, poster, i] {
+          ran[i].fetch_add(1);
+          if (std::this_thread::get_id() == poster) on_poster.fetch_add(1);
+          std::this_thread::yield();
+        });
+        if (i % 50 == 0) {  // a ForEach among the posts still gets every item
+          std::atomic<int> items{0};
+          pool.ForEach(20, [&](size_t) { items.fetch_add(1); });
+          EXPECT_EQ(items.load(), 20);
+        }
+      }
+    }  // the pool goes here, with posts possibly still queued
+    for (int i = 0; i < kPosts; ++i) ASSERT_EQ(ran[i].load(), 1) << i;
+    EXPECT_EQ(on_poster.load(), helpers == 0 ? kPosts : 0);
+  }
+}
+
 // How many threads ran a call of 3 items that wait for each other: it
 // finishes only if three threads run them at once.
 size_t ThreadsForThreeWaitingItems(WorkerPool& pool) {
