@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <string>
 #include <string_view>
+#include <thread>
 
 #include "client/service_store.h"
 #include "util/copy_checksum.h"
@@ -48,11 +49,28 @@ struct Copy {
   bool ok = false;
 };
 
-void Run(Copy& c, std::span<const MutableFragment> out) {
+void CopyVerified(Copy& c, std::span<const MutableFragment> out) {
   Xxh3Copy sum(c.size);
   ForEachOverlap(std::span<const Fragment>(c.pieces), out, SIZE_MAX,
                  [&sum](uint8_t* dst, const uint8_t* src, size_t n) { sum.Copy(dst, src, n); });
   c.ok = sum.Digest() == c.checksum;
+}
+
+enum class Plan { kFromService, kTooSmall, kCopy };
+
+// What becomes of item `item`'s pinned block `b` in the tier mapped at
+// [base, base + len): a copy into `out` (set in *c), BufferTooSmall (set in
+// *small), or a read from the service.
+Plan PlanFor(size_t item, const wire::TierPinned& b, const uint8_t* base, size_t len,
+             std::span<const MutableFragment> out, Copy* c, Status* small) {
+  if (!b.pinned) return Plan::kFromService;
+  *c = Copy{item, PinnedPieces<Fragment>(b, base, len), b.size, b.checksum};
+  if (c->pieces.empty()) return Plan::kFromService;
+  uint64_t cap = 0;
+  for (const MutableFragment& f : out) cap += f.size;
+  if (cap >= b.size) return Plan::kCopy;
+  *small = Status::BufferTooSmall("block has " + std::to_string(b.size) + " bytes, buffer " + std::to_string(cap));
+  return Plan::kTooSmall;
 }
 
 }  // namespace
@@ -73,21 +91,16 @@ std::vector<size_t> LentTier::Read(NamespaceId ns, std::span<const GetItem> item
     }
     std::vector<Copy> copies;
     for (size_t j = 0; j < n; ++j) {
-      const wire::TierPinned& b = lease->blocks[j];
       const size_t i = at + j;
-      uint64_t cap = 0;
-      for (const MutableFragment& f : items[i].out) cap += f.size;
-      Copy c{i, PinnedPieces<Fragment>(b, m->base, m->len), b.size, b.checksum};
-      if (!b.pinned || c.pieces.empty()) {
-        rest.push_back(i);
-      } else if (cap < b.size) {
-        results[i] = Status::BufferTooSmall("block has " + std::to_string(b.size) + " bytes, buffer " +
-                                            std::to_string(cap));
-      } else {
-        copies.push_back(std::move(c));
+      Copy c{};
+      Status small;
+      switch (PlanFor(i, lease->blocks[j], m->base, m->len, items[i].out, &c, &small)) {
+        case Plan::kFromService: rest.push_back(i); break;
+        case Plan::kTooSmall: results[i] = std::move(small); break;
+        case Plan::kCopy: copies.push_back(std::move(c)); break;
       }
     }
-    auto one = [&](size_t k) { Run(copies[k], items[copies[k].item].out); };
+    auto one = [&](size_t k) { CopyVerified(copies[k], items[copies[k].item].out); };
     if (copiers != nullptr && copies.size() > 1) copiers->ForEach(copies.size(), one);
     else for (size_t k = 0; k < copies.size(); ++k) one(k);
     if (lease->lease != 0) store_->UnpinTier(m->connection, lease->lease);
@@ -98,6 +111,82 @@ std::vector<size_t> LentTier::Read(NamespaceId ns, std::span<const GetItem> item
   }
   std::sort(rest.begin(), rest.end());
   return rest;
+}
+
+namespace {
+
+// One async read's pinned block, from the pin's reply to its end: copied and
+// released, then `done` or the read from the service.
+struct AsyncCopy {
+  ServiceStore* store;
+  uint64_t connection, lease;
+  Copy copy;
+  std::vector<MutableFragment> dst;
+  std::shared_ptr<GetCallback> done;
+  LentTier::NotServed not_served;
+  std::shared_ptr<std::atomic<int64_t>> reads;
+
+  void Finish(Result<size_t> r) const {
+    if (*done) (*done)(std::move(r));
+    reads->fetch_sub(1);
+  }
+  // `ch`: the channel's own thread runs this, on that channel.
+  void Run(Channel* ch) {
+    CopyVerified(copy, dst);
+    Release(ch);
+    if (copy.ok) return Finish(static_cast<size_t>(copy.size));
+    NotServed(ch);  // a bad copy, which the service's read drops
+  }
+  void Release(Channel* ch) const {
+    if (lease == 0) return;
+    if (ch != nullptr) store->UnpinTierOn(*ch, lease);
+    else store->UnpinTier(connection, lease);
+  }
+  void NotServed(Channel* ch) const {
+    not_served(ch, dst, std::move(*done));
+    reads->fetch_sub(1);
+  }
+};
+
+}  // namespace
+
+bool LentTier::ReadAsync(NamespaceId ns, std::string_view key, std::span<const MutableFragment> out,
+                         Clock::time_point deadline, WorkerPool* copiers, GetCallback& done, NotServed not_served) {
+  if (deadline != kNoDeadline && Clock::now() >= deadline) return false;  // the service's path says TimedOut
+  std::shared_ptr<const Mapping> m = Current();
+  if (m == nullptr) return false;
+  auto cb = std::make_shared<GetCallback>(std::move(done));  // handed back when nothing is sent
+  // `out`'s fragments are the caller's only until this returns.
+  ServiceStore::PinDone pinned = [store = store_, m, dst = std::vector<MutableFragment>(out.begin(), out.end()),
+                                  deadline, copiers, cb, not_served = std::move(not_served),
+                                  reads = reads_](Result<wire::TierLease> lease, Channel& ch) mutable {
+    auto job = std::make_shared<AsyncCopy>(AsyncCopy{store, m->connection, 0, Copy{}, std::move(dst), cb,
+                                                     std::move(not_served), reads});
+    if (!lease.ok()) return job->Finish(lease.status());
+    job->lease = lease->lease;
+    Status small;
+    const Plan plan = PlanFor(0, lease->blocks[0], m->base, m->len, job->dst, &job->copy, &small);
+    const bool late = plan == Plan::kCopy && deadline != kNoDeadline && Clock::now() >= deadline;
+    if (late || plan != Plan::kCopy) {
+      job->Release(&ch);
+      if (late) return job->Finish(Status::TimedOut("get deadline passed before its copy began"));
+      if (plan == Plan::kTooSmall) return job->Finish(std::move(small));
+      return job->NotServed(&ch);
+    }
+    // Off the channel's thread, which has other replies to deliver; the
+    // mapping stays while the copy runs.
+    if (copiers != nullptr && copiers->helpers() > 0) return copiers->Post([job, m] { job->Run(nullptr); });
+    job->Run(&ch);
+  };
+  reads_->fetch_add(1);
+  if (store_->PinTierAsync(m->connection, ns, key, deadline, pinned)) return true;
+  reads_->fetch_sub(1);
+  done = std::move(*cb);
+  return false;
+}
+
+void LentTier::AwaitReads(Clock::time_point until) const {
+  while (reads_->load() > 0 && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }
 
 }  // namespace kvtier::client

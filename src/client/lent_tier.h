@@ -16,7 +16,9 @@
 #ifndef KVTIER_SRC_CLIENT_LENT_TIER_H_
 #define KVTIER_SRC_CLIENT_LENT_TIER_H_
 
+#include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -28,6 +30,7 @@
 
 namespace kvtier::client {
 
+class Channel;
 class ServiceStore;
 
 // A block pinned in a lent tier that is mapped at [base, base + len), as
@@ -55,6 +58,22 @@ class LentTier {
   std::vector<size_t> Read(NamespaceId ns, std::span<const GetItem> items, std::span<Result<size_t>> results,
                            WorkerPool* copiers);
 
+  // Reads one block into `out` without waiting: pins it, and on the pin's
+  // reply copies it on a thread of `copiers` (on the reply's thread, the
+  // channel's, when it has no helpers), then releases the pin. `done` gets
+  // the size, BufferTooSmall, the pin's error, or TimedOut, with `out`
+  // untouched, when `deadline` passed before the copy began. What the tier
+  // does not serve (not held there, a copy that fails its check) goes to
+  // `not_served` instead, with `out` and `done`, and the channel the pin
+  // went on when it runs on that channel's thread (else null: read it
+  // from the live one). False, with nothing sent and `done` not taken, when
+  // the tier is not lent now.
+  using NotServed = std::function<void(Channel*, std::span<const MutableFragment>, GetCallback)>;
+  bool ReadAsync(NamespaceId ns, std::string_view key, std::span<const MutableFragment> out,
+                 Clock::time_point deadline, WorkerPool* copiers, GetCallback& done, NotServed not_served);
+  // Waits until every ReadAsync has handed its get on, or `until`.
+  void AwaitReads(Clock::time_point until) const;
+
  private:
   struct Mapping;
   // The live connection's mapping, mapping the tier when there is none;
@@ -62,6 +81,7 @@ class LentTier {
   std::shared_ptr<const Mapping> Current();
 
   ServiceStore* const store_;
+  std::shared_ptr<std::atomic<int64_t>> reads_ = std::make_shared<std::atomic<int64_t>>(0);  // ReadAsync's in flight
   Mutex mu_;
   std::shared_ptr<const Mapping> map_ GUARDED_BY(mu_);
   std::chrono::steady_clock::time_point next_try_ GUARDED_BY(mu_){};

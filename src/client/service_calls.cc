@@ -215,6 +215,9 @@ Status ServiceStore::UnregisterMemory(void* base) {
 
 Status ServiceStore::Close() {
   if (closed_.exchange(true)) return Status::Closed("store already closed");
+  // Async gets copying out of the lent tier end first (their pins' and
+  // reads' requests go on the channel).
+  if (lent_ != nullptr) lent_->AwaitReads(OpDeadline());
   std::shared_ptr<Channel> ch;
   {
     MutexLock l(&mu_);

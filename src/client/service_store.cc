@@ -15,9 +15,6 @@ namespace kvtier::client {
 
 namespace {
 constexpr auto kRetry = std::chrono::milliseconds(200);
-// A get's reply may trail its deadline by the time the service takes to say
-// TimedOut; past that the client says it.
-constexpr auto kGetGrace = std::chrono::milliseconds(50);
 
 uint64_t TotalOf(std::span<const Fragment> f) {
   uint64_t n = 0;
@@ -253,17 +250,37 @@ void ServiceStore::PutAsyncBorrowed(NamespaceId ns, std::string_view key, std::s
 
 void ServiceStore::GetAsync(NamespaceId ns, std::string_view key, std::span<const MutableFragment> out,
                             Clock::time_point deadline, GetCallback done) {
+  // One copy from the lent tier instead of two through staging; what it
+  // does not serve is read from the service on the channel the pin used.
+  if (lent_ != nullptr && !Registered(out)) {
+    LentTier::NotServed from_service = [this, ns, k = std::string(key), deadline](
+                                           Channel* ch, std::span<const MutableFragment> dst, GetCallback cb) {
+      if (ch == nullptr) return SubmitGet(ns, k, dst, deadline, /*blocking=*/false, std::move(cb));
+      SubmitGetOn(*ch, ns, k, dst, deadline, /*blocking=*/false, std::move(cb), /*for_waiter=*/false);
+    };
+    if (lent_->ReadAsync(ns, key, out, deadline, &Copiers(), done, std::move(from_service))) return;
+  }
   SubmitGet(ns, key, out, deadline, /*blocking=*/false, std::move(done));
 }
 
 void ServiceStore::SubmitGet(NamespaceId ns, std::string_view key, std::span<const MutableFragment> out,
                              Clock::time_point deadline, bool blocking, GetCallback done,
                              std::shared_ptr<Channel>* waiter) {
+  auto ch = Live();
+  if (!ch.ok()) {
+    if (done) done(ch.status());
+    return;
+  }
+  if (SubmitGetOn(**ch, ns, key, out, deadline, blocking, std::move(done), waiter != nullptr)) *waiter = *ch;
+}
+
+bool ServiceStore::SubmitGetOn(Channel& ch, NamespaceId ns, std::string_view key,
+                               std::span<const MutableFragment> out, Clock::time_point deadline, bool blocking,
+                               GetCallback done, bool for_waiter) {
   auto finish = [&done](Result<size_t> r) {
     if (done) done(std::move(r));
+    return false;
   };
-  auto ch = Live();
-  if (!ch.ok()) return finish(ch.status());
   const Clock::time_point now = Clock::now();
   // The service writes registered memory itself, so it must be done with
   // `out` before this client stops waiting for its reply: a caller's
@@ -279,7 +296,7 @@ void ServiceStore::SubmitGet(NamespaceId ns, std::string_view key, std::span<con
   bool shared = !out.empty() && out.size() <= wire::kMaxFragments;
   for (const MutableFragment& f : out) {
     wire::WireFragment wf;
-    if (!shared || !(*ch)->Locate(f.data, f.size, &wf)) {
+    if (!shared || !ch.Locate(f.data, f.size, &wf)) {
       shared = false;
       break;
     }
@@ -294,9 +311,9 @@ void ServiceStore::SubmitGet(NamespaceId ns, std::string_view key, std::span<con
                                         std::to_string(opt_.client.staging_bytes) +
                                         " (register the memory, or raise client.staging_bytes)"));
     }
-    hold = (*ch)->staging().Allocate(cap, blocking ? op_deadline : now);
+    hold = ch.staging().Allocate(cap, blocking ? op_deadline : now);
     if (!hold) return finish(Status::TimedOut("the client's staging has no room for this get"));
-    frags.push_back(wire::WireFragment{(*ch)->staging_region(), hold.offset, cap});
+    frags.push_back(wire::WireFragment{ch.staging_region(), hold.offset, cap});
   }
   wire::GetRequest req;
   req.ns = ns;
@@ -311,7 +328,7 @@ void ServiceStore::SubmitGet(NamespaceId ns, std::string_view key, std::span<con
   std::vector<MutableFragment> dst(out.begin(), out.end());
   // The staging stays mapped while the callback runs: the channel joins the
   // thread that runs it before it goes (so the callback must not own it).
-  const uint8_t* src = shared ? nullptr : (*ch)->staging().data(hold);
+  const uint8_t* src = shared ? nullptr : ch.staging().data(hold);
   Channel::Done complete = [done = std::move(done), dst = std::move(dst), src](Status st, wire::WireReader* r) {
     if (!st.ok()) {
       if (done) done(st);
@@ -332,9 +349,12 @@ void ServiceStore::SubmitGet(NamespaceId ns, std::string_view key, std::span<con
     }
     if (done) done(st.ok() ? Result<size_t>(static_cast<size_t>(n)) : Result<size_t>(st));
   };
-  if (waiter == nullptr) return (*ch)->Call(wire::Op::kGet, w, op_deadline, std::move(complete), hold);
-  *waiter = *ch;
-  (*ch)->CallForWaiter(wire::Op::kGet, w, op_deadline, std::move(complete), hold);
+  if (!for_waiter) {
+    ch.Call(wire::Op::kGet, w, op_deadline, std::move(complete), hold);
+    return false;
+  }
+  ch.CallForWaiter(wire::Op::kGet, w, op_deadline, std::move(complete), hold);
+  return true;
 }
 
 Result<size_t> ServiceStore::Get(NamespaceId ns, std::string_view key, std::span<const MutableFragment> out) {

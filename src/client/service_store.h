@@ -95,14 +95,29 @@ class ServiceStore final : public Store {
   // Aborted when that connection is gone (the service restarted: map the
   // tier again). The caller checks each block against its checksum.
   Result<wire::TierLease> PinTier(uint64_t connection, NamespaceId ns, std::span<const std::string_view> keys);
+  // PinTier of one key without waiting: `done` runs once, on the channel's
+  // thread, with the lease (or why there is none) and the channel the pin
+  // went on, which lives while `done` runs (for the unpin, or a read from
+  // the service instead). `deadline` (kNoDeadline: the reply timeout) bounds
+  // the reply as a get's does. False, with nothing sent and `done` not
+  // taken, when `connection` is gone.
+  using PinDone = std::function<void(Result<wire::TierLease>, Channel&)>;
+  bool PinTierAsync(uint64_t connection, NamespaceId ns, std::string_view key, Clock::time_point deadline,
+                    PinDone& done);
   // Releases a lease without waiting for the reply; a lease of a gone
   // connection was released with it.
   void UnpinTier(uint64_t connection, uint64_t lease);
+  // The same on the channel a lease came on (PinTierAsync's).
+  void UnpinTierOn(Channel& ch, uint64_t lease);
   // False once `connection` is gone (the service stopped or restarted, or
   // this client reconnected): a mapping of the tier lent on it should go.
   bool TierConnectionAlive(uint64_t connection);
 
  private:
+  // A get's reply may trail its deadline by the time the service takes to
+  // say TimedOut; past that the client says it.
+  static constexpr auto kGetGrace = std::chrono::milliseconds(50);
+
   struct Memory {
     void* base;
     size_t len;
@@ -137,6 +152,11 @@ class ServiceStore final : public Store {
   void SubmitGet(NamespaceId ns, std::string_view key, std::span<const MutableFragment> out,
                  Clock::time_point deadline, bool blocking, GetCallback done,
                  std::shared_ptr<Channel>* waiter = nullptr);
+  // SubmitGet on `ch`; true when the request went out for a waiter (Await).
+  bool SubmitGetOn(Channel& ch, NamespaceId ns, std::string_view key, std::span<const MutableFragment> out,
+                   Clock::time_point deadline, bool blocking, GetCallback done, bool for_waiter);
+  // The live channel when it is `connection` (the one the tier was lent on).
+  std::shared_ptr<Channel> TierChannel(uint64_t connection);
   // The helpers that copy get_batch groups out of staging (and hits out of
   // the lent tier), started on first use.
   WorkerPool& Copiers();

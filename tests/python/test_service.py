@@ -151,6 +151,12 @@ def test_a_batch_into_private_memory_is_copied_out_by_the_client_copy_threads(se
         outs = [np.zeros(b.nbytes, dtype=np.uint8) for b in blocks]
         assert ns.get_batch([f"cp{i}" for i in range(5)], outs) == [b.nbytes for b in blocks]
         assert all(np.array_equal(o, b) for o, b in zip(outs, blocks))
+        # get_async too, in flight together (lent: each copied on a copy thread).
+        outs = [np.zeros(b.nbytes, dtype=np.uint8) for b in blocks]
+        futures = [ns.get_async(f"cp{i}", o, timeout=10) for i, o in enumerate(outs)]
+        assert [f.result(timeout=10) for f in futures] == [b.nbytes for b in blocks]
+        assert all(np.array_equal(o, b) for o, b in zip(outs, blocks))
+        assert ns.get_async("absent", outs[0], timeout=10).result(timeout=10) is None
     with pytest.raises(kvtier.KvtierError, match="copy_threads"):
         kvtier.Store(served.address, client={"copy_threads": -1})
     with pytest.raises(kvtier.KvtierError, match="read_lent_tier"):

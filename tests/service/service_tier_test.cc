@@ -7,8 +7,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <future>
 #include <string_view>
 #include <vector>
 
@@ -227,6 +229,111 @@ TEST_F(ServiceTierTest, GetsIntoUnregisteredMemoryCopyFromTheLentTierThemselves)
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   EXPECT_EQ(std::vector<uint8_t>(buf.begin(), buf.begin() + static_cast<long>(*got)), payloads[kBlocks - 3]);
   EXPECT_EQ(lent(), lent_now);
+}
+
+// GetAsync into memory not registered reads the lent tier too: one copy on
+// the pin's reply, the pin released after; what the tier does not serve
+// (only on disk, absent, a bad copy) comes from the service as before, a
+// short buffer and a passed deadline are answered without touching it.
+// Copied on the client's copy threads, or (one copy thread) on the reply's.
+class AsyncLentTest : public ServiceTierTest, public ::testing::WithParamInterface<uint32_t> {};
+INSTANTIATE_TEST_SUITE_P(CopyThreads, AsyncLentTest, ::testing::Values(1u, 3u));
+
+TEST_P(AsyncLentTest, AsyncGetsIntoUnregisteredMemoryCopyFromTheLentTierToo) {
+  ServedStore served(dir_.path(), ServiceOptions{}, WithRamTier());
+  ASSERT_TRUE(served.store()->GetStats().ram_shared_memory) << "the test needs the tier in /dev/shm";
+  ServiceClientOptions co;
+  co.copy_threads = GetParam();
+  auto c = served.Client(co);
+  ASSERT_NE(c, nullptr);
+  const NamespaceId ns = c->RegisterNamespace(TestSpec()).value();
+  constexpr int kBlocks = 36;  // 36 x 300 KiB through an 8 MiB tier: the first ones only on disk
+  std::vector<std::vector<uint8_t>> payloads;
+  for (int i = 0; i < kBlocks; ++i) {
+    payloads.push_back(Payload(ns, Key(i), (300u << 10) + 17 * i));
+    ASSERT_TRUE(c->Put(ns, Key(i), payloads.back().data(), payloads.back().size()).ok());
+  }
+  RamTier* tier = BlockSinkOf(served.store())->ram_tier();
+  ASSERT_FALSE(tier->Contains(ns, Key(0)));
+  ASSERT_TRUE(tier->Contains(ns, Key(kBlocks - 1)));
+  auto lent = [&] { return served.service()->GetStats().tier_lent_blocks; };
+  // GetAsync of `key` into `buf` with `deadline`, waited for.
+  auto get_async = [&](const std::string& key, std::vector<uint8_t>& buf, Clock::time_point deadline) {
+    std::promise<Result<size_t>> p;
+    MutableFragment m{buf.data(), buf.size()};
+    c->GetAsync(ns, key, {&m, 1}, deadline, [&p](Result<size_t> r) { p.set_value(std::move(r)); });
+    return p.get_future().get();
+  };
+  const Clock::time_point soon = Clock::now() + std::chrono::seconds(10);
+
+  // A lone get without a deadline; an absent key is NotFound, a short buffer
+  // BufferTooSmall with nothing written.
+  std::vector<uint8_t> buf(1u << 20, 0);
+  auto r = get_async(Key(kBlocks - 1), buf, kNoDeadline);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(std::equal(payloads.back().begin(), payloads.back().end(), buf.begin()));
+  EXPECT_EQ(lent(), 1u);
+  EXPECT_TRUE(get_async("absent", buf, soon).status().IsNotFound());
+  std::vector<uint8_t> small(1000, 0xAB);
+  EXPECT_EQ(get_async(Key(kBlocks - 1), small, soon).status().code(), Code::kBufferTooSmall);
+  EXPECT_EQ(small, std::vector<uint8_t>(1000, 0xAB));
+  // A deadline already passed: TimedOut, untouched.
+  std::vector<uint8_t> untouched(1u << 20, 0xAB);
+  EXPECT_EQ(get_async(Key(kBlocks - 1), untouched, Clock::now() - std::chrono::milliseconds(1)).status().code(),
+            Code::kTimedOut);
+  EXPECT_EQ(untouched, std::vector<uint8_t>(1u << 20, 0xAB));
+
+  // Every block, in flight together: what the tier holds is lent, the rest
+  // read by the service (through staging, which holds them all); all land
+  // right.
+  std::vector<std::vector<uint8_t>> outs;
+  for (int i = 0; i < kBlocks; ++i) outs.emplace_back(payloads[i].size(), 0xEE);
+  std::vector<std::promise<Result<size_t>>> got(kBlocks);
+  for (int i = 0; i < kBlocks; ++i) {
+    MutableFragment m{outs[i].data(), outs[i].size()};
+    c->GetAsync(ns, Key(i), {&m, 1}, soon, [&got, i](Result<size_t> r) { got[i].set_value(std::move(r)); });
+  }
+  for (int i = 0; i < kBlocks; ++i) {
+    auto r = got[i].get_future().get();
+    ASSERT_TRUE(r.ok()) << i << ": " << r.status().ToString();
+    ASSERT_EQ(*r, payloads[i].size());
+    EXPECT_TRUE(std::equal(payloads[i].begin(), payloads[i].end(), outs[i].begin())) << i;
+  }
+  EXPECT_GE(lent(), 6u);
+  EXPECT_TRUE(Eventually([&] { return served.service()->GetStats().tier_pinned_bytes == 0; }));
+
+  // A copy changed in the tier: caught, read again by the service, which
+  // drops it (and keeps the disk's copy there).
+  const uint64_t bad_before = tier->GetStats().checksum_failures, lent_before = lent();
+  int held = kBlocks - 1;
+  while (held > 0 && !tier->Contains(ns, Key(held))) --held;
+  {
+    RamTier::Pin pin = tier->Peek(ns, Key(held));
+    ASSERT_TRUE(pin);
+    pin.pieces()[0].data[999] ^= 0x01;
+  }
+  std::fill(buf.begin(), buf.end(), 0);
+  r = get_async(Key(held), buf, soon);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(std::equal(payloads[held].begin(), payloads[held].end(), buf.begin()));
+  EXPECT_EQ(tier->GetStats().checksum_failures, bad_before + 1);
+  EXPECT_EQ(lent(), lent_before + 1);  // pinned and copied here first
+  EXPECT_TRUE(Eventually([&] { return served.service()->GetStats().tier_pinned_bytes == 0; }));
+
+  // Closing the client with gets in flight: each has answered by the time
+  // Close returns, right bytes or an error.
+  std::atomic<int> answered{0}, right{0};
+  for (int i = 0; i < kBlocks; ++i) {
+    std::fill(outs[i].begin(), outs[i].end(), 0);
+    MutableFragment m{outs[i].data(), outs[i].size()};
+    c->GetAsync(ns, Key(i), {&m, 1}, soon, [&, i](Result<size_t> r) {
+      if (r.ok() && std::equal(payloads[i].begin(), payloads[i].end(), outs[i].begin())) ++right;
+      ++answered;
+    });
+  }
+  ASSERT_TRUE(c->Close().ok());
+  EXPECT_EQ(answered.load(), kBlocks);
+  EXPECT_GT(right.load(), 0);
 }
 
 TEST_F(ServiceTierTest, AClientThatGoesReleasesItsPins) {
