@@ -35,12 +35,15 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
+#include <deque>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <set>
 #include <sstream>
@@ -67,10 +70,14 @@ constexpr size_t kLookupBatch = 32;
 // of 1.75 MiB; 64 of 2 MiB keeps the bench's buffers at 128 MiB.
 constexpr size_t kGetBatchBlocks = 64;
 
+// Async gets one client keeps in flight (an engine's overlapped loads).
+constexpr size_t kAsyncDepth = 8;
+
 bool IsBatch(const std::string& op) { return op.rfind("ram_get_batch", 0) == 0; }
-// A worker's buffer: one block, or a batch of them.
+bool IsAsync(const std::string& op) { return op.rfind("ram_get_async", 0) == 0; }
+// A worker's buffer: one block, a batch of them, or one per async get in flight.
 size_t BufferBytes(const std::string& op, size_t block) {
-  return std::max<size_t>(block, 4096) * (IsBatch(op) ? kGetBatchBlocks : 1);
+  return std::max<size_t>(block, 4096) * (IsBatch(op) ? kGetBatchBlocks : IsAsync(op) ? kAsyncDepth : 1);
 }
 
 struct Args {
@@ -174,10 +181,63 @@ std::vector<std::string> SmallKeys() {
   return k;
 }
 
+// RAM-tier GetAsync, kAsyncDepth in flight, each slot's next issued (on
+// this thread) when its get lands, until `stop_ns`; gets that land after it
+// are not counted.
+Result AsyncGets(Store* store, NamespaceId ns, uint64_t seed, int64_t stop_ns, uint8_t* buf, size_t block,
+                 size_t blocks, const kvbench::Payloads& payloads) {
+  Result r;
+  std::mt19937_64 rng(seed);
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::pair<size_t, int64_t>> landed;  // slot, bytes (-1: failed)
+  std::vector<uint64_t> ids(kAsyncDepth);
+  std::vector<Clock::time_point> t0(kAsyncDepth);
+  auto issue = [&](size_t slot) {
+    ids[slot] = rng() % blocks;
+    t0[slot] = Clock::now();
+    kvtier::MutableFragment f{buf + slot * block, block};
+    store->GetAsync(ns, kvbench::MakeKey(1, ids[slot]), {&f, 1}, kvtier::kNoDeadline,
+                    [&, slot](kvtier::Result<size_t> got) {
+                      std::lock_guard<std::mutex> l(mu);
+                      landed.emplace_back(slot, got.ok() ? static_cast<int64_t>(*got) : -1);
+                      cv.notify_one();
+                    });
+  };
+  size_t inflight = 0;
+  for (size_t slot = 0; slot < kAsyncDepth; ++slot, ++inflight) issue(slot);
+  while (inflight > 0) {
+    std::pair<size_t, int64_t> got;
+    {
+      std::unique_lock<std::mutex> l(mu);
+      cv.wait(l, [&] { return !landed.empty(); });
+      got = landed.front();
+      landed.pop_front();
+    }
+    --inflight;
+    const auto [slot, n] = got;
+    const bool counted = NowNs() < stop_ns;
+    if (counted) {
+      if (n != static_cast<int64_t>(block)) {
+        ++r.errors;
+      } else {
+        r.bytes += block;
+        if (r.ops % 64 == 0 && !payloads.Verify(ids[slot], block, buf + slot * block)) ++r.errors;  // a sample
+      }
+      ++r.ops;
+      if (r.lat_us.size() < 200000) r.lat_us.push_back(static_cast<float>(kvbench::MicrosSince(t0[slot])));
+      issue(slot);
+      ++inflight;
+    }
+  }
+  return r;
+}
+
 // One worker's loop of `op` against `store` until `stop_ns`. `buf` is where
 // gets land (registered memory, for a client that registered it).
 Result Work(Store* store, NamespaceId ns, const std::string& op, uint64_t seed, int64_t stop_ns, uint8_t* buf,
             size_t block, size_t blocks, const kvbench::Payloads& payloads) {
+  if (IsAsync(op)) return AsyncGets(store, ns, seed, stop_ns, buf, block, blocks, payloads);
   Result r;
   std::mt19937_64 rng(seed);
   const std::vector<std::string> small = SmallKeys();
@@ -234,7 +294,9 @@ Result Work(Store* store, NamespaceId ns, const std::string& op, uint64_t seed, 
 // start instant, works, writes its result.
 int RunClient(const Args& a) {
   kvtier::Options o;
-  o.client.staging_bytes = std::max<uint64_t>(4 * a.block, 16 << 20);
+  // Room for what a client has in flight through staging (async gets: all of them).
+  o.client.staging_bytes =
+      std::max<uint64_t>({4 * a.block, 16 << 20, IsAsync(a.op) ? 2 * BufferBytes(a.op, a.block) : 0});
   o.client.client_name = "bench " + a.op;
   o.client.reply_spin_us = static_cast<int32_t>(a.reply_spin_us);
   o.client.read_lent_tier = a.lent_tier;
@@ -744,6 +806,11 @@ int RunParent(const Args& a) {
     rows.back().copy_same_destination = same_destination[1];
     ram_row("ram_get_staged", maxc,
             std::string("RAM-tier gets, not registered, ") + (lent ? "lent tier" : "staging (2 copies)"), "copy best");
+    for (int n : std::set<int>{1, maxc})
+      ram_row("ram_get_async_staged", n,
+              "RAM-tier async gets (" + std::to_string(kAsyncDepth) + " in flight), not registered, " +
+                  (lent ? "lent tier" : "staging (2 copies)"),
+              "copy best");
   }
   // Where the disk gets' time goes (Stats::disk_read_*_ns), mean per get
   // over every arm and client count of the rows below.
@@ -836,7 +903,9 @@ int RunParent(const Args& a) {
               a.embedded_huge_pages || client_huge ? "huge pages" : "4 KiB pages",
               a.shared_tier ? "/dev/shm (lent)" : "anonymous memory (not lent)",
               a.lent_tier ? "read a lent tier" : "never read a lent tier");
-  std::printf("%-52s %7s %12s %12s %12s %12s %14s %14s  %s\n", "workload", "clients", "service", "embedded",
+  int width = 52;  // the longest workload's name
+  for (const Row& r : rows) width = std::max(width, static_cast<int>(r.what.size()));
+  std::printf("%-*s %7s %12s %12s %12s %12s %14s %14s  %s\n", width, "workload", "clients", "service", "embedded",
               "vs limit", "vs verified", "vs ver. N thr", "vs same dest", "limit");
   for (const Row& r : rows) {
     char sv[32], em[32], ratio[32], vr[32] = "-", vn[32] = "-", sd[32] = "-";
@@ -854,7 +923,8 @@ int RunParent(const Args& a) {
       if (r.copy_same_destination > 0)
         std::snprintf(sd, sizeof sd, "%.2fx", r.value() / r.copy_same_destination);
     }
-    std::printf("%-52s %7d %12s %12s %12s %12s %14s %14s  %s%s\n", r.what.c_str(), r.clients, sv, em, ratio, vr, vn, sd,
+    std::printf("%-*s %7d %12s %12s %12s %12s %14s %14s  %s%s\n", width, r.what.c_str(), r.clients, sv, em, ratio, vr,
+                vn, sd,
                 r.limit_name.c_str(),
                 r.service.errors + r.embedded.errors ? "  ERRORS" : "");
   }
