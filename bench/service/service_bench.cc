@@ -593,7 +593,19 @@ CopyLimit BestCopy(size_t block, size_t source_blocks, int max_threads, double s
   return best;
 }
 
+// A store and its service; destroyed with them (Store::Destroy), so that a
+// RAM tier in /dev/shm, which outlives its store by design, does not
+// outlive the bench.
 struct Served {
+  Served() = default;
+  Served(Served&&) = default;
+  ~Served() {
+    service.reset();
+    if (store == nullptr) return;
+    store.reset();
+    (void)Store::Destroy(dir);
+  }
+  std::string dir;
   std::unique_ptr<Store> store;
   std::unique_ptr<kvtier::Service> service;
   std::string socket;
@@ -615,6 +627,7 @@ Served Serve(const Args& a, const std::string& dir, uint64_t ram_bytes, uint64_t
     std::exit(1);
   }
   s.store = std::move(st).value();
+  s.dir = dir;
   s.socket = dir + ".sock";
   kvtier::ServiceOptions so;
   so.socket_path = s.socket;
@@ -689,6 +702,8 @@ std::string PhasesJson(const char* arm, const PutPhases& p) {
 }
 
 int RunParent(const Args& a) {
+  // A run killed before its end left its stores (and their /dev/shm tiers).
+  for (const char* sub : {"/ram", "/disk"}) (void)Store::Destroy(a.dir + sub);
   std::string cmd = "rm -rf '" + a.dir + "' && mkdir -p '" + a.dir + "'";
   if (std::system(cmd.c_str()) != 0) return 1;
   kvbench::Payloads payloads(a.block);
