@@ -80,9 +80,11 @@ struct ServiceClientOptions {
   // bytes of such puts and gets in flight.
   uint64_t staging_bytes = 256ull << 20;
   // Threads, the caller's included, that copy a GetBatch's blocks out of
-  // staging into memory that is not registered: one thread's copy bounds that
-  // path well below what the service fills staging at. 0: the cores, at most
-  // 8. The helpers start with the first such batch.
+  // staging or the lent tier into memory that is not registered: one
+  // thread's copy bounds that path well below what the service fills staging
+  // at. The helpers also copy GetAsync's blocks out of the lent tier (with
+  // 1, the connection's reader thread does). 0: the cores, at most 8. The
+  // helpers start with the first such call.
   uint32_t copy_threads = 0;
   // A get into memory that is not registered reads the service's RAM tier
   // itself where the service lends it (mapped read-only): the service pins
