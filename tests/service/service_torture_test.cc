@@ -4,8 +4,9 @@
 // was acknowledged: nothing acknowledged is lost, no wrong bytes are served
 // (neither to the checker nor, live, to the clients), no call hangs. The
 // clients also read blocks straight from the RAM tier the service lends
-// (pin_tier), often dying with pins held: at the end the tier must empty,
-// so no killed client's pin outlives it. Some of the clients' operations are
+// (pin_tier), often dying with pins held, and get into private memory both
+// blocking and async (copied out of the lent tier where it holds the block):
+// at the end the tier must empty, so no killed client's pin outlives it. Some of the clients' operations are
 // removes (single or a batch), logged as version 0: once acknowledged, no
 // earlier version may come back.
 //
@@ -20,6 +21,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <future>
 #include <map>
 #include <random>
 #include <sstream>
@@ -108,6 +110,22 @@ void Append(int fd, const std::string& line) { (void)!::write(fd, line.data(), l
     auto n = (*c)->Get(ns, Key(g), buf.data(), buf.size());
     // Whatever version it is, it must be one that was written whole.
     if (n.ok() && !IsWhole(ns, g, buf.data(), *n)) Append(fd, "W " + std::to_string(g) + "\n");
+    {
+      // An async get into private memory (copied out of the lent tier where
+      // it holds the block): a whole version too, answered by its deadline.
+      const int ga = static_cast<int>(rng() % kKeys);
+      auto got = std::make_shared<std::promise<Result<size_t>>>();
+      MutableFragment m{buf.data(), buf.size()};
+      (*c)->GetAsync(ns, Key(ga), {&m, 1}, Clock::now() + std::chrono::seconds(2),
+                     [got](Result<size_t> r) { got->set_value(std::move(r)); });
+      auto f = got->get_future();
+      if (f.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+        Append(fd, "W " + std::to_string(ga) + "\n");  // a get never answered
+        _exit(0);  // `buf` may still be written
+      }
+      auto r = f.get();
+      if (r.ok() && !IsWhole(ns, ga, buf.data(), *r)) Append(fd, "W " + std::to_string(ga) + "\n");
+    }
     if (view == nullptr) continue;
     // The same from the lent tier: a pinned block's bytes match its checksum
     // and are a whole version. Half the leases are never released: the kill
