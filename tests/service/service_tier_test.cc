@@ -50,6 +50,36 @@ struct TierView {
   size_t len;
 };
 
+// 36 blocks of about 300 KiB through an 8 MiB tier: it holds the last
+// ones, the first are only on disk.
+// A served store with a lent tier, a client, and those blocks put.
+constexpr int kBlocks = 36;
+struct PastTheTier {
+  PastTheTier(const std::string& dir, const ServiceClientOptions& co)
+      : served(dir, ServiceOptions{}, WithRamTier()), client(served.Client(co)) {
+    if (client == nullptr) return;
+    ns = client->RegisterNamespace(TestSpec()).value();
+    for (int i = 0; i < kBlocks; ++i) {
+      payloads.push_back(Payload(ns, Key(i), (300u << 10) + 17 * i));
+      EXPECT_TRUE(client->Put(ns, Key(i), payloads.back().data(), payloads.back().size()).ok());
+    }
+    tier = BlockSinkOf(served.store())->ram_tier();
+  }
+  ::testing::AssertionResult Ready() {
+    if (!served.store()->GetStats().ram_shared_memory)
+      return ::testing::AssertionFailure() << "the test needs the tier in /dev/shm";
+    if (client == nullptr) return ::testing::AssertionFailure() << "no client";
+    if (tier->Contains(ns, Key(0)) || !tier->Contains(ns, Key(kBlocks - 1)))
+      return ::testing::AssertionFailure() << "the tier should hold the last blocks only";
+    return ::testing::AssertionSuccess();
+  }
+  ServedStore served;
+  std::unique_ptr<Store> client;
+  NamespaceId ns = 0;
+  std::vector<std::vector<uint8_t>> payloads;
+  RamTier* tier = nullptr;
+};
+
 class ServiceTierTest : public ::testing::Test {
  protected:
   TempDir dir_;
@@ -145,20 +175,13 @@ TEST_F(ServiceTierTest, PinnedBlocksAreReadStraightFromTheLentTierAndStayUntilUn
 // the service, which drops it. Gets into registered memory, and clients
 // that turn it off, leave the tier to the service.
 TEST_F(ServiceTierTest, GetsIntoUnregisteredMemoryCopyFromTheLentTierThemselves) {
-  ServedStore served(dir_.path(), ServiceOptions{}, WithRamTier());
-  ASSERT_TRUE(served.store()->GetStats().ram_shared_memory) << "the test needs the tier in /dev/shm";
-  auto c = served.Client();
-  ASSERT_NE(c, nullptr);
-  const NamespaceId ns = c->RegisterNamespace(TestSpec()).value();
-  constexpr int kBlocks = 36;  // 36 x 300 KiB through an 8 MiB tier: the first ones only on disk
-  std::vector<std::vector<uint8_t>> payloads;
-  for (int i = 0; i < kBlocks; ++i) {
-    payloads.push_back(Payload(ns, Key(i), (300u << 10) + 17 * i));
-    ASSERT_TRUE(c->Put(ns, Key(i), payloads.back().data(), payloads.back().size()).ok());
-  }
-  RamTier* tier = BlockSinkOf(served.store())->ram_tier();
-  ASSERT_FALSE(tier->Contains(ns, Key(0)));
-  ASSERT_TRUE(tier->Contains(ns, Key(kBlocks - 1)));
+  PastTheTier t(dir_.path(), ServiceClientOptions{});
+  ASSERT_TRUE(t.Ready());
+  ServedStore& served = t.served;
+  Store* c = t.client.get();
+  const NamespaceId ns = t.ns;
+  const auto& payloads = t.payloads;
+  RamTier* tier = t.tier;
   auto lent = [&] { return served.service()->GetStats().tier_lent_blocks; };
 
   // A lone get of a block the tier holds: from the tier.
@@ -240,22 +263,15 @@ class AsyncLentTest : public ServiceTierTest, public ::testing::WithParamInterfa
 INSTANTIATE_TEST_SUITE_P(CopyThreads, AsyncLentTest, ::testing::Values(1u, 3u));
 
 TEST_P(AsyncLentTest, AsyncGetsIntoUnregisteredMemoryCopyFromTheLentTierToo) {
-  ServedStore served(dir_.path(), ServiceOptions{}, WithRamTier());
-  ASSERT_TRUE(served.store()->GetStats().ram_shared_memory) << "the test needs the tier in /dev/shm";
   ServiceClientOptions co;
   co.copy_threads = GetParam();
-  auto c = served.Client(co);
-  ASSERT_NE(c, nullptr);
-  const NamespaceId ns = c->RegisterNamespace(TestSpec()).value();
-  constexpr int kBlocks = 36;  // 36 x 300 KiB through an 8 MiB tier: the first ones only on disk
-  std::vector<std::vector<uint8_t>> payloads;
-  for (int i = 0; i < kBlocks; ++i) {
-    payloads.push_back(Payload(ns, Key(i), (300u << 10) + 17 * i));
-    ASSERT_TRUE(c->Put(ns, Key(i), payloads.back().data(), payloads.back().size()).ok());
-  }
-  RamTier* tier = BlockSinkOf(served.store())->ram_tier();
-  ASSERT_FALSE(tier->Contains(ns, Key(0)));
-  ASSERT_TRUE(tier->Contains(ns, Key(kBlocks - 1)));
+  PastTheTier t(dir_.path(), co);
+  ASSERT_TRUE(t.Ready());
+  Store* c = t.client.get();
+  const NamespaceId ns = t.ns;
+  const auto& payloads = t.payloads;
+  RamTier* tier = t.tier;
+  ServedStore& served = t.served;
   auto lent = [&] { return served.service()->GetStats().tier_lent_blocks; };
   // GetAsync of `key` into `buf` with `deadline`, waited for.
   auto get_async = [&](const std::string& key, std::vector<uint8_t>& buf, Clock::time_point deadline) {
