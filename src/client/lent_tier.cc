@@ -120,6 +120,7 @@ namespace {
 struct AsyncCopy {
   ServiceStore* store;
   uint64_t connection, lease;
+  Clock::time_point deadline;
   Copy copy;
   std::vector<MutableFragment> dst;
   std::shared_ptr<GetCallback> done;
@@ -132,6 +133,10 @@ struct AsyncCopy {
   }
   // `ch`: the channel's own thread runs this, on that channel.
   void Run(Channel* ch) {
+    if (deadline != kNoDeadline && Clock::now() >= deadline) {
+      Release(ch);
+      return Finish(Status::TimedOut("get deadline passed before its copy began"));
+    }
     CopyVerified(copy, dst);
     Release(ch);
     if (copy.ok) return Finish(static_cast<size_t>(copy.size));
@@ -160,16 +165,14 @@ bool LentTier::ReadAsync(NamespaceId ns, std::string_view key, std::span<const M
   ServiceStore::PinDone pinned = [store = store_, m, dst = std::vector<MutableFragment>(out.begin(), out.end()),
                                   deadline, copiers, cb, not_served = std::move(not_served),
                                   reads = reads_](Result<wire::TierLease> lease, Channel& ch) mutable {
-    auto job = std::make_shared<AsyncCopy>(AsyncCopy{store, m->connection, 0, Copy{}, std::move(dst), cb,
+    auto job = std::make_shared<AsyncCopy>(AsyncCopy{store, m->connection, 0, deadline, Copy{}, std::move(dst), cb,
                                                      std::move(not_served), reads});
     if (!lease.ok()) return job->Finish(lease.status());
     job->lease = lease->lease;
     Status small;
     const Plan plan = PlanFor(0, lease->blocks[0], m->base, m->len, job->dst, &job->copy, &small);
-    const bool late = plan == Plan::kCopy && deadline != kNoDeadline && Clock::now() >= deadline;
-    if (late || plan != Plan::kCopy) {
+    if (plan != Plan::kCopy) {
       job->Release(&ch);
-      if (late) return job->Finish(Status::TimedOut("get deadline passed before its copy began"));
       if (plan == Plan::kTooSmall) return job->Finish(std::move(small));
       return job->NotServed(&ch);
     }
