@@ -311,6 +311,25 @@ struct RecordInspection {
   std::vector<std::string> problems;       // where record and entry disagree; empty when they match
 };
 
+// A store's shared-memory RAM tier file (/dev/shm/kvtier-<store id>.ram),
+// which outlives its process by design (the next open adopts it), and with
+// it what became of the store (kvtier shm).
+struct RamTierFile {
+  std::string path;
+  std::string store_id;  // 32 hex digits, from the file's name
+  uint64_t bytes = 0;    // the file's size: memory it holds until removed or reboot
+  std::string folder;    // the store's folder, as its last open noted it; empty when not noted
+  enum class State : uint8_t {
+    kOpen,     // a process has the store open (holder_pid)
+    kKept,     // the folder holds the store, closed: its next open adopts the tier
+    kOrphan,   // the folder is gone or holds another store: nothing will open it
+    kUnknown,  // no folder noted (a tier made before kvtier noted them): left alone
+  };
+  State state = State::kUnknown;
+  long holder_pid = 0;  // kOpen: the process, 0 when unknown
+  std::string why;      // kOrphan: what was found in the folder
+};
+
 struct StoreDescription {
   uint32_t format_version = 0;
   std::string store_id;  // 32 hex digits
@@ -344,6 +363,16 @@ class Store {
   // tier cannot be named), IOError. Interrupted, it leaves a store that
   // opens, and calling it again finishes.
   [[nodiscard]] static Status Destroy(const std::string& dir);
+  // Every store's shared-memory RAM tier file on this machine, by store id,
+  // and what became of its store. Deleting a store's folder by hand (rather
+  // than Destroy) leaves its tier an orphan, holding memory until reboot.
+  // Errors: IOError when /dev/shm cannot be listed.
+  [[nodiscard]] static Result<std::vector<RamTierFile>> ListRamTierFiles();
+  // Removes the RAM tier file of store `store_id` (and its folder note) when
+  // it is an orphan, checked again here. Errors: Busy when its store is open,
+  // InvalidArgument when it is kept for its store's next open or its folder
+  // is unknown, NotFound when there is no such file, IOError.
+  [[nodiscard]] static Status RemoveOrphanRamTier(const std::string& store_id);
   // Rebuilds the index from the segment files: drops every entry, rescans
   // every segment, re-indexes what verifies. The store must not be open.
   [[nodiscard]] static Result<RepairReport> Repair(

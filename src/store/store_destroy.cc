@@ -45,6 +45,8 @@ Status Store::Destroy(const std::string& dir) {
   // The RAM tier first: once the superblock is gone nothing names it.
   KVTIER_RETURN_IF_ERROR(
       RemoveTree(fs.get(), RamTierShmPath(description->store_id)).WithContext(context + " (its RAM tier)"));
+  KVTIER_RETURN_IF_ERROR(
+      RemoveTree(fs.get(), RamTierFolderNotePath(description->store_id)).WithContext(context + " (its RAM tier)"));
   auto names = fs->ListDir(dir);
   if (!names.ok()) return names.status().WithContext(context);
   for (const std::string& name : *names)

@@ -158,6 +158,8 @@ class StoreImpl final : public Store, public BlockSink {
   // that a format-3 store stays readable by the builds that made it.
   bool CompactOk() const { return description_.format_version >= 4; }
   Status OpenRamTier();
+  // Notes the folder beside the shared-memory tier file (store_ram.cc).
+  void NoteRamTierFolder(unsigned mode);
   // Queues a non-record op and waits for its status.
   Status RunOnWriter(WriteOp op);
   Status RemoveNamespaceOnWriter(NamespaceId ns);

@@ -3,6 +3,7 @@
 #include <sys/statvfs.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <thread>
 
 #include "store/store_impl.h"
@@ -58,7 +59,30 @@ Status StoreImpl::OpenRamTier() {
   }
   if (!t.ok()) return t.status().WithContext("opening the RAM tier");
   ram_ = std::move(t).value();
+  if (!ram_->shm_path().empty()) NoteRamTierFolder(o.file_mode);
   return Status::OK();
+}
+
+// The folder beside the tier file, for kvtier shm to tell a tier kept for
+// this store from one whose folder was deleted by hand. Written whole
+// (renamed into place); a note that cannot be written only leaves the tier
+// unclassified, so it is not an error.
+void StoreImpl::NoteRamTierFolder(unsigned mode) {
+  std::error_code ec;
+  const std::string folder = std::filesystem::absolute(dir_, ec).lexically_normal().string();
+  if (ec) return;
+  const std::string note = RamTierFolderNotePath(description_.store_id), tmp = note + ".tmp";
+  OpenFlags of;
+  of.create = true;
+  of.mode = mode;
+  auto f = fs_->Open(tmp, of);
+  if (!f.ok()) return;
+  const std::string text = folder + "\n";
+  if ((*f)->Truncate(0).ok() && (*f)->WriteAt(0, text.data(), text.size()).ok()) {
+    f->reset();
+    if (fs_->Rename(tmp, note).ok()) return;
+  }
+  fs_->Remove(tmp).IgnoreError();
 }
 
 }  // namespace kvtier

@@ -26,6 +26,10 @@ std::string RamTierShmPath(const std::string& store_id_hex) {
   return "/dev/shm/kvtier-" + store_id_hex + ".ram";
 }
 
+std::string RamTierFolderNotePath(const std::string& store_id_hex) {
+  return "/dev/shm/kvtier-" + store_id_hex + ".dir";
+}
+
 // ---- Pin ----
 
 RamTier::Pin::Pin(Pin&& o) noexcept : tier_(o.tier_), entry_(o.entry_) { o.entry_ = nullptr; }

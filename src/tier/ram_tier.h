@@ -316,6 +316,10 @@ class RamTier {
 
 // The default shared-memory file of a store: /dev/shm/kvtier-<store id>.ram.
 std::string RamTierShmPath(const std::string& store_id_hex);
+// Beside it, the folder of the store that made it (/dev/shm/kvtier-<store
+// id>.dir, the folder's absolute path): a tier whose folder is gone, or
+// holds another store, is an orphan (Store::ListRamTierFiles).
+std::string RamTierFolderNotePath(const std::string& store_id_hex);
 
 }  // namespace kvtier
 

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "store/layout.h"
 #include "store_test_util.h"
@@ -46,8 +47,11 @@ TEST(Destroy, RemovesTheStoreAndItsRamTier) {
   const std::string path = dir.Sub("s");
   const std::string shm = MakeStoreWithRamTier(path);
   ASSERT_TRUE(Exists(shm));
+  const std::string note = shm.substr(0, shm.size() - 4) + ".dir";
+  ASSERT_TRUE(Exists(note));
   ASSERT_TRUE(Store::Destroy(path).ok());
   EXPECT_FALSE(Exists(shm));
+  EXPECT_FALSE(Exists(note));
   EXPECT_FALSE(Exists(path));
   EXPECT_EQ(Store::Describe(path).status().code(), Code::kNotFound);
 }
@@ -107,6 +111,84 @@ TEST(Destroy, AStoreWithoutARamTierGoesToo) {
   }
   ASSERT_TRUE(Store::Destroy(path).ok());
   EXPECT_FALSE(Exists(path));
+}
+
+// The tier file of store `id` as ListRamTierFiles sees it; null when absent.
+std::optional<RamTierFile> ListedTier(const std::string& id) {
+  auto all = Store::ListRamTierFiles();
+  EXPECT_TRUE(all.ok()) << all.status().ToString();
+  if (all.ok())
+    for (const RamTierFile& t : *all)
+      if (t.store_id == id) return t;
+  return std::nullopt;
+}
+
+// A tier's store is open, then closed (kept for its next open), then its
+// folder deleted by hand (an orphan, which only then may be removed); a
+// folder that now holds another store orphans the old tier too; a tier with
+// no folder noted is left alone.
+TEST(RamTierFiles, TellOpenKeptAndOrphanedTiersAndRemoveOnlyOrphans) {
+  TempDir dir;
+  const std::string path = dir.Sub("s");
+  const std::string shm = MakeStoreWithRamTier(path);
+  ASSERT_FALSE(shm.empty());
+  const std::string id = Store::Describe(path)->store_id;
+  auto kept = ListedTier(id);
+  ASSERT_TRUE(kept.has_value());
+  EXPECT_EQ(kept->state, RamTierFile::State::kKept);
+  EXPECT_EQ(kept->path, shm);
+  EXPECT_EQ(kept->folder, std::filesystem::absolute(path).lexically_normal().string());
+  EXPECT_GT(kept->bytes, uint64_t{8} << 20);
+  EXPECT_EQ(Store::RemoveOrphanRamTier(id).code(), Code::kInvalidArgument);
+  {
+    Options o = SmallOptions();
+    o.ram_tier_bytes = 8 << 20;
+    auto store = Store::Open(path, o);
+    ASSERT_TRUE(store.ok());
+    auto open = ListedTier(id);
+    ASSERT_TRUE(open.has_value());
+    EXPECT_EQ(open->state, RamTierFile::State::kOpen);
+    EXPECT_EQ(open->holder_pid, static_cast<long>(::getpid()));
+    EXPECT_EQ(Store::RemoveOrphanRamTier(id).code(), Code::kBusy);
+    ASSERT_TRUE((*store)->Close().ok());
+  }
+  EXPECT_TRUE(Exists(shm));
+
+  std::filesystem::remove_all(path);  // by hand: the tier stays
+  auto orphan = ListedTier(id);
+  ASSERT_TRUE(orphan.has_value());
+  EXPECT_EQ(orphan->state, RamTierFile::State::kOrphan);
+  EXPECT_EQ(orphan->why, "the folder is gone");
+  ASSERT_TRUE(Store::RemoveOrphanRamTier(id).ok());
+  EXPECT_FALSE(Exists(shm));
+  EXPECT_FALSE(ListedTier(id).has_value());
+  EXPECT_EQ(Store::RemoveOrphanRamTier(id).code(), Code::kNotFound);
+
+  // The folder reused by a new store: the old tier is an orphan, the new
+  // one kept.
+  const std::string old_shm = MakeStoreWithRamTier(path);
+  const std::string old_id = Store::Describe(path)->store_id;
+  std::filesystem::remove_all(path);
+  const std::string new_shm = MakeStoreWithRamTier(path);
+  const std::string new_id = Store::Describe(path)->store_id;
+  auto old_tier = ListedTier(old_id), new_tier = ListedTier(new_id);
+  ASSERT_TRUE(old_tier.has_value() && new_tier.has_value());
+  EXPECT_EQ(old_tier->state, RamTierFile::State::kOrphan);
+  EXPECT_EQ(old_tier->why, "the folder holds store " + new_id);
+  EXPECT_EQ(new_tier->state, RamTierFile::State::kKept);
+  ASSERT_TRUE(Store::RemoveOrphanRamTier(old_id).ok());
+  EXPECT_FALSE(Exists(old_shm));
+  EXPECT_TRUE(Exists(new_shm));
+
+  // No folder noted: unknown, and not removed.
+  ASSERT_EQ(::unlink(RamTierFolderNotePath(new_id).c_str()), 0);
+  auto unknown = ListedTier(new_id);
+  ASSERT_TRUE(unknown.has_value());
+  EXPECT_EQ(unknown->state, RamTierFile::State::kUnknown);
+  EXPECT_EQ(Store::RemoveOrphanRamTier(new_id).code(), Code::kInvalidArgument);
+  EXPECT_EQ(Store::RemoveOrphanRamTier("not-an-id").code(), Code::kInvalidArgument);
+  ASSERT_TRUE(Store::Destroy(path).ok());
+  EXPECT_FALSE(Exists(new_shm));
 }
 
 }  // namespace

@@ -201,8 +201,8 @@ class KvtierCli : public ::testing::Test {
 TEST(KvtierCliUsage, HelpListsEverySubcommandAndExitCodes) {
   Out o = Kv({"--help"});
   EXPECT_EQ(o.rc, 0);
-  for (const char* c : {"info", "ns", "ls", "get", "show", "put", "verify", "repair", "destroy", "evict", "rm",
-                        "export", "import", "stats", "demo", "bench"})
+  for (const char* c : {"info", "ns", "ls", "get", "show", "put", "verify", "repair", "destroy", "shm", "evict",
+                        "rm", "export", "import", "stats", "demo", "bench"})
     EXPECT_NE(o.out.find(std::string(c)), std::string::npos) << c;
   EXPECT_NE(o.out.find("Exit codes"), std::string::npos);
   EXPECT_NE(o.out.find("3  cannot open"), std::string::npos);
@@ -276,6 +276,58 @@ TEST_F(KvtierCli, DestroyAsksForYesThenRemovesTheStore) {
   EXPECT_EQ(nlohmann::json::parse(done.out)["destroyed"], true) << done.out;
   EXPECT_FALSE(fs::exists(dir));
   EXPECT_EQ(Kv({"destroy", dir, "--yes"}).rc, 3);
+}
+
+// kvtier shm lists a store's shared-memory tier as kept while its folder
+// holds it, as an orphan once the folder is deleted by hand, and removes it
+// only with --remove-orphans --yes. (Other stores' tiers on the machine are
+// listed too: the test looks at its own.)
+TEST(KvtierCliShm, ListsTiersAndRemovesOrphansOnlyWithYes) {
+  TempDir tmp;
+  const std::string dir = tmp.Sub("s");
+  std::string id;
+  {
+    Options o = SmallOptions();
+    o.ram_tier_bytes = 8 << 20;
+    auto s = Store::Open(dir, o);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    ASSERT_TRUE((*s)->GetStats().ram_shared_memory) << "the test needs /dev/shm";
+    id = (*s)->Description().store_id;
+    ASSERT_TRUE((*s)->Close().ok());
+  }
+  const std::string shm = "/dev/shm/kvtier-" + id + ".ram";
+  auto mine = [&](const Out& o) -> json {
+    for (const json& t : json::parse(o.out))
+      if (t["store_id"] == id) return t;
+    return json();
+  };
+  Out l = Kv({"shm", "--json"});
+  ASSERT_EQ(l.rc, 0) << l.err;
+  json t = mine(l);
+  ASSERT_FALSE(t.is_null()) << l.out;
+  EXPECT_EQ(t["state"], "kept");
+  EXPECT_EQ(t["folder"], fs::absolute(dir).lexically_normal().string());
+  EXPECT_EQ(t["path"], shm);
+
+  fs::remove_all(dir);  // by hand: the tier stays behind
+  Out table = Kv({"shm"});
+  ASSERT_EQ(table.rc, 0) << table.err;
+  EXPECT_NE(table.out.find(id + "  "), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("orphan (the folder is gone)"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("--remove-orphans --yes"), std::string::npos) << table.out;
+  Out ask = Kv({"shm", "--remove-orphans"});
+  EXPECT_EQ(ask.rc, 2);
+  EXPECT_NE(ask.err.find("would remove " + shm), std::string::npos) << ask.err;
+  EXPECT_NE(ask.err.find("--yes"), std::string::npos) << ask.err;
+  EXPECT_TRUE(fs::exists(shm));
+  Out done = Kv({"shm", "--remove-orphans", "--yes", "--json"});
+  EXPECT_EQ(done.rc, 0) << done.err;
+  bool removed = false;
+  const json report = json::parse(done.out);
+  for (const json& r : report["removed"]) removed |= r["store_id"] == id;
+  EXPECT_TRUE(removed) << done.out;
+  EXPECT_FALSE(fs::exists(shm));
+  EXPECT_TRUE(mine(Kv({"shm", "--json"})).is_null());
 }
 
 TEST_F(KvtierCli, InfoTableAndJson) {

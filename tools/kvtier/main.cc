@@ -19,7 +19,7 @@ int main(int argc, char** argv) {
       "process has the store open. Keys are given and printed as hex.");
   std::vector<Command> commands = {
       AddInfo(app),   AddNs(app),     AddLs(app),    AddGet(app),    AddShow(app),
-      AddPut(app),    AddVerify(app), AddRepair(app), AddDestroy(app), AddEvict(app), AddShare(app), AddRm(app),
+      AddPut(app),    AddVerify(app), AddRepair(app), AddDestroy(app), AddShm(app), AddEvict(app), AddShare(app), AddRm(app),
       AddExport(app), AddImport(app), AddStats(app), AddDemo(app),   AddBench(app), AddRemoteBench(app), AddServe(app),
   };
   try {
