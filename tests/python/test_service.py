@@ -4,6 +4,7 @@ paths, registered memory, several processes, metrics, signals.
 Needs the kvtier program: $KVTIER_BIN (ctest sets it); skipped without."""
 import mmap
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -309,6 +310,25 @@ def test_sighup_reopens_the_log_and_sigterm_closes_cleanly(tmp_path):
     out = subprocess.run([KVTIER_BIN, "info", s.dir, "--json"], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert '"clean"' in out.stdout
+
+
+def test_serve_names_orphaned_ram_tiers_at_start(tmp_path):
+    # A store whose folder is deleted by hand leaves its /dev/shm tier behind.
+    folder = str(tmp_path / "deleted-by-hand")
+    with kvtier.Store(folder, ram_tier_bytes=8 << 20) as s:
+        shm_tier = s.stats()["ram_shared_memory"]
+    if not shm_tier:
+        pytest.skip("no room in /dev/shm for the tier")
+    shutil.rmtree(folder)
+    s = Served(tmp_path)
+    try:
+        log = open(s.log).read()
+        assert "orphaned RAM tier(s) in /dev/shm hold" in log, log
+        assert "kvtier shm --remove-orphans --yes" in log, log
+    finally:
+        s.stop()
+        out = subprocess.run([KVTIER_BIN, "shm", "--remove-orphans", "--yes"], capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
 
 
 def test_auto_starts_one_service_for_every_process_and_it_leaves_when_idle(tmp_path):

@@ -189,6 +189,22 @@ class MetricsServer {
   std::thread thread_;
 };
 
+// RAM tiers in /dev/shm whose folder was deleted by hand hold memory this
+// service's tier may be short of: said once at start.
+void LogOrphanedRamTiers(Log& log) {
+  auto tiers = Store::ListRamTierFiles();
+  if (!tiers.ok()) return;
+  uint64_t n = 0, bytes = 0;
+  for (const RamTierFile& t : *tiers) {
+    if (t.state != RamTierFile::State::kOrphan) continue;
+    ++n;
+    bytes += t.bytes;
+  }
+  if (n > 0)
+    log.Line("warning: " + std::to_string(n) + " orphaned RAM tier(s) in /dev/shm hold " + FormatBytes(bytes) +
+             " (their store folders were deleted by hand): kvtier shm --remove-orphans --yes frees them");
+}
+
 int Run(const ServeCmd& in) {
   // Signals are taken by sigwait below; every thread started after this
   // inherits the mask.
@@ -273,6 +289,7 @@ int Run(const ServeCmd& in) {
   }
   log.Line("serving " + in.a.dir + " on " + so.socket_path + " (store " + (*store)->Description().store_id +
            (metrics ? ", metrics on http://" + in.metrics_listen + "/metrics" : "") + ")");
+  LogOrphanedRamTiers(log);
 
   // Wait for a signal, or for the idle time to pass with no client.
   Clock::time_point idle_since = Clock::now();
