@@ -2,6 +2,7 @@
 paths, registered memory, several processes, metrics, signals.
 
 Needs the kvtier program: $KVTIER_BIN (ctest sets it); skipped without."""
+import json
 import mmap
 import os
 import shutil
@@ -319,6 +320,9 @@ def test_serve_names_orphaned_ram_tiers_at_start(tmp_path):
         shm_tier = s.stats()["ram_shared_memory"]
     if not shm_tier:
         pytest.skip("no room in /dev/shm for the tier")
+    info = subprocess.run([KVTIER_BIN, "info", folder, "--json"], capture_output=True, text=True)
+    assert info.returncode == 0, info.stderr
+    store_id = json.loads(info.stdout)["store_id"]
     shutil.rmtree(folder)
     s = Served(tmp_path)
     try:
@@ -327,7 +331,8 @@ def test_serve_names_orphaned_ram_tiers_at_start(tmp_path):
         assert "kvtier shm --remove-orphans --yes" in log, log
     finally:
         s.stop()
-        out = subprocess.run([KVTIER_BIN, "shm", "--remove-orphans", "--yes"], capture_output=True, text=True)
+        out = subprocess.run([KVTIER_BIN, "shm", "--remove-orphans", "--yes", store_id], capture_output=True,
+                             text=True)
         assert out.returncode == 0, out.stderr
 
 

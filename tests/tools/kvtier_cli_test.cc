@@ -281,7 +281,8 @@ TEST_F(KvtierCli, DestroyAsksForYesThenRemovesTheStore) {
 // kvtier shm lists a store's shared-memory tier as kept while its folder
 // holds it, as an orphan once the folder is deleted by hand, and removes it
 // only with --remove-orphans --yes. (Other stores' tiers on the machine are
-// listed too: the test looks at its own.)
+// listed too: the test looks at its own, and removes only its own, since
+// other tests' orphans may be under check at the same time.)
 TEST(KvtierCliShm, ListsTiersAndRemovesOrphansOnlyWithYes) {
   TempDir tmp;
   const std::string dir = tmp.Sub("s");
@@ -315,12 +316,15 @@ TEST(KvtierCliShm, ListsTiersAndRemovesOrphansOnlyWithYes) {
   EXPECT_NE(table.out.find(id + "  "), std::string::npos) << table.out;
   EXPECT_NE(table.out.find("orphan (the folder is gone)"), std::string::npos) << table.out;
   EXPECT_NE(table.out.find("--remove-orphans --yes"), std::string::npos) << table.out;
-  Out ask = Kv({"shm", "--remove-orphans"});
+  Out ask = Kv({"shm", "--remove-orphans", id});
   EXPECT_EQ(ask.rc, 2);
   EXPECT_NE(ask.err.find("would remove " + shm), std::string::npos) << ask.err;
   EXPECT_NE(ask.err.find("--yes"), std::string::npos) << ask.err;
   EXPECT_TRUE(fs::exists(shm));
-  Out done = Kv({"shm", "--remove-orphans", "--yes", "--json"});
+  Out only = Kv({"shm", id, "--json"});
+  ASSERT_EQ(only.rc, 0) << only.err;
+  EXPECT_EQ(json::parse(only.out).size(), 1u) << only.out;
+  Out done = Kv({"shm", "--remove-orphans", "--yes", "--json", id});
   EXPECT_EQ(done.rc, 0) << done.err;
   bool removed = false;
   const json report = json::parse(done.out);

@@ -1,8 +1,12 @@
-// kvtier shm [--remove-orphans [--yes]]: the shared-memory RAM tiers on this
-// machine (/dev/shm/kvtier-<store id>.ram) and what became of their stores.
+// kvtier shm [--remove-orphans [--yes]] [STORE_ID...]: the shared-memory RAM
+// tiers on this machine (/dev/shm/kvtier-<store id>.ram), or those of the
+// stores named, and what became of their stores.
 // A tier outlives its process by design (the next open adopts it); one whose
 // folder was deleted by hand holds its memory until reboot unless removed.
+#include <algorithm>
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include "commands.h"
 
@@ -11,6 +15,7 @@ namespace kvtier::cli {
 namespace {
 
 struct Shm {
+  std::vector<std::string> ids;  // empty: every tier
   bool remove_orphans = false;
   bool yes = false;
   bool json = false;
@@ -47,6 +52,10 @@ nlohmann::json ToJson(const RamTierFile& t) {
 int Run(const Shm& in) {
   auto tiers = Store::ListRamTierFiles();
   if (!tiers.ok()) return Fail("shm", kExitProblems, tiers.status().ToString());
+  if (!in.ids.empty())
+    std::erase_if(*tiers, [&](const RamTierFile& t) {
+      return std::find(in.ids.begin(), in.ids.end(), t.store_id) == in.ids.end();
+    });
   uint64_t orphan_bytes = 0, orphans = 0;
   for (const RamTierFile& t : *tiers)
     if (t.state == RamTierFile::State::kOrphan) {
@@ -102,6 +111,7 @@ Command AddShm(CLI::App& root) {
   auto in = std::make_shared<Shm>();
   CLI::App* sub = root.add_subcommand(
       "shm", "List the stores' shared-memory RAM tiers on this machine; remove those whose folder is gone");
+  sub->add_option("store_id", in->ids, "Only the tiers of these stores (32 hex digits each)");
   sub->add_flag("--remove-orphans", in->remove_orphans,
                 "Remove the tiers whose folder is gone or holds another store (asks for --yes)");
   sub->add_flag("--yes", in->yes, "With --remove-orphans: really remove them");
