@@ -14,14 +14,10 @@ namespace kvtier {
 
 namespace {
 
-constexpr std::string_view kShmDir = "/dev/shm";
-constexpr std::string_view kPrefix = "kvtier-", kSuffix = ".ram";
-
-bool IsStoreId(std::string_view s) {
-  if (s.size() != 32) return false;
-  for (char c : s)
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
-  return true;
+// Whether `s` names a store the way a tier file's name does.
+bool IsStoreId(const std::string& s) {
+  const std::string path = RamTierShmPath(s);
+  return !s.empty() && RamTierStoreIdOf(std::string_view(path).substr(kRamTierShmDir.size() + 1)) == s;
 }
 
 // The whole of a small file; empty when it cannot be read.
@@ -87,14 +83,12 @@ Result<RamTierFile> Tier(FileSystem* fs, const std::string& store_id) {
 
 Result<std::vector<RamTierFile>> Store::ListRamTierFiles() {
   auto fs = DefaultFileSystem(IoBackend::kPosix);
-  auto names = fs->ListDir(std::string(kShmDir));
-  if (!names.ok()) return names.status().WithContext("listing " + std::string(kShmDir));
+  auto names = fs->ListDir(std::string(kRamTierShmDir));
+  if (!names.ok()) return names.status().WithContext("listing " + std::string(kRamTierShmDir));
   std::vector<RamTierFile> out;
   for (const std::string& name : *names) {
-    std::string_view n(name);
-    if (!n.starts_with(kPrefix) || !n.ends_with(kSuffix)) continue;
-    const std::string id(n.substr(kPrefix.size(), n.size() - kPrefix.size() - kSuffix.size()));
-    if (!IsStoreId(id)) continue;
+    const std::string id = RamTierStoreIdOf(name);
+    if (id.empty()) continue;
     auto t = Tier(fs.get(), id);
     if (t.ok()) out.push_back(std::move(t).value());  // else gone since the listing
   }

@@ -22,12 +22,25 @@ namespace kvtier {
 
 using namespace ram_layout;  // NOLINT: the room's own layout
 
+namespace {
+constexpr std::string_view kTierPrefix = "kvtier-", kTierSuffix = ".ram", kNoteSuffix = ".dir";
+}  // namespace
+
 std::string RamTierShmPath(const std::string& store_id_hex) {
-  return "/dev/shm/kvtier-" + store_id_hex + ".ram";
+  return std::string(kRamTierShmDir) + "/" + std::string(kTierPrefix) + store_id_hex + std::string(kTierSuffix);
+}
+
+std::string RamTierStoreIdOf(std::string_view name) {
+  if (!name.starts_with(kTierPrefix) || !name.ends_with(kTierSuffix)) return {};
+  const std::string_view id = name.substr(kTierPrefix.size(), name.size() - kTierPrefix.size() - kTierSuffix.size());
+  if (id.size() != 32) return {};
+  for (char c : id)
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return {};
+  return std::string(id);
 }
 
 std::string RamTierFolderNotePath(const std::string& store_id_hex) {
-  return "/dev/shm/kvtier-" + store_id_hex + ".dir";
+  return std::string(kRamTierShmDir) + "/" + std::string(kTierPrefix) + store_id_hex + std::string(kNoteSuffix);
 }
 
 // ---- Pin ----

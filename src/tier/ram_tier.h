@@ -315,7 +315,11 @@ class RamTier {
 };
 
 // The default shared-memory file of a store: /dev/shm/kvtier-<store id>.ram.
+inline constexpr std::string_view kRamTierShmDir = "/dev/shm";
 std::string RamTierShmPath(const std::string& store_id_hex);
+// The store id a name in kRamTierShmDir is the tier file of; empty when it
+// is not one.
+std::string RamTierStoreIdOf(std::string_view file_name);
 // Beside it, the folder of the store that made it (/dev/shm/kvtier-<store
 // id>.dir, the folder's absolute path): a tier whose folder is gone, or
 // holds another store, is an orphan (Store::ListRamTierFiles).
