@@ -32,7 +32,7 @@ case "$mode" in
     sanitize="address;undefined"
     targets=(kvtier_format_test kvtier_io_test kvtier_log_test kvtier_index_test kvtier_store_test
              kvtier_tier_test kvtier_crash_test kvtier_tools_test kvtier_c_api_test
-             kvtier_lmcache_connector_test)
+             kvtier_lmcache_connector_test kvtier_service_test)
     exclude='^(kvtier_python_.*|kvtier_e2e_.*|kvtier_bench_test.*|install_consumer|install_python|.*_NOT_BUILT)$'
     # detect_leaks: the store owns every buffer it hands out, leaks are bugs.
     # Debian's RocksDB is uninstrumented: container-overflow checks would
