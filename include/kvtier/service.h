@@ -108,6 +108,9 @@ struct ServiceStats {
   uint64_t region_bytes_populated = 0;
   uint64_t pooled_gets = 0;     // gets and get_batch requests run on the service's get threads
   uint64_t pooled_puts = 0;     // blocking puts that waited for write-queue room on a service thread
+  // Puts whose payload the service read from the client's own memory
+  // (process_vm_readv, one copy) instead of the client's staging.
+  uint64_t client_memory_puts = 0;
   uint64_t polled_requests = 0;  // requests a connection's reader found while polling (reader_spin_us)
   uint64_t tier_maps = 0;          // RAM tier files handed to clients (map_tier), since start
   uint64_t tier_lent_blocks = 0;   // blocks pinned for clients' own copies (pin_tier), since start

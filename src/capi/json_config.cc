@@ -98,6 +98,7 @@ static Status SetClientOption(ServiceClientOptions* c, const std::string& k, con
   if (k == "staging_bytes") return GetUnsigned(n, v, &c->staging_bytes);
   if (k == "copy_threads") return GetUnsigned(n, v, &c->copy_threads);
   if (k == "read_lent_tier") return GetBool(n, v, &c->read_lent_tier);
+  if (k == "service_reads_memory") return GetBool(n, v, &c->service_reads_memory);
   if (k == "op_timeout_ms") return GetUnsigned(n, v, &c->op_timeout_ms);
   if (k == "connect_timeout_ms") return GetUnsigned(n, v, &c->connect_timeout_ms);
   if (k == "reply_spin_us") return GetAutoInt(n, v, &c->reply_spin_us);

@@ -1,6 +1,8 @@
 #include "client/channel.h"
 
 #include <poll.h>
+#include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -43,6 +45,7 @@ Status Channel::Hello(const ServiceClientOptions& o, Clock::time_point) {
   wire::HelloRequest req;
   req.client_name = o.client_name.empty() ? "pid " + std::to_string(::getpid()) : o.client_name;
   req.staging_bytes = staging_->region()->size();
+  if (o.service_reads_memory) OfferMemoryProbe(&req);
   wire::WireWriter w;
   wire::Encode(w, req);
   KVTIER_RETURN_IF_ERROR(wire::SendFrames(sock_.get(), w.Frame(static_cast<uint16_t>(wire::Op::kHello), 0),
@@ -62,7 +65,19 @@ Status Channel::Hello(const ServiceClientOptions& o, Clock::time_point) {
   (void)r.U64();  // our client id, for its log
   staging_region_ = r.U32();
   wire::Decode(r, &description_);
+  reads_memory_ = r.Bool();
   return r.Finish("hello reply");
+}
+
+// Under Yama's ptrace_scope 1 only a process this one names may read its
+// memory: the service, whose pid the socket tells. Elsewhere (no Yama:
+// EINVAL) the same user may anyway.
+void Channel::OfferMemoryProbe(wire::HelloRequest* req) {
+  if (::getrandom(probe_.data(), probe_.size(), 0) != static_cast<ssize_t>(probe_.size())) return;
+  auto server = wire::PeerOf(sock_.get());
+  if (server.ok() && server->pid > 0) (void)::prctl(PR_SET_PTRACER, static_cast<unsigned long>(server->pid), 0, 0, 0);
+  req->probe_address = reinterpret_cast<uintptr_t>(probe_.data());
+  req->probe.assign(probe_.data(), probe_.size());
 }
 
 Channel::~Channel() {

@@ -17,6 +17,7 @@
 #ifndef KVTIER_SRC_CLIENT_CHANNEL_H_
 #define KVTIER_SRC_CLIENT_CHANNEL_H_
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <functional>
@@ -33,6 +34,7 @@
 #include "kvtier/store.h"
 #include "util/thread_annotations.h"
 #include "wire/frame_reader.h"
+#include "wire/requests.h"
 #include "wire/socket_io.h"
 #include "wire/wire.h"
 
@@ -79,6 +81,12 @@ class Channel {
   Staging& staging() { return *staging_; }
   uint32_t staging_region() const { return staging_region_; }
   const StoreDescription& description() const { return description_; }
+  // Whether the service reads puts' payloads straight from this process's
+  // memory (wire/peer_memory.h): what hello's reply said, until a put finds
+  // that it no longer can (another library in this process named another
+  // tracer, say) and StopMemoryReads sends the rest through staging.
+  bool service_reads_memory() const { return reads_memory_.load(std::memory_order_relaxed); }
+  void StopMemoryReads() { reads_memory_.store(false, std::memory_order_relaxed); }
 
   // A region the service mapped for this connection, by the client's address.
   void AddRegion(const void* base, uint64_t len, uint64_t file_offset, uint32_t id);
@@ -89,6 +97,9 @@ class Channel {
  private:
   Channel(wire::UniqueFd sock, std::shared_ptr<wire::SharedRegion> staging);
   Status Hello(const ServiceClientOptions& o, Clock::time_point deadline);
+  // Fills hello's memory probe, and names the service as this process's
+  // tracer where Yama asks for one.
+  void OfferMemoryProbe(wire::HelloRequest* req);
   // Call, `sync`: the completion only wakes a CallSync waiter.
   void Send(wire::Op op, const wire::WireWriter& body, Clock::time_point deadline, Done done,
             Staging::Extent hold, const std::vector<int>& fds, bool sync,
@@ -130,6 +141,10 @@ class Channel {
   uint32_t staging_region_ = 0;
   StoreDescription description_;
   std::atomic<bool> alive_{true};
+  // Random bytes hello names for the service to read back: proof that the
+  // pid it sees is this process. Lives as long as the connection.
+  std::array<char, 16> probe_{};
+  std::atomic<bool> reads_memory_{false};
 
   Mutex send_mu_;  // one frame at a time on the socket
   mutable Mutex mu_;

@@ -164,8 +164,9 @@ Status ServiceStore::RemoveNamespace(NamespaceId ns) {
 
 // ---- Puts ----
 
-Status ServiceStore::PlacePut(Channel& ch, std::span<const Fragment> payload, Clock::time_point room_deadline,
-                              std::vector<wire::WireFragment>* frags, Staging::Extent* hold) {
+Result<ServiceStore::Placed> ServiceStore::PlacePut(Channel& ch, std::span<const Fragment> payload, bool borrowed,
+                                                    Clock::time_point room_deadline,
+                                                    std::vector<wire::WireFragment>* frags, Staging::Extent* hold) {
   bool shared = !payload.empty() && payload.size() <= wire::kMaxFragments;
   for (const Fragment& f : payload) {
     wire::WireFragment wf;
@@ -175,8 +176,13 @@ Status ServiceStore::PlacePut(Channel& ch, std::span<const Fragment> payload, Cl
     }
     frags->push_back(wf);
   }
-  if (shared) return Status::OK();
+  if (shared) return Placed::kRegistered;
   frags->clear();
+  if (borrowed && ch.service_reads_memory() && !payload.empty() && payload.size() <= wire::kMaxFragments) {
+    for (const Fragment& f : payload)
+      frags->push_back(wire::WireFragment{wire::kClientMemoryRegion, reinterpret_cast<uintptr_t>(f.data), f.size});
+    return Placed::kClientMemory;
+  }
   const uint64_t total = TotalOf(payload);
   *hold = ch.staging().Allocate(total, room_deadline);
   if (!*hold) return Status::NotAdmitted("the client's staging (" + std::to_string(opt_.client.staging_bytes) +
@@ -187,11 +193,11 @@ Status ServiceStore::PlacePut(Channel& ch, std::span<const Fragment> payload, Cl
     dst += f.size;
   }
   frags->push_back(wire::WireFragment{ch.staging_region(), hold->offset, total});
-  return Status::OK();
+  return Placed::kStaging;
 }
 
 void ServiceStore::SubmitPut(NamespaceId ns, std::string_view key, std::span<const Fragment> payload, bool blocking,
-                             PutCallback done, std::shared_ptr<Channel>* waiter) {
+                             bool borrowed, PutCallback done, std::shared_ptr<Channel>* waiter, bool from_reply) {
   if (opt_.read_only) return FinishPut(done, Status::NotSupported("store opened read-only"));
   for (const Fragment& f : payload)
     if (f.data == nullptr && f.size != 0) return FinishPut(done, Status::InvalidArgument("fragment with null data"));
@@ -200,8 +206,9 @@ void ServiceStore::SubmitPut(NamespaceId ns, std::string_view key, std::span<con
   const Clock::time_point deadline = OpDeadline();
   std::vector<wire::WireFragment> frags;
   Staging::Extent hold;
-  Status st = PlacePut(**ch, payload, blocking ? deadline : Clock::now(), &frags, &hold);
-  if (!st.ok()) return FinishPut(done, st);
+  auto placed = PlacePut(**ch, payload, borrowed, blocking && !from_reply ? deadline : Clock::now(), &frags, &hold);
+  if (!placed.ok()) return FinishPut(done, placed.status());
+  if (*placed == Placed::kClientMemory) done = RetriedThroughStaging(*ch, ns, key, payload, blocking, std::move(done));
   wire::PutRequest req;
   req.ns = ns;
   req.key.assign(key);
@@ -219,17 +226,33 @@ void ServiceStore::SubmitPut(NamespaceId ns, std::string_view key, std::span<con
   (*ch)->CallForWaiter(wire::Op::kPut, w, deadline, std::move(finish), hold);
 }
 
+// A put the service could not read from this process's memory (it said
+// NotSupported before reading anything) goes again through staging, and so
+// do this connection's later puts. Sent from wherever the reply completes,
+// so it never waits for staging room: none is NotAdmitted.
+PutCallback ServiceStore::RetriedThroughStaging(const std::shared_ptr<Channel>& ch, NamespaceId ns,
+                                                std::string_view key, std::span<const Fragment> payload,
+                                                bool blocking, PutCallback done) {
+  std::weak_ptr<Channel> weak = ch;
+  return [this, weak, ns, key = std::string(key), payload = std::vector<Fragment>(payload.begin(), payload.end()),
+          blocking, done = std::move(done)](Status s) mutable {
+    if (s.code() != Code::kNotSupported) return FinishPut(done, s);
+    if (auto c = weak.lock()) c->StopMemoryReads();
+    SubmitPut(ns, key, payload, blocking, /*borrowed=*/false, std::move(done), nullptr, /*from_reply=*/true);
+  };
+}
+
 Status ServiceStore::Put(NamespaceId ns, std::string_view key, std::span<const Fragment> payload) {
   auto w = ReplyWait<Status>::Make();
   std::shared_ptr<Channel> ch;
-  SubmitPut(ns, key, payload, /*blocking=*/true, [w](Status st) { w->Set(std::move(st)); }, &ch);
+  SubmitPut(ns, key, payload, /*blocking=*/true, /*borrowed=*/true, [w](Status st) { w->Set(std::move(st)); }, &ch);
   return ch != nullptr ? ch->Await(*w) : w->Wait(0);  // no channel: it completed without being sent
 }
 
 std::vector<Status> ServiceStore::PutBatch(NamespaceId ns, std::span<const PutItem> items) {
   std::vector<std::promise<Status>> ps(items.size());
   for (size_t i = 0; i < items.size(); ++i)
-    SubmitPut(ns, items[i].key, items[i].payload, /*blocking=*/true,
+    SubmitPut(ns, items[i].key, items[i].payload, /*blocking=*/true, /*borrowed=*/true,
               [&ps, i](Status st) { ps[i].set_value(std::move(st)); });
   std::vector<Status> out;
   for (auto& p : ps) out.push_back(p.get_future().get());
@@ -238,12 +261,12 @@ std::vector<Status> ServiceStore::PutBatch(NamespaceId ns, std::span<const PutIt
 
 void ServiceStore::PutAsync(NamespaceId ns, std::string_view key, std::span<const Fragment> payload,
                             PutCallback done) {
-  SubmitPut(ns, key, payload, /*blocking=*/false, std::move(done));
+  SubmitPut(ns, key, payload, /*blocking=*/false, /*borrowed=*/false, std::move(done));
 }
 
 void ServiceStore::PutAsyncBorrowed(NamespaceId ns, std::string_view key, std::span<const Fragment> payload,
                                     PutCallback done) {
-  SubmitPut(ns, key, payload, /*blocking=*/false, std::move(done));
+  SubmitPut(ns, key, payload, /*blocking=*/false, /*borrowed=*/true, std::move(done));
 }
 
 // ---- Gets ----

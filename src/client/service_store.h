@@ -137,15 +137,25 @@ class ServiceStore final : public Store {
   // remove_batch, contains_batch or touch_batch over `keys`, in pieces;
   // `flags` (may be null for removes and touches) gets a flag per key.
   Status KeyFlagsCalls(wire::Op op, NamespaceId ns, std::span<const std::string_view> keys, std::vector<bool>* flags);
-  // A put's payload as fragments of registered memory or, copied, of staging
-  // (waiting for room until `room_deadline`).
-  Status PlacePut(Channel& ch, std::span<const Fragment> payload, Clock::time_point room_deadline,
-                  std::vector<wire::WireFragment>* frags, Staging::Extent* hold);
+  // How a put's payload reaches the service.
+  enum class Placed { kRegistered, kClientMemory, kStaging };
+  // A put's payload as fragments of registered memory, of this process's
+  // own memory where the service reads it and the payload is `borrowed`
+  // (valid until the put completes), or, copied, of staging (waiting for
+  // room until `room_deadline`).
+  Result<Placed> PlacePut(Channel& ch, std::span<const Fragment> payload, bool borrowed,
+                          Clock::time_point room_deadline, std::vector<wire::WireFragment>* frags,
+                          Staging::Extent* hold);
   // `waiter`: a blocking caller's; when the request went out, the channel
   // it waits on with Channel::Await (its completion may then run on the
-  // caller's thread). Null: an asynchronous call.
+  // caller's thread). Null: an asynchronous call. `borrowed`: as PlacePut.
+  // `from_reply`: sent while a reply completes, so it never waits for
+  // staging room (blocking or not).
   void SubmitPut(NamespaceId ns, std::string_view key, std::span<const Fragment> payload, bool blocking,
-                 PutCallback done, std::shared_ptr<Channel>* waiter = nullptr);
+                 bool borrowed, PutCallback done, std::shared_ptr<Channel>* waiter = nullptr,
+                 bool from_reply = false);
+  PutCallback RetriedThroughStaging(const std::shared_ptr<Channel>& ch, NamespaceId ns, std::string_view key,
+                                    std::span<const Fragment> payload, bool blocking, PutCallback done);
   // `blocking`: a payload that needs staging waits for room in it (until
   // the request's deadline); an asynchronous get never waits: no room is a
   // miss.

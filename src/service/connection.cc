@@ -368,14 +368,27 @@ Status Connection::OnHello(wire::Frame& f) {
     regions_[region] = std::move(mapped).value();
     ++core_->regions;
   }
+  // Puts from the client's own memory are read from it where the kernel
+  // lets this process; otherwise they go through staging.
+  std::string memory;
+  if (req.probe_address != 0 && core_->sink != nullptr) {
+    auto pm = wire::PeerMemory::Open(peer_.creds.pid, req.probe_address, req.probe);
+    if (pm.ok()) {
+      peer_memory_ = std::move(pm).value();
+      memory = ", puts read from its memory";
+    } else {
+      memory = ", puts through staging (" + pm.status().ToString() + ")";
+    }
+  }
   hello_ = true;
   core_->Log("client " + std::to_string(id_) + " (" + name_ + ") connected: pid " + std::to_string(peer_.creds.pid) +
              ", uid " + std::to_string(peer_.creds.uid) + ", gid " + std::to_string(peer_.creds.gid) +
-             (staging != 0 ? ", staging " + std::to_string(staging >> 20) + " MiB" : ""));
+             (staging != 0 ? ", staging " + std::to_string(staging >> 20) + " MiB" : "") + memory);
   wire::WireWriter w;
   w.U64(id_);
   w.U32(region);
   wire::Encode(w, core_->store->Description());
+  w.Bool(peer_memory_ != nullptr);
   Reply(f.header, Status::OK(), &w);
   return Status::OK();
 }

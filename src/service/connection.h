@@ -33,7 +33,9 @@
 #include "tier/ram_tier.h"
 #include "util/thread_annotations.h"
 #include "wire/frame_reader.h"
+#include "wire/peer_memory.h"
 #include "wire/region.h"
+#include "wire/requests.h"
 #include "wire/socket_io.h"
 #include "wire/wire.h"
 
@@ -54,7 +56,7 @@ struct ServerCore {
   std::atomic<uint32_t> spinning{0};
   std::atomic<uint64_t> polled{0};  // frames a polling reader caught
   std::atomic<uint64_t> requests{0}, malformed{0}, over_cap{0}, regions{0}, pooled_gets{0},
-      pooled_puts{0};
+      pooled_puts{0}, client_memory_puts{0};
   std::atomic<uint64_t> populated{0};  // bytes of clients' regions mapped ahead of use
   std::atomic<uint64_t> tier_maps{0}, tier_lent_blocks{0}, tier_pinned_bytes{0};
   // Maps a region's present pages ahead of its first copy, on `populate`,
@@ -111,6 +113,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Status OnHello(wire::Frame& f);
   Status OnRegisterRegion(wire::Frame& f);
   void OnPut(const wire::FrameHeader& h, std::string_view body);
+  // A put whose payload lies in the client's own memory: read once, into a
+  // RAM-tier reservation (connection_client_memory.cc).
+  void PutFromClientMemory(const wire::FrameHeader& h, wire::PutRequest req, Clock::time_point start_by);
   void OnGet(const wire::FrameHeader& h, std::string_view body);
   void OnGetBatch(const wire::FrameHeader& h, std::string_view body);
   void OnNamespaceCall(const wire::FrameHeader& h, std::string_view body);
@@ -140,6 +145,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   const uint64_t id_;
   std::string name_;
   bool hello_ = false;  // reader thread only
+  // Set by hello on the reader thread before any put is read, constant
+  // after: null where the service cannot read this client's memory.
+  std::shared_ptr<const wire::PeerMemory> peer_memory_;
 
   // The RAM tier lent to this client: reader thread only (its requests are
   // answered there; ReadLoop releases the leases when the client goes).

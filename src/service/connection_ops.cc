@@ -70,7 +70,10 @@ void Connection::OnPut(const wire::FrameHeader& h, std::string_view body) {
   const Clock::time_point start_by = DeadlineOf(req.start_by_ns);
   if (Clock::now() >= start_by) return Reply(h, Status::TimedOut("put deadline passed before the service reached it"));
   Status st = CheckNamespace(req.ns);
-  auto res = st.ok() ? Resolve(req.payload, /*for_output=*/false) : Result<Resolved>(st);
+  if (!st.ok()) return Reply(h, st);
+  if (!req.payload.empty() && req.payload[0].region == wire::kClientMemoryRegion)
+    return PutFromClientMemory(h, std::move(req), start_by);
+  auto res = Resolve(req.payload, /*for_output=*/false);
   if (!res.ok()) return Reply(h, res.status());
   const uint64_t bytes = res->bytes;
   if (!Admit(bytes, /*is_put=*/true)) {

@@ -7,6 +7,8 @@ namespace kvtier::wire {
 void Encode(WireWriter& w, const HelloRequest& r) {
   w.Bytes(r.client_name);
   w.U64(r.staging_bytes);
+  w.U64(r.probe_address);
+  w.Bytes(r.probe);
 }
 void Encode(WireWriter& w, const RegisterRegionRequest& r) { w.U64(r.bytes); }
 void Encode(WireWriter& w, const RegionRequest& r) { w.U32(r.region); }
@@ -70,6 +72,8 @@ Status Parse(std::string_view body, HelloRequest* out) {
   WireReader r(body);
   out->client_name = r.String(kMaxClientName);
   out->staging_bytes = r.U64();
+  out->probe_address = r.U64();
+  out->probe = r.String(kMaxProbeBytes);
   return r.Finish("hello");
 }
 Status Parse(std::string_view body, RegisterRegionRequest* out) {

@@ -22,9 +22,15 @@ inline constexpr size_t kMaxSpecBytes = 64 << 10;
 inline constexpr size_t kMaxNameBytes = 4096;
 inline constexpr uint32_t kMaxListPage = 4096;
 
+inline constexpr size_t kMaxProbeBytes = 64;
+
 struct HelloRequest {
   std::string client_name;
   uint64_t staging_bytes = 0;  // 0: no staging region (then no descriptor)
+  // Where the client holds `probe` (random bytes) for the service to read
+  // back (wire/peer_memory.h); 0: puts never name the client's memory.
+  uint64_t probe_address = 0;
+  std::string probe;
 };
 struct RegisterRegionRequest {
   uint64_t bytes = 0;  // informational: the file's own size is what counts

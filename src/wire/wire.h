@@ -44,8 +44,10 @@ inline constexpr uint32_t kWireMagic = 0x5653564B;
 // and contains_batch; 9: touch_batch; 10: Stats carries touches,
 // list_blocks resumes after a (namespace, key), list_namespaces says
 // whether to count blocks; 11: put and get carry a start deadline, after
-// which the service no longer starts reading or writing the client's memory.
-inline constexpr uint16_t kWireVersion = 11;
+// which the service no longer starts reading or writing the client's memory;
+// 12: hello carries a memory probe and its reply whether the service reads
+// the client's own memory, and a put's fragments may lie there.
+inline constexpr uint16_t kWireVersion = 12;
 inline constexpr size_t kHeaderBytes = 24;
 inline constexpr uint32_t kMaxBodyBytes = 4u << 20;
 inline constexpr uint32_t kMaxFragments = 64;     // per put or get
@@ -98,6 +100,11 @@ struct FrameHeader {
 void EncodeHeader(const FrameHeader& h, uint8_t out[kHeaderBytes]);
 // InvalidArgument for a bad magic, an unknown version or an oversized body.
 Result<FrameHeader> DecodeHeader(const uint8_t in[kHeaderBytes]);
+
+// The region of a put's fragments that lie in the client's own memory (the
+// offset is the address), read by the service with process_vm_readv; only
+// after hello's reply said it can (PeerMemory), and never mixed with others.
+inline constexpr uint32_t kClientMemoryRegion = 0xFFFFFFFFu;
 
 // A piece of a payload in a registered region.
 struct WireFragment {

@@ -191,7 +191,8 @@ def test_registered_memory_moves_payloads_without_staging(served):
     os.ftruncate(fd, size)
     mem = mmap.mmap(fd, size)
     view = np.frombuffer(mem, dtype=np.uint8)
-    client = {"client": {"staging_bytes": 2 << 20}}  # too small for 3 MiB blocks
+    # Staging too small for 3 MiB blocks, and puts not read from this process's memory.
+    client = {"client": {"staging_bytes": 2 << 20, "service_reads_memory": False}}
     with kvtier.Store(served.address, **client) as s:
         ns = s.register_namespace(**SPEC)
         block = np.random.default_rng(1).integers(0, 255, 3 << 20, dtype=np.uint8)
@@ -204,6 +205,25 @@ def test_registered_memory_moves_payloads_without_staging(served):
     del view
     mem.close()
     os.close(fd)
+
+
+def test_puts_from_private_memory_are_read_by_the_service_in_one_copy(served):
+    # Staging smaller than the block: only the service's read of this
+    # process's memory (another process) can carry it.
+    block = np.random.default_rng(2).integers(0, 255, 3 << 20, dtype=np.uint8)
+    scrape = lambda: urllib.request.urlopen(f"http://127.0.0.1:{served.port}/metrics", timeout=10).read().decode()
+    with kvtier.Store(served.address, client={"staging_bytes": 2 << 20}) as s:
+        ns = s.register_namespace(**SPEC)
+        assert ns.put("private", block)
+        out = np.zeros_like(block)
+        assert ns.get_into("private", out) == block.nbytes
+        assert np.array_equal(out, block)
+    assert _metric(scrape(), "kvtier_service_client_memory_puts_total") == 1
+    assert "puts read from its memory" in open(served.log).read()
+    # Declined by the client: the same put goes through staging, too small.
+    with kvtier.Store(served.address, client={"staging_bytes": 2 << 20, "service_reads_memory": False}) as s:
+        assert not s.register_namespace(**SPEC).put("staged", block)
+    assert _metric(scrape(), "kvtier_service_client_memory_puts_total") == 1
 
 
 @pytest.mark.parametrize("flag", [False, True])

@@ -152,12 +152,29 @@ class RawClient {
   Status Recv(wire::Frame* f) { return frames_.Next(f); }
   Status Hello() {
     wire::WireWriter w;
-    wire::Encode(w, wire::HelloRequest{"raw", 0});
+    wire::Encode(w, wire::HelloRequest{"raw", 0, 0, {}});
     KVTIER_RETURN_IF_ERROR(Send(w.Frame(static_cast<uint16_t>(wire::Op::kHello), 1)));
     wire::Frame f;
     KVTIER_RETURN_IF_ERROR(Recv(&f));
     wire::WireReader r(f.body);
     return r.Status();
+  }
+  // Hello offering `probe` at `address`; *reads: whether the reply says the
+  // service reads this client's memory.
+  Status HelloWithProbe(const void* address, const std::string& probe, bool* reads) {
+    wire::WireWriter w;
+    wire::Encode(w, wire::HelloRequest{"raw", 0, reinterpret_cast<uintptr_t>(address), probe});
+    KVTIER_RETURN_IF_ERROR(Send(w.Frame(static_cast<uint16_t>(wire::Op::kHello), 1)));
+    wire::Frame f;
+    KVTIER_RETURN_IF_ERROR(Recv(&f));
+    wire::WireReader r(f.body);
+    KVTIER_RETURN_IF_ERROR(r.Status());
+    (void)r.U64();
+    (void)r.U32();
+    StoreDescription d;
+    wire::Decode(r, &d);
+    *reads = r.Bool();
+    return r.Finish("hello reply");
   }
   // The status of the reply to one frame.
   Status Ask(uint16_t op, std::string_view body) {
@@ -256,6 +273,63 @@ TEST(ServiceFaults, MalformedAndHostileFramesGetErrorsAndTheServiceCarriesOn) {
   // The well-behaved client never noticed.
   EXPECT_EQ(good->GetVector(ns, Key(1)).value(), p);
   EXPECT_TRUE(Eventually([&] { return served.service()->GetStats().clients == 1; }));
+}
+
+// A put naming the client's own memory (wire::kClientMemoryRegion) is read
+// only from a client whose hello probe the service read back, never from a
+// mix with registered regions, and an address the client does not map is
+// an error that stores nothing (the service is in this process here, so the
+// client's memory is the test's own).
+TEST(ServiceFaults, PutsNamingTheClientsOwnMemoryAreCheckedAndABadAddressStoresNothing) {
+  TempDir dir;
+  ServedStore served(dir.path());
+  auto good = served.Client();
+  ASSERT_NE(good, nullptr);
+  const NamespaceId ns = good->RegisterNamespace(TestSpec()).value();
+  const std::string probe = "0123456789abcdef", other = "fedcba9876543210";
+  auto put_of = [&](const std::string& key, std::vector<wire::WireFragment> frags) {
+    wire::PutRequest put;
+    put.ns = ns;
+    put.key = key;
+    put.blocking = true;
+    put.payload = std::move(frags);
+    wire::WireWriter w;
+    wire::Encode(w, put);
+    return w;
+  };
+  auto p = Payload(ns, Key(3), 8192);
+  const uint64_t at = reinterpret_cast<uintptr_t>(p.data());
+  const uint64_t malformed = served.service()->GetStats().malformed;
+  {  // A probe that does not read back: the service says no, and holds to it.
+    RawClient r(served.socket());
+    bool reads = true;
+    ASSERT_TRUE(r.HelloWithProbe(other.data(), probe, &reads).ok());
+    EXPECT_FALSE(reads);
+    auto w = put_of(Key(3), {{wire::kClientMemoryRegion, at, p.size()}});
+    EXPECT_EQ(r.Ask(static_cast<uint16_t>(wire::Op::kPut), w.body()).code(), Code::kInvalidArgument);
+  }
+  {
+    RawClient r(served.socket());
+    bool reads = false;
+    ASSERT_TRUE(r.HelloWithProbe(probe.data(), probe, &reads).ok());
+    EXPECT_TRUE(reads);
+    // An address nothing maps: NotSupported (the client's cue to stage it).
+    auto bad = put_of(Key(4), {{wire::kClientMemoryRegion, 4096, 8192}});
+    EXPECT_EQ(r.Ask(static_cast<uint16_t>(wire::Op::kPut), bad.body()).code(), Code::kNotSupported);
+    // Half mapped: the same, nothing of it stored.
+    auto half = put_of(Key(5), {{wire::kClientMemoryRegion, at, 4096}, {wire::kClientMemoryRegion, 4096, 4096}});
+    EXPECT_EQ(r.Ask(static_cast<uint16_t>(wire::Op::kPut), half.body()).code(), Code::kNotSupported);
+    // Mixed with a registered region's fragment: refused.
+    auto mixed = put_of(Key(6), {{wire::kClientMemoryRegion, at, 4096}, {1, 0, 4096}});
+    EXPECT_EQ(r.Ask(static_cast<uint16_t>(wire::Op::kPut), mixed.body()).code(), Code::kInvalidArgument);
+    // A well-formed one lands whole.
+    auto ok = put_of(Key(3), {{wire::kClientMemoryRegion, at, 4096}, {wire::kClientMemoryRegion, at + 4096, 4096}});
+    EXPECT_TRUE(r.Ask(static_cast<uint16_t>(wire::Op::kPut), ok.body()).ok());
+  }
+  for (int k : {4, 5, 6}) EXPECT_FALSE(good->Contains(ns, Key(k)).value()) << k;
+  EXPECT_EQ(good->GetVector(ns, Key(3)).value(), p);
+  EXPECT_EQ(served.service()->GetStats().client_memory_puts, 1u);
+  EXPECT_EQ(served.service()->GetStats().malformed, malformed + 2);
 }
 
 TEST(ServiceFaults, RepliesMoreThanTheSocketHoldsReachAClientThatReadsLateWholeAndEachOnce) {

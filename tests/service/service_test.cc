@@ -295,6 +295,7 @@ TEST_F(ServiceTest, RegisteredMemoryMovesPayloadsWithoutStaging) {
   ServedStore served(dir_.path(), ServiceOptions{}, big);
   ServiceClientOptions co;
   co.staging_bytes = 2 << 20;  // too small for these blocks: only registered memory can carry them
+  co.service_reads_memory = false;  // (which private memory can too: service_client_memory_test.cc)
   auto c = served.Client(co);
   ASSERT_NE(c, nullptr);
   const NamespaceId ns = c->RegisterNamespace(TestSpec()).value();

@@ -69,6 +69,9 @@ void ServiceMetrics(const ServiceStats& sv, Exposition& e) {
   e.One("service_pooled_puts_total", "counter",
         "Blocking puts that found the write queue full and waited for room on a service thread.",
         static_cast<double>(sv.pooled_puts));
+  e.One("service_client_memory_puts_total", "counter",
+        "Puts whose payload the service read from the client's own memory (one copy) instead of its staging.",
+        static_cast<double>(sv.client_memory_puts));
   e.One("service_polled_requests_total", "counter",
         "Requests a connection's reader caught while polling for them (--reader-spin-us) instead of being woken.",
         static_cast<double>(sv.polled_requests));
