@@ -733,14 +733,21 @@ TEST_F(ServiceTest, AReaderPollsForTheNextRequestOnlyWhenAskedTo) {
       auto p = Payload(ns, Key(i), 8192);
       ASSERT_TRUE(c->Put(ns, Key(i), p.data(), p.size()).ok()) << i;
     }
+    const uint64_t polled_by_puts = served.service()->GetStats().polled_requests;
     for (int i = 0; i < kBlocks; ++i) {
       std::vector<uint8_t> got(8192);
       ASSERT_EQ(c->Get(ns, Key(i), got.data(), got.size()).value(), 8192u) << i;
       EXPECT_EQ(got, Payload(ns, Key(i), 8192)) << i;
     }
     const uint64_t polled = served.service()->GetStats().polled_requests;
-    if (spin == 0) EXPECT_EQ(polled, 0u);
-    else EXPECT_GT(polled, uint64_t{kBlocks});  // each put's and get's successor at least
+    if (spin == 0) {
+      EXPECT_EQ(polled, 0u);
+    } else {
+      // Each get's successor at least: a get takes well under the spin. (A
+      // durable put on a loaded machine's disk may outlast it, so the puts'
+      // share is not counted on.)
+      EXPECT_GE(polled - polled_by_puts, uint64_t{kBlocks} - 1);
+    }
     c.reset();
   }
 }
