@@ -98,6 +98,7 @@ struct Args {
   int64_t copy_spin_us = 0;    // Options::ram_copy_spin_us
   bool shared_tier = false;     // the served RAM tier in /dev/shm, as `kvtier serve` keeps it (and lends it)
   bool lent_tier = true;        // clients' ServiceClientOptions::read_lent_tier
+  bool client_memory = true;    // clients' ServiceClientOptions::service_reads_memory
   bool disk = true;             // the disk rows (--no-disk: the RAM and lookup rows alone)
   bool ram = true;              // the lookup and RAM rows (--disk-only: the disk rows alone)
   bool warm_up = true;          // one untimed get per client first (--no-warm-up: timed from the first)
@@ -300,14 +301,15 @@ int RunClient(const Args& a) {
   o.client.client_name = "bench " + a.op;
   o.client.reply_spin_us = static_cast<int32_t>(a.reply_spin_us);
   o.client.read_lent_tier = a.lent_tier;
+  o.client.service_reads_memory = a.client_memory;
   auto s = Store::Open("unix:" + a.socket, o);
   if (!s.ok()) {
     std::fprintf(stderr, "client: %s\n", s.status().ToString().c_str());
     return 2;
   }
-  (void)(*s)->RegisterNamespace(Spec(a.op == "lookup" ? "bench/small" : a.op == "disk_get" || a.op == "put" ? "bench/disk" : "bench/ram"));
   const bool registered = a.op.find("staged") == std::string::npos;
   const std::string op = registered ? a.op : a.op.substr(0, a.op.find("_staged"));
+  (void)(*s)->RegisterNamespace(Spec(op == "lookup" ? "bench/small" : op == "disk_get" || op == "put" ? "bench/disk" : "bench/ram"));
   const size_t bytes = BufferBytes(op, a.block);
   // An engine's shareable buffer: on huge pages where the host reserved
   // some. A hugetlb memfd truncates without any reserved; its mapping then
@@ -439,6 +441,7 @@ Summary ServiceRun(const Args& a, const std::string& socket, NamespaceId ns, con
                                      "--disk-blocks", std::to_string(a.disk_blocks)};
     if (!a.warm_up) args.push_back("--no-warm-up");
     if (!a.lent_tier) args.push_back("--no-lent-tier");
+    if (!a.client_memory) args.push_back("--no-client-memory-reads");
     std::vector<char*> argv;
     for (std::string& x : args) argv.push_back(x.data());
     argv.push_back(nullptr);
@@ -740,7 +743,7 @@ int RunParent(const Args& a) {
     // writes while eviction reclaims, and the arms would not meet the same
     // store (the gets' blocks are no longer read by then).
     auto fresh = [&] {
-      if (op == "put") (void)s.store->EvictTo(0);
+      if (embedded_op == "put") (void)s.store->EvictTo(0);
     };
     // A run, its puts' phases noted for its arm.
     auto run = [&](bool service) {
@@ -848,6 +851,17 @@ int RunParent(const Args& a) {
   const double finish_us = phase_us(&kvtier::Stats::disk_read_finish_ns);
   for (int n : a.disk ? a.clients : std::vector<int>{}) {
     Row r = both(disk, disk_ns, "put", n, "durable puts");
+    r.unit = "GB/s";
+    r.limit = r.embedded.gbps();
+    r.limit_name = "embedded, same threads";
+    rows.push_back(r);
+  }
+  // From memory the client did not register: read from the client by the
+  // service (one copy) or, without that, staged (two).
+  for (int n : a.disk ? std::set<int>{1, maxc} : std::set<int>{}) {
+    Row r = both(disk, disk_ns, "put_staged", n,
+                 std::string("durable puts, not registered, ") +
+                     (a.client_memory ? "read from the client" : "staging (2 copies)"));
     r.unit = "GB/s";
     r.limit = r.embedded.gbps();
     r.limit_name = "embedded, same threads";
@@ -1001,6 +1015,7 @@ int main(int argc, char** argv) {
     else if (k == "--copy-spin-us") a.copy_spin_us = std::strtoll(next().c_str(), nullptr, 10);
     else if (k == "--shared-tier") a.shared_tier = true;
     else if (k == "--no-lent-tier") a.lent_tier = false;
+    else if (k == "--no-client-memory-reads") a.client_memory = false;
     else if (k == "--reply-spin-us") a.reply_spin_us = std::strtoll(next().c_str(), nullptr, 10);
     else if (k == "--reader-spin-us") a.reader_spin_us = std::strtoll(next().c_str(), nullptr, 10);
     else if (k == "--socket") a.socket = next();
@@ -1015,7 +1030,7 @@ int main(int argc, char** argv) {
       std::printf("usage: kvtier bench --service [--dir D] [--seconds S] [--clients 1,2,4,8] [--block 2M]\n"
                   "       [--ram-blocks N] [--disk-blocks N] [--reply-spin-us N] [--reader-spin-us N]\n"
                   "       [--zero-copy-small-pages] [--embedded-huge-pages] [--stream-min-kib K]\n"
-                  "       [--split-copy-min-kib K] [--copy-spin-us N] [--shared-tier] [--no-lent-tier] [--no-disk | --disk-only] [--no-warm-up]\n"
+                  "       [--split-copy-min-kib K] [--copy-spin-us N] [--shared-tier] [--no-lent-tier] [--no-client-memory-reads] [--no-disk | --disk-only] [--no-warm-up]\n"
                   "       [--json]\n");
       return 0;
     } else {
