@@ -125,6 +125,12 @@ kvtier::NamespaceSpec Spec(const std::string& model) {
   return s;
 }
 
+double ProcessCpuSeconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) / 1e9;
+}
+
 int64_t NowNs() { return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count(); }
 void SleepUntilNs(int64_t ns) {
   const Clock::time_point at{std::chrono::nanoseconds(ns)};
@@ -135,16 +141,17 @@ void SleepUntilNs(int64_t ns) {
 struct Result {
   uint64_t ops = 0, bytes = 0, errors = 0;
   std::vector<float> lat_us;  // a sample
+  double cpu_s = 0;  // a client process's CPU (every thread of it) while timed
   void Write(const std::string& path) const {
     std::ofstream o(path);
-    o << ops << " " << bytes << " " << errors << " " << lat_us.size() << "\n";
+    o << ops << " " << bytes << " " << errors << " " << cpu_s << " " << lat_us.size() << "\n";
     for (float v : lat_us) o << v << "\n";
   }
   static Result Read(const std::string& path) {
     Result r;
     std::ifstream in(path);
     size_t n = 0;
-    in >> r.ops >> r.bytes >> r.errors >> n;
+    in >> r.ops >> r.bytes >> r.errors >> r.cpu_s >> n;
     r.lat_us.resize(n);
     for (float& v : r.lat_us) in >> v;
     return r;
@@ -154,6 +161,11 @@ struct Result {
 struct Summary {
   uint64_t ops = 0, bytes = 0, errors = 0;
   double seconds = 0, p50 = 0, p99 = 0;
+  // CPU while timed: the clients' processes, and the process that serves
+  // (the service, or the embedded store with its callers' threads).
+  double client_cpu_s = 0, server_cpu_s = 0;
+  // CPU microseconds per MiB moved, both sides together.
+  double CpuUsPerMib() const { return bytes > 0 ? (client_cpu_s + server_cpu_s) * 1e6 / (bytes / 1048576.0) : 0; }
   double gbps() const { return seconds > 0 ? bytes / seconds / 1e9 : 0; }
   double ops_per_s() const { return seconds > 0 ? ops / seconds : 0; }
 };
@@ -166,6 +178,7 @@ Summary Summarize(const std::vector<Result>& rs, double seconds) {
     s.ops += r.ops;
     s.bytes += r.bytes;
     s.errors += r.errors;
+    s.client_cpu_s += r.cpu_s;
     all.insert(all.end(), r.lat_us.begin(), r.lat_us.end());
   }
   if (!all.empty()) {
@@ -344,8 +357,10 @@ int RunClient(const Args& a) {
     if (start == 0) return 6;
   }
   SleepUntilNs(start);
+  const double cpu0 = ProcessCpuSeconds();
   Result r = Work(s->get(), a.ns, op, a.seed, start + static_cast<int64_t>(a.seconds * 1e9), buf, a.block,
                   BlocksOf(op, a), payloads);
+  r.cpu_s = ProcessCpuSeconds() - cpu0;
   r.Write(a.out);
   return 0;
 }
@@ -461,11 +476,18 @@ Summary ServiceRun(const Args& a, const std::string& socket, NamespaceId ns, con
     }
     if (waiting) usleep(1000);
   }
+  const int64_t start = NowNs() + 20000000;  // 20 ms: every client sees it first
   {
     const std::string tmp = go + ".tmp";
-    std::ofstream(tmp) << NowNs() + 20000000;  // 20 ms: every client sees it first
+    std::ofstream(tmp) << start;
     ::rename(tmp.c_str(), go.c_str());
   }
+  // This process only serves meanwhile: its CPU over the window is the
+  // service's.
+  SleepUntilNs(start);
+  const double cpu0 = ProcessCpuSeconds();
+  SleepUntilNs(start + static_cast<int64_t>(a.seconds * 1e9));
+  const double service_cpu = ProcessCpuSeconds() - cpu0;
   std::vector<Result> rs;
   for (size_t i = 0; i < pids.size(); ++i) {
     int status = exited[i];
@@ -477,9 +499,11 @@ Summary ServiceRun(const Args& a, const std::string& socket, NamespaceId ns, con
     std::fprintf(stderr, "service bench: client %zu of %s %s %d\n", i, op.c_str(),
                  WIFEXITED(status) ? "exited with" : "died of signal",
                  WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
-    rs.push_back(Result{0, 0, 1, {}});
+    rs.push_back(Result{0, 0, 1, {}, 0});
   }
-  return Summarize(rs, a.seconds);
+  Summary s = Summarize(rs, a.seconds);
+  s.server_cpu_s = service_cpu;
+  return s;
 }
 
 // The same work on threads of this process against the embedded store.
@@ -525,8 +549,12 @@ Summary EmbeddedRun(const Args& a, Store* store, NamespaceId ns, const std::stri
       rs[i] = Work(store, ns, op, i + 1, start + static_cast<int64_t>(a.seconds * 1e9), buf.data(), a.block,
                    BlocksOf(op, a), payloads);
     });
+  SleepUntilNs(start);
+  const double cpu0 = ProcessCpuSeconds();
   for (auto& t : ts) t.join();
-  return Summarize(rs, a.seconds);
+  Summary s = Summarize(rs, a.seconds);
+  s.server_cpu_s = ProcessCpuSeconds() - cpu0;  // the store's threads and its callers'
+  return s;
 }
 
 // The host's best copy of `block`-sized pieces, over the copy kernels
@@ -750,7 +778,7 @@ int RunParent(const Args& a) {
       fresh();
       const kvtier::Stats before = s.store->GetStats();
       Summary got = service ? ServiceRun(a, s.socket, ns, op, n) : EmbeddedRun(a, s.store.get(), ns, embedded_op, n);
-      if (op == "put") (service ? put_service : put_embedded).Add(before, s.store->GetStats(), got, n);
+      if (op == "put" && &s == &disk) (service ? put_service : put_embedded).Add(before, s.store->GetStats(), got, n);
       return got;
     };
     r.embedded = run(false);
@@ -856,16 +884,22 @@ int RunParent(const Args& a) {
     r.limit_name = "embedded, same threads";
     rows.push_back(r);
   }
-  // From memory the client did not register: read from the client by the
-  // service (one copy) or, without that, staged (two).
-  for (int n : a.disk ? std::set<int>{1, maxc} : std::set<int>{}) {
-    Row r = both(disk, disk_ns, "put_staged", n,
-                 std::string("durable puts, not registered, ") +
-                     (a.client_memory ? "read from the client" : "staging (2 copies)"));
-    r.unit = "GB/s";
-    r.limit = r.embedded.gbps();
-    r.limit_name = "embedded, same threads";
-    rows.push_back(r);
+  // Into a store with a RAM tier, as `kvtier serve --ram-tier` runs: every
+  // put is copied into the tier (write-through), so from registered memory,
+  // or read from the client by the service, it is one host copy; staged
+  // (memory not registered, --no-client-memory-reads) it is two.
+  const NamespaceId tiered_ns = ram.store->RegisterNamespace(Spec("bench/disk")).value();
+  for (const bool registered : {true, false}) {
+    for (int n : a.disk ? std::set<int>{1, maxc} : std::set<int>{}) {
+      Row r = both(ram, tiered_ns, registered ? "put" : "put_staged", n,
+                   std::string("durable puts, RAM tier, ") +
+                       (registered ? "registered"
+                                   : a.client_memory ? "not registered, read from the client" : "not registered, staging"));
+      r.unit = "GB/s";
+      r.limit = r.embedded.gbps();
+      r.limit_name = "embedded, same threads";
+      rows.push_back(r);
+    }
   }
   ram.service->Stop();
   disk.service->Stop();
@@ -903,13 +937,15 @@ int RunParent(const Args& a) {
                   "\"limit\": \"%s\", \"limit_value\": %.3f, \"%s\": %.3f, \"x_verified_copy\": %.3f, "
                   "\"verified_copy_same_threads_gbps\": %.3f, \"x_verified_copy_same_threads\": %.3f, "
                   "\"copy_same_destination_gbps\": %.3f, \"x_copy_same_destination\": %.3f, "
-                  "\"errors\": %llu}%s\n",
+                  "\"service_cpu_us_per_mib\": %.1f, \"service_clients_cpu_s\": %.3f, \"service_cpu_s\": %.3f, "
+                  "\"embedded_cpu_us_per_mib\": %.1f, \"errors\": %llu}%s\n",
                   r.what.c_str(), r.clients, r.unit.c_str(), r.value(),
                   r.unit == "us" ? r.embedded.p50 : r.embedded.gbps(), r.service.p50, r.embedded.p50, r.service.p99, r.embedded.p99,
                   r.service.ops_per_s(), r.limit_name.c_str(), r.limit, r.unit == "us" ? "overhead_us" : "x_limit",
                   ratio, r.verified > 0 ? r.value() / r.verified : 0.0, r.verified_same_threads,
                   r.verified_same_threads > 0 ? r.value() / r.verified_same_threads : 0.0,
                   r.copy_same_destination, r.copy_same_destination > 0 ? r.value() / r.copy_same_destination : 0.0,
+                  r.service.CpuUsPerMib(), r.service.client_cpu_s, r.service.server_cpu_s, r.embedded.CpuUsPerMib(),
                   static_cast<unsigned long long>(r.service.errors + r.embedded.errors),
                   i + 1 < rows.size() ? "," : "");
     }
@@ -961,9 +997,22 @@ int RunParent(const Args& a) {
     std::printf("\ndisk gets, mean per get of the rows above (%.0f gets): %.1f us waiting for a read thread, %.1f us "
                 "in the index, %.1f us on the device (submitted to reaped), %.1f us verifying and completing\n",
                 timed, queue_us, index_us, device_us, finish_us);
+  // What moving a MiB cost in CPU: a copy on the host shows here even where
+  // the disk bounds the rate.
+  bool cpu_header = false;
+  for (const Row& r : rows) {
+    if (r.what.rfind("durable puts", 0) != 0) continue;
+    if (!cpu_header) std::printf("\nCPU per MiB put (every thread of the clients and of the serving process):\n");
+    cpu_header = true;
+    std::printf("  %s, %d client(s): service arm %.0f us (clients %.0f, service %.0f), embedded %.0f us\n",
+                r.what.c_str(), r.clients, r.service.CpuUsPerMib(),
+                r.service.bytes > 0 ? r.service.client_cpu_s * 1e6 / (r.service.bytes / 1048576.0) : 0.0,
+                r.service.bytes > 0 ? r.service.server_cpu_s * 1e6 / (r.service.bytes / 1048576.0) : 0.0,
+                r.embedded.CpuUsPerMib());
+  }
   for (const auto& [arm, ph] : {std::pair{"embedded", &put_embedded}, std::pair{"service", &put_service}})
     if (ph->puts > 0)
-      std::printf("durable puts, %s, mean per put of the rows above (%.0f puts): the caller waited %.1f us, the "
+      std::printf("durable puts without a RAM tier, %s, mean per put of their rows above (%.0f puts): the caller waited %.1f us, the "
                   "store's phases %.1f: %.1f on the caller's thread (room, copy, checksum), %.1f waiting for the "
                   "writer, %.1f placing, %.1f writing, %.1f waiting for and in fdatasync, %.1f in the index\n",
                   arm, ph->puts, ph->CallerUs(), ph->StoreUs(), ph->Us(ph->encode), ph->Us(ph->queue),
