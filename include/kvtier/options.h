@@ -95,11 +95,12 @@ struct ServiceClientOptions {
   // A put from memory that is not registered (blocking Put and PutBatch,
   // PutAsyncBorrowed) is read by the service straight from this process
   // (process_vm_readv, into its RAM tier): one copy on the host instead of
-  // two through staging. The kernel allows it for the service's user (or
-  // root); under Yama's ptrace_scope 1 the client names the service's pid
-  // with PR_SET_PTRACER, a process-wide setting. Where the service cannot
-  // read, puts go through staging. PutAsync always copies into staging,
-  // since its caller may reuse the buffer at once.
+  // two through staging, where the service has a RAM tier (without one a
+  // staged put is one copy, and puts stay staged). The kernel allows it for
+  // the service's user (or root); under Yama's ptrace_scope 1 the client
+  // names the service's pid with PR_SET_PTRACER, a process-wide setting.
+  // Where the service cannot read, puts go through staging. PutAsync always
+  // copies into staging, since its caller may reuse the buffer at once.
   bool service_reads_memory = true;
   // Bound on the wait for any reply (a get's own deadline, when sooner).
   // The service reads and writes registered memory itself, so it is told

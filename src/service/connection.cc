@@ -369,9 +369,12 @@ Status Connection::OnHello(wire::Frame& f) {
     ++core_->regions;
   }
   // Puts from the client's own memory are read from it where the kernel
-  // lets this process; otherwise they go through staging.
+  // lets this process and it saves a copy: into the RAM tier. Without a
+  // tier the store writes a staged put from staging, one copy already.
   std::string memory;
-  if (req.probe_address != 0 && core_->sink != nullptr) {
+  if (req.probe_address != 0 && core_->sink != nullptr && core_->sink->ram_tier() == nullptr) {
+    memory = ", puts through staging (no RAM tier: one copy that way)";
+  } else if (req.probe_address != 0 && core_->sink != nullptr) {
     auto pm = wire::PeerMemory::Open(peer_.creds.pid, req.probe_address, req.probe);
     if (pm.ok()) {
       peer_memory_ = std::move(pm).value();

@@ -1,6 +1,7 @@
 // Puts from memory the client never registered are read by the service
 // straight from the client (process_vm_readv): one host copy, into the RAM
-// tier where there is one, instead of two through staging (issue 19).
+// tier, instead of two through staging (issue 19). A store without a tier
+// writes a staged put from staging, one copy already: there puts stay staged.
 #include <gtest/gtest.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -17,16 +18,21 @@
 namespace kvtier::testing {
 namespace {
 
+// A store for 3 MiB blocks with a RAM tier of `ram_bytes`.
+Options StoreWithTier(uint64_t ram_bytes) {
+  Options o = SmallOptions();
+  o.segment_size_bytes = 8 << 20;
+  o.capacity_bytes = 64 << 20;
+  o.write_queue_bytes = 16 << 20;
+  o.ram_tier_bytes = ram_bytes;
+  return o;
+}
+
+// The tier holds the blocks (they are read into it), or is smaller than a
+// block (they are read into the service's own buffer).
 class ClientMemoryPuts : public ::testing::TestWithParam<uint64_t> {
  protected:
-  Options StoreOptions() const {
-    Options o = SmallOptions();
-    o.segment_size_bytes = 8 << 20;
-    o.capacity_bytes = 64 << 20;
-    o.write_queue_bytes = 16 << 20;
-    o.ram_tier_bytes = GetParam();
-    return o;
-  }
+  Options StoreOptions() const { return StoreWithTier(GetParam()); }
   TempDir dir_;
 };
 
@@ -75,9 +81,14 @@ TEST_P(ClientMemoryPuts, PrivateMemoryIsReadOnceByTheServiceNotStaged) {
   c->PutAsync(ns, Key(21), {&bf, 1}, [&copied](Status s) { copied.set_value(std::move(s)); });
   EXPECT_EQ(copied.get_future().get().code(), Code::kNotAdmitted);
   EXPECT_EQ(ClientMemoryPutsSoFar(served), 5u);
-  // Where the tier is on, the puts' blocks are there (read into it, not
-  // copied again): every get of them is a RAM hit.
-  if (GetParam() != 0) {
+  // A tier smaller than a block holds none: each was read into the
+  // service's own buffer and written from there.
+  if (GetParam() < kBlock) {
+    EXPECT_EQ(served.store()->GetStats().ram_blocks, 0u);
+  }
+  // Where the tier holds them, the puts' blocks are there (read into it,
+  // not copied again): a get of one is a RAM hit.
+  if (GetParam() > kBlock) {
     const uint64_t before = served.store()->GetStats().hits_ram;
     std::vector<uint8_t> back(kBlock);
     ASSERT_EQ(c->Get(ns, Key(1), back.data(), back.size()).value(), kBlock);
@@ -131,7 +142,9 @@ TEST(ClientMemoryPutsFallBack, APutTheServiceCanNoLongerReadIsStagedInstead) {
     if (!BecomeNobodyIfRoot()) ::_exit(10);
     int code = 0;
     {
-      ServedStore served(dir.path());
+      Options o = SmallOptions();
+      o.ram_tier_bytes = 8 << 20;
+      ServedStore served(dir.path(), ServiceOptions{}, o);
       if (served.service() == nullptr) ::_exit(11);
       char c;
       if (::read(done_pipe[0], &c, 1) != 1) ::_exit(12);
@@ -181,8 +194,26 @@ TEST(ClientMemoryPutsFallBack, APutTheServiceCanNoLongerReadIsStagedInstead) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "service: " << status;
 }
 
-INSTANTIATE_TEST_SUITE_P(RamTier, ClientMemoryPuts, ::testing::Values(uint64_t{0}, uint64_t{32} << 20),
-                         [](const auto& info) { return info.param == 0 ? std::string("Off") : std::string("On"); });
+INSTANTIATE_TEST_SUITE_P(RamTier, ClientMemoryPuts, ::testing::Values(uint64_t{32} << 20, uint64_t{2} << 20),
+                         [](const auto& info) {
+                           return info.param > (3u << 20) ? std::string("HoldsTheBlocks") : std::string("SmallerThanABlock");
+                         });
+
+TEST(ClientMemoryPutsWithoutATier, AreStagedSinceStagingIsOneCopyThere) {
+  TempDir dir;
+  ServedStore served(dir.path(), ServiceOptions{}, StoreWithTier(0));
+  ServiceClientOptions co;
+  co.staging_bytes = 2 << 20;
+  auto c = served.Client(co);
+  ASSERT_NE(c, nullptr);
+  const NamespaceId ns = c->RegisterNamespace(TestSpec()).value();
+  auto big = Payload(ns, Key(1), 3 << 20);
+  EXPECT_EQ(c->Put(ns, Key(1), big.data(), big.size()).code(), Code::kNotAdmitted);
+  auto small = Payload(ns, Key(2), 1 << 20);
+  ASSERT_TRUE(c->Put(ns, Key(2), small.data(), small.size()).ok());
+  EXPECT_EQ(served.store()->GetVector(ns, Key(2)).value(), small);
+  EXPECT_EQ(served.service()->GetStats().client_memory_puts, 0u);
+}
 
 }  // namespace
 }  // namespace kvtier::testing

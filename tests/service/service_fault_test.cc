@@ -282,7 +282,9 @@ TEST(ServiceFaults, MalformedAndHostileFramesGetErrorsAndTheServiceCarriesOn) {
 // client's memory is the test's own).
 TEST(ServiceFaults, PutsNamingTheClientsOwnMemoryAreCheckedAndABadAddressStoresNothing) {
   TempDir dir;
-  ServedStore served(dir.path());
+  Options o = SmallOptions();
+  o.ram_tier_bytes = 8 << 20;  // (without a tier puts stay staged: one copy that way)
+  ServedStore served(dir.path(), ServiceOptions{}, o);
   auto good = served.Client();
   ASSERT_NE(good, nullptr);
   const NamespaceId ns = good->RegisterNamespace(TestSpec()).value();

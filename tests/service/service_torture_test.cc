@@ -6,7 +6,9 @@
 // clients also read blocks straight from the RAM tier the service lends
 // (pin_tier), often dying with pins held, and get into private memory both
 // blocking and async (copied out of the lent tier where it holds the block):
-// at the end the tier must empty, so no killed client's pin outlives it. Some of the clients' operations are
+// at the end the tier must empty, so no killed client's pin outlives it. Their
+// puts from private memory are read by the service straight out of them
+// (process_vm_readv), so some die while being read. Some of the clients' operations are
 // removes (single or a batch), logged as version 0: once acknowledged, no
 // earlier version may come back.
 //
@@ -305,6 +307,16 @@ TEST(ServiceTorture, ClientsAndServiceKilledAtRandomLoseNothingAcknowledged) {
   checker.reset();
   kill(server, SIGTERM);
   waitpid(server, nullptr, 0);
+  // The clients' puts from private memory were read out of them by the
+  // service (it said so to each client at hello), clients killed mid-read
+  // among them.
+  uint64_t read_from_clients = 0;
+  std::ifstream service_log(store + ".log");
+  for (std::string line; std::getline(service_log, line);)
+    read_from_clients += line.find("puts read from its memory") != std::string::npos;
+  std::printf("[service-torture] connections whose puts the service read from the client: %llu\n",
+              static_cast<unsigned long long>(read_from_clients));
+  EXPECT_GT(read_from_clients, rounds / 2);
   ASSERT_TRUE(Store::Destroy(store).ok());  // and its /dev/shm tier
   std::printf("[service-torture] rounds=%u client_kills=%llu service_kills=%llu acked_puts=%llu acked_removes=%llu "
               "checks=%llu lent_reads=%llu lost=%llu wrong=%llu wrong_live=%llu\n",
