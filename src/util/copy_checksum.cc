@@ -173,7 +173,7 @@ void Xxh3Copy::CopyStripes(uint8_t* dst, const uint8_t* src, size_t stripes, boo
 void Xxh3Copy::Copy(void* dst, const void* src, size_t n) {
   if (n == 0) return;
   if (total_ <= kLongAbove) {
-    std::memcpy(dst, src, n);
+    if (dst != src) std::memcpy(dst, src, n);
     short_.Update(dst, n);
     done_ += n;
     return;
@@ -194,12 +194,12 @@ void Xxh3Copy::CopyLong(uint8_t* dst, const uint8_t* src, size_t n) {
   }
   if (pend_n_ > 0) {  // finish the stripe a previous piece began
     const size_t k = std::min(64 - pend_n_, n);
-    std::memcpy(dst, src, k);
+    if (dst != src) std::memcpy(dst, src, k);
     std::memcpy(pend_ + pend_n_, src, k);
     pend_n_ += k, dst += k, src += k, n -= k;
     if (pend_n_ < 64) return;
     if (stripes_ >= loop_stripes_) {  // XXH3's last stripe is Digest's
-      if (n > 0) std::memcpy(dst, src, n);  // past the stated total: copied, never matches
+      if (n > 0 && dst != src) std::memcpy(dst, src, n);  // past the stated total: copied, never matches
       return;
     }
     impl_->copy_stripes(acc_, stripes_, pend_, pend_, 1, secret);
@@ -214,7 +214,7 @@ void Xxh3Copy::CopyLong(uint8_t* dst, const uint8_t* src, size_t n) {
   }
   if (n > 0) {  // at most one stripe's worth: the payload's last, or a part
     const size_t k = std::min<size_t>(n, 64);
-    std::memcpy(dst, src, n);
+    if (dst != src) std::memcpy(dst, src, n);
     std::memcpy(pend_, src, k);
     pend_n_ = k;
   }

@@ -5,7 +5,8 @@
 // copy's loads. The digest equals XXH3_64bits of the bytes copied (and
 // Xxh3() of src/util/checksum.h), on every vector unit.
 //
-// One object per payload, used by one thread at a time. The payload's total
+// One object per payload, used by one thread at a time. Copy accepts dst ==
+// src (Hash): the bytes are then only hashed. The payload's total
 // length is given up front because XXH3 hashes its last 64 bytes apart from
 // the rest; the pieces passed to Copy must add up to exactly that length
 // before Digest is called (a shorter or longer sum is a caller's bug and
@@ -80,6 +81,9 @@ class Xxh3Copy {
 
   // Copies the payload's next n bytes from src to dst (which must not overlap).
   void Copy(void* dst, const void* src, size_t n);
+  // Hashes the payload's next n bytes where they are (landed there by
+  // another copier, such as the kernel), marks included.
+  void Hash(void* data, size_t n) { Copy(data, data, n); }
   // XXH3_64bits of everything copied.
   [[nodiscard]] uint64_t Digest() const;
 

@@ -133,6 +133,32 @@ TEST(CopyChecksum, MarksLetPiecesBeVerifiedApart) {
   }
 }
 
+// Hash, in place, in pieces of any size, gives Copy's digest and marks and
+// leaves the bytes as they were, short and long payloads alike.
+TEST(CopyChecksum, HashingInPlaceGivesTheCopysDigestAndMarks) {
+  const std::vector<uint8_t> data = RandomBytes((2u << 20) + 4097, 6);
+  std::mt19937_64 r(7);
+  for (const std::string& isa : Xxh3CopyIsas()) {
+    for (size_t total : {size_t{0}, size_t{17}, size_t{240}, size_t{241}, size_t{65536 + 63}, data.size()}) {
+      std::vector<uint8_t> copied(total), in_place(data.begin(), data.begin() + static_cast<long>(total));
+      std::vector<Xxh3Mark> copy_marks, hash_marks;
+      Xxh3Copy copy(total, isa), hash(total, isa);
+      copy.RecordMarks(65536, &copy_marks);
+      hash.RecordMarks(65536, &hash_marks);
+      copy.Copy(copied.data(), data.data(), total);
+      for (size_t at = 0; at < total;) {
+        const size_t n = std::min<size_t>(total - at, 1 + r() % 300000);
+        hash.Hash(in_place.data() + at, n);
+        at += n;
+      }
+      ASSERT_EQ(hash.Digest(), copy.Digest()) << isa << " " << total;
+      ASSERT_EQ(hash.Digest(), XXH3_64bits(data.data(), total)) << isa << " " << total;
+      ASSERT_EQ(hash_marks, copy_marks) << isa << " " << total;
+      ASSERT_TRUE(std::equal(in_place.begin(), in_place.end(), data.begin())) << isa << " " << total;
+    }
+  }
+}
+
 TEST(CopyChecksum, AChangedByteChangesTheDigest) {
   std::vector<uint8_t> data = RandomBytes(1u << 20, 4);
   std::vector<uint8_t> out(data.size());
