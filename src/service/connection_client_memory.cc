@@ -4,9 +4,11 @@
 // the store writes the disk record from there. One copy on the host, as an
 // embedded put's, where staging takes two (the client's into staging, then
 // the service's out of it).
+#include <algorithm>
 #include <cstdlib>
 
 #include "service/connection.h"
+#include "util/copy_checksum.h"
 
 namespace kvtier::service {
 
@@ -17,6 +19,36 @@ std::shared_ptr<uint8_t> AlignedBuffer(uint64_t bytes) {
   constexpr uint64_t kPage = 4096;
   void* p = std::aligned_alloc(kPage, (bytes + kPage - 1) / kPage * kPage);
   return std::shared_ptr<uint8_t>(static_cast<uint8_t*>(p), [](uint8_t* q) { std::free(q); });
+}
+
+// The kernel's copy lands a piece at a time, each hashed (marks included)
+// while the cache still holds it: one pass over memory, as a copy fused with
+// its hash is, instead of a copy and then a hash of 2 MiB gone to memory.
+constexpr uint64_t kReadPiece = RamTier::kMarkBytes;
+
+Status ReadHashed(const wire::PeerMemory& client, std::span<const Fragment> remote,
+                  std::span<const MutableFragment> local, Xxh3Copy* sum) {
+  size_t ri = 0;
+  uint64_t roff = 0;
+  std::vector<Fragment> from;
+  for (const MutableFragment& l : local) {
+    for (uint64_t off = 0; off < l.size; off += kReadPiece) {
+      const uint64_t n = std::min<uint64_t>(kReadPiece, l.size - off);
+      from.clear();
+      for (uint64_t need = n; need > 0;) {
+        if (ri == remote.size()) return Status::InvalidArgument("the client's pieces are shorter than the payload");
+        const uint64_t take = std::min<uint64_t>(need, remote[ri].size - roff);
+        if (take > 0) from.push_back(Fragment{static_cast<const uint8_t*>(remote[ri].data) + roff, take});
+        roff += take;
+        need -= take;
+        if (roff == remote[ri].size) ++ri, roff = 0;
+      }
+      const MutableFragment to{static_cast<uint8_t*>(l.data) + off, n};
+      KVTIER_RETURN_IF_ERROR(client.Read(from, {&to, 1}));
+      sum->Hash(to.data, n);
+    }
+  }
+  return Status::OK();
 }
 
 }  // namespace
@@ -68,17 +100,25 @@ void Connection::PutFromClientMemory(const wire::FrameHeader& h, wire::PutReques
       if (own == nullptr && bytes != 0) return done(Status::NoSpace("no memory for a put of " + std::to_string(bytes)));
       local.push_back(MutableFragment{own.get(), bytes});
     }
-    Status st = self->peer_memory_->Read(remote, local);
+    Xxh3Copy sum(bytes);
+    std::vector<Xxh3Mark> marks;
+    const bool want_marks = slot && tier->WantsMarks(bytes);
+    if (want_marks) sum.RecordMarks(RamTier::kMarkBytes, &marks);
+    Status st = ReadHashed(*self->peer_memory_, remote, local, &sum);
     if (!st.ok()) {
       slot.Release();
       // NotSupported tells the client to send it again through staging.
       return done(Status::NotSupported("the service cannot read this client's memory: " + st.message()));
     }
     ++self->core_->client_memory_puts;
-    if (slot) return sink->PutInternal(ns, key, {}, std::move(slot), blocking, std::move(done), nullptr, false, start_by);
+    const uint64_t checksum = sum.Digest();
+    if (slot) {
+      if (want_marks && !marks.empty()) tier->SetMarks(slot, std::move(marks));
+      return sink->PutInternal(ns, key, {}, std::move(slot), blocking, std::move(done), &checksum, false, start_by);
+    }
     const Fragment payload{own.get(), bytes};
     sink->PutInternal(ns, key, {&payload, 1}, RamTier::Pin(), blocking,
-                      [own, done = std::move(done)](Status s) { done(std::move(s)); }, nullptr, /*borrow=*/true,
+                      [own, done = std::move(done)](Status s) { done(std::move(s)); }, &checksum, /*borrow=*/true,
                       start_by);
   };
   // As OnPut: queued here when the write queue has room, else on a pool

@@ -94,6 +94,9 @@ TEST_P(ClientMemoryPuts, PrivateMemoryIsReadOnceByTheServiceNotStaged) {
     ASSERT_EQ(c->Get(ns, Key(1), back.data(), back.size()).value(), kBlock);
     EXPECT_EQ(back, one);
     EXPECT_EQ(served.store()->GetStats().hits_ram, before + 1);
+    // The hash states the service recorded as it read (RamTier marks), by
+    // which a read shares a block's copy out, held: no copy failed its check.
+    EXPECT_EQ(served.store()->GetStats().ram_checksum_failures, 0u);
   }
 }
 
