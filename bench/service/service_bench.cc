@@ -99,6 +99,7 @@ struct Args {
   bool shared_tier = false;     // the served RAM tier in /dev/shm, as `kvtier serve` keeps it (and lends it)
   bool lent_tier = true;        // clients' ServiceClientOptions::read_lent_tier
   bool client_memory = true;    // clients' ServiceClientOptions::service_reads_memory
+  bool private_thp = false;     // memory not registered: private, on transparent huge pages
   bool disk = true;             // the disk rows (--no-disk: the RAM and lookup rows alone)
   bool ram = true;              // the lookup and RAM rows (--disk-only: the disk rows alone)
   bool warm_up = true;          // one untimed get per client first (--no-warm-up: timed from the first)
@@ -329,7 +330,19 @@ int RunClient(const Args& a) {
   // fails, and the buffer falls back to ordinary pages.
   void* mapped = MAP_FAILED;
   int fd = -1;
+  // Or, not registered, a process's private memory on transparent huge
+  // pages (a tensor or array on a host that gives them), 2 MiB-aligned.
+  if (!registered && a.private_thp) {
+    constexpr size_t kHuge = 2 << 20;
+    void* raw = mmap(nullptr, bytes + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw != MAP_FAILED) {
+      mapped = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(raw) + kHuge - 1) & ~uintptr_t{kHuge - 1});
+      (void)madvise(mapped, bytes, MADV_HUGEPAGE);
+      std::memset(mapped, 0, bytes);
+    }
+  }
   for (const unsigned flags : {MFD_CLOEXEC | MFD_HUGETLB, MFD_CLOEXEC}) {
+    if (mapped != MAP_FAILED) break;
     fd = memfd_create("bench-buffer", flags);
     if (fd < 0) continue;
     if (ftruncate(fd, static_cast<off_t>(bytes)) == 0)
@@ -457,6 +470,7 @@ Summary ServiceRun(const Args& a, const std::string& socket, NamespaceId ns, con
     if (!a.warm_up) args.push_back("--no-warm-up");
     if (!a.lent_tier) args.push_back("--no-lent-tier");
     if (!a.client_memory) args.push_back("--no-client-memory-reads");
+    if (a.private_thp) args.push_back("--private-thp");
     std::vector<char*> argv;
     for (std::string& x : args) argv.push_back(x.data());
     argv.push_back(nullptr);
@@ -960,11 +974,12 @@ int RunParent(const Args& a) {
                   mem_gbps, mem.kernel.c_str(), mem.threads, verified.gbps, verified.kernel.c_str(), verified.threads,
                   maxc, same_destination[1], same_destination[maxc]);
   std::printf("kvtier service bench: %u cores, Linux %s, %zu-byte blocks, %.1f s per run, %s; reply spin %lld us, "
-              "reader spin %lld us (-1: by cores), copy spin %lld us, zero-copy from 4 KiB pages %s; client memory on %s, embedded arm on "
+              "reader spin %lld us (-1: by cores), copy spin %lld us, zero-copy from 4 KiB pages %s; client memory on %s%s, embedded arm on "
               "%s; RAM tier in %s, clients %s\n\n",
               cores, u.release, a.block, a.seconds, limits, static_cast<long long>(a.reply_spin_us),
               static_cast<long long>(a.reader_spin_us), static_cast<long long>(a.copy_spin_us),
               a.zero_copy_small_pages ? "on" : "off", client_huge ? "huge pages" : "4 KiB pages",
+              a.private_thp ? " (not registered: private, transparent huge pages)" : "",
               a.embedded_huge_pages || client_huge ? "huge pages" : "4 KiB pages",
               a.shared_tier ? "/dev/shm (lent)" : "anonymous memory (not lent)",
               a.lent_tier ? "read a lent tier" : "never read a lent tier");
@@ -1065,6 +1080,7 @@ int main(int argc, char** argv) {
     else if (k == "--shared-tier") a.shared_tier = true;
     else if (k == "--no-lent-tier") a.lent_tier = false;
     else if (k == "--no-client-memory-reads") a.client_memory = false;
+    else if (k == "--private-thp") a.private_thp = true;
     else if (k == "--reply-spin-us") a.reply_spin_us = std::strtoll(next().c_str(), nullptr, 10);
     else if (k == "--reader-spin-us") a.reader_spin_us = std::strtoll(next().c_str(), nullptr, 10);
     else if (k == "--socket") a.socket = next();
@@ -1079,7 +1095,7 @@ int main(int argc, char** argv) {
       std::printf("usage: kvtier bench --service [--dir D] [--seconds S] [--clients 1,2,4,8] [--block 2M]\n"
                   "       [--ram-blocks N] [--disk-blocks N] [--reply-spin-us N] [--reader-spin-us N]\n"
                   "       [--zero-copy-small-pages] [--embedded-huge-pages] [--stream-min-kib K]\n"
-                  "       [--split-copy-min-kib K] [--copy-spin-us N] [--shared-tier] [--no-lent-tier] [--no-client-memory-reads] [--no-disk | --disk-only] [--no-warm-up]\n"
+                  "       [--split-copy-min-kib K] [--copy-spin-us N] [--shared-tier] [--no-lent-tier] [--no-client-memory-reads] [--private-thp] [--no-disk | --disk-only] [--no-warm-up]\n"
                   "       [--json]\n");
       return 0;
     } else {
