@@ -136,6 +136,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // Requests handed to the store and not yet answered.
   bool Admit(uint64_t bytes, bool is_put);
+  // Admit for a put of `bytes`; over the client's caps, answers NotAdmitted.
+  bool AdmitPut(const wire::FrameHeader& h, uint64_t bytes);
   void Finish(uint64_t bytes);
 
   ServerCore* const core_;

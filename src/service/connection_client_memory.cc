@@ -71,12 +71,7 @@ void Connection::PutFromClientMemory(const wire::FrameHeader& h, wire::PutReques
     bytes += f.size;
   }
   // Admission bounds what a client makes the service allocate for it.
-  if (!Admit(bytes, /*is_put=*/true)) {
-    ++core_->over_cap;
-    return Reply(h, Status::NotAdmitted("client has " + std::to_string(core_->opt.max_client_inflight_bytes) +
-                                        " bytes or " + std::to_string(core_->opt.max_client_requests) +
-                                        " requests in flight"));
-  }
+  if (!AdmitPut(h, bytes)) return;
   auto self = shared_from_this();
   const NamespaceId ns = req.ns;
   const bool blocking = req.blocking;

@@ -76,12 +76,7 @@ void Connection::OnPut(const wire::FrameHeader& h, std::string_view body) {
   auto res = Resolve(req.payload, /*for_output=*/false);
   if (!res.ok()) return Reply(h, res.status());
   const uint64_t bytes = res->bytes;
-  if (!Admit(bytes, /*is_put=*/true)) {
-    ++core_->over_cap;
-    return Reply(h, Status::NotAdmitted("client has " + std::to_string(core_->opt.max_client_inflight_bytes) +
-                                        " bytes or " + std::to_string(core_->opt.max_client_requests) +
-                                        " requests in flight"));
-  }
+  if (!AdmitPut(h, bytes)) return;
   auto self = shared_from_this();
   auto resolved = std::make_shared<Resolved>(std::move(res).value());
   const NamespaceId ns = req.ns;
@@ -108,6 +103,14 @@ void Connection::OnPut(const wire::FrameHeader& h, std::string_view body) {
     return;
   }
   core_->store->PutAsyncBorrowed(ns, req.key, resolved->in, std::move(done));
+}
+
+bool Connection::AdmitPut(const wire::FrameHeader& h, uint64_t bytes) {
+  if (Admit(bytes, /*is_put=*/true)) return true;
+  ++core_->over_cap;
+  Reply(h, Status::NotAdmitted("client has " + std::to_string(core_->opt.max_client_inflight_bytes) + " bytes or " +
+                               std::to_string(core_->opt.max_client_requests) + " requests in flight"));
+  return false;
 }
 
 void Connection::OnGet(const wire::FrameHeader& h, std::string_view body) {

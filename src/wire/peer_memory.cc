@@ -5,6 +5,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <string>
@@ -21,6 +22,18 @@ namespace {
 constexpr size_t kMaxIov = 1024;
 
 int PidfdOpen(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
+
+// Moves the cursor (*at, into v[*at]) `n` bytes on.
+void Advance(std::vector<iovec>& v, size_t* at, uint64_t n) {
+  while (n > 0) {
+    iovec& io = v[*at];
+    const uint64_t take = std::min<uint64_t>(n, io.iov_len);
+    io.iov_base = static_cast<char*>(io.iov_base) + take;
+    io.iov_len -= take;
+    n -= take;
+    if (io.iov_len == 0) ++*at;
+  }
+}
 
 }  // namespace
 
@@ -77,21 +90,9 @@ Status PeerMemory::Read(std::span<const Fragment> remote, std::span<const Mutabl
     }
     if (n == 0) return Status::IOError("reading the client's memory: a piece it does not map");
     done += static_cast<uint64_t>(n);
-    // Partial progress: advance both sides past the bytes read.
-    for (uint64_t left = static_cast<uint64_t>(n); left > 0;) {
-      const uint64_t take = std::min<uint64_t>(left, r[ri].iov_len);
-      r[ri].iov_base = static_cast<char*>(r[ri].iov_base) + take;
-      r[ri].iov_len -= take;
-      left -= take;
-      if (r[ri].iov_len == 0) ++ri;
-    }
-    for (uint64_t left = static_cast<uint64_t>(n); left > 0;) {
-      const uint64_t take = std::min<uint64_t>(left, l[li].iov_len);
-      l[li].iov_base = static_cast<char*>(l[li].iov_base) + take;
-      l[li].iov_len -= take;
-      left -= take;
-      if (l[li].iov_len == 0) ++li;
-    }
+    // Partial progress: both sides move past the bytes read.
+    Advance(r, &ri, static_cast<uint64_t>(n));
+    Advance(l, &li, static_cast<uint64_t>(n));
   }
   return Status::OK();
 }
