@@ -47,6 +47,7 @@ struct Op {
   uint32_t no;
   int32_t version;  // -1: remove
   enum class S : uint8_t { kPending, kAcked, kDeclined } s = S::kPending;
+  Code error = Code::kOk;  // what the call returned, when it failed
 };
 
 struct KeyModel {
@@ -197,14 +198,16 @@ class Child {
   }
 
   // What a failure note needs to be read: the key's verified state, its ops
-  // since (op number, version, a/p/d for acked, pending, declined), and
+  // since (op number, version, a/p/d for acked, pending, declined, and the
+  // error a failed call returned), and
   // where its index entry points.
   std::string History(Store* s, uint32_t k, const KeyModel& m) {
     std::ostringstream h;
     h << "; verified state " << m.state << ", ops";
     for (const Op& op : m.ops)
       h << ' ' << op.no << ':' << op.version << ':'
-        << (op.s == Op::S::kAcked ? 'a' : op.s == Op::S::kPending ? 'p' : 'd');
+        << (op.s == Op::S::kAcked ? 'a' : op.s == Op::S::kPending ? 'p' : 'd')
+        << (op.error != Code::kOk ? std::string("(") + CodeName(op.error) + ")" : std::string());
     auto b = s->Stat(ns_, Key(k));
     if (b.ok())
       h << "; entry segment " << b->segment << " gen " << b->generation << " offset " << b->offset << " sequence "
@@ -447,6 +450,7 @@ void ApplyLog(const std::string& log, std::vector<KeyModel>& model, TortureResul
       auto it = where.find(r.op_no);
       if (it == where.end()) continue;
       Op& op = model[it->second.first].ops[it->second.second];
+      if (r.type == 'E') op.error = static_cast<Code>(r.code);
       if (r.type == 'A') {
         op.s = Op::S::kAcked;
         ++(op.version < 0 ? res->acked_removes : res->acked_puts);
