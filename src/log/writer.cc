@@ -179,7 +179,9 @@ void Writer::SealHotSegment() {
 }
 
 Status Writer::CheckpointNow(bool clean, Index::CheckpointFlush flush) {
-  return d_.committer->CheckpointAt(CheckpointOf(pos_, d_.table->segment_size(), clean), flush);
+  Status st = d_.committer->CheckpointAt(CheckpointOf(pos_, d_.table->segment_size(), clean), flush);
+  if (st.ok() && flush == Index::CheckpointFlush::kWait) removes_not_flushed_ = false;
+  return st;
 }
 
 void Writer::DoRemove(WriteOp& op) {
@@ -190,7 +192,8 @@ void Writer::DoRemove(WriteOp& op) {
   // record may have left it whole with no entry to delete: a mark keeps out
   // every record of the key written so far. Without an entry and with nothing
   // held, no record of the key lies past the checkpoint unindexed: nothing to
-  // do.
+  // do, unless an earlier remove's delete is not yet durable (its flush
+  // failed): the key may be one of its keys.
   const bool mark = d_.committer->HoldsFailedWrite();
   if (op.present != nullptr) op.present->assign(op.keys.size(), false);
   Status st;
@@ -205,8 +208,9 @@ void Writer::DoRemove(WriteOp& op) {
   }
   if (st.ok() && !b.empty()) {
     st = d_.index->Commit(b, false);
-    if (st.ok()) st = CheckpointNow(false);
+    if (st.ok()) removes_not_flushed_ = true;
   }
+  if (st.ok() && removes_not_flushed_) st = CheckpointNow(false);
   if (ram_ != nullptr)
     for (const std::string& key : op.keys) ram_->Erase(op.ns, key);
   FinishPut(op.done, st);

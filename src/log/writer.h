@@ -130,6 +130,10 @@ class Writer {
   // segment is written below it; its records are moved blocks whose newest
   // entries were durable before the move.
   uint64_t flushed_below_epoch_ = 0;
+  // A remove deleted entries in the index's memtables and its flush has not
+  // yet succeeded: a later remove that finds nothing to delete still flushes
+  // before it answers, or it would acknowledge a delete a crash can undo.
+  bool removes_not_flushed_ = false;
   bool ram_unregistered_ = false;  // the kernel refused to register the RAM tier
   uint64_t registered_ = 0;        // ring bytes registered
   bool ever_registered_ = false;

@@ -244,5 +244,63 @@ TEST(FailedWrite, AFailedReinsertWriteDropsThatBlockAndTheRestNeverWrongBytes) {
   EXPECT_TRUE(st->GetVector(ns, Key(200)).ok());
 }
 
+// A remove deletes the key's entry in memory, then flushes the index to
+// make that durable. When the flush failed, the remove failed, yet the entry
+// was gone from memory: a second remove of the key found nothing to delete
+// and was acknowledged with the delete still not durable, and the block came
+// back after a crash (found by the power-loss simulation: an acknowledged
+// remove after a failed one of the same key). Now the second remove flushes
+// too: acknowledged only once the delete is durable, refused while the
+// index cannot write (RocksDB does not resume after a failed flush).
+TEST(FailedWrite, ARemoveAfterOneWhoseIndexFlushFailedIsDurableWhenAcknowledged) {
+  testing::TempDir dir;
+  const std::string store = dir.Sub("store");
+  const Options o = testing::SmallOptions(IoBackend::kPosix);
+  NamespaceId ns = 0;
+  {
+    auto s = testing::OpenOrFail(store, o);
+    ns = testing::RegisterOrFail(s.get());
+    ASSERT_TRUE(PutKeys(*s, ns, 0, 10));
+    ASSERT_TRUE(s->Close().ok());  // every entry durable, the checkpoint past every record
+  }
+  // The child exits with 1 + (second remove acknowledged) + 2 * (batch acknowledged).
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto fs = std::make_shared<FaultInjectionFileSystem>(DefaultFileSystem(IoBackend::kPosix));
+    Options fo = o;
+    fo.file_system = fs;
+    auto s = Store::Open(store, fo);
+    if (!s.ok()) _exit(20);
+    fs->SetFault(FaultOp::kSync, FaultSpec::After(0).OnPaths("index/"));
+    if ((*s)->Remove(ns, Key(1)).ok()) _exit(21);  // its flush failed: not acknowledged
+    if (fs->Faults(FaultOp::kSync) == 0) _exit(22);
+    fs->ClearAllFaults();
+    const std::string k1 = Key(1), k2 = Key(2);
+    const std::string_view keys[] = {k1, k2};
+    const bool again = (*s)->Remove(ns, Key(1)).ok();
+    const bool batch = (*s)->RemoveBatch(ns, keys, nullptr).ok();
+    _exit(1 + (again ? 1 : 0) + (batch ? 2 : 0));  // killed: no clean close
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  const int code = WEXITSTATUS(status);
+  ASSERT_TRUE(code >= 1 && code <= 4) << "child step " << code << " failed";
+  const bool again_acked = (code - 1) & 1, batch_acked = (code - 1) & 2;
+  auto s = testing::OpenOrFail(store, o);
+  if (again_acked || batch_acked) {
+    EXPECT_TRUE(s->GetVector(ns, Key(1)).status().IsNotFound()) << "an acknowledged remove was undone by a crash";
+  }
+  if (batch_acked) {
+    EXPECT_TRUE(s->GetVector(ns, Key(2)).status().IsNotFound()) << "an acknowledged remove was undone by a crash";
+  }
+  for (int i : {0, 3, 9}) {
+    auto got = s->GetVector(ns, Key(i));
+    ASSERT_TRUE(got.ok()) << i << ": " << got.status().ToString();
+    EXPECT_EQ(*got, Payload(ns, Key(i), 30000));
+  }
+}
+
 }  // namespace
 }  // namespace kvtier
