@@ -116,6 +116,17 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // A put whose payload lies in the client's own memory: read once, into a
   // RAM-tier reservation (connection_client_memory.cc).
   void PutFromClientMemory(const wire::FrameHeader& h, wire::PutRequest req, Clock::time_point start_by);
+  // Such a put once admitted: what the reader hands to the thread that reads it.
+  struct ClientMemoryPut {
+    wire::FrameHeader h;
+    NamespaceId ns = 0;
+    std::string key;
+    std::vector<Fragment> remote;  // addresses in the client's process
+    uint64_t bytes = 0;
+    bool blocking = false;
+    Clock::time_point start_by;
+  };
+  void ReadClientMemoryAndPut(const ClientMemoryPut& p);
   void OnGet(const wire::FrameHeader& h, std::string_view body);
   void OnGetBatch(const wire::FrameHeader& h, std::string_view body);
   void OnNamespaceCall(const wire::FrameHeader& h, std::string_view body);

@@ -72,55 +72,60 @@ void Connection::PutFromClientMemory(const wire::FrameHeader& h, wire::PutReques
   }
   // Admission bounds what a client makes the service allocate for it.
   if (!AdmitPut(h, bytes)) return;
-  auto self = shared_from_this();
-  const NamespaceId ns = req.ns;
-  const bool blocking = req.blocking;
-  auto put = [self, h, ns, key = std::move(req.key), remote = std::move(remote), bytes, blocking, start_by] {
-    PutCallback done = [self, h, ns, bytes](Status s) {
-      if (s.ok()) self->core_->access.CountPut(ns, bytes);
-      self->Reply(h, s);
-      self->Finish(bytes);
-    };
-    // Past it the client may have stopped waiting and reused its memory.
-    if (Clock::now() >= start_by) return done(Status::TimedOut("put deadline passed before the service reached it"));
-    BlockSink* sink = self->core_->sink;
-    RamTier* tier = sink->ram_tier();
-    RamTier::Pin slot = tier != nullptr && bytes != 0 ? tier->Reserve(ns, key, bytes) : RamTier::Pin();
-    std::shared_ptr<uint8_t> own;
-    std::vector<MutableFragment> local;
-    if (slot) {
-      for (const RamTier::Piece& p : slot.pieces()) local.push_back(MutableFragment{p.data, p.size});
-    } else {
-      own = AlignedBuffer(bytes);
-      if (own == nullptr && bytes != 0) return done(Status::NoSpace("no memory for a put of " + std::to_string(bytes)));
-      local.push_back(MutableFragment{own.get(), bytes});
-    }
-    Xxh3Copy sum(bytes);
-    std::vector<Xxh3Mark> marks;
-    const bool want_marks = slot && tier->WantsMarks(bytes);
-    if (want_marks) sum.RecordMarks(RamTier::kMarkBytes, &marks);
-    Status st = ReadHashed(*self->peer_memory_, remote, local, &sum);
-    if (!st.ok()) {
-      slot.Release();
-      // NotSupported tells the client to send it again through staging.
-      return done(Status::NotSupported("the service cannot read this client's memory: " + st.message()));
-    }
-    ++self->core_->client_memory_puts;
-    const uint64_t checksum = sum.Digest();
-    if (slot) {
-      if (want_marks && !marks.empty()) tier->SetMarks(slot, std::move(marks));
-      return sink->PutInternal(ns, key, {}, std::move(slot), blocking, std::move(done), &checksum, false, start_by);
-    }
-    const Fragment payload{own.get(), bytes};
-    sink->PutInternal(ns, key, {&payload, 1}, RamTier::Pin(), blocking,
-                      [own, done = std::move(done)](Status s) { done(std::move(s)); }, &checksum, /*borrow=*/true,
-                      start_by);
-  };
+  ClientMemoryPut p{h, req.ns, std::move(req.key), std::move(remote), bytes, req.blocking, start_by};
+  auto put = [self = shared_from_this(), p = std::move(p)] { self->ReadClientMemoryAndPut(p); };
   // As OnPut: queued here when the write queue has room, else on a pool
   // thread, so that this client's other requests are still read.
-  if (!blocking || core_->sink->WriteQueueHasRoom(bytes)) return put();
+  if (!req.blocking || core_->sink->WriteQueueHasRoom(bytes)) return put();
   ++core_->pooled_puts;
   core_->puts.Submit(id_, std::move(put));
+}
+
+void Connection::ReadClientMemoryAndPut(const ClientMemoryPut& p) {
+  auto self = shared_from_this();
+  const wire::FrameHeader h = p.h;
+  const NamespaceId ns = p.ns;
+  const uint64_t bytes = p.bytes;
+  PutCallback done = [self, h, ns, bytes](Status s) {
+    if (s.ok()) self->core_->access.CountPut(ns, bytes);
+    self->Reply(h, s);
+    self->Finish(bytes);
+  };
+  // Past it the client may have stopped waiting and reused its memory.
+  if (Clock::now() >= p.start_by) return done(Status::TimedOut("put deadline passed before the service reached it"));
+  BlockSink* sink = core_->sink;
+  RamTier* tier = sink->ram_tier();
+  RamTier::Pin slot = tier != nullptr && bytes != 0 ? tier->Reserve(ns, p.key, bytes) : RamTier::Pin();
+  std::shared_ptr<uint8_t> own;
+  std::vector<MutableFragment> local;
+  if (slot) {
+    for (const RamTier::Piece& piece : slot.pieces()) local.push_back(MutableFragment{piece.data, piece.size});
+  } else {
+    own = AlignedBuffer(bytes);
+    if (own == nullptr && bytes != 0) return done(Status::NoSpace("no memory for a put of " + std::to_string(bytes)));
+    local.push_back(MutableFragment{own.get(), bytes});
+  }
+  Xxh3Copy sum(bytes);
+  std::vector<Xxh3Mark> marks;
+  const bool want_marks = slot && tier->WantsMarks(bytes);
+  if (want_marks) sum.RecordMarks(RamTier::kMarkBytes, &marks);
+  Status st = ReadHashed(*peer_memory_, p.remote, local, &sum);
+  if (!st.ok()) {
+    slot.Release();
+    // NotSupported tells the client to send it again through staging.
+    return done(Status::NotSupported("the service cannot read this client's memory: " + st.message()));
+  }
+  ++core_->client_memory_puts;
+  const uint64_t checksum = sum.Digest();
+  if (slot) {
+    if (want_marks && !marks.empty()) tier->SetMarks(slot, std::move(marks));
+    return sink->PutInternal(ns, p.key, {}, std::move(slot), p.blocking, std::move(done), &checksum, false,
+                             p.start_by);
+  }
+  const Fragment payload{own.get(), bytes};
+  sink->PutInternal(ns, p.key, {&payload, 1}, RamTier::Pin(), p.blocking,
+                    [own, done = std::move(done)](Status s) { done(std::move(s)); }, &checksum, /*borrow=*/true,
+                    p.start_by);
 }
 
 }  // namespace kvtier::service
