@@ -217,6 +217,10 @@ struct Stats {
   // (about 32 bytes per block), loaded in the background after open; until
   // it is ready they read RocksDB, several times slower on a large store.
   bool lookup_map_ready = false;
+  // True while the index refuses writes: a write of its files failed, and
+  // RocksDB 7.8 does not resume after that until the store is reopened.
+  // Puts and removes fail meanwhile (none is acknowledged); reads go on.
+  bool index_writes_refused = false;
   uint64_t lookup_map_entries = 0;
   uint32_t segments_total = 0, segments_sealed = 0, segments_free = 0;
   // Of them, the hot region's (Options::hot_region_fraction), open or sealed.

@@ -321,6 +321,7 @@ std::string StatsToJson(const Stats& s) {
       {"index_written_bytes", s.index_written_bytes},
       {"lookup_map_ready", s.lookup_map_ready},
       {"lookup_map_entries", s.lookup_map_entries},
+      {"index_writes_refused", s.index_writes_refused},
       {"segments_total", s.segments_total},
       {"segments_sealed", s.segments_sealed},
       {"segments_hot", s.segments_hot},

@@ -175,6 +175,7 @@ class Index {
     uint64_t sst_bytes = 0, memtable_bytes = 0, written_bytes = 0;
     bool lookup_map_ready = false;
     uint64_t lookup_map_entries = 0;
+    bool writes_refused = false;  // a write failed and RocksDB has not resumed
   };
   Footprint GetFootprint();
   // Flushes every memtable: with `wait`, every write so far is durable on

@@ -84,6 +84,7 @@ Stats StoreImpl::GetStats() {
     s.index_written_bytes = f.written_bytes;
     s.lookup_map_ready = f.lookup_map_ready;
     s.lookup_map_entries = f.lookup_map_entries;
+    s.index_writes_refused = f.writes_refused;
   }
   if (ram_) {
     RamTierStats r = ram_->GetStats();

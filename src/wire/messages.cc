@@ -36,7 +36,7 @@ void VisitStats(T& s, V& v) {
   v(s.remote_uploads_skipped); v(s.remote_segments_imported); v(s.remote_objects_deleted);
   v(s.remote_uploads_deleted); v(s.remote_admitted_to_ram); v(s.remote_orphans_removed);
   v(s.index_sst_bytes); v(s.index_memtable_bytes); v(s.index_written_bytes); v(s.lookup_map_ready);
-  v(s.lookup_map_entries);
+  v(s.lookup_map_entries); v(s.index_writes_refused);
 }
 
 template <typename V, typename T>

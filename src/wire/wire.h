@@ -46,8 +46,9 @@ inline constexpr uint32_t kWireMagic = 0x5653564B;
 // whether to count blocks; 11: put and get carry a start deadline, after
 // which the service no longer starts reading or writing the client's memory;
 // 12: hello carries a memory probe and its reply whether the service reads
-// the client's own memory, and a put's fragments may lie there.
-inline constexpr uint16_t kWireVersion = 12;
+// the client's own memory, and a put's fragments may lie there; 13: Stats
+// says whether the index refuses writes.
+inline constexpr uint16_t kWireVersion = 13;
 inline constexpr size_t kHeaderBytes = 24;
 inline constexpr uint32_t kMaxBodyBytes = 4u << 20;
 inline constexpr uint32_t kMaxFragments = 64;     // per put or get

@@ -274,9 +274,11 @@ TEST(FailedWrite, ARemoveAfterOneWhoseIndexFlushFailedIsDurableWhenAcknowledged)
     fo.file_system = fs;
     auto s = Store::Open(store, fo);
     if (!s.ok()) _exit(20);
+    if ((*s)->GetStats().index_writes_refused) _exit(26);
     fs->SetFault(FaultOp::kSync, FaultSpec::After(0).OnPaths("index/"));
     if ((*s)->Remove(ns, Key(1)).ok()) _exit(21);  // its flush failed: not acknowledged
     if (fs->Faults(FaultOp::kSync) == 0) _exit(22);
+    if (!(*s)->GetStats().index_writes_refused) _exit(27);  // said, for operators
     fs->ClearAllFaults();
     const std::string k1 = Key(1), k2 = Key(2);
     const std::string_view keys[] = {k1, k2};

@@ -206,6 +206,9 @@ std::string RenderMetrics(const MetricsInput& in, nlohmann::json* json) {
         s.lookup_map_ready ? 1 : 0);
   e.One("lookup_map_entries", "gauge", "Entries in the in-memory lookup map.",
         static_cast<double>(s.lookup_map_entries));
+  e.One("index_writes_refused", "gauge",
+        "1 while the index refuses writes after a failed write of its files (reopen the store to write again).",
+        s.index_writes_refused ? 1 : 0);
   if (in.service != nullptr) ServiceMetrics(*in.service, e);
   if (json != nullptr) *json = e.json();
   return e.text();
