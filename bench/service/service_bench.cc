@@ -93,6 +93,7 @@ struct Args {
   bool embedded_huge_pages = false;    // embedded arm on huge pages even where clients are not
   int64_t reply_spin_us = -1;  // the clients' ServiceClientOptions::reply_spin_us (-1: by core count)
   int64_t reader_spin_us = 0;  // the service's ServiceOptions::reader_spin_us (-1: by core count)
+  int64_t client_read_threads = -1;  // the service's ServiceOptions::client_read_threads
   int64_t stream_min_kib = -1;  // Options::ram_streaming_copy_min_bytes in KiB (-1: the default)
   int64_t split_min_kib = -1;  // Options::ram_split_copy_min_bytes in KiB (0: never; -1: the store's default)
   int64_t copy_spin_us = 0;    // Options::ram_copy_spin_us
@@ -677,6 +678,7 @@ Served Serve(const Args& a, const std::string& dir, uint64_t ram_bytes, uint64_t
   kvtier::ServiceOptions so;
   so.socket_path = s.socket;
   so.reader_spin_us = static_cast<int32_t>(a.reader_spin_us);
+  so.client_read_threads = static_cast<int32_t>(a.client_read_threads);
   so.log = [](const std::string&) {};
   auto sv = kvtier::Service::Start(s.store.get(), so);
   if (!sv.ok()) {
@@ -930,15 +932,15 @@ int RunParent(const Args& a) {
     std::printf("{\"machine\": {\"cores\": %u, \"kernel\": \"%s\", \"block_bytes\": %zu, \"seconds\": %.2f, "
                 "\"memcpy_gbps\": %.3f, \"copy_kernel\": \"%s\", \"copy_threads\": %d, "
                 "\"verified_copy_gbps\": %.3f, \"verified_copy_kernel\": \"%s\", \"verified_copy_threads\": %d, "
-                "\"reply_spin_us\": %lld, \"reader_spin_us\": %lld, \"copy_spin_us\": %lld, "
+                "\"reply_spin_us\": %lld, \"reader_spin_us\": %lld, \"client_read_threads\": %lld, \"copy_spin_us\": %lld, "
                 "\"zero_copy_small_pages\": %s, \"client_huge_pages\": %s, \"embedded_huge_pages\": %s, "
                 "\"shared_tier\": %s, \"lent_tier\": %s}, "
                 "\"disk_get_phases_us\": {\"gets\": %.0f, \"queue\": %.1f, \"index\": %.1f, \"device\": %.1f, "
                 "\"finish\": %.1f}, \"put_phases_us\": {%s, %s}, \"rows\": [\n",
                 cores, u.release, a.block, a.seconds, mem_gbps, mem.kernel.c_str(), mem.threads, verified.gbps,
                 verified.kernel.c_str(), verified.threads, static_cast<long long>(a.reply_spin_us),
-                static_cast<long long>(a.reader_spin_us), static_cast<long long>(a.copy_spin_us),
-                a.zero_copy_small_pages ? "true" : "false", client_huge ? "true" : "false",
+                static_cast<long long>(a.reader_spin_us), static_cast<long long>(a.client_read_threads),
+                static_cast<long long>(a.copy_spin_us), a.zero_copy_small_pages ? "true" : "false", client_huge ? "true" : "false",
                 a.embedded_huge_pages || client_huge ? "true" : "false", a.shared_tier ? "true" : "false",
                 a.lent_tier ? "true" : "false", timed, queue_us, index_us, device_us,
                 finish_us, PhasesJson("embedded", put_embedded).c_str(), PhasesJson("service", put_service).c_str());
@@ -974,11 +976,11 @@ int RunParent(const Args& a) {
                   mem_gbps, mem.kernel.c_str(), mem.threads, verified.gbps, verified.kernel.c_str(), verified.threads,
                   maxc, same_destination[1], same_destination[maxc]);
   std::printf("kvtier service bench: %u cores, Linux %s, %zu-byte blocks, %.1f s per run, %s; reply spin %lld us, "
-              "reader spin %lld us (-1: by cores), copy spin %lld us, zero-copy from 4 KiB pages %s; client memory on %s%s, embedded arm on "
+              "reader spin %lld us (-1: by cores), client read threads %lld (-1: by cores), copy spin %lld us, zero-copy from 4 KiB pages %s; client memory on %s%s, embedded arm on "
               "%s; RAM tier in %s, clients %s\n\n",
               cores, u.release, a.block, a.seconds, limits, static_cast<long long>(a.reply_spin_us),
-              static_cast<long long>(a.reader_spin_us), static_cast<long long>(a.copy_spin_us),
-              a.zero_copy_small_pages ? "on" : "off", client_huge ? "huge pages" : "4 KiB pages",
+              static_cast<long long>(a.reader_spin_us), static_cast<long long>(a.client_read_threads),
+              static_cast<long long>(a.copy_spin_us), a.zero_copy_small_pages ? "on" : "off", client_huge ? "huge pages" : "4 KiB pages",
               a.private_thp ? " (not registered: private, transparent huge pages)" : "",
               a.embedded_huge_pages || client_huge ? "huge pages" : "4 KiB pages",
               a.shared_tier ? "/dev/shm (lent)" : "anonymous memory (not lent)",
@@ -1083,6 +1085,7 @@ int main(int argc, char** argv) {
     else if (k == "--private-thp") a.private_thp = true;
     else if (k == "--reply-spin-us") a.reply_spin_us = std::strtoll(next().c_str(), nullptr, 10);
     else if (k == "--reader-spin-us") a.reader_spin_us = std::strtoll(next().c_str(), nullptr, 10);
+    else if (k == "--client-read-threads") a.client_read_threads = std::strtoll(next().c_str(), nullptr, 10);
     else if (k == "--socket") a.socket = next();
     else if (k == "--op") a.op = next();
     else if (k == "--out") a.out = next();
@@ -1093,7 +1096,7 @@ int main(int argc, char** argv) {
     else if (k == "--fd") a.fd = std::atoi(next().c_str());
     else if (k == "--help" || k == "-h") {
       std::printf("usage: kvtier bench --service [--dir D] [--seconds S] [--clients 1,2,4,8] [--block 2M]\n"
-                  "       [--ram-blocks N] [--disk-blocks N] [--reply-spin-us N] [--reader-spin-us N]\n"
+                  "       [--ram-blocks N] [--disk-blocks N] [--reply-spin-us N] [--reader-spin-us N] [--client-read-threads N]\n"
                   "       [--zero-copy-small-pages] [--embedded-huge-pages] [--stream-min-kib K]\n"
                   "       [--split-copy-min-kib K] [--copy-spin-us N] [--shared-tier] [--no-lent-tier] [--no-client-memory-reads] [--private-thp] [--no-disk | --disk-only] [--no-warm-up]\n"
                   "       [--json]\n");

@@ -80,6 +80,14 @@ struct ServiceOptions {
   // on hosts of 8 cores or more, else 0 (where a polling reader would take
   // a core the store and its clients need).
   int32_t reader_spin_us = 0;
+  // Threads that read one put's payload from a client's own memory, the
+  // connection's included (where the client did not register it): the
+  // kernel pins each 4 KiB page it reads, so one thread reads at about 0.4x
+  // of a memcpy, and a lone client's put waits on it. A put is split only
+  // while at most as many such reads run as there are threads beside the
+  // connection's. -1 (default): a quarter of the cores, from 2 to 5, and 1
+  // (never split) below 8 cores, where the store and its clients need them.
+  int32_t client_read_threads = -1;
   // One line per event an operator should see (a client connects or goes, a
   // frame is refused). Null: stderr.
   std::function<void(const std::string&)> log;
@@ -111,6 +119,8 @@ struct ServiceStats {
   // Puts whose payload the service read from the client's own memory
   // (process_vm_readv, one copy) instead of the client's staging.
   uint64_t client_memory_puts = 0;
+  // Of them, those read by several threads at once (client_read_threads).
+  uint64_t client_memory_split_puts = 0;
   uint64_t polled_requests = 0;  // requests a connection's reader found while polling (reader_spin_us)
   uint64_t tier_maps = 0;          // RAM tier files handed to clients (map_tier), since start
   uint64_t tier_lent_blocks = 0;   // blocks pinned for clients' own copies (pin_tier), since start

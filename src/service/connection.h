@@ -31,7 +31,9 @@
 #include "service/work_pool.h"
 #include "store/block_sink.h"
 #include "tier/ram_tier.h"
+#include "util/copy_checksum.h"
 #include "util/thread_annotations.h"
+#include "util/worker_pool.h"
 #include "wire/frame_reader.h"
 #include "wire/peer_memory.h"
 #include "wire/region.h"
@@ -56,7 +58,7 @@ struct ServerCore {
   std::atomic<uint32_t> spinning{0};
   std::atomic<uint64_t> polled{0};  // frames a polling reader caught
   std::atomic<uint64_t> requests{0}, malformed{0}, over_cap{0}, regions{0}, pooled_gets{0},
-      pooled_puts{0}, client_memory_puts{0};
+      pooled_puts{0}, client_memory_puts{0}, client_memory_split_puts{0};
   std::atomic<uint64_t> populated{0};  // bytes of clients' regions mapped ahead of use
   std::atomic<uint64_t> tier_maps{0}, tier_lent_blocks{0}, tier_pinned_bytes{0};
   // Maps a region's present pages ahead of its first copy, on `populate`,
@@ -73,6 +75,13 @@ struct ServerCore {
   static unsigned GetThreads();
   static unsigned Cores();
   static uint32_t SpinMicros(int32_t asked);
+  // Helpers that read one put's payload from a client's memory beside the
+  // thread that took it, while few such reads run (ReadsToSplit): the kernel
+  // pins each 4 KiB page it reads, so one thread reads at about 0.4x of a
+  // memcpy (bench/peer_read_bench.cc).
+  WorkerPool client_reads{ClientReadHelpers(opt.client_read_threads), "kvtier-peerread"};
+  std::atomic<uint32_t> client_reads_running{0};
+  static unsigned ClientReadHelpers(int32_t threads);
   // Last: stopped first, before the counters its jobs add to.
   WorkPool populate{1};
 };
@@ -127,6 +136,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     Clock::time_point start_by;
   };
   void ReadClientMemoryAndPut(const ClientMemoryPut& p);
+  // Reads it into `local`, hashing it into `sum` (its marks included).
+  Status ReadPayload(std::span<const Fragment> remote, std::span<const MutableFragment> local, Xxh3Copy* sum);
   void OnGet(const wire::FrameHeader& h, std::string_view body);
   void OnGetBatch(const wire::FrameHeader& h, std::string_view body);
   void OnNamespaceCall(const wire::FrameHeader& h, std::string_view body);

@@ -26,28 +26,52 @@ std::shared_ptr<uint8_t> AlignedBuffer(uint64_t bytes) {
 // its hash is, instead of a copy and then a hash of 2 MiB gone to memory.
 constexpr uint64_t kReadPiece = RamTier::kMarkBytes;
 
-Status ReadHashed(const wire::PeerMemory& client, std::span<const Fragment> remote,
-                  std::span<const MutableFragment> local, Xxh3Copy* sum) {
+// One piece of the destination and where its bytes lie in the client.
+struct ReadPiece {
+  std::vector<Fragment> from;
+  MutableFragment to;
+};
+
+Result<std::vector<ReadPiece>> SplitIntoPieces(std::span<const Fragment> remote,
+                                               std::span<const MutableFragment> local) {
+  std::vector<ReadPiece> pieces;
   size_t ri = 0;
   uint64_t roff = 0;
-  std::vector<Fragment> from;
   for (const MutableFragment& l : local) {
     for (uint64_t off = 0; off < l.size; off += kReadPiece) {
       const uint64_t n = std::min<uint64_t>(kReadPiece, l.size - off);
-      from.clear();
+      ReadPiece p{{}, MutableFragment{static_cast<uint8_t*>(l.data) + off, n}};
       for (uint64_t need = n; need > 0;) {
         if (ri == remote.size()) return Status::InvalidArgument("the client's pieces are shorter than the payload");
         const uint64_t take = std::min<uint64_t>(need, remote[ri].size - roff);
-        if (take > 0) from.push_back(Fragment{static_cast<const uint8_t*>(remote[ri].data) + roff, take});
+        if (take > 0) p.from.push_back(Fragment{static_cast<const uint8_t*>(remote[ri].data) + roff, take});
         roff += take;
         need -= take;
         if (roff == remote[ri].size) ++ri, roff = 0;
       }
-      const MutableFragment to{static_cast<uint8_t*>(l.data) + off, n};
-      KVTIER_RETURN_IF_ERROR(client.Read(from, {&to, 1}));
-      sum->Hash(to.data, n);
+      pieces.push_back(std::move(p));
     }
   }
+  return pieces;
+}
+
+// Read by this thread alone, each piece hashed as it lands.
+Status ReadHashed(const wire::PeerMemory& client, std::span<const ReadPiece> pieces, Xxh3Copy* sum) {
+  for (const ReadPiece& p : pieces) {
+    KVTIER_RETURN_IF_ERROR(client.Read(p.from, {&p.to, 1}));
+    sum->Hash(p.to.data, p.to.size);
+  }
+  return Status::OK();
+}
+
+// Read by this thread and the pool's helpers at once, then hashed in order
+// (the hash is sequential; the payload is still in the cache).
+Status ReadSplitThenHash(const wire::PeerMemory& client, std::span<const ReadPiece> pieces, Xxh3Copy* sum,
+                         WorkerPool* pool) {
+  std::vector<Status> read(pieces.size());
+  pool->ForEach(pieces.size(), [&](size_t i) { read[i] = client.Read(pieces[i].from, {&pieces[i].to, 1}); });
+  for (const Status& st : read) KVTIER_RETURN_IF_ERROR(st);
+  for (const ReadPiece& p : pieces) sum->Hash(p.to.data, p.to.size);
   return Status::OK();
 }
 
@@ -109,7 +133,7 @@ void Connection::ReadClientMemoryAndPut(const ClientMemoryPut& p) {
   std::vector<Xxh3Mark> marks;
   const bool want_marks = slot && tier->WantsMarks(bytes);
   if (want_marks) sum.RecordMarks(RamTier::kMarkBytes, &marks);
-  Status st = ReadHashed(*peer_memory_, p.remote, local, &sum);
+  Status st = ReadPayload(p.remote, local, &sum);
   if (!st.ok()) {
     slot.Release();
     // NotSupported tells the client to send it again through staging.
@@ -126,6 +150,21 @@ void Connection::ReadClientMemoryAndPut(const ClientMemoryPut& p) {
   sink->PutInternal(ns, p.key, {&payload, 1}, RamTier::Pin(), p.blocking,
                     [own, done = std::move(done)](Status s) { done(std::move(s)); }, &checksum, /*borrow=*/true,
                     p.start_by);
+}
+
+// A put's payload split among threads only while at most as many such
+// reads run as the pool has helpers: with more, every core already reads.
+Status Connection::ReadPayload(std::span<const Fragment> remote, std::span<const MutableFragment> local,
+                               Xxh3Copy* sum) {
+  auto pieces = SplitIntoPieces(remote, local);
+  if (!pieces.ok()) return pieces.status();
+  WorkerPool& pool = core_->client_reads;
+  const uint32_t running = core_->client_reads_running.fetch_add(1) + 1;
+  const bool split = pieces->size() > 1 && running <= pool.helpers();
+  Status st = split ? ReadSplitThenHash(*peer_memory_, *pieces, sum, &pool) : ReadHashed(*peer_memory_, *pieces, sum);
+  core_->client_reads_running.fetch_sub(1);
+  if (st.ok() && split) ++core_->client_memory_split_puts;
+  return st;
 }
 
 }  // namespace kvtier::service

@@ -32,6 +32,12 @@ unsigned ServerCore::GetThreads() {
   return std::clamp(std::thread::hardware_concurrency(), 2u, 16u);
 }
 
+// ServiceOptions::client_read_threads, less the connection's own.
+unsigned ServerCore::ClientReadHelpers(int32_t threads) {
+  if (threads >= 1) return static_cast<unsigned>(std::min(threads, 64)) - 1;
+  return Cores() >= 8 ? std::clamp(Cores() / 4, 2u, 5u) - 1 : 0;
+}
+
 unsigned ServerCore::Cores() {
   return std::max(1u, std::thread::hardware_concurrency());
 }

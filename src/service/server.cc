@@ -109,6 +109,7 @@ class ServiceImpl final : public Service {
     s.pooled_gets = core_.pooled_gets.load();
     s.pooled_puts = core_.pooled_puts.load();
     s.client_memory_puts = core_.client_memory_puts.load();
+    s.client_memory_split_puts = core_.client_memory_split_puts.load();
     s.polled_requests = core_.polled.load();
     s.regions = core_.regions.load();
     s.region_bytes_populated = core_.populated.load();

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <future>
+#include <tuple>
 
 #include "service/service_util.h"
 
@@ -29,17 +30,24 @@ Options StoreWithTier(uint64_t ram_bytes) {
 }
 
 // The tier holds the blocks (they are read into it), or is smaller than a
-// block (they are read into the service's own buffer).
-class ClientMemoryPuts : public ::testing::TestWithParam<uint64_t> {
+// block (they are read into the service's own buffer); each put is read by
+// the connection's thread alone, or split among three.
+class ClientMemoryPuts : public ::testing::TestWithParam<std::tuple<uint64_t, int32_t>> {
  protected:
-  Options StoreOptions() const { return StoreWithTier(GetParam()); }
+  uint64_t TierBytes() const { return std::get<0>(GetParam()); }
+  Options StoreOptions() const { return StoreWithTier(TierBytes()); }
+  ServiceOptions Service() const {
+    ServiceOptions so;
+    so.client_read_threads = std::get<1>(GetParam());
+    return so;
+  }
   TempDir dir_;
 };
 
 uint64_t ClientMemoryPutsSoFar(ServedStore& served) { return served.service()->GetStats().client_memory_puts; }
 
 TEST_P(ClientMemoryPuts, PrivateMemoryIsReadOnceByTheServiceNotStaged) {
-  ServedStore served(dir_.path(), ServiceOptions{}, StoreOptions());
+  ServedStore served(dir_.path(), Service(), StoreOptions());
   ServiceClientOptions co;
   co.staging_bytes = 2 << 20;  // smaller than the blocks: staging could not carry them
   auto c = served.Client(co);
@@ -81,14 +89,16 @@ TEST_P(ClientMemoryPuts, PrivateMemoryIsReadOnceByTheServiceNotStaged) {
   c->PutAsync(ns, Key(21), {&bf, 1}, [&copied](Status s) { copied.set_value(std::move(s)); });
   EXPECT_EQ(copied.get_future().get().code(), Code::kNotAdmitted);
   EXPECT_EQ(ClientMemoryPutsSoFar(served), 5u);
+  // One client, one put at a time: with helpers, each was split.
+  EXPECT_EQ(served.service()->GetStats().client_memory_split_puts, std::get<1>(GetParam()) > 1 ? 5u : 0u);
   // A tier smaller than a block holds none: each was read into the
   // service's own buffer and written from there.
-  if (GetParam() < kBlock) {
+  if (TierBytes() < kBlock) {
     EXPECT_EQ(served.store()->GetStats().ram_blocks, 0u);
   }
   // Where the tier holds them, the puts' blocks are there (read into it,
   // not copied again): a get of one is a RAM hit.
-  if (GetParam() > kBlock) {
+  if (TierBytes() > kBlock) {
     const uint64_t before = served.store()->GetStats().hits_ram;
     std::vector<uint8_t> back(kBlock);
     ASSERT_EQ(c->Get(ns, Key(1), back.data(), back.size()).value(), kBlock);
@@ -117,7 +127,7 @@ void ExpectPutsStaged(ServedStore& served, ServiceClientOptions co) {
 }
 
 TEST_P(ClientMemoryPuts, AClientThatDeclinesHasItsPutsStaged) {
-  ServedStore served(dir_.path(), ServiceOptions{}, StoreOptions());
+  ServedStore served(dir_.path(), Service(), StoreOptions());
   ServiceClientOptions co;
   co.service_reads_memory = false;
   ExpectPutsStaged(served, co);
@@ -204,9 +214,13 @@ TEST(ClientMemoryPutsFallBack, APutTheServiceCanNoLongerReadIsStagedInstead) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "service: " << status;
 }
 
-INSTANTIATE_TEST_SUITE_P(RamTier, ClientMemoryPuts, ::testing::Values(uint64_t{32} << 20, uint64_t{2} << 20),
+INSTANTIATE_TEST_SUITE_P(RamTier, ClientMemoryPuts,
+                         ::testing::Combine(::testing::Values(uint64_t{32} << 20, uint64_t{2} << 20),
+                                            ::testing::Values(int32_t{1}, int32_t{3})),
                          [](const auto& info) {
-                           return info.param > (3u << 20) ? std::string("HoldsTheBlocks") : std::string("SmallerThanABlock");
+                           return std::string(std::get<0>(info.param) > (3u << 20) ? "HoldsTheBlocks"
+                                                                                    : "SmallerThanABlock") +
+                                  (std::get<1>(info.param) > 1 ? "SplitAmongThree" : "OneReader");
                          });
 
 TEST(ClientMemoryPutsWithoutATier, AreStagedSinceStagingIsOneCopyThere) {

@@ -49,6 +49,7 @@ struct ServeCmd {
   std::string client_pinned = "4G";
   uint32_t max_clients = 256;
   int32_t reader_spin_us = 0;
+  int32_t client_read_threads = -1;
   uint32_t ram_copy_spin_us = 0;
 };
 
@@ -235,6 +236,9 @@ int Run(const ServeCmd& in) {
   so.max_clients = in.max_clients;
   if (in.reader_spin_us < -1) return Fail("serve", kExitUsage, "--reader-spin-us is -1 (by cores), 0 (off) or a time");
   so.reader_spin_us = in.reader_spin_us;
+  if (in.client_read_threads == 0 || in.client_read_threads < -1)
+    return Fail("serve", kExitUsage, "--client-read-threads is -1 (by cores) or a count of at least 1");
+  so.client_read_threads = in.client_read_threads;
   Log log(in.log_file);
   so.log = [&log](const std::string& line) { log.Line(line); };
 
@@ -367,6 +371,10 @@ Command AddServe(CLI::App& root) {
   sub->add_option("--reader-spin-us", in->reader_spin_us,
                   "Microseconds a connection polls for a client's next request while it waits for a reply "
                   "(0: sleep at once; -1: 3000 on hosts of 8 cores or more, else 0)")
+      ->capture_default_str();
+  sub->add_option("--client-read-threads", in->client_read_threads,
+                  "Threads that read one put from a client's own memory (1: never split; -1: a quarter of the "
+                  "cores from 2 to 5, and 1 below 8 cores)")
       ->capture_default_str();
   return {sub, [in] { return Run(*in); }};
 }

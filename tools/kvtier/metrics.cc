@@ -72,6 +72,9 @@ void ServiceMetrics(const ServiceStats& sv, Exposition& e) {
   e.One("service_client_memory_puts_total", "counter",
         "Puts whose payload the service read from the client's own memory (one copy) instead of its staging.",
         static_cast<double>(sv.client_memory_puts));
+  e.One("service_client_memory_split_puts_total", "counter",
+        "Of those, puts read by several service threads at once (--client-read-threads).",
+        static_cast<double>(sv.client_memory_split_puts));
   e.One("service_polled_requests_total", "counter",
         "Requests a connection's reader caught while polling for them (--reader-spin-us) instead of being woken.",
         static_cast<double>(sv.polled_requests));
