@@ -85,8 +85,9 @@ struct ServiceOptions {
   // kernel pins each 4 KiB page it reads, so one thread reads at about 0.4x
   // of a memcpy, and a lone client's put waits on it. A put is split only
   // while at most as many such reads run as there are threads beside the
-  // connection's. -1 (default): a quarter of the cores, from 2 to 5, and 1
-  // (never split) below 8 cores, where the store and its clients need them.
+  // connection's. -1 (default): the connection's and a quarter of the cores
+  // beside it, at most 4, and 1 (never split) below 8 cores, where the store
+  // and its clients need them.
   int32_t client_read_threads = -1;
   // One line per event an operator should see (a client connects or goes, a
   // frame is refused). Null: stderr.

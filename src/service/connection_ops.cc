@@ -35,7 +35,7 @@ unsigned ServerCore::GetThreads() {
 // ServiceOptions::client_read_threads, less the connection's own.
 unsigned ServerCore::ClientReadHelpers(int32_t threads) {
   if (threads >= 1) return static_cast<unsigned>(std::min(threads, 64)) - 1;
-  return Cores() >= 8 ? std::clamp(Cores() / 4, 2u, 5u) - 1 : 0;
+  return Cores() >= 8 ? std::min(Cores() / 4, 4u) : 0;
 }
 
 unsigned ServerCore::Cores() {

@@ -373,8 +373,8 @@ Command AddServe(CLI::App& root) {
                   "(0: sleep at once; -1: 3000 on hosts of 8 cores or more, else 0)")
       ->capture_default_str();
   sub->add_option("--client-read-threads", in->client_read_threads,
-                  "Threads that read one put from a client's own memory (1: never split; -1: a quarter of the "
-                  "cores from 2 to 5, and 1 below 8 cores)")
+                  "Threads that read one put from a client's own memory (1: never split; -1: the connection's "
+                  "and a quarter of the cores beside it, at most 4, and 1 below 8 cores)")
       ->capture_default_str();
   return {sub, [in] { return Run(*in); }};
 }
