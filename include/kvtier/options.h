@@ -191,7 +191,8 @@ struct Options {
   // Called (from any of the store's threads, so it must be thread-safe) with
   // one line for each condition an operator should hear of that is no error:
   // the byte budget capped to what the disk can hold, the disk filling up
-  // before the budget. Null: the line goes to stderr, prefixed "kvtier: ".
+  // before the budget, the index refusing writes after a failed write of its
+  // files. Null: the line goes to stderr, prefixed "kvtier: ".
   std::function<void(const std::string& line)> warn;
 
   // --- I/O -------------------------------------------------------------------

@@ -258,6 +258,7 @@ Result<std::unique_ptr<Index>> Index::Open(const std::string& path, const IndexO
   r.path = path;
   r.read_only = o.read_only;
   r.env = std::move(env);
+  r.warn = o.warn;
   r.db = db;
   r.entries = handles[0];
   r.by_segment = handles[1];

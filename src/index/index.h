@@ -86,6 +86,9 @@ struct IndexOpenOptions {
   // Bloom filter is zeroed, the WAL is preallocated to about this size), so a
   // small store asks for less; see the store's choice in store_open.cc.
   uint64_t write_buffer_bytes = 64u << 20;
+  // Told once each time the index starts refusing writes (a write of its
+  // files failed), from the thread whose write failed. Null: not told.
+  std::function<void(const std::string&)> warn;
 };
 
 class Index {

@@ -8,6 +8,7 @@
 #include <rocksdb/env.h>
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -115,10 +116,15 @@ struct Index::Rep {
   }
   // The status of a write; a failure of the file system marks the index.
   Status Written(const rocksdb::Status& rs, std::string_view what) {
-    if (!rs.ok() && (rs.IsIOError() || rs.IsCorruption() || rs.IsNoSpace() || rs.IsIncomplete()))
-      write_failed.store(true);
+    if (!rs.ok() && (rs.IsIOError() || rs.IsCorruption() || rs.IsNoSpace() || rs.IsIncomplete()) &&
+        !write_failed.exchange(true) && warn) {
+      warn(Context(std::string(what) + " failed (" + rs.ToString() +
+                   "): the index refuses writes until it resumes, which RocksDB 7.8 does only when the store is "
+                   "reopened; puts and removes fail meanwhile, reads go on"));
+    }
     return FromRocks(rs, Context(what));
   }
+  std::function<void(const std::string&)> warn;  // IndexOpenOptions::warn
   std::mutex resume_mu;
   std::string Context(std::string_view what) const {
     std::string m = "index ";

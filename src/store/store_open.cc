@@ -202,6 +202,7 @@ Status StoreImpl::OpenIndex() {
   // capacity/256 holds more than a tenth of the store's entries; at most
   // RocksDB's usual 64 MiB, at least 4 MiB.
   io.write_buffer_bytes = std::clamp<uint64_t>(CapacityBytes() / 256, 4u << 20, 64u << 20);
+  io.warn = [this](const std::string& line) { Warn(line); };
   auto index = Index::Open(layout::IndexDir(dir_), io);
   if (!index.ok() && repair_mode_ && index.status().code() != Code::kBusy) {
     // The index is a cache of the segments: set the damaged one aside (for

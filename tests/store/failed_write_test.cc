@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <functional>
+#include <mutex>
 #include <random>
 #include <fstream>
 #include <sstream>
@@ -272,6 +273,12 @@ TEST(FailedWrite, ARemoveAfterOneWhoseIndexFlushFailedIsDurableWhenAcknowledged)
     auto fs = std::make_shared<FaultInjectionFileSystem>(DefaultFileSystem(IoBackend::kPosix));
     Options fo = o;
     fo.file_system = fs;
+    std::mutex mu;
+    std::vector<std::string> warned;
+    fo.warn = [&](const std::string& line) {
+      std::lock_guard<std::mutex> l(mu);
+      warned.push_back(line);
+    };
     auto s = Store::Open(store, fo);
     if (!s.ok()) _exit(20);
     if ((*s)->GetStats().index_writes_refused) _exit(26);
@@ -284,6 +291,11 @@ TEST(FailedWrite, ARemoveAfterOneWhoseIndexFlushFailedIsDurableWhenAcknowledged)
     const std::string_view keys[] = {k1, k2};
     const bool again = (*s)->Remove(ns, Key(1)).ok();
     const bool batch = (*s)->RemoveBatch(ns, keys, nullptr).ok();
+    {
+      // One warning for the index's turn to refusing writes, however many are refused.
+      std::lock_guard<std::mutex> l(mu);
+      if (warned.size() != 1 || warned[0].find("refuses writes") == std::string::npos) _exit(28);
+    }
     _exit(1 + (again ? 1 : 0) + (batch ? 2 : 0));  // killed: no clean close
   }
   int status = 0;
