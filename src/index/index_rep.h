@@ -87,8 +87,8 @@ struct Index::Rep {
   // background error, and its WAL writer must not be asked to write or sync
   // again (Debian's build asserts, aborting the process): the next write
   // first asks RocksDB to resume, and fails as long as it cannot. After a
-  // failed WAL write it never can (RocksDB 7.8 treats it as fatal): writes
-  // fail until the store is reopened, reads go on.
+  // failed flush or WAL write it never can (RocksDB 7.8 treats both as
+  // fatal): writes fail until the store is reopened, reads go on.
   std::atomic<bool> write_failed{false};
 
   Status CheckWritable(std::string_view what) {
