@@ -83,6 +83,11 @@ crush location = root=default host=kvtier-one-node
 mon allow pool size one = true
 mon allow pool delete = true
 mon warn on pool no redundancy = false
+# A throwaway test cluster need not keep 5% of a shared disk free (the
+# monitor's default refusal): CI machines often run with less. It still stops
+# at 1%, before the disk is full.
+mon data avail crit = 1
+mon data avail warn = 2
 run dir = $dir/run
 admin socket = $dir/run/\$name.asok
 log file = $dir/\$name.log
