@@ -64,15 +64,25 @@ Status ReadHashed(const wire::PeerMemory& client, std::span<const ReadPiece> pie
   return Status::OK();
 }
 
-// Read by this thread and the pool's helpers at once, then hashed in order
-// (the hash is sequential; the payload is still in the cache).
-Status ReadSplitThenHash(const wire::PeerMemory& client, std::span<const ReadPiece> pieces, Xxh3Copy* sum,
-                         WorkerPool* pool) {
+// Read by the pool's helpers (and this thread, while the next piece in
+// order is not yet read), each piece hashed here as soon as it and those
+// before it have landed: the sequential hash runs beside the reads instead
+// of after them all.
+Status ReadSplitHashingInOrder(const wire::PeerMemory& client, std::span<const ReadPiece> pieces, Xxh3Copy* sum,
+                               WorkerPool* pool) {
   std::vector<Status> read(pieces.size());
-  pool->ForEach(pieces.size(), [&](size_t i) { read[i] = client.Read(pieces[i].from, {&pieces[i].to, 1}); });
-  for (const Status& st : read) KVTIER_RETURN_IF_ERROR(st);
-  for (const ReadPiece& p : pieces) sum->Hash(p.to.data, p.to.size);
-  return Status::OK();
+  Status first_error;
+  pool->ForEachInOrder(
+      pieces.size(), [&](size_t i) { read[i] = client.Read(pieces[i].from, {&pieces[i].to, 1}); },
+      [&](size_t i) {
+        if (!first_error.ok()) return;
+        if (!read[i].ok()) {
+          first_error = read[i];
+          return;
+        }
+        sum->Hash(pieces[i].to.data, pieces[i].to.size);
+      });
+  return first_error;
 }
 
 }  // namespace
@@ -161,7 +171,7 @@ Status Connection::ReadPayload(std::span<const Fragment> remote, std::span<const
   WorkerPool& pool = core_->client_reads;
   const uint32_t running = core_->client_reads_running.fetch_add(1) + 1;
   const bool split = pieces->size() > 1 && running <= pool.helpers();
-  Status st = split ? ReadSplitThenHash(*peer_memory_, *pieces, sum, &pool) : ReadHashed(*peer_memory_, *pieces, sum);
+  Status st = split ? ReadSplitHashingInOrder(*peer_memory_, *pieces, sum, &pool) : ReadHashed(*peer_memory_, *pieces, sum);
   core_->client_reads_running.fetch_sub(1);
   if (st.ok() && split) ++core_->client_memory_split_puts;
   return st;

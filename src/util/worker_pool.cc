@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <mutex>
 
 namespace kvtier {
@@ -19,6 +20,8 @@ struct WorkerPool::Call {
   const std::function<void(size_t)>* fn;  // the caller's (alive until done == n), or &owned
   std::atomic<size_t> next{0};
   std::atomic<size_t> done{0};
+  // ForEachInOrder's: item i has returned (waited on by the caller).
+  std::unique_ptr<std::atomic<uint32_t>[]> item_done;
   std::mutex m;
   std::condition_variable all_done;
 };
@@ -43,12 +46,18 @@ WorkerPool::~WorkerPool() {
 // Claims and runs items until none are left; the one that finishes the last
 // item wakes the caller.
 void WorkerPool::Work(Call& c) {
-  for (size_t i = c.next.fetch_add(1); i < c.n; i = c.next.fetch_add(1)) {
-    (*c.fn)(i);
-    if (c.done.fetch_add(1) + 1 == c.n) {
-      std::lock_guard<std::mutex> g(c.m);
-      c.all_done.notify_all();
-    }
+  for (size_t i = c.next.fetch_add(1); i < c.n; i = c.next.fetch_add(1)) RunItem(c, i);
+}
+
+void WorkerPool::RunItem(Call& c, size_t i) {
+  (*c.fn)(i);
+  if (c.item_done != nullptr) {
+    c.item_done[i].store(1, std::memory_order_release);
+    c.item_done[i].notify_one();
+  }
+  if (c.done.fetch_add(1) + 1 == c.n) {
+    std::lock_guard<std::mutex> g(c.m);
+    c.all_done.notify_all();
   }
 }
 
@@ -111,13 +120,7 @@ void WorkerPool::Post(std::function<void()> fn) {
   wake_.notify_one();
 }
 
-void WorkerPool::ForEach(size_t n, const std::function<void(size_t)>& fn) {
-  if (n == 0) return;
-  if (threads_.empty() || n == 1) {
-    for (size_t i = 0; i < n; ++i) fn(i);
-    return;
-  }
-  auto c = std::make_shared<Call>(n, &fn);
+void WorkerPool::Offer(const std::shared_ptr<Call>& c) {
   {
     MutexLock l(&mu_);
     calls_.push_back(c);
@@ -126,13 +129,15 @@ void WorkerPool::ForEach(size_t n, const std::function<void(size_t)>& fn) {
   // As many helpers as there are items beyond the caller's first: waking
   // every helper for a call of a few items sets the idle ones fighting over
   // mu_ while the others copy.
-  const size_t wake = std::min<size_t>(n - 1, threads_.size());
+  const size_t wake = std::min<size_t>(c->n - 1, threads_.size());
   if (wake == threads_.size()) {
     wake_.notify_all();
   } else {
     for (size_t i = 0; i < wake; ++i) wake_.notify_one();
   }
-  Work(*c);
+}
+
+void WorkerPool::Retire(const std::shared_ptr<Call>& c) {
   if (spin_ns_ == 0 || !SpinForDone(*c)) {
     std::unique_lock<std::mutex> g(c->m);
     c->all_done.wait(g, [&] { return c->done.load() == c->n; });
@@ -143,6 +148,42 @@ void WorkerPool::ForEach(size_t n, const std::function<void(size_t)>& fn) {
       calls_.erase(it);
       break;
     }
+}
+
+void WorkerPool::ForEach(size_t n, const std::function<void(size_t)>& fn) {
+  if (n == 0) return;
+  if (threads_.empty() || n == 1) {
+    for (size_t i = 0; i < n; ++i) fn(i);
+    return;
+  }
+  auto c = std::make_shared<Call>(n, &fn);
+  Offer(c);
+  Work(*c);
+  Retire(c);
+}
+
+void WorkerPool::ForEachInOrder(size_t n, const std::function<void(size_t)>& fn,
+                                const std::function<void(size_t)>& then) {
+  if (threads_.empty() || n <= 1) {
+    for (size_t i = 0; i < n; ++i) fn(i), then(i);
+    return;
+  }
+  auto c = std::make_shared<Call>(n, &fn);
+  c->item_done = std::make_unique<std::atomic<uint32_t>[]>(n);
+  Offer(c);
+  for (size_t in_order = 0; in_order < n;) {
+    if (c->item_done[in_order].load(std::memory_order_acquire) != 0) {
+      then(in_order++);
+      continue;
+    }
+    const size_t i = c->next.fetch_add(1);
+    if (i < n) {
+      RunItem(*c, i);
+    } else {
+      c->item_done[in_order].wait(0, std::memory_order_acquire);  // a helper has it
+    }
+  }
+  Retire(c);
 }
 
 }  // namespace kvtier

@@ -40,6 +40,12 @@ class WorkerPool {
   // Runs fn(i) once for each i in [0, n) and returns when every one has
   // returned. fn must not throw and must not call ForEach.
   void ForEach(size_t n, const std::function<void(size_t)>& fn);
+  // As ForEach, and then(i) runs on the caller for i = 0, 1, ... in order,
+  // each as soon as fn(i) has returned, while the helpers run later items:
+  // for work whose tail must be sequential (a hash over pieces read in
+  // parallel). The caller runs an item itself only while the next one in
+  // order is not done. Returns after the last then(). then must not throw.
+  void ForEachInOrder(size_t n, const std::function<void(size_t)>& fn, const std::function<void(size_t)>& then);
   // Runs fn once on a helper, without waiting (inline when there are no
   // helpers); helpers run every posted fn before the pool goes. fn must not
   // throw.
@@ -50,6 +56,11 @@ class WorkerPool {
   struct Call;
   void HelperLoop();
   static void Work(Call& c);
+  static void RunItem(Call& c, size_t i);
+  // Queues c and wakes as many helpers as it has items beyond one.
+  void Offer(const std::shared_ptr<Call>& c);
+  // Waits for every item of c, then takes it off the queue.
+  void Retire(const std::shared_ptr<Call>& c);
   // Polls until a call is posted after `seen` or spin_ns_ has passed.
   void SpinForCall(uint64_t seen) const;
   bool SpinForDone(const Call& c) const;

@@ -147,8 +147,11 @@ bool BecomeNobodyIfRoot() {
 // process may for its own reasons) has its puts refused unread by the
 // service, sent again through staging, and then staged from the start:
 // blocking and borrowed ones alike, every one stored whole. Service and
-// client are processes of one (non-root) user.
-TEST(ClientMemoryPutsFallBack, APutTheServiceCanNoLongerReadIsStagedInstead) {
+// client are processes of one (non-root) user. Each put read by one thread,
+// or split among three.
+class ClientMemoryPutsFallBack : public ::testing::TestWithParam<int32_t> {};
+
+TEST_P(ClientMemoryPutsFallBack, APutTheServiceCanNoLongerReadIsStagedInstead) {
   TempDir dir;
   ASSERT_EQ(::chmod(dir.path().c_str(), 0777), 0);
   const std::string sock = dir.path() + "/s.sock";
@@ -164,7 +167,9 @@ TEST(ClientMemoryPutsFallBack, APutTheServiceCanNoLongerReadIsStagedInstead) {
     {
       Options o = SmallOptions();
       o.ram_tier_bytes = 8 << 20;
-      ServedStore served(dir.path(), ServiceOptions{}, o);
+      ServiceOptions so;
+      so.client_read_threads = GetParam();
+      ServedStore served(dir.path(), so, o);
       if (served.service() == nullptr) ::_exit(11);
       char c;
       if (::read(done_pipe[0], &c, 1) != 1) ::_exit(12);
@@ -175,6 +180,7 @@ TEST(ClientMemoryPutsFallBack, APutTheServiceCanNoLongerReadIsStagedInstead) {
       }
       // The first put only was read from the client's memory.
       if (code == 0 && served.service()->GetStats().client_memory_puts != 1) code = 30;
+      if (code == 0 && served.service()->GetStats().client_memory_split_puts != (GetParam() > 1 ? 1u : 0u)) code = 31;
     }
     ::_exit(code);
   }
@@ -213,6 +219,9 @@ TEST(ClientMemoryPutsFallBack, APutTheServiceCanNoLongerReadIsStagedInstead) {
   ASSERT_EQ(::waitpid(service, &status, 0), service);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "service: " << status;
 }
+
+INSTANTIATE_TEST_SUITE_P(Readers, ClientMemoryPutsFallBack, ::testing::Values(int32_t{1}, int32_t{3}),
+                         [](const auto& info) { return info.param > 1 ? "SplitAmongThree" : "OneReader"; });
 
 INSTANTIATE_TEST_SUITE_P(RamTier, ClientMemoryPuts,
                          ::testing::Combine(::testing::Values(uint64_t{32} << 20, uint64_t{2} << 20),

@@ -42,6 +42,84 @@ TEST(WorkerPool, EveryItemRunsOnceBeforeForEachReturns) {
   }
 }
 
+// ForEachInOrder: every item runs once, then() follows in index order, each
+// only after its own item has returned, on the caller; with several callers
+// at once and whatever the helpers are busy with.
+TEST(WorkerPool, ThenFollowsEachItemInOrderOnTheCaller) {
+  for (uint32_t spin_us : {0u, 200u})
+  for (unsigned helpers : {0u, 1u, 3u}) {
+    SCOPED_TRACE(testing::Message() << helpers << " helpers, spin " << spin_us);
+    WorkerPool pool(helpers, "test-pool", spin_us);
+    auto run = [&](size_t n) {
+      std::vector<std::atomic<int>> ran(n);
+      std::vector<size_t> order;
+      bool then_before_item = false, then_off_caller = false;
+      const std::thread::id caller = std::this_thread::get_id();
+      pool.ForEachInOrder(
+          n,
+          [&](size_t i) {
+            if (i % 3 == 0) std::this_thread::yield();  // items finish out of order
+            ran[i].fetch_add(1);
+          },
+          [&](size_t i) {
+            if (ran[i].load() != 1) then_before_item = true;
+            if (std::this_thread::get_id() != caller) then_off_caller = true;
+            order.push_back(i);
+          });
+      for (size_t i = 0; i < n; ++i) ASSERT_EQ(ran[i].load(), 1) << i;
+      ASSERT_EQ(order.size(), n);
+      for (size_t i = 0; i < n; ++i) ASSERT_EQ(order[i], i);
+      EXPECT_FALSE(then_before_item);
+      EXPECT_FALSE(then_off_caller);
+    };
+    run(0);
+    run(1);
+    run(500);
+    std::vector<std::thread> callers;
+    for (int c = 0; c < 3; ++c)
+      callers.emplace_back([&, c] {
+        for (int k = 0; k < 40; ++k) {
+          run(9 + c * 7 + k);
+          std::atomic<int> items{0};  // a plain ForEach between them
+          pool.ForEach(11, [&](size_t) { items.fetch_add(1); });
+          EXPECT_EQ(items.load(), 11);
+        }
+      });
+    for (auto& c : callers) c.join();
+  }
+}
+
+// The caller hashes while helpers read: then(0) runs while a helper is
+// still inside a later item (each helper item waits for then(0)). The
+// caller's own items wait for a helper to start and take a while, so that
+// the helpers do take items.
+TEST(WorkerPool, ThenRunsWhileLaterItemsAreStillRunning) {
+  WorkerPool pool(2, "test-pool");
+  const std::thread::id caller = std::this_thread::get_id();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  auto wait_for = [&](const std::atomic<bool>& flag) {
+    while (!flag.load() && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  };
+  std::atomic<bool> helper_started{false}, first_then_ran{false}, overlapped{false};
+  pool.ForEachInOrder(
+      8,
+      [&](size_t i) {
+        if (std::this_thread::get_id() == caller) {
+          wait_for(helper_started);
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+          return;
+        }
+        helper_started = true;
+        if (i == 0) return;
+        wait_for(first_then_ran);
+        if (first_then_ran.load()) overlapped = true;
+      },
+      [&](size_t i) {
+        if (i == 0) first_then_ran = true;
+      });
+  EXPECT_TRUE(overlapped.load());
+}
+
 // Posted work runs once each, on a helper (on the poster only without
 // helpers), beside ForEach calls; a pool that goes runs what was posted
 // first.
