@@ -217,9 +217,12 @@ struct Stats {
   // (about 32 bytes per block), loaded in the background after open; until
   // it is ready they read RocksDB, several times slower on a large store.
   bool lookup_map_ready = false;
-  // True while the index refuses writes: a write of its files failed, and
-  // RocksDB 7.8 does not resume after that until the store is reopened.
+  // True while the index refuses writes until the store is reopened: a
+  // write of its files failed, and RocksDB 7.8 does not resume after that.
   // Puts and removes fail meanwhile (none is acknowledged); reads go on.
+  // Not set for lack of space, from which RocksDB resumes by itself once
+  // space is freed (puts fail meanwhile, as puts_failed counts). `kvtier
+  // serve` exits for its supervisor to restart it when this is set.
   bool index_writes_refused = false;
   uint64_t lookup_map_entries = 0;
   uint32_t segments_total = 0, segments_sealed = 0, segments_free = 0;

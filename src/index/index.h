@@ -178,7 +178,7 @@ class Index {
     uint64_t sst_bytes = 0, memtable_bytes = 0, written_bytes = 0;
     bool lookup_map_ready = false;
     uint64_t lookup_map_entries = 0;
-    bool writes_refused = false;  // a write failed and RocksDB has not resumed
+    bool writes_refused = false;  // a write failed, and only a reopen resumes writing (not out of space)
   };
   Footprint GetFootprint();
   // Flushes every memtable: with `wait`, every write so far is durable on

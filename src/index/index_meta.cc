@@ -245,7 +245,7 @@ Index::Footprint Index::GetFootprint() {
   }
   f.lookup_map_ready = rep_->presence.Ready();
   f.lookup_map_entries = rep_->presence.size();
-  f.writes_refused = rep_->write_failed.load();
+  f.writes_refused = rep_->reopen_needed.load();
   return f;
 }
 

@@ -88,8 +88,13 @@ struct Index::Rep {
   // again (Debian's build asserts, aborting the process): the next write
   // first asks RocksDB to resume, and fails as long as it cannot. After a
   // failed flush or WAL write it never can (RocksDB 7.8 treats both as
-  // fatal): writes fail until the store is reopened, reads go on.
+  // fatal): writes fail until the store is reopened, reads go on. Out of
+  // space is the exception: RocksDB's SstFileManager retries by itself and
+  // resumes once space is freed.
   std::atomic<bool> write_failed{false};
+  // write_failed for a reason RocksDB does not resume from (all but out of
+  // space): only a reopen of the store clears it (Footprint::writes_refused).
+  std::atomic<bool> reopen_needed{false};
 
   Status CheckWritable(std::string_view what) {
     if (read_only) {
@@ -104,7 +109,12 @@ struct Index::Rep {
     std::lock_guard<std::mutex> l(resume_mu);
     if (!write_failed.load()) return Status::OK();
     rocksdb::Status rs = db->Resume();
-    if (!rs.ok()) return FromRocks(rs, Context("an earlier write failed and cannot be resumed (reopen the store)"));
+    if (!rs.ok()) {
+      return FromRocks(rs, Context(reopen_needed.load()
+                                       ? "an earlier write failed and cannot be resumed (reopen the store)"
+                                       : "an earlier write found no space; writes resume once RocksDB has recovered"));
+    }
+    reopen_needed.store(false);
     write_failed.store(false);
     return Status::OK();
   }
@@ -116,11 +126,18 @@ struct Index::Rep {
   }
   // The status of a write; a failure of the file system marks the index.
   Status Written(const rocksdb::Status& rs, std::string_view what) {
-    if (!rs.ok() && (rs.IsIOError() || rs.IsCorruption() || rs.IsNoSpace() || rs.IsIncomplete()) &&
-        !write_failed.exchange(true) && warn) {
+    if (rs.ok() || !(rs.IsIOError() || rs.IsCorruption() || rs.IsNoSpace() || rs.IsIncomplete()))
+      return FromRocks(rs, Context(what));
+    const bool no_space = rs.IsNoSpace() || rs.ToString().find("No space") != std::string::npos;  // as FromRocks
+    const bool newly_failed = !write_failed.exchange(true);
+    const bool newly_fatal = !no_space && !reopen_needed.exchange(true);
+    if (warn && newly_fatal) {
       warn(Context(std::string(what) + " failed (" + rs.ToString() +
-                   "): the index refuses writes until it resumes, which RocksDB 7.8 does only when the store is "
-                   "reopened; puts and removes fail meanwhile, reads go on"));
+                   "): the index refuses writes until the store is reopened (RocksDB 7.8 does not resume after "
+                   "this); puts and removes fail meanwhile, reads go on"));
+    } else if (warn && newly_failed && no_space) {
+      warn(Context(std::string(what) + " found no space (" + rs.ToString() +
+                   "): puts and removes fail until space is freed, when RocksDB resumes by itself; reads go on"));
     }
     return FromRocks(rs, Context(what));
   }

@@ -1,8 +1,5 @@
 #include "index/rocks_fs.h"
 
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -11,6 +8,8 @@
 #include <vector>
 
 #include <rocksdb/file_system.h>
+
+#include "index/rocks_log.h"
 
 namespace kvtier {
 namespace {
@@ -260,15 +259,20 @@ class RocksFileSystem final : public rocksdb::FileSystemWrapper {
     return IOStatus::OK();
   }
 
-  // The info LOG stays on the default file system (see the header), with the
-  // store's mode: the umask would leave it world-readable.
-  IOStatus NewLogger(const std::string& path, const IOOptions& o, std::shared_ptr<rocksdb::Logger>* out,
-                     IODebugContext* d) override {
-    IOStatus s = target()->NewLogger(path, o, out, d);
-    struct stat st;
-    if (s.ok() && ::stat(path.c_str(), &st) == 0 && st.st_uid == ::geteuid() && (st.st_mode & 07777) != file_mode_)
-      (void)::chmod(path.c_str(), static_cast<mode_t>(file_mode_));
-    return s;
+  // The info LOG, through the store's FileSystem too (index/rocks_log.h:
+  // RocksDB's own logger aborts the process on a failing disk). Appended
+  // to when it exists; RocksDB's AutoRollLogger renames it away when full.
+  IOStatus NewLogger(const std::string& path, const IOOptions&, std::shared_ptr<rocksdb::Logger>* out,
+                     IODebugContext*) override {
+    OpenFlags flags;
+    flags.create = true;
+    flags.mode = file_mode_;
+    auto f = fs_->Open(path, flags);
+    if (!f.ok()) return ToRocks(f.status());
+    auto size = (*f)->Size();
+    if (!size.ok()) return ToRocks(size.status());
+    *out = NewIndexInfoLog(std::move(f).value(), *size);
+    return IOStatus::OK();
   }
 
  private:

@@ -1,17 +1,17 @@
 // RocksFileSystem: the index's RocksDB files through kvtier's FileSystem.
 //
 // Every file RocksDB keeps for the index (WAL, SST, MANIFEST, CURRENT,
-// OPTIONS, LOCK) is opened, written, synced, renamed and removed through the
+// OPTIONS, LOCK, and its info LOG: index/rocks_log.h) is opened, written,
+// synced, renamed and removed through the
 // store's FileSystem, so that what wraps it - fault injection, the power-loss
 // simulation - reaches the index too: a simulated power cut drops RocksDB's
 // unsynced WAL bytes and undoes its unsynced renames exactly as it does the
 // segments'. Files RocksDB creates get the store's file mode and folders its
 // folder mode (the FileSystem sets them whatever the umask).
 //
-// What stays on RocksDB's own default file system, and why: its info LOG
-// (diagnostics only; nothing is recovered from it) and metadata questions
-// with no FileSystem counterpart (IsDirectory, modification times, absolute
-// paths), which neither write nor lose data.
+// What stays on RocksDB's own default file system, and why: metadata
+// questions with no FileSystem counterpart (IsDirectory, modification
+// times, absolute paths), which neither write nor lose data.
 //
 // Thread safety: as the wrapped FileSystem (RocksDB calls from several
 // threads). A RocksDB file object is used by one thread at a time, as RocksDB
