@@ -5,6 +5,7 @@
 #include <future>
 #include <thread>
 
+#include "client/auto_start.h"
 #include "format/record.h"
 #include "util/clock.h"
 #include "util/fragment_walk.h"
@@ -68,13 +69,30 @@ Result<std::shared_ptr<Channel>> ServiceStore::Live() {
     return Status::IOError("the kvtier service at " + socket_path_ + " is not reachable (retrying)");
   next_try_ = now + kRetry;
   auto opened = Channel::Open(socket_path_, opt_.client);
-  if (!opened.ok()) return opened.status().WithContext("connecting to the kvtier service at " + socket_path_);
+  if (!opened.ok()) {
+    if (connections_ > 0 && opened.status().code() == Code::kNotFound) StartAutoServiceAgain();
+    return opened.status().WithContext("connecting to the kvtier service at " + socket_path_);
+  }
   std::shared_ptr<Channel> ch(std::move(opened).value());
   KVTIER_RETURN_IF_ERROR(Replay(*ch));
   description_ = ch->description();
   ch_ = ch;
   ++connections_;
   return ch;
+}
+
+// An auto: service that has left (idle while this client was not calling,
+// killed, or exited for a supervisor it does not have: `kvtier serve`'s
+// --on-index-failure) is started again by the first client that finds it
+// gone, as at open; the next tries connect to it. Not while the one this
+// client started last is still running (starting up: opening the store).
+void ServiceStore::StartAutoServiceAgain() {
+  if (target_.rfind("auto:", 0) != 0) return;
+  if (auto_started_ != nullptr && !auto_started_->load()) return;
+  std::string dir = target_.substr(5);
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  auto started = StartService(dir, socket_path_, opt_.client);
+  if (started.ok()) auto_started_ = std::move(started).value();
 }
 
 // A new connection knows nothing: register this client's namespaces (the

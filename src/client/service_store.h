@@ -128,6 +128,7 @@ class ServiceStore final : public Store {
   // The live channel, connecting (and replaying) when there is none.
   Result<std::shared_ptr<Channel>> Live();
   Status Replay(Channel& ch) REQUIRES(mu_);
+  void StartAutoServiceAgain() REQUIRES(mu_);
   Clock::time_point OpDeadline() const;
   // How long before the reply to a request that reads or writes the
   // client's memory (put, get, get_batch) is given up the service must stop
@@ -187,6 +188,7 @@ class ServiceStore final : public Store {
   std::shared_ptr<Channel> ch_ GUARDED_BY(mu_);
   uint64_t connections_ GUARDED_BY(mu_) = 0;  // ch_'s serial number (MapTier's `connection`)
   Clock::time_point next_try_ GUARDED_BY(mu_){};
+  std::shared_ptr<std::atomic<bool>> auto_started_ GUARDED_BY(mu_);  // left yet? (StartAutoServiceAgain)
   std::vector<NamespaceSpec> specs_ GUARDED_BY(mu_);
   std::vector<Memory> memory_ GUARDED_BY(mu_);
   StoreDescription description_ GUARDED_BY(mu_);
