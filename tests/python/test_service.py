@@ -40,14 +40,14 @@ def wait_for(pred, seconds=20):
 
 
 class Served:
-    def __init__(self, tmp_path, *extra):
+    def __init__(self, tmp_path, *extra, env=None):
         self.dir = str(tmp_path / "store")
         self.sock = str(tmp_path / "kv.sock")
         self.log = str(tmp_path / "serve.log")
         self.port = free_port()
         self.proc = subprocess.Popen(
             [KVTIER_BIN, "serve", self.dir, "--socket", self.sock, "--segment-size", "4M", "--capacity", "256M",
-             "--metrics-listen", f"127.0.0.1:{self.port}", "--log", self.log, *extra])
+             "--metrics-listen", f"127.0.0.1:{self.port}", "--log", self.log, *extra], env=env)
         assert wait_for(lambda: os.path.exists(self.sock) or self.proc.poll() is not None)
         assert self.proc.poll() is None, open(self.log).read()
         self.address = "unix:" + self.sock
@@ -374,6 +374,115 @@ def test_auto_starts_one_service_for_every_process_and_it_leaves_when_idle(tmp_p
     assert wait_for(lambda: not os.path.exists(folder + "/kvtier.sock"), 30)
     with kvtier.Store(addr, **opts) as c:
         assert c.register_namespace(**SPEC).get("from-a") == b"a" * 10000
+
+
+FAIL_WRITES = os.environ.get("KVTIER_FAIL_WRITES_PRELOAD", "")
+needs_fail_writes = pytest.mark.skipif(not os.path.exists(FAIL_WRITES or "/nonexistent"),
+                                       reason="KVTIER_FAIL_WRITES_PRELOAD (tests/doubles/fail_writes_preload.c) "
+                                              "is not set")
+
+
+def failing_disk_env(store_dir, trigger):
+    """kvtier serve's environment: its index's writes fail with EIO while `trigger` exists."""
+    return dict(os.environ, LD_PRELOAD=FAIL_WRITES, KVTIER_FAIL_WRITES_UNDER=os.path.join(store_dir, "index") + "/",
+                KVTIER_FAIL_WRITES_WHEN=str(trigger))
+
+
+def put_blocks(ns, n):
+    blocks = {f"blk{i}": bytes([i]) * (50000 + i) for i in range(n)}
+    for k, v in blocks.items():
+        assert ns.put(k, v)
+    return blocks
+
+
+@needs_fail_writes
+@pytest.mark.parametrize("policy", ["exit", "serve"])
+def test_an_index_that_fails_its_writes_makes_serve_exit_for_its_supervisor(tmp_path, policy):
+    trigger = tmp_path / "fail-now"
+    s = Served(tmp_path, "--on-index-failure", policy, env=failing_disk_env(str(tmp_path / "store"), trigger))
+    try:
+        with kvtier.Store(s.address, **CLIENT) as c:
+            ns = c.register_namespace(**SPEC)
+            blocks = put_blocks(ns, 6)
+            c.flush()
+            trigger.touch()  # the disk under the index starts failing
+            # Acknowledged: its record is durable (the segments' I/O is not
+            # failing), its index entry not yet; a recovery re-indexes it.
+            assert ns.put("late", b"x" * 1000)
+            blocks["late"] = b"x" * 1000
+            with pytest.raises(kvtier.KvtierError):
+                c.flush()  # the index's flush fails
+            trigger.unlink()  # too late: RocksDB 7.8 does not resume after a failed flush
+            if policy == "exit":
+                assert wait_for(lambda: s.proc.poll() is not None, 30), "serve did not exit"
+                assert s.proc.returncode == 75
+                log = open(s.log).read()
+                assert "refuses writes until the store is reopened" in log, log
+                assert "exiting with code 75" in log, log
+            else:
+                # Serving on: reads go on, writes are refused until a restart.
+                assert wait_for(lambda: c.stats()["index_writes_refused"], 10)
+                assert s.proc.poll() is None
+                assert all(ns.get(k) == v for k, v in blocks.items())
+                with pytest.raises(kvtier.KvtierError):
+                    ns.remove("blk0")
+    finally:
+        s.stop()
+    # The restart (a supervisor's, here by hand) reopens the store: every
+    # acknowledged block is there, and writes work again.
+    again = Served(tmp_path)
+    try:
+        with kvtier.Store(again.address, **CLIENT) as c:
+            ns = c.register_namespace(**SPEC)
+            assert all(ns.get(k) == v for k, v in blocks.items())
+            assert ns.put("after", b"y" * 1000)
+            c.flush()
+            assert not c.stats()["index_writes_refused"]
+    finally:
+        assert again.stop() == 0
+
+
+@needs_fail_writes
+def test_auto_clients_start_the_service_again_after_it_exits_on_an_index_failure(tmp_path):
+    folder = str(tmp_path / "auto-store")
+    os.makedirs(folder)
+    trigger = tmp_path / "fail-now"
+    # The service the clients start runs on the failing disk: a wrapper sets its environment.
+    wrapper = tmp_path / "kvtier-on-a-failing-disk"
+    env = failing_disk_env(folder, trigger)
+    wrapper.write_text("#!/bin/sh\n" + "".join(f"export {k}='{env[k]}'\n" for k in (
+        "LD_PRELOAD", "KVTIER_FAIL_WRITES_UNDER", "KVTIER_FAIL_WRITES_WHEN")) + f'exec "{KVTIER_BIN}" "$@"\n')
+    wrapper.chmod(0o755)
+    opts = {"client": {"staging_bytes": 8 << 20, "idle_exit_s": 30, "serve_program": str(wrapper),
+                       "op_timeout_ms": 10000,
+                       "serve_args": "--segment-size 4M --capacity 256M --metrics-listen off"}}
+    a = kvtier.Store("auto:" + folder, **opts)
+    b = kvtier.Store("auto:" + folder, **opts)
+    try:
+        na, nb = a.register_namespace(**SPEC), b.register_namespace(**SPEC)
+        blocks = put_blocks(na, 4)
+        a.flush()
+        trigger.touch()
+        with pytest.raises(kvtier.KvtierError):
+            a.flush()
+        trigger.unlink()
+        log = os.path.join(folder, "kvtier-serve.log")
+        assert wait_for(lambda: "exiting with code 75" in open(log).read(), 30), open(log).read()
+
+        # Each client keeps calling; the first to find the service gone starts another.
+        def serves_again(ns):
+            try:
+                return all(ns.get(k) == v for k, v in blocks.items())
+            except kvtier.KvtierError:
+                return False
+        assert wait_for(lambda: serves_again(nb), 60), open(log).read()
+        assert wait_for(lambda: serves_again(na), 30)
+        assert nb.put("after", b"z" * 1000)
+        assert na.get("after") == b"z" * 1000
+        assert open(log).read().count("serving ") == 2
+    finally:
+        a.close()
+        b.close()
 
 
 def test_the_kvtier_command_works_against_a_service(served, tmp_path):

@@ -30,6 +30,7 @@ enum Exit : int {
   kExitProblems = 1,    // problems found, or the operation failed (unknown key or namespace, I/O error, bad archive)
   kExitUsage = 2,       // bad arguments
   kExitCannotOpen = 3,  // the store could not be opened (missing, not a store, busy, corrupt superblock)
+  kExitRestart = 75,    // serve stopped for its supervisor to start it again (EX_TEMPFAIL: the index needs a reopen)
 };
 
 // A parsed subcommand and the code that runs it once parsing succeeded.

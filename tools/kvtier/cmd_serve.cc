@@ -51,6 +51,7 @@ struct ServeCmd {
   int32_t reader_spin_us = 0;
   int32_t client_read_threads = -1;
   uint32_t ram_copy_spin_us = 0;
+  std::string on_index_failure = "exit";
 };
 
 // The namespaces with their block and byte counts, for the metrics. Counting
@@ -295,7 +296,10 @@ int Run(const ServeCmd& in) {
            (metrics ? ", metrics on http://" + in.metrics_listen + "/metrics" : "") + ")");
   LogOrphanedRamTiers(log);
 
-  // Wait for a signal, or for the idle time to pass with no client.
+  // Wait for a signal, for the idle time to pass with no client, or for the
+  // index to need a reopen.
+  const bool exit_on_index_failure = in.on_index_failure == "exit";
+  int exit_code = kExitOk;
   Clock::time_point idle_since = Clock::now();
   for (;;) {
     timespec tick{1, 0};
@@ -307,6 +311,15 @@ int Run(const ServeCmd& in) {
     }
     if (sig == SIGTERM || sig == SIGINT) {
       log.Line(std::string("stopping on ") + (sig == SIGTERM ? "SIGTERM" : "SIGINT"));
+      break;
+    }
+    if (exit_on_index_failure && (*store)->GetStats().index_writes_refused) {
+      // Only a reopen resumes writing, and a restart is the reopen that
+      // every client already survives (they reconnect; nothing acknowledged
+      // is lost). Serving on would refuse every put until someone noticed.
+      log.Line("stopping: the store's index refuses writes until it is reopened (a write of its files failed, "
+               "named above); exiting with code 75 for the supervisor to start the service again");
+      exit_code = kExitRestart;
       break;
     }
     if (in.idle_exit_s == 0) continue;
@@ -321,11 +334,13 @@ int Run(const ServeCmd& in) {
   (*service)->Stop();
   Status st = (*store)->Close();
   if (!st.ok()) {
+    // After an index failure the close cannot write its checkpoint: the
+    // next open recovers as after a crash, losing nothing acknowledged.
     log.Line("closing the store: " + st.ToString());
-    return kExitProblems;
+    return exit_code != kExitOk ? exit_code : kExitProblems;
   }
   log.Line("stopped cleanly");
-  return kExitOk;
+  return exit_code;
 }
 
 }  // namespace
@@ -372,6 +387,12 @@ Command AddServe(CLI::App& root) {
                   "Microseconds a connection polls for a client's next request while it waits for a reply "
                   "(0: sleep at once; -1: 3000 on hosts of 8 cores or more, else 0)")
       ->capture_default_str();
+  sub->add_option("--on-index-failure", in->on_index_failure,
+                  "When the index refuses writes until the store is reopened (a write of its files failed): exit "
+                  "(code 75, for systemd's Restart=on-failure or auto: clients to start it again) or serve (reads "
+                  "only, until restarted by hand)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"exit", "serve"}));
   sub->add_option("--client-read-threads", in->client_read_threads,
                   "Threads that read one put from a client's own memory (1: never split; -1: the connection's "
                   "and a quarter of the cores beside it, at most 4, and 1 below 8 cores)")

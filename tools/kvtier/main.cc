@@ -15,6 +15,8 @@ int main(int argc, char** argv) {
       "     I/O error, corrupt archive)\n"
       "  2  usage error (bad arguments)\n"
       "  3  cannot open the store (missing, not a store, busy, corrupt superblock)\n"
+      "  75 serve stopped so that its supervisor starts it again (its index refuses\n"
+      "     writes until the store is reopened)\n"
       "Read-only commands (info ns ls get show verify export stats) work while another\n"
       "process has the store open. Keys are given and printed as hex.");
   std::vector<Command> commands = {
