@@ -264,31 +264,40 @@ class RocksFileSystem final : public rocksdb::FileSystemWrapper {
   // to when it exists; RocksDB's AutoRollLogger renames it away when full.
   IOStatus NewLogger(const std::string& path, const IOOptions&, std::shared_ptr<rocksdb::Logger>* out,
                      IODebugContext*) override {
-    OpenFlags flags;
-    flags.create = true;
-    flags.mode = file_mode_;
-    auto f = fs_->Open(path, flags);
-    if (!f.ok()) return ToRocks(f.status());
-    auto size = (*f)->Size();
-    if (!size.ok()) return ToRocks(size.status());
-    *out = NewIndexInfoLog(std::move(f).value(), *size);
+    std::unique_ptr<File> f;
+    uint64_t size = 0;
+    IOStatus s = OpenCreating(path, &f, &size);
+    if (!s.ok()) return s;
+    *out = NewIndexInfoLog(std::move(f), size);
     return IOStatus::OK();
   }
 
  private:
   IOStatus OpenWritable(const std::string& path, bool truncate, std::unique_ptr<rocksdb::FSWritableFile>* out) {
+    std::unique_ptr<File> f;
+    uint64_t size = 0;
+    IOStatus s = OpenCreating(path, &f, &size);
+    if (!s.ok()) return s;
+    if (truncate && size != 0) {
+      s = ToRocks(f->Truncate(0));
+      if (!s.ok()) return s;
+    }
+    *out = std::make_unique<WritableFile>(std::move(f), truncate ? 0 : size);
+    return IOStatus::OK();
+  }
+
+  // Opens `path`, created with the store's file mode when absent; *size is
+  // its length.
+  IOStatus OpenCreating(const std::string& path, std::unique_ptr<File>* file, uint64_t* size) {
     OpenFlags flags;
     flags.create = true;
     flags.mode = file_mode_;
     auto f = fs_->Open(path, flags);
     if (!f.ok()) return ToRocks(f.status());
-    auto size = (*f)->Size();
-    if (!size.ok()) return ToRocks(size.status());
-    if (truncate && *size != 0) {
-      IOStatus s = ToRocks((*f)->Truncate(0));
-      if (!s.ok()) return s;
-    }
-    *out = std::make_unique<WritableFile>(std::move(f).value(), truncate ? 0 : *size);
+    auto n = (*f)->Size();
+    if (!n.ok()) return ToRocks(n.status());
+    *file = std::move(f).value();
+    *size = *n;
     return IOStatus::OK();
   }
 

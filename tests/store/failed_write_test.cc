@@ -11,6 +11,7 @@
 #include <chrono>
 #include <filesystem>
 #include <functional>
+#include <initializer_list>
 #include <mutex>
 #include <random>
 #include <fstream>
@@ -81,6 +82,15 @@ bool PutKeys(Store& s, NamespaceId ns, int from, int to) {
   return true;
 }
 
+// Each of `keys` reads back whole, as PutKeys wrote it.
+void ExpectKeys(Store& s, NamespaceId ns, std::initializer_list<int> keys) {
+  for (int i : keys) {
+    auto got = s.GetVector(ns, Key(i));
+    ASSERT_TRUE(got.ok()) << i << ": " << got.status().ToString();
+    EXPECT_EQ(*got, Payload(ns, Key(i), 30000)) << i;
+  }
+}
+
 TEST(FailedWrite, ASyncFailureHoldsTheCheckpointUntilRecoveryCutsTheTail) {
   testing::TempDir dir;
   const std::string store = dir.Sub("store");
@@ -102,11 +112,7 @@ TEST(FailedWrite, ASyncFailureHoldsTheCheckpointUntilRecoveryCutsTheTail) {
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   EXPECT_GT((*s)->GetStats().recovery_torn_bytes, 0u);
   EXPECT_TRUE((*s)->GetVector(ns, Key(1)).status().IsNotFound());
-  for (int i : {0, 2, 39}) {
-    auto got = (*s)->GetVector(ns, Key(i));
-    ASSERT_TRUE(got.ok()) << i << ": " << got.status().ToString();
-    EXPECT_EQ(*got, Payload(ns, Key(i), 30000));
-  }
+  ExpectKeys(**s, ns, {0, 2, 39});
   VerifyOptions vo;
   vo.deep = true;
   auto rep = (*s)->Verify(vo);
@@ -148,11 +154,7 @@ void ExpectRemovedBlocksStayRemoved(const std::function<bool(Store&, NamespaceId
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   EXPECT_TRUE((*s)->GetVector(ns, Key(1)).status().IsNotFound()) << "a removed block came back";
   EXPECT_TRUE((*s)->GetVector(ns, Key(2)).status().IsNotFound()) << "a removed block came back";
-  for (int i : {0, 3, 9}) {
-    auto got = (*s)->GetVector(ns, Key(i));
-    ASSERT_TRUE(got.ok()) << i << ": " << got.status().ToString();
-    EXPECT_EQ(*got, Payload(ns, Key(i), 30000));
-  }
+  ExpectKeys(**s, ns, {0, 3, 9});
   // And once more: the next recovery must not bring them back either.
   s->reset();
   auto again = Store::Open(store, o);
@@ -314,11 +316,7 @@ TEST(FailedWrite, ARemoveAfterOneWhoseIndexFlushFailedIsDurableWhenAcknowledged)
   if (batch_acked) {
     EXPECT_TRUE(s->GetVector(ns, Key(2)).status().IsNotFound()) << "an acknowledged remove was undone by a crash";
   }
-  for (int i : {0, 3, 9}) {
-    auto got = s->GetVector(ns, Key(i));
-    ASSERT_TRUE(got.ok()) << i << ": " << got.status().ToString();
-    EXPECT_EQ(*got, Payload(ns, Key(i), 30000));
-  }
+  ExpectKeys(*s, ns, {0, 3, 9});
 }
 
 // The index's info LOG goes through the store's FileSystem; a disk that
@@ -344,11 +342,7 @@ TEST(FailedWrite, AnInfoLogThatCannotBeWrittenFailsNothing) {
   EXPECT_GT(fs->Faults(FaultOp::kWrite), 0u);  // the LOG's writes did reach the seam
   fs->ClearAllFaults();
   auto s = testing::OpenOrFail(store, o);
-  for (int i = 0; i < 10; ++i) {
-    auto got = s->GetVector(ns, Key(i));
-    ASSERT_TRUE(got.ok()) << i << ": " << got.status().ToString();
-    EXPECT_EQ(*got, Payload(ns, Key(i), 30000));
-  }
+  ExpectKeys(*s, ns, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9});
 }
 
 // Out of space is not a failure that needs a reopen: RocksDB resumes by
@@ -391,11 +385,7 @@ TEST(FailedWrite, AnIndexOutOfSpaceResumesWithoutAReopen) {
   ASSERT_TRUE(s->Close().ok());
   auto again = testing::OpenOrFail(store, testing::SmallOptions(IoBackend::kPosix));
   EXPECT_TRUE(again->GetVector(ns, Key(1)).status().IsNotFound());
-  for (int i : {0, 2, 5}) {
-    auto got = again->GetVector(ns, Key(i));
-    ASSERT_TRUE(got.ok()) << i << ": " << got.status().ToString();
-    EXPECT_EQ(*got, Payload(ns, Key(i), 30000));
-  }
+  ExpectKeys(*again, ns, {0, 2, 5});
 }
 
 // Writes of the index fail at random (syncs or writes of its files, I/O
