@@ -90,5 +90,4 @@ Result<std::shared_ptr<std::atomic<bool>>> StartService(const std::string& dir, 
   return exited;
 }
 
-
 }  // namespace kvtier::client

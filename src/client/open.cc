@@ -26,7 +26,7 @@ Result<std::unique_ptr<Store>> OpenServiceStore(const std::string& target, const
   while (path.size() > 1 && path.back() == '/') path.pop_back();
   if (path.empty()) return Status::InvalidArgument("empty service address: " + target);
   const std::string socket = is_unix ? path : path + "/" + kServiceSocketName;
-  auto store = std::make_unique<ServiceStore>(target, socket, options);
+  auto store = std::make_unique<ServiceStore>(target, socket, options, is_auto ? path : "");
   Status st = store->Connect();
   if (st.ok() || !is_auto || st.code() != Code::kNotFound) {
     if (!st.ok()) return st;
@@ -38,7 +38,7 @@ Result<std::unique_ptr<Store>> OpenServiceStore(const std::string& target, const
   Clock::time_point started = Clock::now();
   for (;;) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    store = std::make_unique<ServiceStore>(target, socket, options);
+    store = std::make_unique<ServiceStore>(target, socket, options, is_auto ? path : "");
     st = store->Connect();
     if (st.ok()) return std::unique_ptr<Store>(std::move(store));
     if (Clock::now() >= until)

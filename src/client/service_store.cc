@@ -34,8 +34,11 @@ void FinishPut(const PutCallback& done, Status st) {
 }
 }  // namespace
 
-ServiceStore::ServiceStore(std::string target, std::string socket_path, Options options)
-    : target_(std::move(target)), socket_path_(std::move(socket_path)), opt_(std::move(options)) {
+ServiceStore::ServiceStore(std::string target, std::string socket_path, Options options, std::string auto_dir)
+    : target_(std::move(target)),
+      socket_path_(std::move(socket_path)),
+      auto_dir_(std::move(auto_dir)),
+      opt_(std::move(options)) {
   if (opt_.client.read_lent_tier) lent_ = std::make_unique<LentTier>(this);
 }
 
@@ -87,11 +90,9 @@ Result<std::shared_ptr<Channel>> ServiceStore::Live() {
 // gone, as at open; the next tries connect to it. Not while the one this
 // client started last is still running (starting up: opening the store).
 void ServiceStore::StartAutoServiceAgain() {
-  if (target_.rfind("auto:", 0) != 0) return;
+  if (auto_dir_.empty()) return;
   if (auto_started_ != nullptr && !auto_started_->load()) return;
-  std::string dir = target_.substr(5);
-  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
-  auto started = StartService(dir, socket_path_, opt_.client);
+  auto started = StartService(auto_dir_, socket_path_, opt_.client);
   if (started.ok()) auto_started_ = std::move(started).value();
 }
 

@@ -33,7 +33,9 @@ Result<std::unique_ptr<Store>> OpenServiceStore(const std::string& target, const
 
 class ServiceStore final : public Store {
  public:
-  ServiceStore(std::string target, std::string socket_path, Options options);
+  // auto_dir: the folder of an auto: address (its service is started again
+  // when found gone), empty for unix:.
+  ServiceStore(std::string target, std::string socket_path, Options options, std::string auto_dir = "");
   ~ServiceStore() override;
   // The first connection; an error when the service cannot be reached.
   Status Connect();
@@ -178,7 +180,7 @@ class ServiceStore final : public Store {
   // through staging.
   std::vector<Result<size_t>> GetBatchServed(NamespaceId ns, std::span<const GetItem> items, Clock::time_point deadline);
 
-  const std::string target_, socket_path_;
+  const std::string target_, socket_path_, auto_dir_;
   const Options opt_;
   std::once_flag copiers_once_;
   std::unique_ptr<WorkerPool> copiers_;  // set once under copiers_once_, then only read
