@@ -82,6 +82,25 @@ bool PutKeys(Store& s, NamespaceId ns, int from, int to) {
   return true;
 }
 
+// What the store said through Options::warn, from whichever thread.
+class WarnedLines {
+ public:
+  std::function<void(const std::string&)> Sink() {
+    return [this](const std::string& line) {
+      std::lock_guard<std::mutex> l(mu_);
+      lines_.push_back(line);
+    };
+  }
+  std::vector<std::string> Lines() {
+    std::lock_guard<std::mutex> l(mu_);
+    return lines_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::string> lines_;
+};
+
 // Each of `keys` reads back whole, as PutKeys wrote it.
 void ExpectKeys(Store& s, NamespaceId ns, std::initializer_list<int> keys) {
   for (int i : keys) {
@@ -278,12 +297,8 @@ TEST(FailedWrite, ARemoveAfterOneWhoseIndexFlushFailedIsDurableWhenAcknowledged)
     auto fs = std::make_shared<FaultInjectionFileSystem>(DefaultFileSystem(IoBackend::kPosix));
     Options fo = o;
     fo.file_system = fs;
-    std::mutex mu;
-    std::vector<std::string> warned;
-    fo.warn = [&](const std::string& line) {
-      std::lock_guard<std::mutex> l(mu);
-      warned.push_back(line);
-    };
+    WarnedLines warned;
+    fo.warn = warned.Sink();
     auto s = Store::Open(store, fo);
     if (!s.ok()) _exit(20);
     if ((*s)->GetStats().index_writes_refused) _exit(26);
@@ -296,11 +311,9 @@ TEST(FailedWrite, ARemoveAfterOneWhoseIndexFlushFailedIsDurableWhenAcknowledged)
     const std::string_view keys[] = {k1, k2};
     const bool again = (*s)->Remove(ns, Key(1)).ok();
     const bool batch = (*s)->RemoveBatch(ns, keys, nullptr).ok();
-    {
-      // One warning for the index's turn to refusing writes, however many are refused.
-      std::lock_guard<std::mutex> l(mu);
-      if (warned.size() != 1 || warned[0].find("refuses writes") == std::string::npos) _exit(28);
-    }
+    // One warning for the index's turn to refusing writes, however many are refused.
+    const std::vector<std::string> lines = warned.Lines();
+    if (lines.size() != 1 || lines[0].find("refuses writes") == std::string::npos) _exit(28);
     _exit(1 + (again ? 1 : 0) + (batch ? 2 : 0));  // killed: no clean close
   }
   int status = 0;
@@ -355,12 +368,8 @@ TEST(FailedWrite, AnIndexOutOfSpaceResumesWithoutAReopen) {
   auto fs = std::make_shared<FaultInjectionFileSystem>(DefaultFileSystem(IoBackend::kPosix));
   Options o = testing::SmallOptions(IoBackend::kPosix);
   o.file_system = fs;
-  std::mutex mu;
-  std::vector<std::string> warned;
-  o.warn = [&](const std::string& line) {
-    std::lock_guard<std::mutex> l(mu);
-    warned.push_back(line);
-  };
+  WarnedLines warned;
+  o.warn = warned.Sink();
   auto s = testing::OpenOrFail(store, o);
   const NamespaceId ns = testing::RegisterOrFail(s.get());
   ASSERT_TRUE(PutKeys(*s, ns, 0, 4));
@@ -368,11 +377,9 @@ TEST(FailedWrite, AnIndexOutOfSpaceResumesWithoutAReopen) {
   EXPECT_FALSE(s->Remove(ns, Key(1)).ok());  // its flush found no space: not acknowledged
   ASSERT_GT(fs->Faults(FaultOp::kWrite), 0u);
   EXPECT_FALSE(s->GetStats().index_writes_refused);
-  {
-    std::lock_guard<std::mutex> l(mu);
-    ASSERT_EQ(warned.size(), 1u);
-    EXPECT_NE(warned[0].find("found no space"), std::string::npos) << warned[0];
-  }
+  const std::vector<std::string> lines = warned.Lines();
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_NE(lines[0].find("found no space"), std::string::npos) << lines[0];
   fs->ClearAllFaults();
   // RocksDB's recovery runs on its own thread, every few seconds.
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
