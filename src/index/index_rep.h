@@ -126,9 +126,9 @@ struct Index::Rep {
   }
   // The status of a write; a failure of the file system marks the index.
   Status Written(const rocksdb::Status& rs, std::string_view what) {
-    if (rs.ok() || !(rs.IsIOError() || rs.IsCorruption() || rs.IsNoSpace() || rs.IsIncomplete()))
-      return FromRocks(rs, Context(what));
-    const bool no_space = rs.IsNoSpace() || rs.ToString().find("No space") != std::string::npos;  // as FromRocks
+    Status st = FromRocks(rs, Context(what));
+    if (rs.ok() || !(rs.IsIOError() || rs.IsCorruption() || rs.IsNoSpace() || rs.IsIncomplete())) return st;
+    const bool no_space = st.code() == Code::kNoSpace;
     const bool newly_failed = !write_failed.exchange(true);
     const bool newly_fatal = !no_space && !reopen_needed.exchange(true);
     if (warn && newly_fatal) {
@@ -139,7 +139,7 @@ struct Index::Rep {
       warn(Context(std::string(what) + " found no space (" + rs.ToString() +
                    "): puts and removes fail until space is freed, when RocksDB resumes by itself; reads go on"));
     }
-    return FromRocks(rs, Context(what));
+    return st;
   }
   std::function<void(const std::string&)> warn;  // IndexOpenOptions::warn
   std::mutex resume_mu;

@@ -55,33 +55,29 @@ Result<std::vector<ReadPiece>> SplitIntoPieces(std::span<const Fragment> remote,
   return pieces;
 }
 
-// Read by this thread alone, each piece hashed as it lands.
-Status ReadHashed(const wire::PeerMemory& client, std::span<const ReadPiece> pieces, Xxh3Copy* sum) {
-  for (const ReadPiece& p : pieces) {
-    KVTIER_RETURN_IF_ERROR(client.Read(p.from, {&p.to, 1}));
-    sum->Hash(p.to.data, p.to.size);
-  }
-  return Status::OK();
-}
-
-// Read by the pool's helpers (and this thread, while the next piece in
-// order is not yet read), each piece hashed here as soon as it and those
-// before it have landed: the sequential hash runs beside the reads instead
-// of after them all.
-Status ReadSplitHashingInOrder(const wire::PeerMemory& client, std::span<const ReadPiece> pieces, Xxh3Copy* sum,
-                               WorkerPool* pool) {
+// Reads every piece and hashes each in order as soon as it and those
+// before it have landed. By this thread alone (helpers null), each piece
+// hashed while the cache still holds it; or by the helpers too, this
+// thread reading only while the next piece in order is not in, so that the
+// sequential hash runs beside the reads instead of after them all.
+Status ReadAndHash(const wire::PeerMemory& client, std::span<const ReadPiece> pieces, Xxh3Copy* sum,
+                   WorkerPool* helpers) {
   std::vector<Status> read(pieces.size());
   Status first_error;
-  pool->ForEachInOrder(
-      pieces.size(), [&](size_t i) { read[i] = client.Read(pieces[i].from, {&pieces[i].to, 1}); },
-      [&](size_t i) {
-        if (!first_error.ok()) return;
-        if (!read[i].ok()) {
-          first_error = read[i];
-          return;
-        }
-        sum->Hash(pieces[i].to.data, pieces[i].to.size);
-      });
+  auto read_one = [&](size_t i) { read[i] = client.Read(pieces[i].from, {&pieces[i].to, 1}); };
+  auto hash_one = [&](size_t i) {
+    if (!first_error.ok()) return;
+    if (!read[i].ok()) {
+      first_error = read[i];
+      return;
+    }
+    sum->Hash(pieces[i].to.data, pieces[i].to.size);
+  };
+  if (helpers != nullptr) {
+    helpers->ForEachInOrder(pieces.size(), read_one, hash_one);
+    return first_error;
+  }
+  for (size_t i = 0; i < pieces.size() && first_error.ok(); ++i) read_one(i), hash_one(i);
   return first_error;
 }
 
@@ -171,7 +167,7 @@ Status Connection::ReadPayload(std::span<const Fragment> remote, std::span<const
   WorkerPool& pool = core_->client_reads;
   const uint32_t running = core_->client_reads_running.fetch_add(1) + 1;
   const bool split = pieces->size() > 1 && running <= pool.helpers();
-  Status st = split ? ReadSplitHashingInOrder(*peer_memory_, *pieces, sum, &pool) : ReadHashed(*peer_memory_, *pieces, sum);
+  Status st = ReadAndHash(*peer_memory_, *pieces, sum, split ? &pool : nullptr);
   core_->client_reads_running.fetch_sub(1);
   if (st.ok() && split) ++core_->client_memory_split_puts;
   return st;
