@@ -20,7 +20,7 @@ PACKAGES=(
   # own modules import when KVTIER_{VLLM,SGLANG}_SRC points at their source.
   python3-torch python3-typing-extensions python3-prometheus-client python3-regex
   python3-cbor2 python3-psutil python3-yaml python3-zmq
-  ceph-mon ceph-osd ceph-common librados-dev
+  ceph-mon ceph-osd ceph-common librados-dev libradospp-dev
 )
 
 if [[ "${1:-}" != "--no-install" ]]; then

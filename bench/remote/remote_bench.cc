@@ -173,8 +173,10 @@ double UploadWritesAloneMbs(const Args& a, const kvtier::Options& o, const std::
   const auto shape = kvtier::remote::UploadShape::Of(o.remote);
   const uint64_t part = o.remote.object_bytes, segment = o.segment_size_bytes;
   const uint64_t parts_per_segment = (segment + part - 1) / part;
-  std::vector<uint8_t> piece(shape.write_bytes);
-  for (size_t i = 0; i < piece.size(); i += 8) piece[i] = static_cast<uint8_t>(i >> 12);
+  auto piece = RadosClient::WriteBuffer::Allocate(shape.write_bytes);  // as the upload's, sent without a copy
+  if (!piece.ok()) return 0;
+  std::memset(piece->data(), 0, piece->size());
+  for (size_t i = 0; i < piece->size(); i += 8) piece->data()[i] = static_cast<uint8_t>(i >> 12);
   std::vector<std::string> objects;
   RadosClient::AsyncWrites writes(c->get());
   std::deque<uint64_t> window;
@@ -190,7 +192,7 @@ double UploadWritesAloneMbs(const Args& a, const kvtier::Options& o, const std::
           window.pop_front();
         }
         const size_t len = static_cast<size_t>(std::min<uint64_t>(shape.write_bytes, part - off));
-        auto t = writes.Start(objects[first + p], piece.data(), len, off, off == 0);
+        auto t = writes.Start(objects[first + p], *piece, len, off, off == 0);
         ok = ok && t.ok();
         if (t.ok()) window.push_back(*t);
       }

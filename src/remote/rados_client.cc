@@ -1,6 +1,7 @@
 #include "remote/rados_client.h"
 
 #include <rados/librados.h>
+#include <rados/librados.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -8,6 +9,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <new>
 #include <thread>
 
 namespace kvtier::remote {
@@ -43,6 +45,7 @@ void WaiterCallback(rados_completion_t, void* arg) {
 struct RadosClient::Impl {
   rados_t cluster = nullptr;
   rados_ioctx_t io = nullptr;
+  librados::IoCtx cxx_io;  // the same pool context, for writes without a copy
   Config cfg;
 
   // Reads in flight, for deadlines and shutdown.
@@ -136,8 +139,9 @@ struct RadosClient::Impl {
       if (c != nullptr) rados_aio_cancel(io, c);
   }
 
-  // Waits for `c` until the deadline, cancels it then, and returns its value.
-  int WaitFor(rados_completion_t c, const std::shared_ptr<Waiter>& w, Clock::time_point deadline) {
+  // Waits for `c` until the deadline, cancels it then, and returns its
+  // value; the caller releases it.
+  int WaitForValue(rados_completion_t c, const std::shared_ptr<Waiter>& w, Clock::time_point deadline) {
     std::unique_lock<std::mutex> l(w->mu);
     if (!w->cv.wait_until(l, deadline, [&] { return w->done; })) {
       l.unlock();
@@ -146,7 +150,11 @@ struct RadosClient::Impl {
       w->cv.wait(l, [&] { return w->done; });
     }
     l.unlock();
-    int r = rados_aio_get_return_value(c);
+    return rados_aio_get_return_value(c);
+  }
+  // The same, releasing `c`.
+  int WaitFor(rados_completion_t c, const std::shared_ptr<Waiter>& w, Clock::time_point deadline) {
+    const int r = WaitForValue(c, w, deadline);
     rados_aio_release(c);
     return r;
   }
@@ -216,6 +224,7 @@ Result<std::unique_ptr<RadosClient>> RadosClient::Connect(const Config& c) {
     return fail(r, "opening pool " + c.pool);
   }
   rados_ioctx_set_namespace(impl->io, c.rados_namespace.c_str());
+  librados::IoCtx::from_rados_ioctx_t(impl->io, impl->cxx_io);  // shares io, namespace included
   return std::unique_ptr<RadosClient>(new RadosClient(std::move(impl)));
 }
 
@@ -244,6 +253,7 @@ RadosClient::~RadosClient() {
     (void)impl_.release();
     return;
   }
+  impl_->cxx_io.close();
   rados_ioctx_destroy(impl_->io);
   rados_shutdown(impl_->cluster);
 }
@@ -300,11 +310,38 @@ void RadosClient::ReadAsync(std::vector<Piece> pieces, uint64_t total, Clock::ti
   impl_->cv.notify_one();
 }
 
+struct RadosClient::WriteBuffer::Rep {
+  ceph::bufferptr ptr;
+};
+
+RadosClient::WriteBuffer::WriteBuffer() = default;
+RadosClient::WriteBuffer::~WriteBuffer() = default;
+RadosClient::WriteBuffer::WriteBuffer(WriteBuffer&&) noexcept = default;
+RadosClient::WriteBuffer& RadosClient::WriteBuffer::operator=(WriteBuffer&&) noexcept = default;
+
+Result<RadosClient::WriteBuffer> RadosClient::WriteBuffer::Allocate(size_t len) {
+  if (len == 0 || len > UINT32_MAX) return Status::InvalidArgument("a write buffer holds 1 byte to 4 GiB");
+  WriteBuffer b;
+  try {  // librados reports a failed allocation by throwing
+    b.rep_ = std::make_unique<Rep>(Rep{ceph::bufferptr(ceph::buffer::create_aligned(static_cast<unsigned>(len), 4096))});
+  } catch (const std::bad_alloc&) {
+    return Status::IOError("cannot allocate a " + std::to_string(len) + "-byte write buffer");
+  }
+  return b;
+}
+
+uint8_t* RadosClient::WriteBuffer::data() {
+  return rep_ ? reinterpret_cast<uint8_t*>(rep_->ptr.c_str()) : nullptr;
+}
+size_t RadosClient::WriteBuffer::size() const { return rep_ ? rep_->ptr.length() : 0; }
+bool RadosClient::WriteBuffer::HeldByCluster() const { return rep_ && rep_->ptr.raw_nref() > 1; }
+
 struct RadosClient::AsyncWrites::Op {
   uint64_t ticket;
   std::string object;
   std::shared_ptr<Waiter> waiter;
-  rados_completion_t completion;
+  rados_completion_t completion = nullptr;
+  librados::AioCompletion* cxx = nullptr;  // owns `completion` when set
   Clock::time_point deadline;
 };
 
@@ -314,7 +351,8 @@ RadosClient::AsyncWrites::~AsyncWrites() { Drain().IgnoreError(); }
 Result<uint64_t> RadosClient::AsyncWrites::Start(const std::string& object, const uint8_t* data, size_t len,
                                                  uint64_t offset, bool replace) {
   if (!first_error_.ok()) return first_error_;
-  auto op = std::make_unique<Op>(Op{next_, object, std::make_shared<Waiter>(), nullptr, c_->impl_->OpDeadline()});
+  auto op = std::make_unique<Op>(Op{next_, object, std::make_shared<Waiter>(), nullptr, nullptr,
+                                    c_->impl_->OpDeadline()});
   op->completion = c_->impl_->NewWaitCompletion(op->waiter);
   if (op->completion == nullptr) return first_error_ = Status::IOError("librados: cannot create a completion");
   const char* bytes = reinterpret_cast<const char*>(data);
@@ -328,11 +366,45 @@ Result<uint64_t> RadosClient::AsyncWrites::Start(const std::string& object, cons
   return next_++;
 }
 
+Result<uint64_t> RadosClient::AsyncWrites::Start(const std::string& object, const WriteBuffer& buf, size_t len,
+                                                 uint64_t offset, bool replace) {
+  if (!first_error_.ok()) return first_error_;
+  if (len == 0 || len > buf.size()) return Status::InvalidArgument("a write of " + std::to_string(len) +
+                                                                   " bytes from a buffer of " +
+                                                                   std::to_string(buf.size()));
+  auto op = std::make_unique<Op>(Op{next_, object, std::make_shared<Waiter>(), nullptr, nullptr,
+                                    c_->impl_->OpDeadline()});
+  auto* holder = new std::shared_ptr<Waiter>(op->waiter);
+  op->cxx = librados::Rados::aio_create_completion(holder, WaiterCallback);
+  if (op->cxx == nullptr) {
+    delete holder;
+    return first_error_ = Status::IOError("librados: cannot create a completion");
+  }
+  op->completion = op->cxx->pc;  // the C API's handle of the same completion (for cancel and its value)
+  ceph::bufferlist bl;
+  bl.append(ceph::bufferptr(buf.rep_->ptr, 0, static_cast<unsigned>(len)));  // a reference, not a copy
+  // librados caches a buffer's CRCs by range, and the bytes were written
+  // behind its back: a stale CRC would have the OSD drop every try.
+  bl.invalidate_crc();
+  const int r = replace ? c_->impl_->cxx_io.aio_write_full(object, op->cxx, bl)
+                        : c_->impl_->cxx_io.aio_write(object, op->cxx, bl, len, offset);
+  if (r < 0) {
+    op->cxx->release();
+    return first_error_ = ErrnoStatus(r, "writing " + object);
+  }
+  ops_.push_back(std::move(op));
+  return next_++;
+}
+
 Status RadosClient::AsyncWrites::Wait(uint64_t ticket) {
   auto it = std::find_if(ops_.begin(), ops_.end(), [&](const auto& op) { return op->ticket == ticket; });
   if (it == ops_.end()) return first_error_;
   Op& op = **it;
-  const int r = c_->impl_->WaitFor(op.completion, op.waiter, op.deadline);
+  const int r = c_->impl_->WaitForValue(op.completion, op.waiter, op.deadline);
+  if (op.cxx != nullptr)
+    op.cxx->release();
+  else
+    rados_aio_release(op.completion);
   if (r < 0 && first_error_.ok()) first_error_ = ErrnoStatus(r, "writing " + op.object);
   ops_.erase(it);
   return first_error_;

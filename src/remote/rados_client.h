@@ -1,13 +1,15 @@
-// A small client over the librados C API for the shared tier: every call is
+// A small client over librados for the shared tier: every call is
 // asynchronous underneath and bounded by a deadline, so a slow or dead
-// cluster turns into TimedOut, never a hang.
+// cluster turns into TimedOut, never a hang. The C API serves everything but
+// the uploads' writes, which go through the C++ API so that librados sends a
+// WriteBuffer's bytes without copying them (the C API copies every write).
 //
 // - ReadAsync: ranged reads into a buffer the client owns; the callback runs
 //   once, on a librados thread or the client's timer thread. After a
 //   deadline the op is cancelled and the callback has already run with
 //   TimedOut: late bytes go nowhere.
 // - AsyncWrites: object writes kept in flight by an uploader, each bounded
-//   by op_timeout from its start.
+//   by op_timeout from its start; from a WriteBuffer without a copy.
 // - The blocking helpers (WriteObject, Remove, omap, ReadWhole) are for
 //   background threads; each waits at most op_timeout, then cancels.
 //
@@ -62,6 +64,7 @@ class RadosClient {
   void ReadAsync(std::vector<Piece> pieces, uint64_t total, Clock::time_point deadline, ReadDone done);
 
   class AsyncWrites;
+  class WriteBuffer;
 
   // Writes data[0, len) as the whole object `object` in chunks of
   // `chunk` bytes, up to `window` in flight (the first chunk replaces the
@@ -88,6 +91,32 @@ class RadosClient {
   std::unique_ptr<Impl> impl_;
 };
 
+// Memory that librados sends from without copying: the client and librados
+// share it by reference count, so it lives until both are done with it.
+// Fill it only while HeldByCluster() is false: a write that was waited for
+// after its deadline may still be queued to go out, and its bytes must not
+// change under it (take a fresh buffer instead). 4 KiB aligned, so direct
+// reads may land in it. Move-only; one thread at a time.
+class RadosClient::WriteBuffer {
+ public:
+  // IOError when the memory cannot be had.
+  [[nodiscard]] static Result<WriteBuffer> Allocate(size_t len);
+  WriteBuffer();
+  ~WriteBuffer();
+  WriteBuffer(WriteBuffer&&) noexcept;
+  WriteBuffer& operator=(WriteBuffer&&) noexcept;
+
+  uint8_t* data();
+  size_t size() const;
+  // True while a write started from it is still held by librados.
+  bool HeldByCluster() const;
+
+ private:
+  friend class AsyncWrites;
+  struct Rep;
+  std::unique_ptr<Rep> rep_;
+};
+
 // Writes in flight at once, for one thread that uploads: Start() issues one
 // and returns its ticket; Wait(ticket) waits for that write, Drain() for all.
 // The caller bounds how many are in flight (by reusing a ring of buffers,
@@ -104,6 +133,10 @@ class RadosClient::AsyncWrites {
   // Writes data[0, len) at `offset` of `object`; `replace`: as the object's
   // whole contents (rados write_full, offset 0).
   [[nodiscard]] Result<uint64_t> Start(const std::string& object, const uint8_t* data, size_t len, uint64_t offset,
+                                       bool replace);
+  // The same for buf[0, len), sent without a copy: librados holds the
+  // buffer until it is done with it, past Wait when the write timed out.
+  [[nodiscard]] Result<uint64_t> Start(const std::string& object, const WriteBuffer& buf, size_t len, uint64_t offset,
                                        bool replace);
   // OK once the write finished well (or was waited for before).
   [[nodiscard]] Status Wait(uint64_t ticket);

@@ -14,6 +14,27 @@ constexpr size_t kUploadBatch = 8;  // segments streamed through one window of w
 constexpr auto kMinBackoff = std::chrono::milliseconds(100);
 constexpr auto kMaxBackoff = std::chrono::seconds(30);
 
+// Tells the operator once when an operation starts failing and once when it
+// works again, however many retries lie between (the stats count them).
+class FailureStreak {
+ public:
+  FailureStreak(std::string what, const std::function<void(const std::string&)>& warn)
+      : what_(std::move(what)), warn_(warn) {}
+  void Failed(const Status& st) {
+    if (failed_++ == 0 && warn_) warn_("shared tier: " + what_ + " failed, retrying with back-off: " + st.ToString());
+  }
+  void Worked() {
+    if (failed_ > 0 && warn_)
+      warn_("shared tier: " + what_ + " works again after " + std::to_string(failed_) + " failed attempts");
+    failed_ = 0;
+  }
+
+ private:
+  const std::string what_;
+  const std::function<void(const std::string&)>& warn_;
+  uint64_t failed_ = 0;
+};
+
 }  // namespace
 
 SharedTier::SharedTier(const RemoteTierOptions& o, std::string store_id, Source source,
@@ -154,6 +175,8 @@ bool SharedTier::Read(const Location& loc, NamespaceId ns, std::string_view key,
 void SharedTier::Run() {
   auto connect_backoff = std::chrono::milliseconds(200);
   auto upload_backoff = std::chrono::milliseconds(kMinBackoff);
+  FailureStreak connecting("connecting to Ceph", source_.warn), uploading("uploading", source_.warn),
+      polling("reading the catalog", source_.warn);
   Clock::time_point next_upload = Clock::now(), next_poll = Clock::now();
   std::unique_lock<std::mutex> l(mu_);
   while (!stop_) {
@@ -161,6 +184,11 @@ void SharedTier::Run() {
       l.unlock();
       RadosClient::Config cfg{opt_.ceph_conf, opt_.client_id, opt_.pool, opt_.rados_namespace, opt_.op_timeout_ms};
       auto c = RadosClient::Connect(cfg);
+      if (c.ok()) {  // the operator's lines go out without the lock held
+        connecting.Worked();
+      } else {
+        connecting.Failed(c.status());
+      }
       l.lock();
       if (c.ok()) {
         std::unique_lock<std::shared_mutex> cl(client_mu_);
@@ -184,6 +212,11 @@ void SharedTier::Run() {
       l.unlock();
       size_t finished = 0;
       Status st = UploadBatch(batch, &finished);
+      if (st.ok()) {
+        uploading.Worked();
+      } else {
+        uploading.Failed(st);
+      }
       l.lock();
       // Only NoteSealed adds to the queue, at its back: the front is the batch.
       uploads_.erase(uploads_.begin(), uploads_.begin() + static_cast<ptrdiff_t>(finished));
@@ -200,7 +233,12 @@ void SharedTier::Run() {
     }
     if (now >= next_poll) {
       l.unlock();
-      Poll().IgnoreError();  // retried at the next interval
+      const Status st = Poll();  // retried at the next interval
+      if (st.ok()) {
+        polling.Worked();
+      } else {
+        polling.Failed(st);
+      }
       l.lock();
       next_poll = Clock::now() + std::chrono::milliseconds(opt_.poll_interval_ms);
       continue;

@@ -75,6 +75,8 @@ class SharedTier {
     // Reads bytes [off, off+len) of (seg, gen) into buf (page aligned).
     // NotFound when the segment was reclaimed.
     std::function<Status(uint32_t seg, uint32_t gen, uint64_t off, void* buf, size_t len)> read;
+    // A line for the operator (uploads failing, and resuming); may be empty.
+    std::function<void(const std::string&)> warn;
   };
 
   // Opens the remote index and starts the worker.

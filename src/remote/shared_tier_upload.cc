@@ -8,15 +8,15 @@
 // buffers: a few chunks are read back from the local segment (ChunkReader)
 // while the writes before them are in flight, and a segment is published
 // while the next one's writes keep the cluster busy. A chunk is one RADOS
-// write of upload_write_bytes: librados' C API copies each write's bytes,
-// and the OSD pays per write, so fewer, larger writes go faster.
+// write of upload_write_bytes, the OSD pays per write, so fewer, larger
+// writes go faster. Chunks are read into buffers librados sends from without
+// a copy (RadosClient::WriteBuffer).
 #include <algorithm>
 #include <deque>
 
 #include "remote/chunk_reader.h"
 #include "remote/rados_client.h"
 #include "remote/shared_tier.h"
-#include "util/aligned_buffer.h"
 
 namespace kvtier::remote {
 namespace {
@@ -90,7 +90,7 @@ Status SharedTier::UploadBatch(const std::vector<std::pair<uint32_t, uint32_t>>&
     ups[i].gen = batch[i].second;
   }
   struct Slot {
-    AlignedBuffer buf;
+    RadosClient::WriteBuffer buf;
     uint64_t ticket = 0;  // its write in flight, 0: none
   };
   // One chunk of a part to upload, planned; then read into its slot.
@@ -168,7 +168,11 @@ Status SharedTier::UploadBatch(const std::vector<std::pair<uint32_t, uint32_t>>&
       next_slot = (next_slot + 1) % ring.size();
       if (slot.ticket != 0) KVTIER_RETURN_IF_ERROR(writes.Wait(slot.ticket));
       slot.ticket = 0;
-      if (slot.buf.data() == nullptr) slot.buf = AlignedBuffer(shape.write_bytes);
+      if (slot.buf.data() == nullptr || slot.buf.HeldByCluster()) {
+        auto fresh = RadosClient::WriteBuffer::Allocate(shape.write_bytes);
+        if (!fresh.ok()) return fresh.status();
+        slot.buf = std::move(*fresh);
+      }
       const PendingUpload& u = ups[k.up];
       k.slot = &slot;
       k.read = reader.Start(u.seg, u.gen, static_cast<uint64_t>(k.part) * u.summary.part_bytes + k.off,
@@ -200,7 +204,7 @@ Status SharedTier::UploadBatch(const std::vector<std::pair<uint32_t, uint32_t>>&
     // A part's first write replaces any older copy. The rest need not wait
     // for it: RADOS applies one client's writes to an object in the order
     // they were sent, in flight together or not.
-    auto t = writes.Start(PartObject(u.base, k.part), k.slot->buf.data(), k.len, k.off, /*replace=*/k.off == 0);
+    auto t = writes.Start(PartObject(u.base, k.part), k.slot->buf, k.len, k.off, /*replace=*/k.off == 0);
     if (!t.ok()) return t.status();
     k.slot->ticket = *t;
     window.push_back(*t);

@@ -20,7 +20,7 @@ Status StoreImpl::StartRemote() {
   if (!opt_.remote.enabled || opt_.read_only || repair_mode_) return Status::OK();
   return Status::NotSupported(
       "Options::remote.enabled is set but this kvtier was built without librados "
-      "(install librados-dev and rebuild; docs/shared-tier.md)");
+      "(install librados-dev and libradospp-dev and rebuild; docs/shared-tier.md)");
 }
 void StoreImpl::StopRemote() {}
 void StoreImpl::ShareOnClose() {}
@@ -77,6 +77,7 @@ Status StoreImpl::StartRemote() {
     if (st.ok()) c_.device_bytes_read.Add(len);
     return st;
   };
+  src.warn = [this](const std::string& line) { Warn(line); };
   remote::RemoteIndexFiles files;
   files.path = folder + "/index";
   files.fs = fs_;

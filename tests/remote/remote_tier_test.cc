@@ -21,7 +21,7 @@ TEST(RemoteTier, EnablingWithoutLibradosFailsOpen) {
 }
 
 TEST(RemoteTier, NeedsLibrados) {
-  GTEST_SKIP() << "built without librados: install librados-dev (and ceph-mon ceph-osd ceph-common) to test the "
+  GTEST_SKIP() << "built without librados: install librados-dev and libradospp-dev (and ceph-mon ceph-osd ceph-common) to test the "
                   "shared tier";
 }
 
@@ -32,13 +32,16 @@ TEST(RemoteTier, NeedsLibrados) {
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <future>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
@@ -47,6 +50,7 @@ TEST(RemoteTier, NeedsLibrados) {
 #include "format/record.h"
 #include "kvtier/store.h"
 #include "remote/ceph_cluster_util.h"
+#include "remote/rados_client.h"
 #include "remote/summary.h"
 #include "store/store_test_util.h"
 
@@ -152,6 +156,11 @@ bool SameBlock(Store* s, NamespaceId ns, const std::string& key, std::string* wh
   }
   buf.resize(*n);
   return buf == Payload(ns, key, SizeOf(key));
+}
+
+size_t CountContaining(const std::vector<std::string>& lines, const std::string& part) {
+  return static_cast<size_t>(
+      std::count_if(lines.begin(), lines.end(), [&](const std::string& l) { return l.find(part) != std::string::npos; }));
 }
 
 class RemoteTierTest : public ::testing::Test {
@@ -614,6 +623,12 @@ TEST_F(RemoteTierTest, CloseUploadIsBoundedWhenTheClusterIsUnreachable) {
   Options o = Opts();
   o.remote.ceph_conf = tmp_.Sub("no-such-ceph.conf");
   o.remote.close_upload_timeout_ms = 20000;  // not waited for: the tier is not connected
+  std::mutex warned_mu;
+  std::vector<std::string> warned;
+  o.warn = [&](const std::string& line) {
+    std::lock_guard<std::mutex> l(warned_mu);
+    warned.push_back(line);
+  };
   auto a = OpenStore(tmp_.Sub("u"), o);
   ASSERT_NE(a, nullptr);
   auto ns = a->RegisterNamespace(spec_);
@@ -624,6 +639,10 @@ TEST_F(RemoteTierTest, CloseUploadIsBoundedWhenTheClusterIsUnreachable) {
   const auto t0 = SteadyClock::now();
   ASSERT_TRUE(a->Close().ok());
   EXPECT_LT(SteadyClock::now() - t0, seconds(5));
+  // The operator is told once, however many times the tier tried.
+  std::lock_guard<std::mutex> l(warned_mu);
+  EXPECT_EQ(CountContaining(warned, "shared tier: connecting to Ceph failed, retrying with back-off: "), 1u);
+  EXPECT_EQ(CountContaining(warned, "no-such-ceph.conf"), 1u);
 }
 
 // Part and write sizes that RADOS or the uploader cannot use are refused at
@@ -687,6 +706,13 @@ TEST_F(RemoteTierTest, StoppedOsdTurnsRemoteGetsIntoDeadlineMisses) {
   Options o = RemoteOptions(cluster->conf(), rados_ns_);
   o.remote.read_deadline_ms = 300;
   o.remote.op_timeout_ms = 2000;
+  o.remote.close_upload_timeout_ms = 3000;  // the close below has a segment to share
+  std::mutex warned_mu;
+  std::vector<std::string> warned;
+  o.warn = [&](const std::string& line) {
+    std::lock_guard<std::mutex> l(warned_mu);
+    warned.push_back(line);
+  };
   auto a = OpenStore(tmp_.Sub("a"), o);
   ASSERT_NE(a, nullptr);
   auto ns = a->RegisterNamespace(spec_);
@@ -718,6 +744,20 @@ TEST_F(RemoteTierTest, StoppedOsdTurnsRemoteGetsIntoDeadlineMisses) {
   // Once the OSD is back, the same blocks are served again.
   std::string why;
   EXPECT_TRUE(WaitUntil([&] { return SameBlock(a.get(), *ns, keys[1], &why); }, seconds(30))) << why;
+  // An upload that fails says so once, and says when uploads resume.
+  const uint64_t uploaded = a->GetStats().remote_uploads;
+  ASSERT_EQ(::kill(osd, SIGSTOP), 0);
+  PutUntilSealed(a.get(), *ns, "u", 1);
+  EXPECT_TRUE(WaitUntil([&] { return a->GetStats().remote_upload_retries >= 1; }, seconds(20)));
+  ASSERT_EQ(::kill(osd, SIGCONT), 0);
+  EXPECT_TRUE(WaitUntil([&] { return a->GetStats().remote_uploads > uploaded; }, seconds(60)));
+  auto count = [&](const std::string& part) {
+    std::lock_guard<std::mutex> l(warned_mu);
+    return CountContaining(warned, part);
+  };
+  // Told once the batch that published returns.
+  EXPECT_TRUE(WaitUntil([&] { return count("shared tier: uploading works again after ") == 1; }, seconds(30)));
+  EXPECT_EQ(count("shared tier: uploading failed, retrying with back-off: TimedOut"), 1u);
   // Closing while the OSD is stopped does not hang either.
   ASSERT_EQ(::kill(osd, SIGSTOP), 0);
   const auto t0 = SteadyClock::now();
@@ -725,6 +765,83 @@ TEST_F(RemoteTierTest, StoppedOsdTurnsRemoteGetsIntoDeadlineMisses) {
   ::kill(osd, SIGCONT);
   EXPECT_TRUE(closed.ok()) << closed.ToString();
   EXPECT_LT(SteadyClock::now() - t0, seconds(15));
+}
+
+// Uploads send from RadosClient::WriteBuffer without a copy: the bytes that
+// land are the buffer's at the time of the write, and a buffer filled again
+// after its write was waited for does not change what went up. The second
+// write sends the same range of the buffer with new bytes: librados must not
+// reuse the CRC it computed for the first (the OSD would drop the write).
+TEST_F(RemoteTierTest, WritesFromAWriteBufferLandByteForByte) {
+  using remote::RadosClient;
+  auto c = RadosClient::Connect({conf_, "admin", "kvtier", rados_ns_, 5000});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(RadosClient::WriteBuffer::Allocate(0).status().code(), Code::kInvalidArgument);
+  constexpr size_t kLen = 3u << 20;
+  auto buf = RadosClient::WriteBuffer::Allocate(kLen);
+  ASSERT_TRUE(buf.ok()) << buf.status().ToString();
+  ASSERT_EQ(buf->size(), kLen);
+  ASSERT_EQ(reinterpret_cast<uintptr_t>(buf->data()) % 4096, 0u);  // direct reads land in it
+  auto fill = [&](uint8_t seed) {
+    for (size_t i = 0; i < kLen; ++i) buf->data()[i] = static_cast<uint8_t>(seed + i * 7 + (i >> 13));
+  };
+  std::string want(2 * kLen, '\0');
+  {
+    RadosClient::AsyncWrites writes(c->get());
+    fill(1);
+    std::memcpy(want.data(), buf->data(), kLen);
+    auto t = writes.Start("wb.obj", *buf, kLen, 0, /*replace=*/true);
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    ASSERT_TRUE(writes.Wait(*t).ok());
+    // Refilled once librados let it go, then written again in part.
+    ASSERT_TRUE(WaitUntil([&] { return !buf->HeldByCluster(); }, seconds(10)));
+    fill(2);
+    std::memcpy(want.data() + kLen, buf->data(), kLen);
+    t = writes.Start("wb.obj", *buf, kLen, kLen, /*replace=*/false);
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    EXPECT_EQ(writes.Start("wb.obj", *buf, kLen + 1, 0, false).status().code(), Code::kInvalidArgument);
+    ASSERT_TRUE(writes.Drain().ok());
+  }
+  auto got = (*c)->ReadWhole("wb.obj", want.size());
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_TRUE(*got == want);
+  EXPECT_TRUE((*c)->Remove("wb.obj").ok());
+}
+
+// A write that cannot go out (the OSD is stopped) keeps its buffer held by
+// librados, past its deadline: that is what keeps an upload from refilling
+// memory a late write would still send.
+TEST_F(RemoteTierTest, AWriteBufferStaysHeldWhileItsWriteIsUnsent) {
+  CephCluster priv;
+  const CephCluster* cluster = &TheCluster();
+  if (!cluster->owned()) {
+    priv = CephCluster::StartPrivate();
+    ASSERT_FALSE(priv.conf().empty()) << priv.error();
+    cluster = &priv;
+  }
+  const pid_t osd = cluster->OsdPid();
+  ASSERT_GT(osd, 0);
+  using remote::RadosClient;
+  auto c = RadosClient::Connect({cluster->conf(), "admin", "kvtier", rados_ns_, 1000});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  auto buf = RadosClient::WriteBuffer::Allocate(1u << 20);
+  ASSERT_TRUE(buf.ok());
+  std::memset(buf->data(), 0x5a, buf->size());
+  EXPECT_FALSE(buf->HeldByCluster());
+  ASSERT_EQ(::kill(osd, SIGSTOP), 0);
+  {
+    RadosClient::AsyncWrites writes(c->get());
+    auto t = writes.Start("held.obj", *buf, buf->size(), 0, /*replace=*/true);
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    EXPECT_TRUE(buf->HeldByCluster());
+    const auto t0 = SteadyClock::now();
+    EXPECT_EQ(writes.Wait(*t).code(), Code::kTimedOut);
+    EXPECT_LT(SteadyClock::now() - t0, seconds(10));
+  }
+  ::kill(osd, SIGCONT);
+  // Once librados is done with it, the memory is the client's alone again.
+  EXPECT_TRUE(WaitUntil([&] { return !buf->HeldByCluster(); }, seconds(30)));
+  (*c)->Remove("held.obj").IgnoreError();
 }
 
 // The shared tier's bench, small, on the test cluster: its sweep of write
