@@ -158,11 +158,6 @@ bool SameBlock(Store* s, NamespaceId ns, const std::string& key, std::string* wh
   return buf == Payload(ns, key, SizeOf(key));
 }
 
-size_t CountContaining(const std::vector<std::string>& lines, const std::string& part) {
-  return static_cast<size_t>(
-      std::count_if(lines.begin(), lines.end(), [&](const std::string& l) { return l.find(part) != std::string::npos; }));
-}
-
 class RemoteTierTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -180,6 +175,15 @@ class RemoteTierTest : public ::testing::Test {
     spec_ = TestSpec("remote/model");
   }
   Options Opts() const { return RemoteOptions(conf_, rados_ns_); }
+
+  // A cluster whose OSD this test may stop: stopping it would disturb other
+  // tests sharing one, so a private cluster (started in *priv) unless this
+  // process owns its own. nullptr when one cannot start (priv->error()).
+  static const CephCluster* ClusterToStop(CephCluster* priv) {
+    if (TheCluster().owned()) return &TheCluster();
+    *priv = CephCluster::StartPrivate();
+    return priv->conf().empty() ? nullptr : priv;
+  }
 
   // A store in tmp_/dir (options `o`) that put blocks under spec_ until
   // `segments` segments were sealed and uploaded; keys of the sealed blocks.
@@ -623,12 +627,8 @@ TEST_F(RemoteTierTest, CloseUploadIsBoundedWhenTheClusterIsUnreachable) {
   Options o = Opts();
   o.remote.ceph_conf = tmp_.Sub("no-such-ceph.conf");
   o.remote.close_upload_timeout_ms = 20000;  // not waited for: the tier is not connected
-  std::mutex warned_mu;
-  std::vector<std::string> warned;
-  o.warn = [&](const std::string& line) {
-    std::lock_guard<std::mutex> l(warned_mu);
-    warned.push_back(line);
-  };
+  WarnedLines warned;
+  o.warn = warned.Sink();
   auto a = OpenStore(tmp_.Sub("u"), o);
   ASSERT_NE(a, nullptr);
   auto ns = a->RegisterNamespace(spec_);
@@ -640,9 +640,8 @@ TEST_F(RemoteTierTest, CloseUploadIsBoundedWhenTheClusterIsUnreachable) {
   ASSERT_TRUE(a->Close().ok());
   EXPECT_LT(SteadyClock::now() - t0, seconds(5));
   // The operator is told once, however many times the tier tried.
-  std::lock_guard<std::mutex> l(warned_mu);
-  EXPECT_EQ(CountContaining(warned, "shared tier: connecting to Ceph failed, retrying with back-off: "), 1u);
-  EXPECT_EQ(CountContaining(warned, "no-such-ceph.conf"), 1u);
+  EXPECT_EQ(warned.Count("shared tier: connecting to Ceph failed, retrying with back-off: "), 1u);
+  EXPECT_EQ(warned.Count("no-such-ceph.conf"), 1u);
 }
 
 // Part and write sizes that RADOS or the uploader cannot use are refused at
@@ -692,27 +691,17 @@ TEST_F(RemoteTierTest, BudgetDeletesTheOldestUploads) {
 }
 
 TEST_F(RemoteTierTest, StoppedOsdTurnsRemoteGetsIntoDeadlineMisses) {
-  // Stopping the OSD would disturb other tests sharing a cluster: use one
-  // of our own unless this process already owns one.
   CephCluster priv;
-  const CephCluster* cluster = &TheCluster();
-  if (!cluster->owned()) {
-    priv = CephCluster::StartPrivate();
-    ASSERT_FALSE(priv.conf().empty()) << priv.error();
-    cluster = &priv;
-  }
+  const CephCluster* cluster = ClusterToStop(&priv);
+  ASSERT_NE(cluster, nullptr) << priv.error();
   const pid_t osd = cluster->OsdPid();
   ASSERT_GT(osd, 0);
   Options o = RemoteOptions(cluster->conf(), rados_ns_);
   o.remote.read_deadline_ms = 300;
   o.remote.op_timeout_ms = 2000;
   o.remote.close_upload_timeout_ms = 3000;  // the close below has a segment to share
-  std::mutex warned_mu;
-  std::vector<std::string> warned;
-  o.warn = [&](const std::string& line) {
-    std::lock_guard<std::mutex> l(warned_mu);
-    warned.push_back(line);
-  };
+  WarnedLines warned;
+  o.warn = warned.Sink();
   auto a = OpenStore(tmp_.Sub("a"), o);
   ASSERT_NE(a, nullptr);
   auto ns = a->RegisterNamespace(spec_);
@@ -751,13 +740,9 @@ TEST_F(RemoteTierTest, StoppedOsdTurnsRemoteGetsIntoDeadlineMisses) {
   EXPECT_TRUE(WaitUntil([&] { return a->GetStats().remote_upload_retries >= 1; }, seconds(20)));
   ASSERT_EQ(::kill(osd, SIGCONT), 0);
   EXPECT_TRUE(WaitUntil([&] { return a->GetStats().remote_uploads > uploaded; }, seconds(60)));
-  auto count = [&](const std::string& part) {
-    std::lock_guard<std::mutex> l(warned_mu);
-    return CountContaining(warned, part);
-  };
   // Told once the batch that published returns.
-  EXPECT_TRUE(WaitUntil([&] { return count("shared tier: uploading works again after ") == 1; }, seconds(30)));
-  EXPECT_EQ(count("shared tier: uploading failed, retrying with back-off: TimedOut"), 1u);
+  EXPECT_TRUE(WaitUntil([&] { return warned.Count("shared tier: uploading works again after ") == 1; }, seconds(30)));
+  EXPECT_EQ(warned.Count("shared tier: uploading failed, retrying with back-off: TimedOut"), 1u);
   // Closing while the OSD is stopped does not hang either.
   ASSERT_EQ(::kill(osd, SIGSTOP), 0);
   const auto t0 = SteadyClock::now();
@@ -813,12 +798,8 @@ TEST_F(RemoteTierTest, WritesFromAWriteBufferLandByteForByte) {
 // memory a late write would still send.
 TEST_F(RemoteTierTest, AWriteBufferStaysHeldWhileItsWriteIsUnsent) {
   CephCluster priv;
-  const CephCluster* cluster = &TheCluster();
-  if (!cluster->owned()) {
-    priv = CephCluster::StartPrivate();
-    ASSERT_FALSE(priv.conf().empty()) << priv.error();
-    cluster = &priv;
-  }
+  const CephCluster* cluster = ClusterToStop(&priv);
+  ASSERT_NE(cluster, nullptr) << priv.error();
   const pid_t osd = cluster->OsdPid();
   ASSERT_GT(osd, 0);
   using remote::RadosClient;

@@ -15,22 +15,11 @@ namespace {
 using testing::Key;
 using testing::Payload;
 
-struct Warnings {
-  std::mutex mu;
-  std::vector<std::string> lines;
-  std::function<void(const std::string&)> Sink() {
-    return [this](const std::string& l) {
-      std::lock_guard<std::mutex> g(mu);
-      lines.push_back(l);
-    };
-  }
-};
-
 TEST(DiskSpace, ABudgetAboveTheFreeDiskIsCappedAtOpenAndSaid) {
   testing::TempDir tmp;
   auto fs = std::make_shared<FaultInjectionFileSystem>(DefaultFileSystem());
   fs->SetFreeSpace(uint64_t{10} << 20);  // 10 MiB free, 64 MiB asked
-  Warnings w;
+  testing::WarnedLines w;
   Options o = testing::SmallOptions();
   o.capacity_bytes = 64 << 20;
   o.file_system = fs;
@@ -41,8 +30,8 @@ TEST(DiskSpace, ABudgetAboveTheFreeDiskIsCappedAtOpenAndSaid) {
   EXPECT_EQ(st.capacity_configured_bytes, 64u << 20);
   EXPECT_LT(st.capacity_bytes, 10u << 20);
   EXPECT_GE(st.capacity_bytes, 2u << 20);
-  ASSERT_EQ(w.lines.size(), 1u);
-  EXPECT_NE(w.lines[0].find("more than the disk"), std::string::npos) << w.lines[0];
+  ASSERT_EQ(w.Lines().size(), 1u);
+  EXPECT_EQ(w.Count("more than the disk"), 1u) << w.Lines()[0];
   // Enough room: no cap, no warning, no configured figure.
   ASSERT_TRUE((*s)->Close().ok());
   fs->SetFreeSpace(uint64_t{1} << 40);
@@ -50,13 +39,13 @@ TEST(DiskSpace, ABudgetAboveTheFreeDiskIsCappedAtOpenAndSaid) {
   ASSERT_TRUE(s.ok());
   EXPECT_EQ((*s)->GetStats().capacity_bytes, 64u << 20);
   EXPECT_EQ((*s)->GetStats().capacity_configured_bytes, 0u);
-  EXPECT_EQ(w.lines.size(), 1u);
+  EXPECT_EQ(w.Lines().size(), 1u);
 }
 
 TEST(DiskSpace, ADiskFullBeforeTheBudgetShrinksTheStoreCountedAndSaid) {
   testing::TempDir tmp;
   auto fs = std::make_shared<FaultInjectionFileSystem>(DefaultFileSystem());
-  Warnings w;
+  testing::WarnedLines w;
   Options o = testing::SmallOptions();
   o.capacity_bytes = 64 << 20;
   o.file_system = fs;
@@ -76,10 +65,10 @@ TEST(DiskSpace, ADiskFullBeforeTheBudgetShrinksTheStoreCountedAndSaid) {
   EXPECT_EQ(st.capacity_configured_bytes, 64u << 20);
   EXPECT_EQ(st.capacity_bytes, 4u << 20);
   EXPECT_GT(st.evictions, 0u);
-  std::lock_guard<std::mutex> g(w.mu);
-  ASSERT_GE(w.lines.size(), 1u);
-  EXPECT_NE(w.lines[0].find("disk"), std::string::npos) << w.lines[0];
-  EXPECT_NE(w.lines[0].find("full"), std::string::npos) << w.lines[0];
+  const std::vector<std::string> lines = w.Lines();
+  ASSERT_GE(lines.size(), 1u);
+  EXPECT_NE(lines[0].find("disk"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[0].find("full"), std::string::npos) << lines[0];
   // The newest blocks are all there and right.
   for (int i = 390; i < 400; ++i) {
     auto got = (*s)->GetVector(*ns, Key(i));

@@ -82,25 +82,6 @@ bool PutKeys(Store& s, NamespaceId ns, int from, int to) {
   return true;
 }
 
-// What the store said through Options::warn, from whichever thread.
-class WarnedLines {
- public:
-  std::function<void(const std::string&)> Sink() {
-    return [this](const std::string& line) {
-      std::lock_guard<std::mutex> l(mu_);
-      lines_.push_back(line);
-    };
-  }
-  std::vector<std::string> Lines() {
-    std::lock_guard<std::mutex> l(mu_);
-    return lines_;
-  }
-
- private:
-  std::mutex mu_;
-  std::vector<std::string> lines_;
-};
-
 // Each of `keys` reads back whole, as PutKeys wrote it.
 void ExpectKeys(Store& s, NamespaceId ns, std::initializer_list<int> keys) {
   for (int i : keys) {
@@ -297,7 +278,7 @@ TEST(FailedWrite, ARemoveAfterOneWhoseIndexFlushFailedIsDurableWhenAcknowledged)
     auto fs = std::make_shared<FaultInjectionFileSystem>(DefaultFileSystem(IoBackend::kPosix));
     Options fo = o;
     fo.file_system = fs;
-    WarnedLines warned;
+    testing::WarnedLines warned;
     fo.warn = warned.Sink();
     auto s = Store::Open(store, fo);
     if (!s.ok()) _exit(20);
@@ -368,7 +349,7 @@ TEST(FailedWrite, AnIndexOutOfSpaceResumesWithoutAReopen) {
   auto fs = std::make_shared<FaultInjectionFileSystem>(DefaultFileSystem(IoBackend::kPosix));
   Options o = testing::SmallOptions(IoBackend::kPosix);
   o.file_system = fs;
-  WarnedLines warned;
+  testing::WarnedLines warned;
   o.warn = warned.Sink();
   auto s = testing::OpenOrFail(store, o);
   const NamespaceId ns = testing::RegisterOrFail(s.get());

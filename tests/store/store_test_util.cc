@@ -100,4 +100,23 @@ void FlipBit(const std::string& path, uint64_t offset, int bit) {
   ::close(fd);
 }
 
+std::function<void(const std::string&)> WarnedLines::Sink() {
+  return [this](const std::string& line) {
+    std::lock_guard<std::mutex> l(mu_);
+    lines_.push_back(line);
+  };
+}
+
+std::vector<std::string> WarnedLines::Lines() {
+  std::lock_guard<std::mutex> l(mu_);
+  return lines_;
+}
+
+size_t WarnedLines::Count(const std::string& part) {
+  std::lock_guard<std::mutex> l(mu_);
+  size_t n = 0;
+  for (const std::string& line : lines_) n += line.find(part) != std::string::npos;
+  return n;
+}
+
 }  // namespace kvtier::testing

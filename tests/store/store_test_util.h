@@ -9,7 +9,9 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -60,6 +62,20 @@ void InKilledChild(F body) {
   ASSERT_TRUE(WIFEXITED(status)) << "child died";
   ASSERT_EQ(WEXITSTATUS(status), 0) << "child step " << WEXITSTATUS(status) << " failed";
 }
+
+// What a store said through Options::warn, from whichever thread:
+// `o.warn = warned.Sink();` (the collector outlives the store).
+class WarnedLines {
+ public:
+  std::function<void(const std::string&)> Sink();
+  std::vector<std::string> Lines();
+  // How many lines hold `part`.
+  size_t Count(const std::string& part);
+
+ private:
+  std::mutex mu_;
+  std::vector<std::string> lines_;
+};
 
 }  // namespace kvtier::testing
 
