@@ -218,6 +218,17 @@ Status ServiceStore::Close() {
   // Async gets copying out of the lent tier end first (their pins' and
   // reads' requests go on the channel).
   if (lent_ != nullptr) lent_->AwaitReads(OpDeadline());
+  // The watcher first: it may be connecting, and nothing may connect after.
+  std::thread watcher;
+  {
+    MutexLock l(&mu_);
+    watcher = std::move(watcher_);
+  }
+  {
+    MutexLock l(&watch_mu_);
+    watch_cv_.notify_all();
+  }
+  if (watcher.joinable()) watcher.join();
   std::shared_ptr<Channel> ch;
   {
     MutexLock l(&mu_);

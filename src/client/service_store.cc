@@ -16,6 +16,7 @@ namespace kvtier::client {
 
 namespace {
 constexpr auto kRetry = std::chrono::milliseconds(200);
+constexpr auto kWatch = std::chrono::milliseconds(250);  // auto: clients' look at an idle connection
 
 uint64_t TotalOf(std::span<const Fragment> f) {
   uint64_t n = 0;
@@ -81,7 +82,26 @@ Result<std::shared_ptr<Channel>> ServiceStore::Live() {
   description_ = ch->description();
   ch_ = ch;
   ++connections_;
+  // Not once Close has begun: it takes the watcher under mu_ after closed_.
+  if (!auto_dir_.empty() && !watcher_.joinable() && !closed_.load())
+    watcher_ = std::thread([this] { WatchAutoService(); });
   return ch;
+}
+
+void ServiceStore::WatchAutoService() {
+  for (;;) {
+    {
+      MutexLock l(&watch_mu_);
+      if (!closed_.load()) l.WaitUntil(watch_cv_, Clock::now() + kWatch);
+    }
+    if (closed_.load()) return;
+    bool gone = false;
+    {
+      MutexLock l(&mu_);
+      gone = ch_ == nullptr || !ch_->alive();
+    }
+    if (gone) Live().status().IgnoreError();  // an error is retried at the next look, as a call would
+  }
 }
 
 // An auto: service that has left (idle while this client was not calling,

@@ -6,16 +6,20 @@
 // restarted: the namespaces it registered and the memory registered with
 // RegisterMemory. While the service is unreachable, calls fail at once with
 // IOError (gets: a miss), and a new connection is tried at most every
-// kRetryMs.
+// kRetryMs. For auto: a thread of its own watches the connection while no
+// call does, so that a service that went is started again (and this
+// client's namespaces and memory replayed) before the next call needs it.
 //
 // Thread safety: as Store.
 #ifndef KVTIER_SRC_CLIENT_SERVICE_STORE_H_
 #define KVTIER_SRC_CLIENT_SERVICE_STORE_H_
 
 #include <atomic>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "client/channel.h"
@@ -131,6 +135,9 @@ class ServiceStore final : public Store {
   Result<std::shared_ptr<Channel>> Live();
   Status Replay(Channel& ch) REQUIRES(mu_);
   void StartAutoServiceAgain() REQUIRES(mu_);
+  // auto: only, on watcher_: every kWatch, reconnects (Live) when the
+  // connection is gone; returns when the store closes.
+  void WatchAutoService();
   Clock::time_point OpDeadline() const;
   // How long before the reply to a request that reads or writes the
   // client's memory (put, get, get_batch) is given up the service must stop
@@ -191,6 +198,9 @@ class ServiceStore final : public Store {
   uint64_t connections_ GUARDED_BY(mu_) = 0;  // ch_'s serial number (MapTier's `connection`)
   Clock::time_point next_try_ GUARDED_BY(mu_){};
   std::shared_ptr<std::atomic<bool>> auto_started_ GUARDED_BY(mu_);  // left yet? (StartAutoServiceAgain)
+  std::thread watcher_ GUARDED_BY(mu_);  // auto: only, from the first connection; joined by Close
+  Mutex watch_mu_;
+  std::condition_variable watch_cv_;  // Close wakes the watcher
   std::vector<NamespaceSpec> specs_ GUARDED_BY(mu_);
   std::vector<Memory> memory_ GUARDED_BY(mu_);
   StoreDescription description_ GUARDED_BY(mu_);

@@ -376,6 +376,45 @@ def test_auto_starts_one_service_for_every_process_and_it_leaves_when_idle(tmp_p
         assert c.register_namespace(**SPEC).get("from-a") == b"a" * 10000
 
 
+def serve_pids(folder):
+    """The pids of `kvtier serve FOLDER` processes."""
+    pids = []
+    for p in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            argv = open(f"/proc/{p}/cmdline", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if b"serve" in argv and folder.encode() in argv:
+            pids.append(int(p))
+    return pids
+
+
+def test_an_idle_auto_client_starts_a_killed_service_again_before_its_next_call(tmp_path):
+    folder = str(tmp_path / "auto-store")
+    os.makedirs(folder)
+    opts = {"client": {"staging_bytes": 8 << 20, "idle_exit_s": 30, "serve_program": KVTIER_BIN,
+                       "serve_args": "--segment-size 4M --capacity 256M --metrics-listen off"}}
+    a = kvtier.Store("auto:" + folder, **opts)
+    log = os.path.join(folder, "kvtier-serve.log")
+    me = f"connected: pid {os.getpid()}"
+    try:
+        ns = a.register_namespace(**SPEC)
+        blocks = put_blocks(ns, 4)
+        a.flush()
+        [first] = serve_pids(folder)
+        os.kill(first, signal.SIGKILL)
+        # No call from here on: the client's watcher finds the connection
+        # gone, starts another service and connects to it.
+        assert wait_for(lambda: open(log).read().count(me) == 2, 30), open(log).read()
+        text = open(log).read()
+        assert text.count("serving ") == 2, text
+        assert first not in serve_pids(folder)
+        assert all(ns.get(k) == v for k, v in blocks.items())
+        assert open(log).read().count(me) == 2  # the gets went on that connection
+    finally:
+        a.close()
+
+
 FAIL_WRITES = os.environ.get("KVTIER_FAIL_WRITES_PRELOAD", "")
 needs_fail_writes = pytest.mark.skipif(not os.path.exists(FAIL_WRITES or "/nonexistent"),
                                        reason="KVTIER_FAIL_WRITES_PRELOAD (tests/doubles/fail_writes_preload.c) "
