@@ -144,12 +144,14 @@ bool ApplyOverride(const std::string& kv, kvtier::Options* o) {
   const size_t eq = kv.find('=');
   if (eq == std::string::npos) return false;
   const std::string k = kv.substr(0, eq);
-  if (k == "reinsert_max_fraction" || k == "hot_region_fraction") {
+  if (k == "reinsert_max_fraction" || k == "hot_region_fraction" || k == "reclaim_window_fraction") {
     char* end = nullptr;
     const std::string text = kv.substr(eq + 1);
     const double f = std::strtod(text.c_str(), &end);
     if (end == text.c_str() || *end != '\0' || !(f >= 0 && f <= 1)) return false;
-    (k == "hot_region_fraction" ? o->hot_region_fraction : o->reinsert_max_fraction) = f;
+    (k == "hot_region_fraction"       ? o->hot_region_fraction
+     : k == "reclaim_window_fraction" ? o->reclaim_window_fraction
+                                      : o->reinsert_max_fraction) = f;
     return true;
   }
   auto v = ParseBytes(kv.substr(eq + 1));
@@ -706,7 +708,7 @@ std::string CheckKvtierOverride(const std::string& kv) {
   return ApplyOverride(kv, &o) ? "" : "bad --kvtier-option '" + kv + "' (want name=value; names: "
       "read_threads, queue_depth, max_write_chunk_bytes, group_commit_bytes, write_queue_bytes, "
       "segment_size_bytes, zero_copy_min_bytes, dense_record_max_bytes, verify_ram_hits=0|1, zero_copy_small_pages=0|1, "
-      "read_on_caller_thread=0|1, reinsert_max_fraction=0-1, reinsert_min_hits, hot_region_fraction=0-1)";
+      "read_on_caller_thread=0|1, reinsert_max_fraction=0-1, reinsert_min_hits, hot_region_fraction=0-1, reclaim_window_fraction=0-1)";
 }
 
 std::unique_ptr<Design> MakeDesign(const std::string& name, const DesignConfig& config) {

@@ -174,7 +174,7 @@ int main(int argc, char** argv) {
   app.add_option("--kvtier-option", c.kvtier_overrides,
                  "Experiments: override a kvtier Option, name=value (repeatable): read_threads, "
                  "queue_depth, max_write_chunk_bytes, group_commit_bytes, write_queue_bytes, "
-                 "segment_size_bytes, zero_copy_min_bytes, dense_record_max_bytes, verify_ram_hits, zero_copy_small_pages, read_on_caller_thread (0 or 1), reinsert_max_fraction (0-1), reinsert_min_hits, hot_region_fraction (0-1). Results are then not kvtier's defaults");
+                 "segment_size_bytes, zero_copy_min_bytes, dense_record_max_bytes, verify_ram_hits, zero_copy_small_pages, read_on_caller_thread (0 or 1), reinsert_max_fraction (0-1), reinsert_min_hits, hot_region_fraction (0-1), reclaim_window_fraction (0-1). Results are then not kvtier's defaults");
   std::string buffer_pages = "huge";
   app.add_option("--buffer-pages", buffer_pages,
                  "Memory of the blocks handed to every design: huge (buffers of 2 MiB and more on transparent "

@@ -208,6 +208,9 @@ struct Stats {
   // Of the reinsertions, those copied from the RAM tier's copy (verified)
   // instead of read back from the disk.
   uint64_t reinserted_from_ram = 0;
+  // Reclaims that took a segment other than the oldest, passing over ones
+  // whose blocks are still read (Options::reclaim_window_fraction).
+  uint64_t reclaims_not_oldest = 0;
   uint64_t capacity_bytes = 0, used_bytes = 0;
   uint64_t blocks_estimate = 0;                  // RocksDB's estimate of index entries
   // The index (RocksDB): table files on disk, memtables, and bytes written

@@ -142,6 +142,7 @@ Status SetOption(Options* o, const std::string& k, const json& v) {
   if (k == "reinsert_max_fraction") return GetDouble(k, v, &o->reinsert_max_fraction);
   if (k == "reinsert_min_hits") return GetUnsigned(k, v, &o->reinsert_min_hits);
   if (k == "hot_region_fraction") return GetDouble(k, v, &o->hot_region_fraction);
+  if (k == "reclaim_window_fraction") return GetDouble(k, v, &o->reclaim_window_fraction);
   if (k == "punch_holes") return GetBool(k, v, &o->punch_holes);
   if (k == "write_budget_bytes_per_day") return GetUnsigned(k, v, &o->write_budget_bytes_per_day);
   if (k == "admit_on_second_put") return GetBool(k, v, &o->admit_on_second_put);
@@ -313,6 +314,7 @@ std::string StatsToJson(const Stats& s) {
       {"reinsertions", s.reinsertions},
       {"reinserted_bytes", s.reinserted_bytes},
       {"reinserted_from_ram", s.reinserted_from_ram},
+      {"reclaims_not_oldest", s.reclaims_not_oldest},
       {"capacity_bytes", s.capacity_bytes},
       {"used_bytes", s.used_bytes},
       {"blocks_estimate", s.blocks_estimate},

@@ -182,6 +182,21 @@ uint32_t SegmentTable::OldestSealed(std::optional<bool> hot) const {
   return best;
 }
 
+std::vector<std::pair<uint32_t, uint64_t>> SegmentTable::OldestSealedN(size_t n, std::optional<bool> hot) const {
+  std::vector<std::pair<uint32_t, uint64_t>> out;  // (id, epoch)
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (const auto& s : segs_)
+      if (s != nullptr && s->info.state == SegmentState::kSealed && (!hot || s->hot == *hot))
+        out.emplace_back(s->info.id, s->info.epoch);
+  }
+  const size_t keep = std::min(n, out.size());
+  std::partial_sort(out.begin(), out.begin() + static_cast<ptrdiff_t>(keep), out.end(),
+                    [](const auto& a, const auto& b) { return a.second < b.second; });
+  out.resize(keep);
+  return out;
+}
+
 void SegmentTable::MarkHot(uint32_t seg) {
   std::lock_guard<std::mutex> l(mu_);
   if (Seg* s = Find(seg)) s->hot = true;

@@ -73,6 +73,9 @@ class SegmentTable {
   // The sealed segment with the smallest epoch, or UINT32_MAX; with `hot`,
   // the oldest among the hot region's segments (true) or the rest (false).
   uint32_t OldestSealed(std::optional<bool> hot = std::nullopt) const;
+  // Up to `n` sealed segments, oldest first (ids and epochs), with `hot` as
+  // for OldestSealed.
+  std::vector<std::pair<uint32_t, uint64_t>> OldestSealedN(size_t n, std::optional<bool> hot = std::nullopt) const;
   // Marks seg (just activated) as the hot region's: it holds reinserted
   // blocks only. The index keeps the list as a hint for the next open.
   void MarkHot(uint32_t seg);

@@ -25,6 +25,7 @@ void Writer::Start(RamTier* ram) {
   rd.punch_holes = d_.punch_holes;
   rd.policy = std::make_unique<HitReinsertion>(d_.reinsert_max_fraction, d_.reinsert_min_hits);
   reclaimer_ = std::make_unique<Reclaimer>(std::move(rd));
+  d_.hits->SetEpoch(pos_.epoch);  // where recovery left it
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -134,9 +135,11 @@ Status Writer::OpenNextSegment(const Touched& touched) {
       KVTIER_RETURN_IF_ERROR(MakeEntriesDurableBeforeReclaim(seg));
       KVTIER_RETURN_IF_ERROR(reclaimer_->Reclaim(seg, /*reuse=*/true, &pos_, hot_region ? &hot_ : nullptr));
     }
+    d_.hits->SetEpoch(pos_.epoch);
     return Status::OK();
   }
   auto gen = d_.table->Activate(seg, ++pos_.epoch);
+  d_.hits->SetEpoch(pos_.epoch);
   if (!gen.ok()) return gen.status();
   pos_.seg = seg;
   pos_.gen = *gen;
@@ -162,15 +165,41 @@ Status Writer::MakeEntriesDurableBeforeReclaim(uint32_t seg) {
 }
 
 uint32_t Writer::ChooseVictim() {
-  if (d_.hot_region_fraction <= 0) return d_.table->OldestSealed();
-  const uint32_t cold = d_.table->OldestSealed(/*hot=*/false);
+  if (d_.hot_region_fraction <= 0) return LeastHotOfOldest(std::nullopt);
+  const bool any_cold = d_.table->OldestSealed(/*hot=*/false) != UINT32_MAX;
   const uint32_t hot = d_.table->OldestSealed(/*hot=*/true);
   const auto share = static_cast<uint32_t>(d_.hot_region_fraction * static_cast<double>(d_.max_segments->load()));
-  if (hot != UINT32_MAX && (cold == UINT32_MAX || d_.table->CountHot() >= share)) return hot;
-  if (cold != UINT32_MAX || hot_.seg == UINT32_MAX) return cold;
+  if (hot != UINT32_MAX && (!any_cold || d_.table->CountHot() >= share)) return hot;
+  if (any_cold || hot_.seg == UINT32_MAX) return LeastHotOfOldest(/*hot=*/false);
   // Nothing sealed: the hot region's open segment is sealed to be taken.
   SealHotSegment();
   return d_.table->OldestSealed(/*hot=*/true);
+}
+
+// Reclaiming the oldest segment rewrites its hot blocks. Where the hot set
+// is spread over the log, as blocks are read again long after they were
+// written, FIFO moves each of them once, and again whenever the hot region
+// comes round. Passing over the segments whose blocks are still read leaves
+// those where they lie; one whose reads stopped a lap ago counts as cold, so
+// blocks once hot do not hold the space for good.
+uint32_t Writer::LeastHotOfOldest(std::optional<bool> hot) {
+  const uint64_t segments = d_.max_segments->load();
+  const auto window = static_cast<size_t>(d_.reclaim_window_fraction * static_cast<double>(segments));
+  if (window <= 1 || !d_.reinsert) return d_.table->OldestSealed(hot);
+  const auto candidates = d_.table->OldestSealedN(window, hot);  // (id, epoch), oldest first
+  if (candidates.empty()) return UINT32_MAX;
+  const uint64_t read_since = pos_.epoch > segments ? pos_.epoch - segments : 0;
+  uint32_t best = candidates.front().first;
+  uint64_t best_bytes = d_.hits->HotBytes(best, read_since);
+  for (size_t i = 1; i < candidates.size() && best_bytes > 0; ++i) {
+    const uint64_t bytes = d_.hits->HotBytes(candidates[i].first, read_since);
+    if (bytes < best_bytes) {
+      best = candidates[i].first;
+      best_bytes = bytes;
+    }
+  }
+  if (best != candidates.front().first) d_.counters->reclaims_not_oldest.Add();
+  return best;
 }
 
 void Writer::SealHotSegment() {

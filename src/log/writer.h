@@ -15,6 +15,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_set>
@@ -55,6 +56,7 @@ class Writer {
     double reinsert_max_fraction = 0;    // Options::reinsert_max_fraction
     uint32_t reinsert_min_hits = 1;      // Options::reinsert_min_hits
     double hot_region_fraction = 0;      // Options::hot_region_fraction
+    double reclaim_window_fraction = 0;  // Options::reclaim_window_fraction
     std::string dir;                     // the store folder, for messages
     std::function<void(const std::string&)> warn;
     // A segment was sealed (seg, gen): the shared tier may upload it. Must
@@ -101,6 +103,10 @@ class Writer {
   // The segment to reclaim next, or UINT32_MAX: the oldest sealed one, or
   // with a hot region the oldest outside it until the region holds its share.
   uint32_t ChooseVictim();
+  // Of the oldest sealed segments (Options::reclaim_window_fraction; with
+  // `hot`, of the hot region's or the rest), the one holding the fewest hot
+  // bytes, but the oldest once it has waited four laps of the log.
+  uint32_t LeastHotOfOldest(std::optional<bool> hot);
   // Flushes the index first when `seg` may hold records whose entries are
   // not durable (writer.cc says why).
   Status MakeEntriesDurableBeforeReclaim(uint32_t seg);

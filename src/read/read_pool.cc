@@ -149,7 +149,7 @@ void CompleteRecord(const ReadPool::Deps& d, const std::shared_ptr<ReadOp>& op, 
   c.hits_disk.Add();
   c.bytes_read_disk.Add(v.payload_len);
   if (direct) c.direct_read_bytes.Add(whole);
-  d.note_hit(v.segment, v.offset);
+  d.note_hit(v);
   if (d.ram != nullptr) {
     // The copy to admit, gathered before `done` lets the caller reuse `out`.
     std::vector<Fragment> admit;

@@ -48,8 +48,8 @@ class ReadPool {
     // An entry whose record failed verification or is gone: drop it if the
     // index still holds that sequence.
     std::function<void(NamespaceId, std::string_view, uint64_t)> drop;
-    // A verified disk hit at (segment, offset), for hot-block reinsertion.
-    std::function<void(uint32_t, uint64_t)> note_hit;
+    // A verified disk hit on the record `v` names, for hot-block reinsertion.
+    std::function<void(const format::IndexValue&)> note_hit;
   };
   enum class Admit { kQueued, kClosed, kFull };
 

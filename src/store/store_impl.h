@@ -185,7 +185,7 @@ class StoreImpl final : public Store, public BlockSink {
   // Hands `op` to the read threads, adding its deadline to the timer.
   void SubmitRead(const std::shared_ptr<ReadOp>& op, ReadPool::WhenFull when_full = ReadPool::WhenFull::kRefuse);
   void RequestDrop(NamespaceId ns, std::string_view key, uint64_t sequence);
-  void NoteHit(uint32_t seg, uint64_t offset);
+  void NoteHit(const format::IndexValue& v);
   BlockInfo ToBlockInfo(NamespaceId ns, std::string_view key, const format::IndexValue& v);
 
   // ---- Shared tier on Ceph (store_remote.cc); no-ops while it is off ----
@@ -251,7 +251,7 @@ class StoreImpl final : public Store, public BlockSink {
   NamespaceRegistry namespaces_;
   std::atomic<bool> closed_{false};
   // Hot blocks: reads per (segment, offset) since written, for reinsertion.
-  HitCounts hits_;
+  HitCounts hits_{opt_.reinsert_min_hits};
 
   // The rooms, each with its own thread. Made before recovery (which appends
   // and checkpoints through them), started by StartThreads, stopped by Close;

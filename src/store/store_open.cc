@@ -34,6 +34,8 @@ Status CheckOptions(const Options& o) {
     return Status::InvalidArgument("reinsert_max_fraction must be in [0, 1]");
   if (!(o.hot_region_fraction >= 0 && o.hot_region_fraction < 1))
     return Status::InvalidArgument("hot_region_fraction must be in [0, 1)");
+  if (!(o.reclaim_window_fraction >= 0 && o.reclaim_window_fraction <= 1))
+    return Status::InvalidArgument("reclaim_window_fraction must be in [0, 1]");
   if (o.ram_copy_spin_us > 10000) return Status::InvalidArgument("ram_copy_spin_us must be at most 10000");
   return Status::OK();
 }
@@ -276,6 +278,7 @@ Status StoreImpl::OpenWritePath() {
   wd.reinsert_max_fraction = opt_.reinsert_max_fraction;
   wd.reinsert_min_hits = opt_.reinsert_min_hits;
   wd.hot_region_fraction = opt_.hot_region_fraction;
+  wd.reclaim_window_fraction = opt_.reclaim_window_fraction;
   wd.dir = dir_;
   wd.warn = [this](const std::string& line) { Warn(line); };
   wd.sealed = [this](uint32_t seg, uint32_t gen) { RemoteNoteSealed(seg, gen); };

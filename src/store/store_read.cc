@@ -182,8 +182,8 @@ std::vector<Result<size_t>> StoreImpl::GetBatch(NamespaceId ns, std::span<const 
   return out;
 }
 
-void StoreImpl::NoteHit(uint32_t seg, uint64_t offset) {
-  hits_.Note(seg, offset);
+void StoreImpl::NoteHit(const format::IndexValue& v) {
+  hits_.Note(v.segment, v.offset, format::AlignUp(v.RecordBytes()));
 }
 
 ReadPool::Deps StoreImpl::ReadDeps() {
@@ -201,7 +201,7 @@ ReadPool::Deps StoreImpl::ReadDeps() {
   d.max_pending = opt_.max_pending_reads;
   d.remote_get = [this](const std::shared_ptr<ReadOp>& op) { return RemoteGet(op); };  // store_remote.cc
   d.drop = [this](NamespaceId ns, std::string_view key, uint64_t seq) { RequestDrop(ns, key, seq); };
-  d.note_hit = [this](uint32_t seg, uint64_t off) { NoteHit(seg, off); };
+  d.note_hit = [this](const format::IndexValue& v) { NoteHit(v); };
   return d;
 }
 
@@ -241,7 +241,7 @@ Status StoreImpl::TouchBatch(NamespaceId ns, std::span<const std::string_view> k
     auto e = index_->Get(ns, keys[i]);
     if (!e.ok()) return e.status();
     if (!e->has_value() || !table_->IsLive((*e)->segment, (*e)->generation)) continue;
-    NoteHit((*e)->segment, (*e)->offset);  // where the reclaim of its segment looks
+    NoteHit(**e);  // where the reclaim of its segment looks
     c_.touches.Add();
     if (present != nullptr) (*present)[i] = true;
   }

@@ -57,6 +57,7 @@ Stats StoreImpl::GetStats() {
   s.reinsertions = c_.reinsertions.Get();
   s.reinserted_bytes = c_.reinserted_bytes.Get();
   s.reinserted_from_ram = c_.reinserted_from_ram.Get();
+  s.reclaims_not_oldest = c_.reclaims_not_oldest.Get();
   s.recovered_from_crash = c_.recovered_from_crash.load();
   s.recovery_scanned_bytes = c_.recovery_scanned_bytes.Get();
   s.recovery_reindexed = c_.recovery_reindexed.Get();

@@ -25,6 +25,7 @@ struct Counters {
   Counter zero_copy_put_bytes, direct_read_bytes, registered_writes, small_page_copies;
   Counter remote_admitted_to_ram;
   Counter evictions, evicted_blocks, evicted_bytes, reinsertions, reinserted_bytes, reinserted_from_ram;
+  Counter reclaims_not_oldest;
   Counter disk_full_events;
   // Where disk reads spend their time (Stats::disk_reads_timed).
   Counter disk_reads_timed, disk_read_queue_ns, disk_read_index_ns, disk_read_device_ns, disk_read_finish_ns;

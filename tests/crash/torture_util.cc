@@ -106,6 +106,9 @@ Options StoreOptions(const TortureConfig& c) {
   // region's own oldest segment is reclaimed.
   o.reinsert_min_hits = 1;
   o.hot_region_fraction = 0.34;
+  // Reclaims choose among the 3 oldest of the other segments, so crashes
+  // also land after a segment younger than the oldest was taken.
+  o.reclaim_window_fraction = 0.5;
   o.checkpoint_interval_bytes = 512 << 10;
   o.max_payload_bytes = 1 << 20;
   o.use_direct_io = c.crash == TortureConfig::Crash::kKill;

@@ -8,11 +8,11 @@ namespace kvtier {
 namespace {
 
 TEST(HitCounts, CountsPerRecordAndHandsASegmentOverOnce) {
-  HitCounts h;
-  h.Note(3, 4096);
-  h.Note(3, 4096);
-  h.Note(3, 8192);
-  h.Note(4, 4096);
+  HitCounts h(2);
+  h.Note(3, 4096, 4096);
+  h.Note(3, 4096, 4096);
+  h.Note(3, 8192, 4096);
+  h.Note(4, 4096, 4096);
   EXPECT_EQ(h.Of(3, 4096), 2u);
   EXPECT_EQ(h.Of(3, 12288), 0u);
   auto seg = h.Take(3);
@@ -21,6 +21,26 @@ TEST(HitCounts, CountsPerRecordAndHandsASegmentOverOnce) {
   EXPECT_EQ(h.Of(3, 4096), 0u);  // forgotten: the segment is being reclaimed
   EXPECT_TRUE(h.Take(3).empty());
   EXPECT_EQ(h.Of(4, 4096), 1u);
+}
+
+TEST(HitCounts, SumsTheBytesOfRecordsReadEnoughTimesPerSegment) {
+  HitCounts h(2);
+  h.Note(1, 0, 8192);
+  EXPECT_EQ(h.HotBytes(1), 0u) << "read once";
+  h.Note(1, 0, 8192);
+  EXPECT_EQ(h.HotBytes(1), 8192u);
+  h.Note(1, 0, 8192);
+  EXPECT_EQ(h.HotBytes(1), 8192u) << "counted once, when it became hot";
+  h.Note(1, 65536, 4096);
+  h.Note(1, 65536, 4096);
+  h.Note(2, 0, 4096);
+  EXPECT_EQ(h.HotBytes(1), 12288u);
+  EXPECT_EQ(h.HotBytes(2), 0u);
+  h.Take(1);
+  EXPECT_EQ(h.HotBytes(1), 0u) << "reclaimed: written afresh";
+  HitCounts once(0);  // 0 counts as 1
+  once.Note(5, 0, 4096);
+  EXPECT_EQ(once.HotBytes(5), 4096u);
 }
 
 TEST(HitReinsertion, TakesReadBlocksWithinItsBudget) {

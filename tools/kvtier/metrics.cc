@@ -202,6 +202,9 @@ std::string RenderMetrics(const MetricsInput& in, nlohmann::json* json) {
   e.One("reinserted_bytes_total", "counter", "Payload bytes reinserted on reclaim.", static_cast<double>(s.reinserted_bytes));
   e.One("reinserted_from_ram_total", "counter", "Reinsertions copied from the RAM tier, not read from the disk.",
         static_cast<double>(s.reinserted_from_ram));
+  e.One("reclaims_not_oldest_total", "counter",
+        "Reclaims that took a segment other than the oldest, leaving hot blocks where they lie.",
+        static_cast<double>(s.reclaims_not_oldest));
   e.One("recovered_from_crash", "gauge", "1 when the last open ran crash recovery.", s.recovered_from_crash ? 1 : 0);
   e.One("recovery_scanned_bytes", "gauge", "Bytes scanned by recovery at open.", static_cast<double>(s.recovery_scanned_bytes));
   e.One("open_seconds", "gauge", "Seconds the last open took.", s.open_seconds);
