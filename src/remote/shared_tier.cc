@@ -80,6 +80,11 @@ void SharedTier::Stop() {
   c.reset();
 }
 
+bool SharedTier::Stopping() {
+  std::lock_guard<std::mutex> l(mu_);
+  return stop_;
+}
+
 std::shared_ptr<RadosClient> SharedTier::client() {
   std::shared_lock<std::shared_mutex> l(client_mu_);
   return client_;
@@ -269,25 +274,33 @@ Status SharedTier::Poll() {
       const CatalogEntry& e = entries[i];
       // Out of the catalog first: from then on nobody imports it, and
       // readers that did treat the vanishing objects as misses.
-      if (!c->OmapRemove(kCatalogObject, {e.key}).ok()) break;
+      if (Stopping() || !c->OmapRemove(kCatalogObject, {e.key}).ok()) break;
       const uint32_t parts = static_cast<uint32_t>((e.bytes + e.part_bytes - 1) / e.part_bytes);
       // An object that fails to go is an orphan now: the sweeper takes it.
-      for (uint32_t p = 0; p < parts; ++p)
-        if (c->Remove(PartObject(e.base, p)).ok()) counters_.deleted.fetch_add(1);
-      if (c->Remove(SummaryObject(e.base)).ok()) counters_.deleted.fetch_add(1);
+      bool unreachable = false;
+      for (uint32_t p = 0; p < parts && !unreachable; ++p) {
+        const Status st = c->Remove(PartObject(e.base, p));
+        if (st.ok()) counters_.deleted.fetch_add(1);
+        unreachable = st.code() == Code::kTimedOut;
+      }
+      if (!unreachable && c->Remove(SummaryObject(e.base)).ok()) counters_.deleted.fetch_add(1);
       counters_.uploads_deleted.fetch_add(1);
+      if (unreachable) break;
     }
     entries.erase(entries.begin(), entries.begin() + static_cast<ptrdiff_t>(drop));
   }
   std::set<std::string> present, bases;
   Status first;
+  bool unreachable = false;
   for (const CatalogEntry& e : entries) {
     present.insert(e.key);
     bases.insert(e.base);
     if (index_->IsImported(e.key)) continue;
+    if (unreachable || Stopping()) continue;  // imported at a later poll
     auto raw = c->ReadWhole(SummaryObject(e.base), e.summary_bytes);
     if (!raw.ok()) {
       if (raw.status().code() != Code::kNotFound && first.ok()) first = raw.status();
+      unreachable = raw.status().code() == Code::kTimedOut;
       continue;  // NotFound: being deleted
     }
     auto s = DecodeSummary(*raw);
@@ -317,10 +330,14 @@ Status SharedTier::SweepOrphans(const std::set<std::string>& catalogued_bases) {
   for (const std::string& name : *names) {
     const std::string base = BaseOfObject(name);
     if (base.empty() || catalogued_bases.count(base)) continue;
+    if (Stopping()) break;
     auto mtime = c->ModifiedUnixSeconds(name);
-    if (!mtime.ok()) continue;  // gone meanwhile, or unreachable: next sweep
+    if (mtime.status().code() == Code::kTimedOut) return mtime.status();  // unreachable: next sweep
+    if (!mtime.ok()) continue;  // gone meanwhile
     if (static_cast<int64_t>(NowUnixMs() / 1000) - *mtime < grace_s) continue;
-    if (c->Remove(name).ok()) counters_.orphans_removed.fetch_add(1);
+    const Status st = c->Remove(name);
+    if (st.ok()) counters_.orphans_removed.fetch_add(1);
+    if (st.code() == Code::kTimedOut) return st;
   }
   return Status::OK();
 }

@@ -126,12 +126,16 @@ class SharedTier {
   // see an upload only once it is whole.
   Status PublishUpload(PendingUpload& u);
   // Imports new catalog entries, drops vanished ones, enforces the budget,
-  // and now and then sweeps orphans.
+  // and now and then sweeps orphans. Its loops over entries and objects stop
+  // at Stop and at the first operation that timed out: each waits up to
+  // op_timeout_ms, so a cluster gone mid-poll would otherwise hold the
+  // worker, and Close, for that long per entry.
   Status Poll();
   // Removes part and summary objects whose base no catalog entry names and
   // that are older than orphan_grace_ms.
   Status SweepOrphans(const std::set<std::string>& catalogued_bases);
   std::shared_ptr<RadosClient> client();
+  bool Stopping();
 
   RemoteTierOptions opt_;
   std::string store_id_;

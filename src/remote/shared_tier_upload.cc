@@ -114,10 +114,6 @@ Status SharedTier::UploadBatch(const std::vector<std::pair<uint32_t, uint32_t>>&
   std::deque<Chunk> planned, reading;
   size_t next_slot = 0;
   size_t next_plan = 0;  // the next segment to plan
-  auto stopping = [this] {
-    std::lock_guard<std::mutex> l(mu_);
-    return stop_;
-  };
   // Publishes the segments from *finished up to `end` (exclusive), whose
   // writes are all issued, in order.
   auto publish_through = [&](size_t end) -> Status {
@@ -157,7 +153,7 @@ Status SharedTier::UploadBatch(const std::vector<std::pair<uint32_t, uint32_t>>&
   auto read_ahead = [&]() -> Status {
     while (reading.size() < shape.reads_ahead) {
       if (planned.empty()) {
-        if (next_plan == ups.size() || stopping()) return Status::OK();
+        if (next_plan == ups.size() || Stopping()) return Status::OK();
         KVTIER_RETURN_IF_ERROR(plan(next_plan++));
         continue;
       }
