@@ -159,15 +159,25 @@ struct RadosClient::Impl {
     return r;
   }
 
-  // A completion that signals `w`; nullptr when librados refuses.
-  rados_completion_t NewWaitCompletion(const std::shared_ptr<Waiter>& w) {
+  // A completion that signals `w` (c is nullptr when librados refuses).
+  // Its callback frees the holder; one that librados refused to start never
+  // runs, so such a completion must be dropped with Drop().
+  struct WaitCompletion {
     rados_completion_t c = nullptr;
-    auto* holder = new std::shared_ptr<Waiter>(w);
-    if (rados_aio_create_completion2(holder, WaiterCallback, &c) < 0) {
+    std::shared_ptr<Waiter>* holder = nullptr;
+    void Drop() {
+      rados_aio_release(c);
       delete holder;
-      return nullptr;
     }
-    return c;
+  };
+  WaitCompletion NewWaitCompletion(const std::shared_ptr<Waiter>& w) {
+    WaitCompletion wc;
+    wc.holder = new std::shared_ptr<Waiter>(w);
+    if (rados_aio_create_completion2(wc.holder, WaiterCallback, &wc.c) < 0) {
+      delete wc.holder;
+      return {};
+    }
+    return wc;
   }
 
   Clock::time_point OpDeadline() const { return Clock::now() + std::chrono::milliseconds(cfg.op_timeout_ms); }
@@ -176,14 +186,14 @@ struct RadosClient::Impl {
   // returns its result (negative errno on failure).
   int RunWriteOp(rados_write_op_t op, const std::string& object) {
     auto w = std::make_shared<Waiter>();
-    rados_completion_t c = NewWaitCompletion(w);
+    WaitCompletion wc = NewWaitCompletion(w);
     int r = -ENOMEM;
-    if (c != nullptr) {
-      r = rados_aio_write_op_operate(op, io, c, object.c_str(), nullptr, 0);
+    if (wc.c != nullptr) {
+      r = rados_aio_write_op_operate(op, io, wc.c, object.c_str(), nullptr, 0);
       if (r < 0)
-        rados_aio_release(c);
+        wc.Drop();
       else
-        r = WaitFor(c, w, OpDeadline());
+        r = WaitFor(wc.c, w, OpDeadline());
     }
     rados_release_write_op(op);
     return r;
@@ -353,13 +363,14 @@ Result<uint64_t> RadosClient::AsyncWrites::Start(const std::string& object, cons
   if (!first_error_.ok()) return first_error_;
   auto op = std::make_unique<Op>(Op{next_, object, std::make_shared<Waiter>(), nullptr, nullptr,
                                     c_->impl_->OpDeadline()});
-  op->completion = c_->impl_->NewWaitCompletion(op->waiter);
-  if (op->completion == nullptr) return first_error_ = Status::IOError("librados: cannot create a completion");
+  auto wc = c_->impl_->NewWaitCompletion(op->waiter);
+  if (wc.c == nullptr) return first_error_ = Status::IOError("librados: cannot create a completion");
+  op->completion = wc.c;
   const char* bytes = reinterpret_cast<const char*>(data);
   const int r = replace ? rados_aio_write_full(c_->impl_->io, object.c_str(), op->completion, bytes, len)
                         : rados_aio_write(c_->impl_->io, object.c_str(), op->completion, bytes, len, offset);
   if (r < 0) {
-    rados_aio_release(op->completion);
+    wc.Drop();
     return first_error_ = ErrnoStatus(r, "writing " + object);
   }
   ops_.push_back(std::move(op));
@@ -388,8 +399,9 @@ Result<uint64_t> RadosClient::AsyncWrites::Start(const std::string& object, cons
   bl.invalidate_crc();
   const int r = replace ? c_->impl_->cxx_io.aio_write_full(object, op->cxx, bl)
                         : c_->impl_->cxx_io.aio_write(object, op->cxx, bl, len, offset);
-  if (r < 0) {
+  if (r < 0) {  // never started: its callback will not free the holder
     op->cxx->release();
+    delete holder;
     return first_error_ = ErrnoStatus(r, "writing " + object);
   }
   ops_.push_back(std::move(op));
@@ -442,11 +454,12 @@ Status RadosClient::WriteObject(const std::string& object, const uint8_t* data, 
 Result<std::string> RadosClient::ReadWhole(const std::string& object, uint64_t size) {
   std::string out(size, '\0');
   auto w = std::make_shared<Waiter>();
-  rados_completion_t c = impl_->NewWaitCompletion(w);
-  if (c == nullptr) return Status::IOError("librados: cannot create a completion");
+  auto wc = impl_->NewWaitCompletion(w);
+  if (wc.c == nullptr) return Status::IOError("librados: cannot create a completion");
+  rados_completion_t c = wc.c;
   int r = rados_aio_read(impl_->io, object.c_str(), c, out.data(), size, 0);
   if (r < 0) {
-    rados_aio_release(c);
+    wc.Drop();
     return ErrnoStatus(r, "reading " + object);
   }
   r = impl_->WaitFor(c, w, impl_->OpDeadline());
@@ -458,11 +471,12 @@ Result<std::string> RadosClient::ReadWhole(const std::string& object, uint64_t s
 
 Status RadosClient::Remove(const std::string& object) {
   auto w = std::make_shared<Waiter>();
-  rados_completion_t c = impl_->NewWaitCompletion(w);
-  if (c == nullptr) return Status::IOError("librados: cannot create a completion");
+  auto wc = impl_->NewWaitCompletion(w);
+  if (wc.c == nullptr) return Status::IOError("librados: cannot create a completion");
+  rados_completion_t c = wc.c;
   int r = rados_aio_remove(impl_->io, object.c_str(), c);
   if (r < 0) {
-    rados_aio_release(c);
+    wc.Drop();
     return ErrnoStatus(r, "removing " + object);
   }
   r = impl_->WaitFor(c, w, impl_->OpDeadline());
@@ -502,16 +516,16 @@ Result<std::vector<std::pair<std::string, std::string>>> RadosClient::OmapList(c
     int prval = 0;
     rados_read_op_omap_get_vals2(op, after.c_str(), "", 1024, &iter, &more, &prval);
     auto w = std::make_shared<Waiter>();
-    rados_completion_t c = impl_->NewWaitCompletion(w);
-    if (c == nullptr) {
+    auto wc = impl_->NewWaitCompletion(w);
+    if (wc.c == nullptr) {
       rados_release_read_op(op);
       return Status::IOError("librados: cannot create a completion");
     }
-    int r = rados_aio_read_op_operate(op, impl_->io, c, object.c_str(), 0);
+    int r = rados_aio_read_op_operate(op, impl_->io, wc.c, object.c_str(), 0);
     if (r < 0) {
-      rados_aio_release(c);
+      wc.Drop();
     } else {
-      r = impl_->WaitFor(c, w, deadline);
+      r = impl_->WaitFor(wc.c, w, deadline);
     }
     if (r >= 0 && prval < 0) r = prval;
     if (r < 0) {
@@ -552,13 +566,14 @@ Result<std::vector<std::string>> RadosClient::ListObjects() {
 
 Result<int64_t> RadosClient::ModifiedUnixSeconds(const std::string& object) {
   auto w = std::make_shared<Waiter>();
-  rados_completion_t c = impl_->NewWaitCompletion(w);
-  if (c == nullptr) return Status::IOError("librados: cannot create a completion");
+  auto wc = impl_->NewWaitCompletion(w);
+  if (wc.c == nullptr) return Status::IOError("librados: cannot create a completion");
+  rados_completion_t c = wc.c;
   uint64_t size = 0;
   time_t mtime = 0;
   int r = rados_aio_stat(impl_->io, object.c_str(), c, &size, &mtime);
   if (r < 0) {
-    rados_aio_release(c);
+    wc.Drop();
     return ErrnoStatus(r, "stat of " + object);
   }
   r = impl_->WaitFor(c, w, impl_->OpDeadline());
