@@ -35,6 +35,7 @@ class StoreRam : public ::testing::Test {
   void TearDown() override {
     store_.reset();
     if (!shm_.empty()) unlink(shm_.c_str());
+    if (!note_.empty()) unlink(note_.c_str());  // the folder noted beside a shared tier
     std::error_code ec;
     std::filesystem::remove_all(dir_, ec);
   }
@@ -44,6 +45,7 @@ class StoreRam : public ::testing::Test {
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     store_ = std::move(s).value();
     shm_ = RamTierShmPath(store_->Description().store_id);
+    note_ = RamTierFolderNotePath(store_->Description().store_id);
     NamespaceSpec spec;
     spec.model_id = "m";
     spec.dtype = "bf16";
@@ -98,7 +100,7 @@ class StoreRam : public ::testing::Test {
     return r.ok() && *r == out.size() && out == Block(i);
   }
 
-  std::string dir_, shm_;
+  std::string dir_, shm_, note_;
   Options opt_;
   std::unique_ptr<Store> store_;
   NamespaceId ns_ = 0;
