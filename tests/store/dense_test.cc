@@ -356,9 +356,7 @@ TEST_P(DenseTest, OffOrFormatTwoStoresGiveEveryRecordItsOwnPages) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, DenseTest, ::testing::Values(IoBackend::kIoUring, IoBackend::kPosix),
-                         [](const ::testing::TestParamInfo<IoBackend>& i) {
-                           return i.param == IoBackend::kIoUring ? "uring" : "posix";
-                         });
+                         testing::BackendName);
 
 }  // namespace
 }  // namespace kvtier

@@ -287,22 +287,8 @@ TEST_P(HotRegionTest, ATornWriteInTheHotRegionIsCutAfterAKill) {
   EXPECT_TRUE(rep->ok()) << (rep->problems.empty() ? "" : rep->problems[0]);
 }
 
-TEST(HotRegionOptions, AFractionOutsideZeroToOneIsRefused) {
-  TempDir dir;
-  Options o = testing::SmallOptions();
-  for (double bad : {-0.1, 1.0, 2.0}) {
-    o.hot_region_fraction = bad;
-    auto s = Store::Open(dir.Sub("store"), o);
-    ASSERT_FALSE(s.ok()) << bad;
-    EXPECT_EQ(s.status().code(), Code::kInvalidArgument);
-    EXPECT_NE(s.status().message().find("hot_region_fraction"), std::string::npos) << s.status().ToString();
-  }
-}
-
 INSTANTIATE_TEST_SUITE_P(Backends, HotRegionTest, ::testing::Values(IoBackend::kIoUring, IoBackend::kPosix),
-                         [](const ::testing::TestParamInfo<IoBackend>& i) {
-                           return i.param == IoBackend::kIoUring ? "uring" : "posix";
-                         });
+                         testing::BackendName);
 
 }  // namespace
 }  // namespace kvtier

@@ -211,9 +211,7 @@ TEST_P(OpenerLimitsTest, RecoveryCutsTheTornTailOfAnOlderSegment) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, OpenerLimitsTest, ::testing::Values(IoBackend::kIoUring, IoBackend::kPosix),
-                         [](const ::testing::TestParamInfo<IoBackend>& i) {
-                           return i.param == IoBackend::kIoUring ? "io_uring" : "posix";
-                         });
+                         testing::BackendName);
 
 }  // namespace
 }  // namespace kvtier

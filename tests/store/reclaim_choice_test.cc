@@ -1,7 +1,8 @@
 // Which segment a reclaim takes (Options::reclaim_window_fraction): of the
 // oldest segments, the one whose blocks are least read, so that hot blocks
 // stay where they lie instead of being rewritten; a segment whose reads
-// stopped a lap ago is taken like any other; a window of 0 is strict FIFO.
+// stopped a lap ago is taken like any other; a window of 0 is strict FIFO;
+// and the reclaim's fractions outside their ranges are refused.
 #include <gtest/gtest.h>
 
 #include <deque>
@@ -115,20 +116,23 @@ TEST_P(ReclaimChoiceTest, ASegmentWhoseReadsStoppedIsTakenInTurn) {
   EXPECT_LE(st.used_bytes, st.capacity_bytes);
 }
 
-TEST_P(ReclaimChoiceTest, AWindowOutsideZeroToOneIsRefused) {
+// The reclaim's fractions, each outside its range: the hot region's in
+// [0, 1), the window's in [0, 1].
+TEST(ReclaimOptions, AFractionOutsideItsRangeIsRefused) {
+  for (double bad : {-0.1, 1.0, 2.0}) {
+    Options o = testing::SmallOptions();
+    o.hot_region_fraction = bad;
+    testing::ExpectOptionRefused(o, "hot_region_fraction");
+  }
   for (double bad : {-0.1, 1.5}) {
-    opt_.reclaim_window_fraction = bad;
-    auto s = Store::Open(dirs_.emplace_back().Sub("store"), opt_);
-    ASSERT_FALSE(s.ok()) << bad;
-    EXPECT_EQ(s.status().code(), Code::kInvalidArgument);
-    EXPECT_NE(s.status().message().find("reclaim_window_fraction"), std::string::npos) << s.status().ToString();
+    Options o = testing::SmallOptions();
+    o.reclaim_window_fraction = bad;
+    testing::ExpectOptionRefused(o, "reclaim_window_fraction");
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, ReclaimChoiceTest, ::testing::Values(IoBackend::kIoUring, IoBackend::kPosix),
-                         [](const ::testing::TestParamInfo<IoBackend>& i) {
-                           return i.param == IoBackend::kIoUring ? "uring" : "posix";
-                         });
+                         testing::BackendName);
 
 }  // namespace
 }  // namespace kvtier

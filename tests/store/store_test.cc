@@ -868,9 +868,7 @@ TEST_P(StoreTest, StoreFilesArePrivate) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, StoreTest, ::testing::Values(IoBackend::kIoUring, IoBackend::kPosix),
-                         [](const ::testing::TestParamInfo<IoBackend>& i) {
-                           return i.param == IoBackend::kIoUring ? "io_uring" : "posix";
-                         });
+                         testing::BackendName);
 
 }  // namespace
 }  // namespace kvtier

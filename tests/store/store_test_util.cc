@@ -90,6 +90,18 @@ Options SmallOptions(IoBackend backend) {
   return o;
 }
 
+std::string BackendName(const ::testing::TestParamInfo<IoBackend>& info) {
+  return info.param == IoBackend::kIoUring ? "io_uring" : "posix";
+}
+
+void ExpectOptionRefused(const Options& o, const std::string& option) {
+  TempDir dir;
+  auto s = Store::Open(dir.Sub("store"), o);
+  ASSERT_FALSE(s.ok()) << option;
+  EXPECT_EQ(s.status().code(), Code::kInvalidArgument) << s.status().ToString();
+  EXPECT_NE(s.status().message().find(option), std::string::npos) << s.status().ToString();
+}
+
 void FlipBit(const std::string& path, uint64_t offset, int bit) {
   int fd = ::open(path.c_str(), O_RDWR);
   if (fd < 0) throw std::runtime_error("open " + path);

@@ -37,6 +37,11 @@ std::vector<uint8_t> Payload(NamespaceId ns, const std::string& key, size_t size
 std::string Key(uint64_t i);  // 32-byte engine-style key
 // Options for small, fast test stores.
 Options SmallOptions(IoBackend backend = IoBackend::kAuto);
+// Names a backend-parameterized test after its backend ("io_uring", "posix").
+std::string BackendName(const ::testing::TestParamInfo<IoBackend>& info);
+// Expects Store::Open with `o` to fail with InvalidArgument naming `option`
+// (a bad value of it), in a folder of its own.
+void ExpectOptionRefused(const Options& o, const std::string& option);
 
 // The store at `dir` opened with `o`, or nullptr with the test failed.
 std::unique_ptr<Store> OpenOrFail(const std::string& dir, const Options& o);

@@ -548,9 +548,7 @@ TEST_P(ZeroCopyTest, SharedMemoryTierChunksAreWrittenThroughToo) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, ZeroCopyTest, ::testing::Values(IoBackend::kIoUring, IoBackend::kPosix),
-                         [](const ::testing::TestParamInfo<IoBackend>& i) {
-                           return i.param == IoBackend::kIoUring ? "io_uring" : "posix";
-                         });
+                         testing::BackendName);
 
 }  // namespace
 }  // namespace kvtier
