@@ -173,9 +173,11 @@ struct Options {
   // Which segment a reclaim takes: of the oldest this fraction of the sealed
   // segments (outside the hot region), the one whose hot blocks (read at
   // least reinsert_min_hits times since written) take the fewest bytes, so
-  // that hot blocks stay where they lie instead of being rewritten; a segment
-  // is passed over for at most four laps of the log, so blocks no longer read
-  // leave too. A window of one segment or less is strict FIFO. In [0, 1].
+  // that hot blocks stay where they lie instead of being rewritten. Only
+  // segments read within the last lap of the log count as hot, so blocks no
+  // longer read leave too. A window of one segment or less is strict FIFO.
+  // Wider windows rewrite less and miss more (docs/benchmarks.md, "Steady
+  // state"). In [0, 1].
   double reclaim_window_fraction = 0.25;
   // Give the space of segments left free (EvictTo, a capacity lowered by a
   // full disk) back to the device (fallocate punch hole / TRIM). A segment

@@ -105,7 +105,8 @@ class Writer {
   uint32_t ChooseVictim();
   // Of the oldest sealed segments (Options::reclaim_window_fraction; with
   // `hot`, of the hot region's or the rest), the one holding the fewest hot
-  // bytes, but the oldest once it has waited four laps of the log.
+  // bytes among those read within the last lap of the log; the oldest on a
+  // tie.
   uint32_t LeastHotOfOldest(std::optional<bool> hot);
   // Flushes the index first when `seg` may hold records whose entries are
   // not durable (writer.cc says why).
