@@ -45,12 +45,21 @@ class Served:
         self.sock = str(tmp_path / "kv.sock")
         self.log = str(tmp_path / "serve.log")
         self.port = free_port()
+        self.started_before = self.read_log().count(" kvtier serve: serving ")  # a log reused by a restart
         self.proc = subprocess.Popen(
             [KVTIER_BIN, "serve", self.dir, "--socket", self.sock, "--segment-size", "4M", "--capacity", "256M",
              "--metrics-listen", f"127.0.0.1:{self.port}", "--log", self.log, *extra], env=env)
-        assert wait_for(lambda: os.path.exists(self.sock) or self.proc.poll() is not None)
-        assert self.proc.poll() is None, open(self.log).read()
+        # The socket comes first; the "serving" line follows once the metrics
+        # endpoint and the start-up warnings are there.
+        assert wait_for(lambda: self.serving() or self.proc.poll() is not None)
+        assert self.proc.poll() is None, self.read_log()
         self.address = "unix:" + self.sock
+
+    def read_log(self):
+        return open(self.log).read() if os.path.exists(self.log) else ""
+
+    def serving(self):
+        return self.read_log().count(" kvtier serve: serving ") > self.started_before
 
     def stop(self):
         if self.proc.poll() is None:

@@ -292,9 +292,10 @@ int Run(const ServeCmd& in) {
     if (m.ok()) metrics = std::move(m).value();
     else log.Line("warning: no metrics endpoint: " + m.status().ToString());
   }
+  // Before "serving": whoever waits for that line has seen the warnings too.
+  LogOrphanedRamTiers(log);
   log.Line("serving " + in.a.dir + " on " + so.socket_path + " (store " + (*store)->Description().store_id +
            (metrics ? ", metrics on http://" + in.metrics_listen + "/metrics" : "") + ")");
-  LogOrphanedRamTiers(log);
 
   // Wait for a signal, for the idle time to pass with no client, or for the
   // index to need a reopen.
