@@ -322,7 +322,13 @@ size_t Reclaimer::WriteReinserts(std::vector<Reinsert>& reinserts, size_t next, 
   if (written > 0) {
     Status s = file->Sync();
     c.syncs.Add();
-    if (s.ok() && !re.empty()) d_.index->Commit(re, false).IgnoreError();
+    if (s.ok() && !re.empty() && d_.index->Commit(re, false).ok() && d_.ram != nullptr) {
+      // The RAM tier's copies count their reads for the new place.
+      for (size_t i = 0; i < good; ++i) {
+        const Reinsert& ri = reinserts[begin + i];
+        d_.ram->NotePlaced(ri.ns, ri.key, ri.h.payload_checksum, at->seg, values[i].offset, ri.bytes);
+      }
+    }
   }
   d_.table->SetUsed(at->seg, at->off);
   return next;

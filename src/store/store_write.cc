@@ -348,10 +348,16 @@ void StoreImpl::RequestDrop(NamespaceId ns, std::string_view key, uint64_t seque
 
 void StoreImpl::ReleaseCommitted(std::span<const WriteOp> ops) {
   ops_.Release(ops);
-  // A put that did not become durable takes its RAM copy back.
+  // A put that did not become durable takes its RAM copy back; one that did
+  // tells the copy where its record lies, so that its reads from the RAM
+  // tier count for that segment when the reclaim picks a victim.
   if (ram_ != nullptr)
-    for (const WriteOp& op : ops)
-      if (!op.status.ok() && op.ram_token != 0) ram_->EraseIf(op.ns, op.key, op.ram_token);
+    for (const WriteOp& op : ops) {
+      if (op.ram_token == 0) continue;
+      if (!op.status.ok()) ram_->EraseIf(op.ns, op.key, op.ram_token);
+      else ram_->NotePlaced(op.ns, op.key, op.checksum, op.segment, op.offset,
+                            format::AlignUp(IndexValueOf(op).RecordBytes()));
+    }
 }
 
 Status StoreImpl::ShareNow(std::chrono::milliseconds timeout) {

@@ -234,15 +234,30 @@ void RamTier::PublishLocked(Shard& s, Entry* e, uint64_t checksum) {
   s.inserts++;
 }
 
+RamTier::PlacedRead RamTier::CountReadLocked(Shard& s, Entry* e) {
+  s.hits++;
+  s.policy->OnHit(&e->node);
+  if (e->placed_segment != UINT32_MAX && opt_.on_placed_read)
+    return PlacedRead{e->placed_segment, e->placed_offset, e->placed_bytes};
+  if (e->reads != UINT32_MAX) e->reads++;
+  return PlacedRead{};
+}
+
+void RamTier::ReportPlacedRead(const PlacedRead& r) {
+  if (r.segment != UINT32_MAX) opt_.on_placed_read(r.segment, r.offset, r.bytes);
+}
+
 void RamTier::CountRead(const Pin& pin) {
   Entry* e = pin.entry_;
   if (e == nullptr) return;
   Shard& s = ShardFor(e->node.hash);
-  std::lock_guard<std::mutex> l(s.mu);
-  if (!e->published) return;
-  s.hits++;
-  if (e->reads != UINT32_MAX) e->reads++;
-  s.policy->OnHit(&e->node);
+  PlacedRead placed;
+  {
+    std::lock_guard<std::mutex> l(s.mu);
+    if (!e->published) return;
+    placed = CountReadLocked(s, e);
+  }
+  ReportPlacedRead(placed);
 }
 
 void RamTier::Unpin(Entry* e) {
@@ -303,19 +318,21 @@ uint64_t RamTier::Insert(NamespaceId ns, std::string_view key, std::span<const F
 RamTier::Pin RamTier::PinEntry(NamespaceId ns, std::string_view key, Count count) {
   std::string mk = MapKey(ns, key);
   Shard& s = ShardFor(format::Checksum(mk.data(), mk.size()));
-  std::lock_guard<std::mutex> l(s.mu);
-  auto it = s.map.find(mk);
-  if (it == s.map.end()) {
-    if (count == Count::kHitOrMiss) s.misses++;
-    return Pin();
+  PlacedRead placed;
+  Entry* e = nullptr;
+  {
+    std::lock_guard<std::mutex> l(s.mu);
+    auto it = s.map.find(mk);
+    if (it == s.map.end()) {
+      if (count == Count::kHitOrMiss) s.misses++;
+      return Pin();
+    }
+    e = it->second;
+    if (count != Count::kNothing) placed = CountReadLocked(s, e);
+    e->node.pins++;
   }
-  if (count != Count::kNothing) {
-    s.hits++;
-    if (it->second->reads != UINT32_MAX) it->second->reads++;
-    s.policy->OnHit(&it->second->node);
-  }
-  it->second->node.pins++;
-  return Pin(this, it->second);
+  ReportPlacedRead(placed);
+  return Pin(this, e);
 }
 
 namespace {
@@ -546,6 +563,18 @@ bool RamTier::Contains(NamespaceId ns, std::string_view key) {
   Shard& s = ShardFor(format::Checksum(mk.data(), mk.size()));
   std::lock_guard<std::mutex> l(s.mu);
   return s.map.count(mk) != 0;
+}
+
+void RamTier::NotePlaced(NamespaceId ns, std::string_view key, uint64_t checksum, uint32_t segment, uint64_t offset,
+                         uint64_t bytes) {
+  std::string mk = MapKey(ns, key);
+  Shard& s = ShardFor(format::Checksum(mk.data(), mk.size()));
+  std::lock_guard<std::mutex> l(s.mu);
+  auto it = s.map.find(mk);
+  if (it == s.map.end() || it->second->checksum != checksum) return;
+  it->second->placed_segment = segment;
+  it->second->placed_offset = offset;
+  it->second->placed_bytes = bytes;
 }
 
 uint32_t RamTier::TakeReads(NamespaceId ns, std::string_view key) {

@@ -82,6 +82,12 @@ struct RamTierOptions {
   // states are recorded by the block's first read, which is one pass.
   // ReadBatch copies such blocks as pieces too, among its other blocks.
   uint64_t split_copy_min_bytes = 0;
+  // Called for each counted read (Acquire, AcquireHit, CountRead) of a block
+  // whose place on the disk was noted (NotePlaced), outside the tier's locks:
+  // the disk's reclaim weighs reads per segment when it picks a victim, and
+  // reads served here never reach the disk. A block not placed counts its
+  // reads in the tier instead (TakeReads). May be empty.
+  std::function<void(uint32_t segment, uint64_t offset, uint64_t bytes)> on_placed_read;
 };
 
 struct RamTierStats {
@@ -190,6 +196,11 @@ class RamTier {
   // since the last call, which starts the count again (0 when absent). The
   // disk's reclaim asks it: reads served here never reach the disk's counts.
   uint32_t TakeReads(NamespaceId ns, std::string_view key);
+  // Notes where the disk holds the block whose payload has `checksum` (its
+  // record of `bytes` at `offset` in `segment`): its reads from now on go to
+  // on_placed_read. Nothing when the tier holds no such version.
+  void NotePlaced(NamespaceId ns, std::string_view key, uint64_t checksum, uint32_t segment, uint64_t offset,
+                  uint64_t bytes);
 
   void Erase(NamespaceId ns, std::string_view key);
   // Erases only the version named by `token` (a failed put undoing itself);
@@ -243,6 +254,15 @@ class RamTier {
   // read (it also moves the block in the eviction order).
   enum class Count : uint8_t { kNothing, kHit, kHitOrMiss };
   Pin PinEntry(NamespaceId ns, std::string_view key, Count count);
+  // A counted read of a placed block, for on_placed_read once the shard's
+  // lock is let go (segment UINT32_MAX: nothing to report).
+  struct PlacedRead {
+    uint32_t segment = UINT32_MAX;
+    uint64_t offset = 0, bytes = 0;
+  };
+  // Counts a hit of `e` under its shard's lock.
+  PlacedRead CountReadLocked(Shard& s, Entry* e);
+  void ReportPlacedRead(const PlacedRead& r);
   explicit RamTier(const RamTierOptions& o);
   Status Map(bool* adopt);
   bool IsAdoptable(File& f) const;

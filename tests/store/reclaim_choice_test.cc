@@ -1,7 +1,8 @@
 // Which segment a reclaim takes (Options::reclaim_window_fraction): of the
 // oldest segments, the one whose blocks are least read, so that hot blocks
 // stay where they lie instead of being rewritten; a segment whose reads
-// stopped a lap ago is taken like any other; a window of 0 is strict FIFO;
+// stopped a lap ago is taken like any other; reads the RAM tier serves
+// count as the disk's do; a window of 0 is strict FIFO;
 // and the reclaim's fractions outside their ranges are refused.
 #include <gtest/gtest.h>
 
@@ -89,6 +90,29 @@ TEST_P(ReclaimChoiceTest, ASegmentWhoseBlocksAreStillReadIsPassedOver) {
       EXPECT_TRUE(after->segment != before->segment || after->generation != before->generation);
     }
   }
+}
+
+// The same with a RAM tier that serves the hot keys' reads: those reads never
+// reach the disk, and still keep their segment from being taken.
+TEST_P(ReclaimChoiceTest, ReadsServedByTheRamTierCountForTheirSegment) {
+  opt_.ram_tier_bytes = 8 << 20;
+  opt_.ram_tier_shared_memory = false;
+  auto s = Open(0.5);
+  const NamespaceId ns = testing::RegisterOrFail(s.get());
+  for (int k = 0; k < kFirst; ++k) Put(s.get(), ns, k);
+  auto before = Where(s.get(), ns, 0);
+  ASSERT_TRUE(before.ok()) << before.status().ToString();
+  int cold = 1000;
+  Traffic(s.get(), ns, 2 * 8 * 17, /*reading=*/true, &cold);
+  const Stats st = s->GetStats();
+  EXPECT_GE(st.evicted_blocks, 100u);  // the log came round
+  EXPECT_GE(st.hits_ram, 2u * kHot * 16) << "the RAM tier served the hot keys";
+  EXPECT_EQ(st.reinsertions, 0u) << "nothing rewritten";
+  EXPECT_GE(st.reclaims_not_oldest, 8u);
+  auto after = Where(s.get(), ns, 0);
+  ASSERT_TRUE(after.ok()) << after.status().ToString();
+  EXPECT_EQ(after->segment, before->segment);
+  EXPECT_EQ(after->generation, before->generation);
 }
 
 // Once its reads stop, the segment counts as cold a lap later and is taken

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -395,6 +396,38 @@ TEST(RamTier, ByteBudgetEvictsAndReplaceFreesOldCopy) {
     EXPECT_EQ(Put(**t, 1, "huge", Bytes(65 * 4096, 3)), 0u);
     EXPECT_EQ((*t)->GetStats().blocks, 31u);
   }
+}
+
+// A block whose place on the disk is noted reports its reads there, for the
+// disk's reclaim; one not placed (or placed under another version's
+// checksum) keeps counting them itself.
+TEST(RamTier, ReadsOfAPlacedBlockAreReportedForItsPlace) {
+  RamTierOptions o = Small(1u << 20);
+  std::vector<std::array<uint64_t, 3>> reported;
+  o.on_placed_read = [&](uint32_t seg, uint64_t off, uint64_t bytes) { reported.push_back({seg, off, bytes}); };
+  auto t = RamTier::Open(o);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  RamTier& tier = **t;
+  const auto a = Bytes(10000, 1), b = Bytes(10000, 2);
+  ASSERT_NE(Put(tier, 1, "a", a), 0u);
+  ASSERT_NE(Put(tier, 1, "b", b), 0u);
+  tier.NotePlaced(1, "a", format::Checksum(a.data(), a.size()), 7, 12288, 16384);
+  tier.NotePlaced(1, "b", format::Checksum(a.data(), a.size()), 8, 0, 16384);  // not b's bytes: ignored
+  tier.NotePlaced(1, "absent", 0, 9, 0, 4096);                                 // no such block: nothing
+  EXPECT_EQ(Get(tier, 1, "a"), a);
+  EXPECT_TRUE(tier.AcquireHit(1, "a"));
+  EXPECT_EQ(Get(tier, 1, "b"), b);
+  EXPECT_FALSE(tier.Peek(1, "a").pieces().empty());  // not a read
+  ASSERT_EQ(reported.size(), 2u);
+  for (const auto& r : reported) EXPECT_EQ(r, (std::array<uint64_t, 3>{7, 12288, 16384}));
+  EXPECT_EQ(tier.TakeReads(1, "a"), 0u) << "reported, not counted";
+  EXPECT_EQ(tier.TakeReads(1, "b"), 1u);
+  // A new version is not placed until noted again.
+  const auto a2 = Bytes(10000, 3);
+  ASSERT_NE(Put(tier, 1, "a", a2), 0u);
+  EXPECT_EQ(Get(tier, 1, "a"), a2);
+  EXPECT_EQ(reported.size(), 2u);
+  EXPECT_EQ(tier.TakeReads(1, "a"), 1u);
 }
 
 TEST(RamTier, PinnedBlocksSurviveEvictionAndErase) {
