@@ -8,6 +8,7 @@
 #ifndef KVTIER_SRC_LOG_REINSERTION_H_
 #define KVTIER_SRC_LOG_REINSERTION_H_
 
+#include <atomic>
 #include <cstdint>
 #include <string_view>
 #include <unordered_map>
@@ -32,14 +33,15 @@ class HitCounts {
     MutexLock l(&mu_);
     SegmentHits& s = hits_[seg];
     if (++s.reads[offset] == hot_reads_) s.hot_bytes += bytes;
-    s.last_read_epoch = epoch_;
+    s.last_read_epoch = epoch_.load(std::memory_order_relaxed);
   }
   // The writer's epoch (a count of segments activated): reads from now on
   // are noted with it.
-  void SetEpoch(uint64_t epoch) {
-    MutexLock l(&mu_);
-    epoch_ = epoch;
-  }
+  void SetEpoch(uint64_t epoch) { epoch_.store(epoch, std::memory_order_relaxed); }
+  // For a reader that reports a block's reads once per epoch past the first
+  // few (RamTierOptions::read_epoch): all the counts above need.
+  const std::atomic<uint64_t>* epoch() const { return &epoch_; }
+  uint32_t hot_reads() const { return hot_reads_; }
   uint32_t Of(uint32_t seg, uint64_t offset) {
     MutexLock l(&mu_);
     auto it = hits_.find(seg);
@@ -76,7 +78,7 @@ class HitCounts {
   };
   const uint32_t hot_reads_;
   Mutex mu_;
-  uint64_t epoch_ GUARDED_BY(mu_) = 0;
+  std::atomic<uint64_t> epoch_{0};
   std::unordered_map<uint32_t, SegmentHits> hits_ GUARDED_BY(mu_);
 };
 

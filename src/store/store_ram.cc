@@ -37,6 +37,8 @@ Status StoreImpl::OpenRamTier() {
                        : std::clamp(std::thread::hardware_concurrency(), 1u, 32u);
   o.copy_spin_us = opt_.ram_copy_spin_us;
   o.on_placed_read = [this](uint32_t seg, uint64_t offset, uint64_t bytes) { hits_.Note(seg, offset, bytes); };
+  o.placed_reads_reported = hits_.hot_reads();
+  o.read_epoch = hits_.epoch();
   o.owner_id = store_id_;
   o.file_mode = opt_.group_access ? 0660 : 0600;
   o.fs = fs_;

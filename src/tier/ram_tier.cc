@@ -237,10 +237,15 @@ void RamTier::PublishLocked(Shard& s, Entry* e, uint64_t checksum) {
 RamTier::PlacedRead RamTier::CountReadLocked(Shard& s, Entry* e) {
   s.hits++;
   s.policy->OnHit(&e->node);
-  if (e->placed_segment != UINT32_MAX && opt_.on_placed_read)
-    return PlacedRead{e->placed_segment, e->placed_offset, e->placed_bytes};
-  if (e->reads != UINT32_MAX) e->reads++;
-  return PlacedRead{};
+  if (e->placed_segment == UINT32_MAX || !opt_.on_placed_read) {
+    if (e->reads != UINT32_MAX) e->reads++;
+    return PlacedRead{};
+  }
+  if (e->placed_reads != UINT32_MAX) e->placed_reads++;
+  const uint64_t epoch = opt_.read_epoch != nullptr ? opt_.read_epoch->load(std::memory_order_relaxed) : 0;
+  if (e->placed_reads > opt_.placed_reads_reported && epoch == e->placed_epoch) return PlacedRead{};
+  e->placed_epoch = epoch;
+  return PlacedRead{e->placed_segment, e->placed_offset, e->placed_bytes};
 }
 
 void RamTier::ReportPlacedRead(const PlacedRead& r) {
@@ -575,6 +580,7 @@ void RamTier::NotePlaced(NamespaceId ns, std::string_view key, uint64_t checksum
   it->second->placed_segment = segment;
   it->second->placed_offset = offset;
   it->second->placed_bytes = bytes;
+  it->second->placed_reads = 0;
 }
 
 uint32_t RamTier::TakeReads(NamespaceId ns, std::string_view key) {

@@ -88,6 +88,13 @@ struct RamTierOptions {
   // reads served here never reach the disk. A block not placed counts its
   // reads in the tier instead (TakeReads). May be empty.
   std::function<void(uint32_t segment, uint64_t offset, uint64_t bytes)> on_placed_read;
+  // Past its first `placed_reads_reported` reads since placed, a block's
+  // reads are reported only when `read_epoch` (when set) has moved since its
+  // last report: enough to tell a hot block still read, at one report per
+  // block per epoch instead of one per read on a path that copies at memory
+  // speed.
+  uint32_t placed_reads_reported = UINT32_MAX;
+  const std::atomic<uint64_t>* read_epoch = nullptr;
 };
 
 struct RamTierStats {

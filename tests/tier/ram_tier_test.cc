@@ -430,6 +430,32 @@ TEST(RamTier, ReadsOfAPlacedBlockAreReportedForItsPlace) {
   EXPECT_EQ(tier.TakeReads(1, "a"), 1u);
 }
 
+// Past its first reads, a placed block reports once per read epoch: enough
+// for the reclaim to know it is still read.
+TEST(RamTier, APlacedBlockReportsItsFirstReadsThenOncePerEpoch) {
+  RamTierOptions o = Small(1u << 20);
+  std::atomic<uint64_t> epoch{5};
+  int reported = 0;
+  o.on_placed_read = [&](uint32_t, uint64_t, uint64_t) { ++reported; };
+  o.placed_reads_reported = 2;
+  o.read_epoch = &epoch;
+  auto t = RamTier::Open(o);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  const auto a = Bytes(10000, 1);
+  ASSERT_NE(Put(**t, 1, "a", a), 0u);
+  (*t)->NotePlaced(1, "a", format::Checksum(a.data(), a.size()), 3, 0, 16384);
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(Get(**t, 1, "a"), a);
+  EXPECT_EQ(reported, 2);
+  epoch = 6;
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(Get(**t, 1, "a"), a);
+  EXPECT_EQ(reported, 3);
+  // Placed again (a reclaim moved it): its first reads count again.
+  (*t)->NotePlaced(1, "a", format::Checksum(a.data(), a.size()), 4, 0, 16384);
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(Get(**t, 1, "a"), a);
+  EXPECT_EQ(reported, 5);
+  EXPECT_EQ((*t)->TakeReads(1, "a"), 0u);
+}
+
 TEST(RamTier, PinnedBlocksSurviveEvictionAndErase) {
   auto t = RamTier::Open(Small(4 * 4096, RamPolicy::kLru));
   ASSERT_TRUE(t.ok());
