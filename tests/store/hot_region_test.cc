@@ -213,7 +213,7 @@ TEST_P(HotRegionTest, HotBlocksSurviveReopenAndKillAndRemovesStay) {
     if ((*s)->GetStats().reinsertions < before + 16) _exit(4);
     for (int i : {0, 1, 2, 3, 100, 101, 102, 103})
       if (!(*s)->Remove(ns, Key(i)).ok()) _exit(5);
-    _exit(0);  // no Close: as if killed
+    testing::KillSelf();  // no Close
   });
   auto s = OpenStore();
   EXPECT_TRUE(s->GetStats().recovered_from_crash);
@@ -273,7 +273,7 @@ TEST_P(HotRegionTest, ATornWriteInTheHotRegionIsCutAfterAKill) {
     const int fd = ::open(layout::SegmentPath(dir_.Sub("store"), hot.id).c_str(), O_WRONLY);
     if (fd < 0 || ::pwrite(fd, rec.data(), format::kPage, static_cast<off_t>(hot.used_bytes)) != format::kPage) _exit(7);
     ::close(fd);
-    _exit(0);  // no Close: as if killed
+    testing::KillSelf();  // no Close
   });
   auto s = OpenStore();
   EXPECT_TRUE(s->GetStats().recovered_from_crash);

@@ -292,7 +292,7 @@ TEST(RemoveBatch, IsDurableWhenItReturns) {
     std::vector<std::string> keys;
     for (int i = 0; i < 30; i += 2) keys.push_back(Key(i));
     if (!(*s)->RemoveBatch(ns, Views(keys), nullptr).ok()) _exit(3);
-    _exit(0);  // before the store's destructor could close it
+    testing::KillSelf();  // before the store's destructor could close it
   });
   auto s = testing::OpenOrFail(store, o);
   EXPECT_TRUE(s->GetStats().recovered_from_crash);

@@ -74,7 +74,7 @@ TEST_P(OpenerLimitsTest, RecoveryWithSmallerLimitsKeepsEveryAcknowledgedBlock) {
     auto s = Store::Open(Dir(), writer_);
     if (!s.ok()) _exit(2);
     if (!PutBlocks(s->get(), ns)) _exit(3);
-    _exit(0);
+    testing::KillSelf();
   });
   auto s = Store::Open(Dir(), small_);
   ASSERT_TRUE(s.ok()) << s.status().ToString();
@@ -188,7 +188,7 @@ TEST_P(OpenerLimitsTest, RecoveryCutsTheTornTailOfAnOlderSegment) {
         last_off = info->offset;
       } else if (i > static_cast<int>(last_in_first) + 3) {
         std::ofstream(dir_.Sub("last")) << first_seg << " " << last_off << " " << last_in_first;
-        _exit(0);
+        testing::KillSelf();
       }
     }
     _exit(5);

@@ -508,7 +508,7 @@ TEST_P(StoreTest, TornTailIsCutAndNeverReturned) {
     }
     auto info = (*s)->Stat(ns, Key(11));
     std::ofstream(dir_.Sub("last")) << info->segment << " " << info->offset;
-    _exit(0);  // no Close: as if killed
+    testing::KillSelf();  // no Close
   });
   uint32_t seg;
   uint64_t off;
@@ -610,7 +610,7 @@ TEST_P(StoreTest, RecoveryEndsAReusedSegmentAtItsEarlierLifeWithoutTornBytes) {
       auto p = Payload(ns, Key(i), 60000);
       if (!(*s)->Put(ns, Key(i), p.data(), p.size()).ok()) _exit(3);
     }
-    _exit(0);  // no Close: as if killed
+    testing::KillSelf();  // no Close
   });
   auto s = OpenStore();
   const NamespaceId ns = Ns(s.get());  // the same spec: the same namespace

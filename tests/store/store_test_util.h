@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <csignal>
 #include <unistd.h>
 
 #include <cstdint>
@@ -51,19 +52,30 @@ NamespaceId RegisterOrFail(Store* s);
 // Flips one bit of a file at `offset`.
 void FlipBit(const std::string& path, uint64_t offset, int bit = 0);
 
-// Runs `body` in a forked child that ends with _exit, never closing what it
-// opened: a crash. The child reports failure with a non-zero _exit code
-// (named in the assertion).
+// Ends a forked child with SIGKILL, closing nothing: a crash, and one that a
+// TSan build cannot report as leaked threads, as it did at _exit.
+[[noreturn]] inline void KillSelf() {
+  kill(getpid(), SIGKILL);
+  _exit(0);  // not reached
+}
+
+// Runs `body` in a forked child that then kills itself (KillSelf), never
+// closing what it opened: a crash. The child reports failure with a non-zero
+// _exit code (named in the assertion); `body` may end with KillSelf too.
 template <typename F>
 void InKilledChild(F body) {
   const pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
     body();
-    _exit(0);
+    KillSelf();
   }
   int status = 0;
   waitpid(child, &status, 0);
+  if (WIFSIGNALED(status)) {
+    ASSERT_EQ(WTERMSIG(status), SIGKILL) << "child died";
+    return;
+  }
   ASSERT_TRUE(WIFEXITED(status)) << "child died";
   ASSERT_EQ(WEXITSTATUS(status), 0) << "child step " << WEXITSTATUS(status) << " failed";
 }
