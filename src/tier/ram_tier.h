@@ -82,11 +82,11 @@ struct RamTierOptions {
   // states are recorded by the block's first read, which is one pass.
   // ReadBatch copies such blocks as pieces too, among its other blocks.
   uint64_t split_copy_min_bytes = 0;
-  // Called for each counted read (Acquire, AcquireHit, CountRead) of a block
-  // whose place on the disk was noted (NotePlaced), outside the tier's locks:
-  // the disk's reclaim weighs reads per segment when it picks a victim, and
-  // reads served here never reach the disk. A block not placed counts its
-  // reads in the tier instead (TakeReads). May be empty.
+  // Told of counted reads (Acquire, AcquireHit, CountRead) of a block whose
+  // place on the disk was noted (NotePlaced), outside the tier's locks (which
+  // of them: below): the disk's reclaim weighs reads per segment when it
+  // picks a victim, and reads served here never reach the disk. A block not
+  // placed counts its reads in the tier instead (TakeReads). May be empty.
   std::function<void(uint32_t segment, uint64_t offset, uint64_t bytes)> on_placed_read;
   // Past its first `placed_reads_reported` reads since placed, a block's
   // reads are reported only when `read_epoch` (when set) has moved since its
