@@ -48,11 +48,16 @@ Status StoreImpl::OpenRamTier() {
     if (ShmHasRoom(path, o.capacity_bytes)) o.shm_path = std::move(path);
   }
   // Adopt only blocks the index still names with the same size and checksum.
-  auto filter = [this](NamespaceId ns, std::string_view key, uint64_t len, uint64_t checksum) {
+  // Those adopted know where their records lie, so their reads count for
+  // the reclaim as a put's copy's do.
+  auto filter = [this](NamespaceId ns, std::string_view key, uint64_t len, uint64_t checksum, RamPlacement* placed) {
     if (!namespaces_.Contains(ns)) return false;
     auto e = index_->Get(ns, key);
-    return e.ok() && e->has_value() && (*e)->payload_len == len && (*e)->payload_checksum == checksum &&
-           table_->IsLive((*e)->segment, (*e)->generation);
+    if (!e.ok() || !e->has_value() || (*e)->payload_len != len || (*e)->payload_checksum != checksum ||
+        !table_->IsLive((*e)->segment, (*e)->generation))
+      return false;
+    *placed = RamPlacement{(*e)->segment, (*e)->offset, format::AlignUp((*e)->RecordBytes())};
+    return true;
   };
   auto t = RamTier::Open(o, filter);
   if (!t.ok() && !o.shm_path.empty()) {

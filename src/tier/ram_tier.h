@@ -109,10 +109,17 @@ struct RamTierStats {
   bool adopted_file = false;  // that file was adopted at open
 };
 
+// Where the disk holds a block's record (RamTier::NotePlaced).
+struct RamPlacement {
+  uint32_t segment = UINT32_MAX;  // UINT32_MAX: not known
+  uint64_t offset = 0, bytes = 0;
+};
+
 // Called at adoption for every block whose checksum verified; return false
-// to drop it.
-using RamAdoptFilter =
-    std::function<bool(NamespaceId ns, std::string_view key, uint64_t len, uint64_t checksum)>;
+// to drop it. It may fill in `placed` (never null) with where the disk holds
+// the block, as NotePlaced would.
+using RamAdoptFilter = std::function<bool(NamespaceId ns, std::string_view key, uint64_t len, uint64_t checksum,
+                                          RamPlacement* placed)>;
 
 class RamTier {
  public:

@@ -181,10 +181,15 @@ RamTier::Entry* RamTier::AdoptBlock(Shard& s, uint32_t i, const std::vector<bool
   // XXH3 over the pieces in order equals format::Checksum of the whole.
   Xxh3Stream xs;
   for (const Piece& p : e->pieces) xs.Update(p.data, p.size);
-  if (xs.Digest() != e->checksum || (filter && !filter(e->ns, std::string_view(d.key, d.key_len), e->len, e->checksum))) {
+  RamPlacement placed;
+  if (xs.Digest() != e->checksum ||
+      (filter && !filter(e->ns, std::string_view(d.key, d.key_len), e->len, e->checksum, &placed))) {
     delete e;
     return nullptr;
   }
+  e->placed_segment = placed.segment;
+  e->placed_offset = placed.offset;
+  e->placed_bytes = placed.bytes;
   return e;
 }
 

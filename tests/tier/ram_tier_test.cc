@@ -576,8 +576,12 @@ TEST_F(ShmTier, AdoptedAfterRestartDroppingCorruptBlock) {
     p.pieces()[0].data[17] ^= 0xFF;
     // The process "dies": the mapping goes, the file stays.
   }
-  auto t = RamTier::Open(opt_, [](NamespaceId, std::string_view key, uint64_t, uint64_t) {
-    return key != "k7";  // the store's index no longer has k7
+  // The store's index no longer has k7; it knows where k0 lies.
+  std::vector<uint64_t> reported;
+  opt_.on_placed_read = [&](uint32_t seg, uint64_t, uint64_t) { reported.push_back(seg); };
+  auto t = RamTier::Open(opt_, [](NamespaceId, std::string_view key, uint64_t, uint64_t, RamPlacement* placed) {
+    if (key == "k0") *placed = RamPlacement{42, 0, 8192};
+    return key != "k7";
   });
   ASSERT_TRUE(t.ok());
   auto st = (*t)->GetStats();
@@ -592,6 +596,8 @@ TEST_F(ShmTier, AdoptedAfterRestartDroppingCorruptBlock) {
       EXPECT_EQ(got, vals[i]) << i;
     }
   }
+  EXPECT_EQ(reported, std::vector<uint64_t>{42}) << "k0's read, for its segment";
+  EXPECT_EQ((*t)->TakeReads(5, "k1"), 1u) << "k1 not placed: counted in the tier";
   // Freed chunks are reusable and adopted ones are not handed out twice.
   for (int i = 0; i < 20; ++i) Put(**t, 6, Name("n", i), Bytes(8192, 100 + i));
   EXPECT_EQ(Get(**t, 5, "k0"), vals[0]);
