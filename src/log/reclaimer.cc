@@ -326,7 +326,7 @@ size_t Reclaimer::WriteReinserts(std::vector<Reinsert>& reinserts, size_t next, 
       // The RAM tier's copies count their reads for the new place.
       for (size_t i = 0; i < good; ++i) {
         const Reinsert& ri = reinserts[begin + i];
-        d_.ram->NotePlaced(ri.ns, ri.key, ri.h.payload_checksum, at->seg, values[i].offset, ri.bytes);
+        d_.ram->NotePlaced(ri.ns, ri.key, ri.h.payload_checksum, RamPlacement{at->seg, values[i].offset, ri.bytes});
       }
     }
   }

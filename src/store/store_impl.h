@@ -186,6 +186,8 @@ class StoreImpl final : public Store, public BlockSink {
   void SubmitRead(const std::shared_ptr<ReadOp>& op, ReadPool::WhenFull when_full = ReadPool::WhenFull::kRefuse);
   void RequestDrop(NamespaceId ns, std::string_view key, uint64_t sequence);
   void NoteHit(const format::IndexValue& v);
+  // Where `v`'s record lies, as HitCounts and the RAM tier count it.
+  static RamPlacement PlacementOf(const format::IndexValue& v);
   BlockInfo ToBlockInfo(NamespaceId ns, std::string_view key, const format::IndexValue& v);
 
   // ---- Shared tier on Ceph (store_remote.cc); no-ops while it is off ----

@@ -56,7 +56,7 @@ Status StoreImpl::OpenRamTier() {
     if (!e.ok() || !e->has_value() || (*e)->payload_len != len || (*e)->payload_checksum != checksum ||
         !table_->IsLive((*e)->segment, (*e)->generation))
       return false;
-    *placed = RamPlacement{(*e)->segment, (*e)->offset, format::AlignUp((*e)->RecordBytes())};
+    *placed = PlacementOf(**e);
     return true;
   };
   auto t = RamTier::Open(o, filter);

@@ -182,8 +182,13 @@ std::vector<Result<size_t>> StoreImpl::GetBatch(NamespaceId ns, std::span<const 
   return out;
 }
 
+RamPlacement StoreImpl::PlacementOf(const format::IndexValue& v) {
+  return RamPlacement{v.segment, v.offset, format::AlignUp(v.RecordBytes())};
+}
+
 void StoreImpl::NoteHit(const format::IndexValue& v) {
-  hits_.Note(v.segment, v.offset, format::AlignUp(v.RecordBytes()));
+  const RamPlacement p = PlacementOf(v);
+  hits_.Note(p.segment, p.offset, p.bytes);
 }
 
 ReadPool::Deps StoreImpl::ReadDeps() {

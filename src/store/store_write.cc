@@ -355,8 +355,7 @@ void StoreImpl::ReleaseCommitted(std::span<const WriteOp> ops) {
     for (const WriteOp& op : ops) {
       if (op.ram_token == 0) continue;
       if (!op.status.ok()) ram_->EraseIf(op.ns, op.key, op.ram_token);
-      else ram_->NotePlaced(op.ns, op.key, op.checksum, op.segment, op.offset,
-                            format::AlignUp(IndexValueOf(op).RecordBytes()));
+      else ram_->NotePlaced(op.ns, op.key, op.checksum, PlacementOf(IndexValueOf(op)));
     }
 }
 

@@ -234,21 +234,21 @@ void RamTier::PublishLocked(Shard& s, Entry* e, uint64_t checksum) {
   s.inserts++;
 }
 
-RamTier::PlacedRead RamTier::CountReadLocked(Shard& s, Entry* e) {
+RamPlacement RamTier::CountReadLocked(Shard& s, Entry* e) {
   s.hits++;
   s.policy->OnHit(&e->node);
-  if (e->placed_segment == UINT32_MAX || !opt_.on_placed_read) {
+  if (e->placed.segment == UINT32_MAX || !opt_.on_placed_read) {
     if (e->reads != UINT32_MAX) e->reads++;
-    return PlacedRead{};
+    return RamPlacement{};
   }
   if (e->placed_reads != UINT32_MAX) e->placed_reads++;
   const uint64_t epoch = opt_.read_epoch != nullptr ? opt_.read_epoch->load(std::memory_order_relaxed) : 0;
-  if (e->placed_reads > opt_.placed_reads_reported && epoch == e->placed_epoch) return PlacedRead{};
+  if (e->placed_reads > opt_.placed_reads_reported && epoch == e->placed_epoch) return RamPlacement{};
   e->placed_epoch = epoch;
-  return PlacedRead{e->placed_segment, e->placed_offset, e->placed_bytes};
+  return e->placed;
 }
 
-void RamTier::ReportPlacedRead(const PlacedRead& r) {
+void RamTier::ReportPlacedRead(const RamPlacement& r) {
   if (r.segment != UINT32_MAX) opt_.on_placed_read(r.segment, r.offset, r.bytes);
 }
 
@@ -256,7 +256,7 @@ void RamTier::CountRead(const Pin& pin) {
   Entry* e = pin.entry_;
   if (e == nullptr) return;
   Shard& s = ShardFor(e->node.hash);
-  PlacedRead placed;
+  RamPlacement placed;
   {
     std::lock_guard<std::mutex> l(s.mu);
     if (!e->published) return;
@@ -323,7 +323,7 @@ uint64_t RamTier::Insert(NamespaceId ns, std::string_view key, std::span<const F
 RamTier::Pin RamTier::PinEntry(NamespaceId ns, std::string_view key, Count count) {
   std::string mk = MapKey(ns, key);
   Shard& s = ShardFor(format::Checksum(mk.data(), mk.size()));
-  PlacedRead placed;
+  RamPlacement placed;
   Entry* e = nullptr;
   {
     std::lock_guard<std::mutex> l(s.mu);
@@ -570,16 +570,13 @@ bool RamTier::Contains(NamespaceId ns, std::string_view key) {
   return s.map.count(mk) != 0;
 }
 
-void RamTier::NotePlaced(NamespaceId ns, std::string_view key, uint64_t checksum, uint32_t segment, uint64_t offset,
-                         uint64_t bytes) {
+void RamTier::NotePlaced(NamespaceId ns, std::string_view key, uint64_t checksum, const RamPlacement& placed) {
   std::string mk = MapKey(ns, key);
   Shard& s = ShardFor(format::Checksum(mk.data(), mk.size()));
   std::lock_guard<std::mutex> l(s.mu);
   auto it = s.map.find(mk);
   if (it == s.map.end() || it->second->checksum != checksum) return;
-  it->second->placed_segment = segment;
-  it->second->placed_offset = offset;
-  it->second->placed_bytes = bytes;
+  it->second->placed = placed;
   it->second->placed_reads = 0;
 }
 

@@ -109,7 +109,8 @@ struct RamTierStats {
   bool adopted_file = false;  // that file was adopted at open
 };
 
-// Where the disk holds a block's record (RamTier::NotePlaced).
+// Where the disk holds a block's record (RamTier::NotePlaced): its segment,
+// offset and size in whole pages.
 struct RamPlacement {
   uint32_t segment = UINT32_MAX;  // UINT32_MAX: not known
   uint64_t offset = 0, bytes = 0;
@@ -210,11 +211,10 @@ class RamTier {
   // since the last call, which starts the count again (0 when absent). The
   // disk's reclaim asks it: reads served here never reach the disk's counts.
   uint32_t TakeReads(NamespaceId ns, std::string_view key);
-  // Notes where the disk holds the block whose payload has `checksum` (its
-  // record of `bytes` at `offset` in `segment`): its reads from now on go to
-  // on_placed_read. Nothing when the tier holds no such version.
-  void NotePlaced(NamespaceId ns, std::string_view key, uint64_t checksum, uint32_t segment, uint64_t offset,
-                  uint64_t bytes);
+  // Notes where the disk holds the block whose payload has `checksum`: its
+  // reads from now on go to on_placed_read. Nothing when the tier holds no
+  // such version.
+  void NotePlaced(NamespaceId ns, std::string_view key, uint64_t checksum, const RamPlacement& placed);
 
   void Erase(NamespaceId ns, std::string_view key);
   // Erases only the version named by `token` (a failed put undoing itself);
@@ -268,15 +268,10 @@ class RamTier {
   // read (it also moves the block in the eviction order).
   enum class Count : uint8_t { kNothing, kHit, kHitOrMiss };
   Pin PinEntry(NamespaceId ns, std::string_view key, Count count);
-  // A counted read of a placed block, for on_placed_read once the shard's
-  // lock is let go (segment UINT32_MAX: nothing to report).
-  struct PlacedRead {
-    uint32_t segment = UINT32_MAX;
-    uint64_t offset = 0, bytes = 0;
-  };
-  // Counts a hit of `e` under its shard's lock.
-  PlacedRead CountReadLocked(Shard& s, Entry* e);
-  void ReportPlacedRead(const PlacedRead& r);
+  // Counts a hit of `e` under its shard's lock; returns the place to tell
+  // on_placed_read of once the lock is let go (segment UINT32_MAX: none).
+  RamPlacement CountReadLocked(Shard& s, Entry* e);
+  void ReportPlacedRead(const RamPlacement& r);
   explicit RamTier(const RamTierOptions& o);
   Status Map(bool* adopt);
   bool IsAdoptable(File& f) const;

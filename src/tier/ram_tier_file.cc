@@ -187,9 +187,7 @@ RamTier::Entry* RamTier::AdoptBlock(Shard& s, uint32_t i, const std::vector<bool
     delete e;
     return nullptr;
   }
-  e->placed_segment = placed.segment;
-  e->placed_offset = placed.offset;
-  e->placed_bytes = placed.bytes;
+  e->placed = placed;
   return e;
 }
 

@@ -90,10 +90,11 @@ struct RamTier::Entry {
   std::vector<Piece> pieces;
   bool published = false, dead = false;
   uint32_t reads = 0;  // hits since inserted or since TakeReads, while not placed: the disk's reclaim asks
-  // Where the disk holds this version (NotePlaced); UINT32_MAX: not known.
+  // Where the disk holds this version (NotePlaced; segment UINT32_MAX: not known).
   // Its reads since, and the read epoch of the last one reported.
-  uint32_t placed_segment = UINT32_MAX, placed_reads = 0;
-  uint64_t placed_offset = 0, placed_bytes = 0, placed_epoch = 0;
+  RamPlacement placed;
+  uint32_t placed_reads = 0;
+  uint64_t placed_epoch = 0;
   // The payload's hash state every 256 KiB, recorded by a verified one-pass
   // read, so that later reads can share the copy out
   // (RamTierOptions::split_copy_min_bytes). Replaced whole, under the shard's

@@ -411,9 +411,9 @@ TEST(RamTier, ReadsOfAPlacedBlockAreReportedForItsPlace) {
   const auto a = Bytes(10000, 1), b = Bytes(10000, 2);
   ASSERT_NE(Put(tier, 1, "a", a), 0u);
   ASSERT_NE(Put(tier, 1, "b", b), 0u);
-  tier.NotePlaced(1, "a", format::Checksum(a.data(), a.size()), 7, 12288, 16384);
-  tier.NotePlaced(1, "b", format::Checksum(a.data(), a.size()), 8, 0, 16384);  // not b's bytes: ignored
-  tier.NotePlaced(1, "absent", 0, 9, 0, 4096);                                 // no such block: nothing
+  tier.NotePlaced(1, "a", format::Checksum(a.data(), a.size()), RamPlacement{7, 12288, 16384});
+  tier.NotePlaced(1, "b", format::Checksum(a.data(), a.size()), RamPlacement{8, 0, 16384});  // not b's bytes: ignored
+  tier.NotePlaced(1, "absent", 0, RamPlacement{9, 0, 4096});                                 // no such block: nothing
   EXPECT_EQ(Get(tier, 1, "a"), a);
   EXPECT_TRUE(tier.AcquireHit(1, "a"));
   EXPECT_EQ(Get(tier, 1, "b"), b);
@@ -443,14 +443,14 @@ TEST(RamTier, APlacedBlockReportsItsFirstReadsThenOncePerEpoch) {
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   const auto a = Bytes(10000, 1);
   ASSERT_NE(Put(**t, 1, "a", a), 0u);
-  (*t)->NotePlaced(1, "a", format::Checksum(a.data(), a.size()), 3, 0, 16384);
+  (*t)->NotePlaced(1, "a", format::Checksum(a.data(), a.size()), RamPlacement{3, 0, 16384});
   for (int i = 0; i < 5; ++i) EXPECT_EQ(Get(**t, 1, "a"), a);
   EXPECT_EQ(reported, 2);
   epoch = 6;
   for (int i = 0; i < 5; ++i) EXPECT_EQ(Get(**t, 1, "a"), a);
   EXPECT_EQ(reported, 3);
   // Placed again (a reclaim moved it): its first reads count again.
-  (*t)->NotePlaced(1, "a", format::Checksum(a.data(), a.size()), 4, 0, 16384);
+  (*t)->NotePlaced(1, "a", format::Checksum(a.data(), a.size()), RamPlacement{4, 0, 16384});
   for (int i = 0; i < 5; ++i) EXPECT_EQ(Get(**t, 1, "a"), a);
   EXPECT_EQ(reported, 5);
   EXPECT_EQ((*t)->TakeReads(1, "a"), 0u);
