@@ -15,6 +15,12 @@
 # cluster's fill ratios, so a full image aborts the OSD instead of refusing
 # writes; `rados bench` alone writes 4+ GB in 10 s on this VM, which is why
 # the default is well above that.
+# With KVTIER_CEPH_OSD_MEDIUM=ram the OSD's disk is a loop device over a file
+# in /dev/shm instead (root and losetup needed; the file takes its whole size
+# of host memory from the start until stop): a cluster that does not share the
+# store's disk, as a cluster on hosts of its own would not: the shared tier's
+# upload reads each segment back from the local disk while it writes to the
+# cluster, and on one disk the two compete (docs/benchmarks.md).
 # Starts in about 10 s on a 2-core machine.
 set -eu
 
@@ -24,6 +30,21 @@ dir=${2:-}
 [ -n "$cmd" ] && [ -n "$dir" ] || usage
 
 ceph_q() { ceph -c "$dir/ceph.conf" --connect-timeout 10 "$@"; }
+# Detaches and removes the RAM disk a start with KVTIER_CEPH_OSD_MEDIUM=ram
+# made (named in DIR/osd0.ram: "LOOP FILE").
+release_ram_disk() {
+  [ -f "$dir/osd0.ram" ] || return 0
+  read -r loop img <"$dir/osd0.ram" || true
+  [ -n "${img:-}" ] && rm -f "$img"
+  # A device still closing is only marked to detach: wait until it has (and
+  # its memory is free for the next start).
+  for _ in $(seq 1 300); do
+    [ -n "${loop:-}" ] && losetup "$loop" 2>/dev/null | grep -q kvtier-ceph-osd || break
+    losetup -d "$loop" 2>/dev/null || true
+    sleep 0.1
+  done
+  rm -f "$dir/osd0.ram"
+}
 
 case "$cmd" in
   stop)
@@ -34,6 +55,7 @@ case "$cmd" in
       for _ in $(seq 1 30); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
       kill -9 "$p" 2>/dev/null || true
     done
+    release_ram_disk
     exit 0
     ;;
   status)
@@ -52,6 +74,23 @@ if [ -e "$dir" ] && [ -n "$(ls -A "$dir" 2>/dev/null)" ]; then
   echo "ceph_one_node: refusing to use $dir: not empty" >&2
   exit 2
 fi
+# The OSD's medium, checked before anything is made.
+medium=${KVTIER_CEPH_OSD_MEDIUM:-file}
+case "$medium" in
+  file) osd_gib=${KVTIER_CEPH_OSD_GIB:-32} ;;
+  ram)
+    # Enough for `kvtier remote-bench`'s defaults (its kept `rados bench`
+    # objects and a 2 GiB upload), and refused where memory would run short.
+    osd_gib=${KVTIER_CEPH_OSD_GIB:-16}
+    avail_gib=$(( $(awk '/^MemAvailable:/ {print $2}' /proc/meminfo) >> 20 ))
+    if [ "$avail_gib" -lt $(( osd_gib + 4 )) ]; then
+      echo "ceph_one_node: a ${osd_gib} GiB RAM disk needs ${osd_gib} GiB of memory and 4 to spare; ${avail_gib} GiB available (set KVTIER_CEPH_OSD_GIB)" >&2
+      exit 2
+    fi
+    command -v losetup >/dev/null || { echo "ceph_one_node: KVTIER_CEPH_OSD_MEDIUM=ram needs losetup (and root)" >&2; exit 3; }
+    ;;
+  *) echo "ceph_one_node: KVTIER_CEPH_OSD_MEDIUM is file or ram, not $medium" >&2; exit 2 ;;
+esac
 mkdir -p "$dir/mon" "$dir/osd0" "$dir/run"
 dir=$(cd "$dir" && pwd)
 # The monitor's port: $KVTIER_CEPH_PORT, else 6789 unless something listens
@@ -63,7 +102,33 @@ if [ -z "$port" ]; then
   while in_use "$port"; do port=$((20000 + RANDOM % 20000)); done
 fi
 fsid=$(uuidgen)
-osd_bytes=$(( ${KVTIER_CEPH_OSD_GIB:-32} << 30 ))
+case "$medium" in
+  file)
+    osd_store="bluestore block path = $dir/osd0.img
+bluestore block create = true
+bluestore block size = $(( osd_gib << 30 ))"
+    ;;
+  ram)
+    img=$(mktemp /dev/shm/kvtier-ceph-osd.XXXXXX)
+    # Every page allocated now, so that no write pays for allocating its
+    # page: one that lands where nothing was written before would, and one
+    # that reuses a deleted object's place would not, which would favour
+    # whichever run comes second.
+    if ! fallocate -l "${osd_gib}G" "$img"; then
+      rm -f "$img"
+      echo "ceph_one_node: cannot allocate a ${osd_gib} GiB RAM disk in /dev/shm" >&2
+      exit 3
+    fi
+    if ! loop=$(losetup -f --show "$img" 2>&1); then
+      rm -f "$img"
+      echo "ceph_one_node: losetup failed (root needed): $loop" >&2
+      exit 3
+    fi
+    echo "$loop $img" >"$dir/osd0.ram"
+    osd_store="bluestore block path = $loop
+bluestore block create = false"
+    ;;
+esac
 cat >"$dir/ceph.conf" <<CONF
 [global]
 fsid = $fsid
@@ -96,9 +161,7 @@ ms bind ipv4 = true
 ms bind ipv6 = false
 public addr = 127.0.0.1
 osd objectstore = bluestore
-bluestore block path = $dir/osd0.img
-bluestore block create = true
-bluestore block size = $osd_bytes
+$osd_store
 bluestore fsck on mkfs = false
 osd data = $dir/osd0
 mon data = $dir/mon
