@@ -282,6 +282,13 @@ struct Options {
   // checksum and index entry still verify. Used only where /dev/shm has room
   // for the whole tier (else anonymous memory); never for read-only opens.
   bool ram_tier_shared_memory = true;
+  // Fault the tier's memory in on a background thread after open, so that
+  // early puts do not pay the kernel's page zeroing; the writer registers the
+  // tier with its io_uring (puts are then written from its pages without
+  // per-write pinning) only once that is done, since registering pins, and so
+  // faults in, every page on the writer's thread. Off: the memory is faulted
+  // in as blocks fill it, and the tier is never registered.
+  bool ram_tier_prefault = true;
   // Every RAM hit is checked against the block's XXH3 as it is copied out (a
   // hash of bytes still in cache); a block that changed in memory is dropped
   // and the get goes to disk. Off saves that hash (its cost: docs/benchmarks.md,

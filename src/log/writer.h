@@ -142,6 +142,7 @@ class Writer {
   // before it answers, or it would acknowledge a delete a crash can undo.
   bool removes_not_flushed_ = false;
   bool ram_unregistered_ = false;  // the kernel refused to register the RAM tier
+  bool ram_registered_ = false;    // ... or registered it (once prefaulted)
   uint64_t registered_ = 0;        // ring bytes registered
   bool ever_registered_ = false;
   // The end in the ring of the last dense record placed, while the next one

@@ -29,6 +29,7 @@ Status StoreImpl::OpenRamTier() {
   RamTierOptions o;
   o.capacity_bytes = opt_.ram_tier_bytes;
   o.verify_reads = opt_.verify_ram_hits;
+  o.prefault = opt_.ram_tier_prefault;
   o.streaming_copy_min_bytes =
       opt_.ram_streaming_copy_min_bytes != 0 ? opt_.ram_streaming_copy_min_bytes : LastLevelCacheBytes() / 2;
   o.split_copy_min_bytes = opt_.ram_split_copy_min_bytes;

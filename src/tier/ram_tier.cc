@@ -115,9 +115,11 @@ Result<std::unique_ptr<RamTier>> RamTier::Open(const RamTierOptions& options, co
 }
 
 void RamTier::Prefault() {
-  // Steps of 64 MiB so that closing waits little; pages already present
-  // (adopted blocks, or chunks filled meanwhile) are left as they are.
-  constexpr size_t kStep = 64u << 20;
+  // Small steps: each holds the process's mmap lock, which every mmap and
+  // munmap of the process (a thread's stack, RocksDB's files, a buffer)
+  // waits for, and closing waits for the step under way. Pages already
+  // present (adopted blocks, or chunks filled meanwhile) are left as they are.
+  constexpr size_t kStep = 8u << 20;
   uint8_t* const begin = map_ + meta_bytes_;
   const size_t total = map_bytes_ - meta_bytes_;
   for (size_t off = 0; off < total && !stop_prefault_.load(std::memory_order_relaxed); off += kStep) {
@@ -125,6 +127,7 @@ void RamTier::Prefault() {
     if (madvise(begin + off, n, MADV_POPULATE_WRITE) != 0) return;  // unsupported or out of memory: fault lazily
     prefaulted_.fetch_add(n, std::memory_order_relaxed);
   }
+  if (prefaulted_.load(std::memory_order_relaxed) == total) prefault_done_.store(true, std::memory_order_release);
 }
 
 namespace ram_layout {

@@ -278,6 +278,14 @@ def test_ram_tier_options_and_stats(store_dir):
         assert st["ram_capacity_bytes"] > 0
         assert st["hits_ram"] == 1
         assert st["ram_blocks"] == 1
+    # The tier without its prefault still serves; the key takes a bool only.
+    with kvtier.Store(store_dir, **dict(opts, ram_tier_prefault=False)) as s:
+        ns = s.register_namespace(name="ram", model_id="m")
+        ns.put("k2", b"p" * 8192)
+        assert ns.get("k2") == b"p" * 8192
+    with pytest.raises(KvtierError) as e:
+        kvtier.Store(store_dir, **dict(opts, ram_tier_prefault="no"))
+    assert e.value.code == Code.INVALID_ARGUMENT
 
 
 def test_path_with_nul_is_refused(tmp_path):

@@ -13,6 +13,8 @@
 #include <thread>
 
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "format/record.h"
 #include "kvtier/store.h"
@@ -96,6 +98,18 @@ class CountingFileSystem final : public FileSystem {
   std::shared_ptr<FileSystem> base_;
   std::atomic<uint64_t> reads_{0};
 };
+
+// KiB of this process's memory pinned by the kernel for io_uring (VmPin), or -1.
+int64_t PinnedKiB() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (f == nullptr) return -1;
+  char line[256];
+  long long kib = -1;
+  while (std::fgets(line, sizeof line, f) != nullptr)
+    if (std::sscanf(line, "VmPin: %lld kB", &kib) == 1) break;
+  std::fclose(f);
+  return kib;
+}
 
 class ZeroCopyTest : public ::testing::TestWithParam<IoBackend> {
  protected:
@@ -499,6 +513,49 @@ TEST_P(ZeroCopyTest, RamTierChunksAreWrittenThroughWithoutASecondCopy) {
   NamespaceId ns = Ns(s.get());
   for (int i = 0; i < 8; ++i) ExpectBlock(s.get(), ns, Key(i), size);
   EXPECT_EQ(s->GetStats().hits_disk, 8u);
+}
+
+// Registering memory with io_uring pins it, and pinning faults in every page
+// not yet there, on the writer's thread while puts wait: the writer takes the
+// RAM tier into its registration only once the tier's prefault has faulted it
+// in, and never with the prefault off. What io_uring pinned shows as VmPin.
+TEST_P(ZeroCopyTest, TheRamTierIsRegisteredOnlyOnceItsPrefaultIsDone) {
+  if (GetParam() != IoBackend::kIoUring) GTEST_SKIP() << "registration is io_uring's";
+  rlimit lock{};
+  if (geteuid() != 0 && (getrlimit(RLIMIT_MEMLOCK, &lock) != 0 || lock.rlim_cur < (256u << 20)))
+    GTEST_SKIP() << "RLIMIT_MEMLOCK below 256 MiB: the kernel would refuse to register the tier";
+  const int64_t base = PinnedKiB();
+  if (base < 0) GTEST_SKIP() << "no VmPin in /proc/self/status";
+  constexpr int64_t kTierKiB = 64 << 10;
+  opt_.ram_tier_bytes = static_cast<uint64_t>(kTierKiB) << 10;
+  opt_.ram_tier_shared_memory = false;
+  auto put_and_idle = [](Store* s, NamespaceId ns, int i) {
+    std::vector<uint8_t> v(3 * kPage + 100, static_cast<uint8_t>(i));
+    char key[16];
+    std::snprintf(key, sizeof key, "k%d", i);
+    ASSERT_TRUE(s->Put(ns, key, v.data(), v.size()).ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the writer's idle moment, when it registers
+  };
+  opt_.ram_tier_prefault = false;
+  {
+    auto s = OpenStore();
+    NamespaceId ns = Ns(s.get());
+    for (int i = 0; i < 8; ++i) put_and_idle(s.get(), ns, i);
+    // The write ring's used part (8 MiB pieces) and the read buffers, not the tier.
+    EXPECT_LT(PinnedKiB() - base, kTierKiB / 2);
+    EXPECT_GE(s->GetStats().registered_writes, 1u);  // the ring is registered all the same
+    EXPECT_EQ(s->GetVector(ns, "k3").value_or(std::vector<uint8_t>{}), std::vector<uint8_t>(3 * kPage + 100, 3));
+    ASSERT_TRUE(s->Close().ok());
+  }
+  opt_.ram_tier_prefault = true;
+  auto s = OpenStore();
+  NamespaceId ns = Ns(s.get());
+  bool pinned = false;
+  for (int i = 0; i < 500 && !pinned; ++i) {
+    put_and_idle(s.get(), ns, i);
+    pinned = PinnedKiB() - base >= kTierKiB;
+  }
+  EXPECT_TRUE(pinned) << "the prefaulted tier was never registered: " << PinnedKiB() - base << " KiB pinned";
 }
 
 TEST_P(ZeroCopyTest, SmallPayloadsAreCopiedBelowTheThreshold) {

@@ -82,6 +82,8 @@ TEST(RamTier, DataAreaIsFaultedInInTheBackground) {
   for (int i = 0; i < 2000 && (*t)->GetStats().prefaulted_bytes < (*t)->GetStats().capacity_bytes; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   ASSERT_EQ((*t)->GetStats().prefaulted_bytes, (*t)->GetStats().capacity_bytes);
+  for (int i = 0; i < 200 && !(*t)->Prefaulted(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_TRUE((*t)->Prefaulted());  // what the writer waits for before it registers the tier
   // Every page of the data area is resident now.
   const iovec r = (*t)->Regions()[0];
   const long page = sysconf(_SC_PAGESIZE);
@@ -97,6 +99,7 @@ TEST(RamTier, DataAreaIsFaultedInInTheBackground) {
   ASSERT_TRUE(lazy.ok());
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   EXPECT_EQ((*lazy)->GetStats().prefaulted_bytes, 0u);
+  EXPECT_FALSE((*lazy)->Prefaulted());
 }
 
 TEST(RamTier, InsertLookupAcrossChunksAndFragments) {
