@@ -43,13 +43,13 @@ constexpr uint64_t kRingPiece = 8ull << 20;
 // RAM tier comes first so that a grown ring only adds regions, which the
 // queue registers without pinning the rest again. The tier joins only once
 // its prefault has faulted it in: pinning faults in every page not yet
-// there, on this thread, while puts wait (docs/ram_tier.md). Best effort: if the kernel refuses (locked-memory limit), the ring
-// alone from then on, else nothing; unregistered I/O works the same, only
-// with per-I/O page pinning.
+// there, on this thread, while puts wait (docs/ram_tier.md). Best effort: if
+// the kernel refuses (locked-memory limit), the ring alone from then on,
+// else nothing; unregistered I/O works the same, only with per-I/O page
+// pinning.
 void Writer::RegisterBuffers(uint64_t ring_bytes) {
   std::vector<iovec> regions;
-  ram_registered_ = false;
-  if (ram_ != nullptr && !ram_unregistered_ && ram_->Prefaulted()) {
+  if (ram_ != nullptr && ram_registration_ != RamRegistration::kRefused && ram_->Prefaulted()) {
     for (const iovec& r : ram_->Regions()) {
       constexpr size_t kMaxRegion = 1ull << 30;
       for (size_t off = 0; off < r.iov_len; off += kMaxRegion)
@@ -60,11 +60,11 @@ void Writer::RegisterBuffers(uint64_t ring_bytes) {
   for (uint64_t off = 0; off < ring_bytes; off += kRingPiece)
     regions.push_back(iovec{d_.ops->ring_base() + off, std::min(kRingPiece, ring_bytes - off)});
   if (d_.io->RegisterBuffers(regions).ok()) {
-    ram_registered_ = ram_regions > 0;
+    if (ram_regions > 0) ram_registration_ = RamRegistration::kDone;
     return;
   }
   if (ram_regions == 0) return;
-  ram_unregistered_ = true;
+  ram_registration_ = RamRegistration::kRefused;
   d_.io->RegisterBuffers(std::span<const iovec>(regions).subspan(ram_regions)).IgnoreError();
 }
 
@@ -77,7 +77,8 @@ void Writer::Loop() {
   // every mmap of the process. Pages already touched pin in milliseconds.
   auto idle = [this](uint64_t touched) {
     const uint64_t used = std::min(d_.ops->ring_capacity(), (touched + kRingPiece - 1) / kRingPiece * kRingPiece);
-    const bool ram_ready = ram_ != nullptr && !ram_registered_ && !ram_unregistered_ && ram_->Prefaulted();
+    const bool ram_ready =
+        ram_ != nullptr && ram_registration_ == RamRegistration::kWaiting && ram_->Prefaulted();
     if (used > registered_ || !ever_registered_ || ram_ready) {
       RegisterBuffers(used);
       registered_ = used;

@@ -141,8 +141,10 @@ class Writer {
   // yet succeeded: a later remove that finds nothing to delete still flushes
   // before it answers, or it would acknowledge a delete a crash can undo.
   bool removes_not_flushed_ = false;
-  bool ram_unregistered_ = false;  // the kernel refused to register the RAM tier
-  bool ram_registered_ = false;    // ... or registered it (once prefaulted)
+  // The RAM tier's io_uring registration: waiting for its prefault (and for
+  // an idle moment), done, or refused by the kernel (not asked again).
+  enum class RamRegistration : uint8_t { kWaiting, kDone, kRefused };
+  RamRegistration ram_registration_ = RamRegistration::kWaiting;
   uint64_t registered_ = 0;        // ring bytes registered
   bool ever_registered_ = false;
   // The end in the ring of the last dense record placed, while the next one

@@ -127,7 +127,6 @@ void RamTier::Prefault() {
     if (madvise(begin + off, n, MADV_POPULATE_WRITE) != 0) return;  // unsupported or out of memory: fault lazily
     prefaulted_.fetch_add(n, std::memory_order_relaxed);
   }
-  if (prefaulted_.load(std::memory_order_relaxed) == total) prefault_done_.store(true, std::memory_order_release);
 }
 
 namespace ram_layout {

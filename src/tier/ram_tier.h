@@ -253,7 +253,7 @@ class RamTier {
   RamTierStats GetStats() const;
   // True once the background prefault has faulted in the whole data area
   // (never with RamTierOptions::prefault off, or where the kernel refused).
-  bool Prefaulted() const { return prefault_done_.load(std::memory_order_acquire); }
+  bool Prefaulted() const { return prefaulted_.load(std::memory_order_relaxed) == map_bytes_ - meta_bytes_; }
   // The mapped regions (metadata excluded), for io_uring / cudaHostRegister.
   std::vector<iovec> Regions() const;
   const std::string& shm_path() const { return opt_.shm_path; }
@@ -308,7 +308,6 @@ class RamTier {
   std::thread prefault_;
   std::atomic<bool> stop_prefault_{false};
   std::atomic<uint64_t> prefaulted_{0};
-  std::atomic<bool> prefault_done_{false};
   std::atomic<uint64_t> checksum_failures_{0};
   // Read() as part of a copy of `copy_bytes` in all (a batch), which decides
   // the kind of stores (RamTierOptions::streaming_copy_min_bytes).
