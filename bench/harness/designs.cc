@@ -168,6 +168,7 @@ bool ApplyOverride(const std::string& kv, kvtier::Options* o) {
   else if (k == "verify_ram_hits" && *v <= 1) o->verify_ram_hits = *v == 1;
   else if (k == "zero_copy_small_pages" && *v <= 1) o->zero_copy_small_pages = *v == 1;
   else if (k == "read_on_caller_thread" && *v <= 1) o->read_on_caller_thread = *v == 1;
+  else if (k == "ram_tier_chunk_bytes" && *v <= UINT32_MAX) o->ram_tier_chunk_bytes = static_cast<uint32_t>(*v);
   else return false;
   return true;
 }
@@ -708,7 +709,14 @@ std::string CheckKvtierOverride(const std::string& kv) {
   return ApplyOverride(kv, &o) ? "" : "bad --kvtier-option '" + kv + "' (want name=value; names: "
       "read_threads, queue_depth, max_write_chunk_bytes, group_commit_bytes, write_queue_bytes, "
       "segment_size_bytes, zero_copy_min_bytes, dense_record_max_bytes, verify_ram_hits=0|1, zero_copy_small_pages=0|1, "
-      "read_on_caller_thread=0|1, reinsert_max_fraction=0-1, reinsert_min_hits, hot_region_fraction=0-1, reclaim_window_fraction=0-1)";
+      "read_on_caller_thread=0|1, ram_tier_chunk_bytes, reinsert_max_fraction=0-1, reinsert_min_hits, hot_region_fraction=0-1, reclaim_window_fraction=0-1)";
+}
+
+uint64_t RamFootprint(uint64_t block, const std::vector<std::string>& overrides) {
+  kvtier::Options o;
+  for (const std::string& kv : overrides) ApplyOverride(kv, &o);
+  const uint64_t chunk = std::max<uint64_t>(o.ram_tier_chunk_bytes, 1);
+  return std::max<uint64_t>(1, (block + chunk - 1) / chunk) * chunk;
 }
 
 std::unique_ptr<Design> MakeDesign(const std::string& name, const DesignConfig& config) {

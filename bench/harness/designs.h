@@ -54,6 +54,10 @@ struct DesignConfig {
 // Checks one --kvtier-option; empty when fine, else the problem.
 std::string CheckKvtierOverride(const std::string& kv);
 
+// Bytes of kvtier's RAM tier a block of `block` bytes takes under these
+// --kvtier-option values: whole chunks (docs/ram_tier.md).
+uint64_t RamFootprint(uint64_t block, const std::vector<std::string>& overrides);
+
 // Per-op results of a batch run.
 struct RunStats {
   std::vector<double> lat_us;  // one per op

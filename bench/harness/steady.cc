@@ -53,8 +53,6 @@ std::string SizesLabel(const std::vector<uint64_t>& sizes) {
   return s;
 }
 
-uint64_t RamFootprint(uint64_t block) { return (block + 65535) / 65536 * 65536; }
-
 // Which size each block id has: the one size, or one of a mix drawn by a
 // hash of the id (the same in every design).
 class BlockSizes {
@@ -161,7 +159,7 @@ DesignRun RunDesign(const SteadyConfig& c, const std::string& name, const Payloa
   dc.kvtier_overrides.insert(dc.kvtier_overrides.end(), c.kvtier_overrides.begin(), c.kvtier_overrides.end());
   if (name == "kvtier-ram") {  // room for twice the hot set
     uint64_t hot_bytes = 0;
-    for (uint64_t id = 0; id < hot; ++id) hot_bytes += RamFootprint(sizes.Of(id));
+    for (uint64_t id = 0; id < hot; ++id) hot_bytes += RamFootprint(sizes.Of(id), dc.kvtier_overrides);
     dc.kvtier_ram_bytes = 2 * hot_bytes + 64 * kMiB;
   }
   dc.file_byte_budget = c.capacity_bytes;

@@ -41,9 +41,6 @@ DesignConfig MakeDesignConfig(const BenchConfig& c) {
   return d;
 }
 
-// Bytes of RAM tier a block takes: whole 64 KiB chunks (docs/ram_tier.md).
-uint64_t RamFootprint(uint64_t block) { return (block + 65535) / 65536 * 65536; }
-
 // kvtier-ram's tier for `n` blocks of `size` in seq: twice their footprint
 // plus two blocks per shard (blocks hash to 16 shards of fixed size, so an
 // exact fit would still evict: 25 blocks of 5 MiB in a 2x tier hit 84%), at
@@ -51,7 +48,7 @@ uint64_t RamFootprint(uint64_t block) { return (block + 65535) / 65536 * 65536; 
 uint64_t SeqRamBytes(const BenchConfig& c, uint64_t n, uint64_t size) {
   if (c.ram_tier_bytes > 0) return c.ram_tier_bytes;
   const uint64_t mem = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
-  const uint64_t want = (2 * n + 32) * RamFootprint(size) + (64ull << 20);
+  const uint64_t want = (2 * n + 32) * RamFootprint(size, c.kvtier_overrides) + (64ull << 20);
   return std::min(want, std::max<uint64_t>(256ull << 20, mem / 4)) / (2ull << 20) * (2ull << 20);
 }
 
@@ -695,7 +692,7 @@ void RunRevisit(const BenchConfig& c, const Payloads& payloads, int* step, bool 
   auto tier_for = [&](double fraction) {
     return std::max<uint64_t>(
         16ull << 20,
-        static_cast<uint64_t>(fraction * double(c.revisit_docs * per_doc * RamFootprint(block))) /
+        static_cast<uint64_t>(fraction * double(c.revisit_docs * per_doc * RamFootprint(block, c.kvtier_overrides))) /
             (2ull << 20) * (2ull << 20));
   };
   const uint64_t ram_bytes = tier_for(c.revisit_ram_fraction);

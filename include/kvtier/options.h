@@ -289,6 +289,14 @@ struct Options {
   // faults in, every page on the writer's thread. Off: the memory is faulted
   // in as blocks fill it, and the tier is never registered.
   bool ram_tier_prefault = true;
+  // The tier's unit of memory: a block takes whole chunks, so a block smaller
+  // than a chunk still takes one (a 4 KiB block in the default 64 KiB chunk
+  // holds 16x its bytes; a 2 MiB block wastes at most 3%). Each chunk also
+  // costs 324 bytes of the tier's metadata. Set it to about the blocks' size
+  // for small blocks; larger blocks in smaller chunks copy in more pieces once
+  // the tier has churned. A multiple of 4096 from 4 KiB to 64 MiB. A tier kept
+  // in /dev/shm under another chunk size is not adopted (it starts empty).
+  uint32_t ram_tier_chunk_bytes = 64u << 10;
   // Every RAM hit is checked against the block's XXH3 as it is copied out (a
   // hash of bytes still in cache); a block that changed in memory is dropped
   // and the get goes to disk. Off saves that hash (its cost: docs/benchmarks.md,

@@ -162,6 +162,7 @@ Status SetOption(Options* o, const std::string& k, const json& v) {
   if (k == "ram_tier_bytes") return GetUnsigned(k, v, &o->ram_tier_bytes);
   if (k == "ram_tier_shared_memory") return GetBool(k, v, &o->ram_tier_shared_memory);
   if (k == "ram_tier_prefault") return GetBool(k, v, &o->ram_tier_prefault);
+  if (k == "ram_tier_chunk_bytes") return GetUnsigned(k, v, &o->ram_tier_chunk_bytes);
   if (k == "verify_ram_hits") return GetBool(k, v, &o->verify_ram_hits);
   if (k == "ram_copy_threads") return GetUnsigned(k, v, &o->ram_copy_threads);
   if (k == "ram_streaming_copy_min_bytes") return GetUnsigned(k, v, &o->ram_streaming_copy_min_bytes);

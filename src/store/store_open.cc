@@ -36,6 +36,9 @@ Status CheckOptions(const Options& o) {
     return Status::InvalidArgument("hot_region_fraction must be in [0, 1)");
   if (!(o.reclaim_window_fraction >= 0 && o.reclaim_window_fraction <= 1))
     return Status::InvalidArgument("reclaim_window_fraction must be in [0, 1]");
+  if (o.ram_tier_chunk_bytes < format::kPage || o.ram_tier_chunk_bytes > (64u << 20) ||
+      o.ram_tier_chunk_bytes % format::kPage != 0)
+    return Status::InvalidArgument("ram_tier_chunk_bytes must be a multiple of 4096 from 4 KiB to 64 MiB");
   if (o.ram_copy_spin_us > 10000) return Status::InvalidArgument("ram_copy_spin_us must be at most 10000");
   return Status::OK();
 }

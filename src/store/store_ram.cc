@@ -12,15 +12,15 @@
 namespace kvtier {
 
 namespace {
-// Whether /dev/shm can take a tier file of about `bytes` (counting the space
-// an existing file of this store already holds).
+// Whether /dev/shm can take a tier file of `bytes` (counting the space an
+// existing file of this store already holds).
 bool ShmHasRoom(const std::string& path, uint64_t bytes) {
   struct statvfs vfs {};
   if (statvfs("/dev/shm", &vfs) != 0) return false;
   uint64_t free_bytes = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
   struct stat st {};
   if (stat(path.c_str(), &st) == 0) free_bytes += static_cast<uint64_t>(st.st_blocks) * 512;
-  return free_bytes >= bytes + bytes / 64 + (64u << 20);  // data + metadata + slack
+  return free_bytes >= bytes + (64u << 20);  // and slack
 }
 }  // namespace
 
@@ -30,6 +30,7 @@ Status StoreImpl::OpenRamTier() {
   o.capacity_bytes = opt_.ram_tier_bytes;
   o.verify_reads = opt_.verify_ram_hits;
   o.prefault = opt_.ram_tier_prefault;
+  o.chunk_bytes = opt_.ram_tier_chunk_bytes;
   o.streaming_copy_min_bytes =
       opt_.ram_streaming_copy_min_bytes != 0 ? opt_.ram_streaming_copy_min_bytes : LastLevelCacheBytes() / 2;
   o.split_copy_min_bytes = opt_.ram_split_copy_min_bytes;
@@ -46,7 +47,7 @@ Status StoreImpl::OpenRamTier() {
   // A read-only open runs beside a writer process: it never touches the file.
   if (opt_.ram_tier_shared_memory && !opt_.read_only) {
     std::string path = RamTierShmPath(description_.store_id);
-    if (ShmHasRoom(path, o.capacity_bytes)) o.shm_path = std::move(path);
+    if (ShmHasRoom(path, RamTier::MappingBytes(o.capacity_bytes, o.chunk_bytes))) o.shm_path = std::move(path);
   }
   // Adopt only blocks the index still names with the same size and checksum.
   // Those adopted know where their records lie, so their reads count for

@@ -90,9 +90,8 @@ Result<std::unique_ptr<RamTier>> RamTier::Open(const RamTierOptions& options, co
   if (shards == 0) shards = static_cast<uint32_t>(std::clamp<uint64_t>(chunks / 256, 1, 16));
   shards = std::min<uint32_t>(shards, t->chunks_);
   t->opt_.shards = shards;
-  const size_t desc_off = AlignUp(kHeaderBytes + sizeof(uint32_t) * chunks, 64);
-  t->meta_bytes_ = AlignUp(desc_off + sizeof(Desc) * chunks, kDataAlign);
-  t->map_bytes_ = t->meta_bytes_ + chunks * options.chunk_bytes;
+  t->map_bytes_ = MappingBytes(options.capacity_bytes, options.chunk_bytes);
+  t->meta_bytes_ = t->map_bytes_ - chunks * options.chunk_bytes;
   for (uint32_t i = 0; i < shards; ++i) {
     auto s = std::make_unique<Shard>();
     s->first = static_cast<uint32_t>(chunks * i / shards);
@@ -112,6 +111,14 @@ Result<std::unique_ptr<RamTier>> RamTier::Open(const RamTierOptions& options, co
     t->prefault_ = std::thread([raw] { raw->Prefault(); });
   }
   return t;
+}
+
+uint64_t RamTier::MappingBytes(uint64_t capacity_bytes, uint32_t chunk_bytes) {
+  if (chunk_bytes < 4096 || chunk_bytes % 4096 != 0) return 0;
+  const uint64_t chunks = capacity_bytes / chunk_bytes;
+  if (chunks == 0 || chunks >= kEnd) return 0;
+  const size_t desc_off = AlignUp(kHeaderBytes + sizeof(uint32_t) * chunks, 64);
+  return AlignUp(desc_off + sizeof(Desc) * chunks, kDataAlign) + chunks * chunk_bytes;
 }
 
 void RamTier::Prefault() {

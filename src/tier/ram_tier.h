@@ -164,6 +164,10 @@ class RamTier {
   [[nodiscard]] static Result<std::unique_ptr<RamTier>> Open(const RamTierOptions& options,
                                                              const RamAdoptFilter& filter = nullptr);
 
+  // Bytes the tier maps for these options: its metadata (a header, then 324
+  // bytes per chunk) and its whole chunks. 0 where Open would refuse them.
+  [[nodiscard]] static uint64_t MappingBytes(uint64_t capacity_bytes, uint32_t chunk_bytes);
+
   // Copies the payload in. Returns a token (> 0) naming this version of the
   // block, or 0 when it was not stored (larger than a shard, everything
   // pinned, or only_if_absent and present).

@@ -265,6 +265,40 @@ def test_zero_copy_small_pages_reads_disk_blocks_straight_into_client_memory(tmp
         served.stop()
 
 
+def resident_memory(pid):
+    """Bytes of anonymous and shared memory the process holds resident (its
+    RAM tier is one or the other)."""
+    fields = dict(line.split(":", 1) for line in open(f"/proc/{pid}/status"))
+    return sum(int(fields[k].split()[0]) * 1024 for k in ("RssAnon", "RssShmem") if k in fields)
+
+
+@pytest.mark.parametrize("prefault", [True, False])
+def test_serve_sets_the_ram_tiers_chunk_size_and_prefault(tmp_path, prefault):
+    tier = 256 << 20
+    served = Served(tmp_path, "--ram-tier", "256M", "--ram-chunk", "4K",
+                    *([] if prefault else ["--no-ram-prefault"]))
+    try:
+        if prefault:
+            assert wait_for(lambda: resident_memory(served.proc.pid) >= tier)
+        else:
+            time.sleep(1.0)  # the prefault, were it on, takes well under that here
+            assert resident_memory(served.proc.pid) < tier // 2
+        with kvtier.Store(served.address, **CLIENT) as s:
+            ns = s.register_namespace(**SPEC)
+            for i in range(300):
+                assert ns.put(f"small{i}", bytes([i % 251]) * 4096)
+            st = s.stats()
+            # Each 4 KiB block takes one 4 KiB chunk, not 64 KiB.
+            assert st["ram_blocks"] == 300 and st["ram_used_bytes"] == 300 * 4096, st
+            assert ns.get("small9") == bytes([9]) * 4096
+    finally:
+        served.stop()
+    # A chunk size the store refuses is named, and serve exits 3.
+    bad = subprocess.run([KVTIER_BIN, "serve", str(tmp_path / "other"), "--ram-tier", "64M", "--ram-chunk", "5000",
+                          "--metrics-listen", "off"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 3 and "ram_tier_chunk_bytes" in bad.stderr, bad.stderr
+
+
 CHILD = r"""
 import sys, numpy as np, kvtier
 addr, who = sys.argv[1], int(sys.argv[2])

@@ -286,6 +286,18 @@ def test_ram_tier_options_and_stats(store_dir):
     with pytest.raises(KvtierError) as e:
         kvtier.Store(store_dir, **dict(opts, ram_tier_prefault="no"))
     assert e.value.code == Code.INVALID_ARGUMENT
+    # 8 KiB blocks in 8 KiB chunks take their own size, not 64 KiB each.
+    with kvtier.Store(store_dir, **dict(opts, ram_tier_chunk_bytes=8192)) as s:
+        ns = s.register_namespace(name="ram", model_id="m")
+        for i in range(64):
+            ns.put(f"c{i}", bytes([i]) * 8192)
+        st = s.stats()
+        assert st["ram_blocks"] == 64 and st["ram_used_bytes"] == 64 * 8192
+        assert ns.get("c7") == bytes([7]) * 8192
+    for bad in (1000, "4096"):
+        with pytest.raises(KvtierError) as e:
+            kvtier.Store(store_dir, **dict(opts, ram_tier_chunk_bytes=bad))
+        assert e.value.code == Code.INVALID_ARGUMENT
 
 
 def test_path_with_nul_is_refused(tmp_path):

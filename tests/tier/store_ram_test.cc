@@ -220,6 +220,80 @@ TEST_F(StoreRam, SharedMemoryAdoptedAfterRestartCorruptBlockDropped) {
   EXPECT_EQ(s.hits_disk, 1u);
 }
 
+// Each block takes whole chunks: 4 KiB blocks in the default 64 KiB chunks
+// fill a 1 MiB tier at 16 blocks; in 4 KiB chunks it holds 256 of them.
+TEST_F(StoreRam, SmallChunksHoldSmallBlocksAtTheirSize) {
+  constexpr int kBlocks = 128;
+  constexpr size_t kSmall = 4096;
+  for (uint32_t chunk : {64u << 10, 4u << 10}) {
+    SCOPED_TRACE(chunk);
+    opt_.ram_tier_chunk_bytes = chunk;
+    Open();
+    for (int i = 0; i < kBlocks; ++i) {
+      auto v = Block(i, kSmall);
+      ASSERT_TRUE(store_->Put(ns_, K(i), v.data(), v.size()).ok());
+    }
+    const Stats s = store_->GetStats();
+    EXPECT_EQ(s.ram_capacity_bytes, 1u << 20);
+    if (chunk == kSmall) {
+      EXPECT_EQ(s.ram_blocks, uint64_t{kBlocks});
+      EXPECT_EQ(s.ram_used_bytes, uint64_t{kBlocks} * kSmall);
+      EXPECT_EQ(s.ram_evictions, 0u);
+    } else {
+      EXPECT_LE(s.ram_blocks, 16u);
+      EXPECT_GT(s.ram_evictions, 0u);
+    }
+    for (int i = 0; i < kBlocks; ++i) {
+      std::vector<uint8_t> out(kSmall);
+      auto r = store_->Get(ns_, K(i), out.data(), out.size());
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      EXPECT_EQ(out, Block(i, kSmall)) << i;
+    }
+    if (chunk == kSmall) {
+      EXPECT_EQ(store_->GetStats().hits_ram, uint64_t{kBlocks});
+    }
+    ASSERT_TRUE(store_->Close().ok());  // the next open's tier starts empty (anonymous memory)
+  }
+}
+
+// Blocks larger than a chunk take a chain of them and come back whole.
+TEST_F(StoreRam, BlocksSpanningManySmallChunksComeBackWhole) {
+  opt_.ram_tier_chunk_bytes = 4096;
+  Open();
+  PutN(8);  // 64 KiB each: 16 chunks apiece
+  for (int i = 0; i < 8; ++i) EXPECT_TRUE(GetOk(i)) << i;
+  EXPECT_EQ(store_->GetStats().hits_ram, 8u);
+}
+
+TEST_F(StoreRam, AChunkSizeOutsideItsRangeIsRefused) {
+  for (uint32_t chunk : {0u, 4095u, 6000u, (64u << 20) + 4096u}) {
+    opt_.ram_tier_chunk_bytes = chunk;
+    auto s = Store::Open(dir_, opt_);
+    ASSERT_FALSE(s.ok()) << chunk;
+    EXPECT_EQ(s.status().code(), Code::kInvalidArgument) << chunk;
+    EXPECT_NE(s.status().message().find("ram_tier_chunk_bytes"), std::string::npos) << s.status().ToString();
+  }
+}
+
+// A tier kept in /dev/shm under one chunk size is not adopted under another:
+// it starts empty, and every block is read (right) from disk.
+TEST_F(StoreRam, ASharedTierOfAnotherChunkSizeStartsEmpty) {
+  opt_.ram_tier_chunk_bytes = 4096;
+  if (!OpenShared()) GTEST_SKIP() << "no /dev/shm with room for the tier on this machine";
+  PutN(8);
+  store_.reset();
+  opt_.ram_tier_chunk_bytes = 64u << 10;
+  Open();
+  Stats s = store_->GetStats();
+  EXPECT_TRUE(s.ram_shared_memory);
+  EXPECT_EQ(s.ram_adopted_blocks, 0u);
+  for (int i = 0; i < 8; ++i) EXPECT_TRUE(GetOk(i)) << i;
+  EXPECT_EQ(store_->GetStats().hits_disk, 8u);
+  store_.reset();  // the same chunk size again: the blocks read back are adopted
+  Open();
+  EXPECT_EQ(store_->GetStats().ram_adopted_blocks, 8u);
+}
+
 }  // namespace
 }  // namespace kvtier
 

@@ -237,6 +237,9 @@ TEST(KvtierCliUsage, BadArgumentsExit2) {
   Out sp = Kv({"serve", "/tmp/kvtier-no-such-store", "--ram-split-copy-min", "1X"});
   EXPECT_EQ(sp.rc, 2);
   EXPECT_NE(sp.err.find("--ram-split-copy-min"), std::string::npos) << sp.err;
+  Out rc = Kv({"serve", "/tmp/kvtier-no-such-store", "--ram-chunk", "4X"});
+  EXPECT_EQ(rc.rc, 2);
+  EXPECT_NE(rc.err.find("--ram-chunk"), std::string::npos) << rc.err;
 }
 
 TEST(KvtierCliUsage, MissingStoreOrNotAStoreExit3) {

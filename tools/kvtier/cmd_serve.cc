@@ -42,6 +42,8 @@ struct ServeCmd {
   std::string log_file;
   uint32_t idle_exit_s = 0;
   std::string ram_tier;
+  std::string ram_chunk;
+  bool no_ram_prefault = false;
   bool zero_copy_small_pages = false;
   std::string ram_streaming_min;
   std::string ram_split_copy_min;
@@ -264,6 +266,13 @@ int Run(const ServeCmd& in) {
     if (!n.ok()) return Fail("serve", kExitUsage, std::string(s.flag) + ": " + n.status().message());
     *s.field = *n;
   }
+  if (!in.ram_chunk.empty()) {
+    auto n = ParseSize(in.ram_chunk);
+    if (!n.ok()) return Fail("serve", kExitUsage, "--ram-chunk: " + n.status().message());
+    if (*n > UINT32_MAX) return Fail("serve", kExitUsage, "--ram-chunk: at most 64M");
+    o.ram_tier_chunk_bytes = static_cast<uint32_t>(*n);  // its range is checked by the store's open
+  }
+  o.ram_tier_prefault = !in.no_ram_prefault;
   o.zero_copy_small_pages = in.zero_copy_small_pages;
   o.ram_copy_spin_us = in.ram_copy_spin_us;  // checked by the store's open
   o.remote = in.a.remote;
@@ -366,6 +375,12 @@ Command AddServe(CLI::App& root) {
       ->capture_default_str();
   AddCreateOptions(sub, &in->a);
   sub->add_option("--ram-tier", in->ram_tier, "Host RAM tier in front of the disk (e.g. 64G; default off)");
+  sub->add_option("--ram-chunk", in->ram_chunk,
+                  "The RAM tier's unit of memory: each block takes whole chunks (default 64K; for small blocks, "
+                  "about their size; 4K to 64M; see docs/ram_tier.md)");
+  sub->add_flag("--no-ram-prefault", in->no_ram_prefault,
+                "Leave the RAM tier's memory to fault in as blocks fill it, instead of faulting it all in after "
+                "open (see docs/ram_tier.md)");
   sub->add_flag("--zero-copy-small-pages", in->zero_copy_small_pages,
                 "Read disk blocks straight into clients' shared memory on 4 KiB pages (see docs/service.md)");
   sub->add_option("--ram-streaming-min", in->ram_streaming_min,
