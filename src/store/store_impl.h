@@ -160,6 +160,9 @@ class StoreImpl final : public Store, public BlockSink {
   Status OpenRamTier();
   // Notes the folder beside the shared-memory tier file (store_ram.cc).
   void NoteRamTierFolder(unsigned mode);
+  // Warns once per open when a put into the RAM tier is a quarter of a chunk
+  // or less: such blocks fill the tier faster than their bytes.
+  void NoteRamBlockSize(uint64_t payload_len);
   // Queues a non-record op and waits for its status.
   Status RunOnWriter(WriteOp op);
   Status RemoveNamespaceOnWriter(NamespaceId ns);
@@ -252,6 +255,7 @@ class StoreImpl final : public Store, public BlockSink {
 
   NamespaceRegistry namespaces_;
   std::atomic<bool> closed_{false};
+  std::atomic<bool> warned_small_ram_blocks_{false};  // NoteRamBlockSize
   // Hot blocks: reads per (segment, offset) since written, for reinsertion.
   HitCounts hits_{opt_.reinsert_min_hits};
 

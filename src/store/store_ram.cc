@@ -73,6 +73,17 @@ Status StoreImpl::OpenRamTier() {
   return Status::OK();
 }
 
+void StoreImpl::NoteRamBlockSize(uint64_t payload_len) {
+  const uint64_t chunk = opt_.ram_tier_chunk_bytes;
+  if (payload_len == 0 || payload_len * 4 > chunk || warned_small_ram_blocks_.load(std::memory_order_relaxed) ||
+      warned_small_ram_blocks_.exchange(true))
+    return;
+  Warn("RAM tier: a block of " + std::to_string(payload_len) + " bytes takes a whole chunk of " +
+       std::to_string(chunk) + " bytes, so blocks of that size fill the tier " + std::to_string(chunk / payload_len) +
+       "x faster than their bytes; set ram_tier_chunk_bytes (kvtier serve --ram-chunk) to about the blocks' size "
+       "(docs/ram_tier.md, \"Chunk size\")");
+}
+
 // The folder beside the tier file, for kvtier shm to tell a tier kept for
 // this store from one whose folder was deleted by hand. Written whole
 // (renamed into place); a note that cannot be written only leaves the tier

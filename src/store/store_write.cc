@@ -89,6 +89,7 @@ void StoreImpl::SubmitPut(NamespaceId ns, std::string_view key, std::span<const 
     c_.puts_failed.Add();
     return FinishPut(done, st);
   }
+  if (ram_ != nullptr) NoteRamBlockSize(payload_len);
   if (!admission_->Admit(ns, key, payload_len)) {
     c_.puts_not_admitted.Add();
     return FinishPut(done, Status::NotAdmitted("declined by the admission policy"));

@@ -256,6 +256,30 @@ TEST_F(StoreRam, SmallChunksHoldSmallBlocksAtTheirSize) {
   }
 }
 
+// Blocks of a quarter chunk or less are named once per open, with the option
+// that fits them.
+TEST_F(StoreRam, SmallBlocksInLargeChunksAreWarnedOfOnce) {
+  std::vector<std::string> lines;
+  opt_.warn = [&lines](const std::string& l) { lines.push_back(l); };
+  Open();
+  PutN(4);  // 64 KiB blocks in 64 KiB chunks: nothing to say
+  EXPECT_TRUE(lines.empty());
+  for (int i = 0; i < 3; ++i) {
+    auto v = Block(i, 4096);
+    ASSERT_TRUE(store_->Put(ns_, K(100 + i), v.data(), v.size()).ok());
+  }
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_NE(lines[0].find("ram_tier_chunk_bytes"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[0].find("16x"), std::string::npos) << lines[0];
+  ASSERT_TRUE(store_->Close().ok());
+  lines.clear();
+  opt_.ram_tier_chunk_bytes = 4096;
+  Open();
+  auto v = Block(7, 4096);
+  ASSERT_TRUE(store_->Put(ns_, K(200), v.data(), v.size()).ok());
+  EXPECT_TRUE(lines.empty());
+}
+
 // Blocks larger than a chunk take a chain of them and come back whole.
 TEST_F(StoreRam, BlocksSpanningManySmallChunksComeBackWhole) {
   opt_.ram_tier_chunk_bytes = 4096;
