@@ -160,7 +160,9 @@ struct Stats {
   uint64_t hits_ram = 0, hits_disk = 0, misses = 0;
   uint64_t bytes_read_ram = 0, bytes_read_disk = 0;
   // Host RAM tier (zeros when off).
-  uint64_t ram_capacity_bytes = 0, ram_used_bytes = 0, ram_blocks = 0;
+  // used: memory its blocks take in whole chunks (Options::ram_tier_chunk_bytes);
+  // payload: their bytes.
+  uint64_t ram_capacity_bytes = 0, ram_used_bytes = 0, ram_payload_bytes = 0, ram_blocks = 0;
   uint64_t ram_evictions = 0, ram_evicted_bytes = 0;
   uint64_t ram_adopted_blocks = 0, ram_adopt_dropped = 0;  // at open, from shared memory
   uint64_t ram_checksum_failures = 0;  // RAM hits whose copy no longer matched (dropped; served from disk)

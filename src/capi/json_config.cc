@@ -339,6 +339,7 @@ std::string StatsToJson(const Stats& s) {
       {"io_backend", s.io_backend},
       {"ram_capacity_bytes", s.ram_capacity_bytes},
       {"ram_used_bytes", s.ram_used_bytes},
+      {"ram_payload_bytes", s.ram_payload_bytes},
       {"ram_blocks", s.ram_blocks},
       {"ram_evictions", s.ram_evictions},
       {"ram_evicted_bytes", s.ram_evicted_bytes},

@@ -290,7 +290,19 @@ def test_serve_sets_the_ram_tiers_chunk_size_and_prefault(tmp_path, prefault):
             st = s.stats()
             # Each 4 KiB block takes one 4 KiB chunk, not 64 KiB.
             assert st["ram_blocks"] == 300 and st["ram_used_bytes"] == 300 * 4096, st
+            assert st["ram_payload_bytes"] == 300 * 4096, st
             assert ns.get("small9") == bytes([9]) * 4096
+        # The operator's view: the metrics and `kvtier info` name the RAM tier's fill.
+        body = urllib.request.urlopen(f"http://127.0.0.1:{served.port}/metrics", timeout=10).read().decode()
+        assert _metric(body, 'kvtier_blocks{tier="ram"}') == 300
+        assert _metric(body, 'kvtier_bytes{tier="ram"}') == 300 * 4096
+        assert _metric(body, "kvtier_ram_used_bytes") == 300 * 4096
+        assert _metric(body, "kvtier_ram_capacity_bytes") == tier
+        info = subprocess.run([KVTIER_BIN, "info", served.address, "--json"], capture_output=True, text=True,
+                              timeout=60)
+        assert info.returncode == 0, info.stderr
+        ram = json.loads(info.stdout)["ram_tier"]
+        assert ram["blocks"] == 300 and ram["used_bytes"] == 300 * 4096 and ram["capacity_bytes"] == tier, ram
     finally:
         served.stop()
     # A chunk size the store refuses is named, and serve exits 3.
@@ -332,6 +344,10 @@ def test_processes_share_one_store(served):
     assert 'kvtier_namespace_puts_total{namespace="svc"' in body
     assert "kvtier_namespace_hit_tokens_total" in body
     assert 'kvtier_hits_total{source="ram"}' in body
+    # 200,000-byte blocks take four 64 KiB chunks each.
+    assert _metric(body, 'kvtier_blocks{tier="ram"}') == 80
+    assert _metric(body, "kvtier_ram_used_bytes") == 80 * 4 * 65536
+    assert _metric(body, 'kvtier_bytes{tier="ram"}') == 80 * 200000
 
 
 def _metric(body, name):

@@ -87,7 +87,15 @@ int Run(const Info& in) {
                {"recovered_from_crash", st.recovered_from_crash},
                {"write_amplification", st.write_amplification},
                {"disk_bytes_per_payload_byte", space_ratio},
-               {"io_backend", st.io_backend}});
+               {"io_backend", st.io_backend},
+               {"ram_tier", st.ram_capacity_bytes == 0
+                                ? nlohmann::json(nullptr)
+                                : nlohmann::json{{"capacity_bytes", st.ram_capacity_bytes},
+                                                 {"used_bytes", st.ram_used_bytes},
+                                                 {"payload_bytes", st.ram_payload_bytes},
+                                                 {"blocks", st.ram_blocks},
+                                                 {"evictions", st.ram_evictions},
+                                                 {"shared_memory", st.ram_shared_memory}}}});
     return kExitOk;
   }
   char ratio[32], wa[32];
@@ -117,7 +125,14 @@ int Run(const Info& in) {
             << "recovered      " << (st.recovered_from_crash ? "yes" : "no")
             << " (read-only opens never run recovery)\n"
             << "write amp.     " << wa << " (this process)\n"
-            << "io backend     " << st.io_backend << "\n\n";
+            << "io backend     " << st.io_backend << "\n";
+  // Only a service (unix:) has one: other opens are read-only, without a tier.
+  if (st.ram_capacity_bytes > 0)
+    std::cout << "ram tier       " << st.ram_blocks << " blocks, " << FormatBytes(st.ram_payload_bytes) << " payload in "
+              << FormatBytes(st.ram_used_bytes) << " of " << FormatBytes(st.ram_capacity_bytes) << " ("
+              << (st.ram_shared_memory ? "shared memory" : "process memory") << "), " << st.ram_evictions
+              << " evicted\n";
+  std::cout << "\n";
   Table t({"NAMESPACE", "ID", "BLOCKS", "BYTES"}, {2, 3});
   for (const NamespaceInfo& n : *nss)
     t.Add({n.spec.DisplayName(), NamespaceIdToHex(n.id), std::to_string(n.blocks), FormatBytes(n.payload_bytes)});

@@ -118,10 +118,25 @@ std::string RenderMetrics(const MetricsInput& in, nlohmann::json* json) {
   uint32_t open = 0;
   for (const SegmentInfo& g : in.segments) open += g.state == SegmentState::kOpen;
   Exposition e;
+  const bool ram = s.ram_capacity_bytes > 0;
   e.Metric("blocks", "gauge", "Blocks stored, by tier.");
   e.Sample(static_cast<double>(blocks), "tier=\"disk\"");
+  if (ram) e.Sample(static_cast<double>(s.ram_blocks), "tier=\"ram\"");
   e.Metric("bytes", "gauge", "Payload bytes stored, by tier.");
   e.Sample(static_cast<double>(bytes), "tier=\"disk\"");
+  if (ram) e.Sample(static_cast<double>(s.ram_payload_bytes), "tier=\"ram\"");
+  if (ram) {
+    e.One("ram_capacity_bytes", "gauge", "Bytes of host memory the RAM tier holds blocks in.",
+          static_cast<double>(s.ram_capacity_bytes));
+    e.One("ram_used_bytes", "gauge", "RAM-tier memory its blocks take, in whole chunks (above the payload bytes by the chunks' rounding).",
+          static_cast<double>(s.ram_used_bytes));
+    e.One("ram_evictions_total", "counter", "Blocks evicted from the RAM tier (still on disk).", static_cast<double>(s.ram_evictions));
+    e.One("ram_evicted_bytes_total", "counter", "Payload bytes evicted from the RAM tier.", static_cast<double>(s.ram_evicted_bytes));
+    e.One("ram_adopted_blocks", "gauge", "Blocks adopted from the shared-memory tier at open.", static_cast<double>(s.ram_adopted_blocks));
+    e.One("ram_adopt_dropped_blocks", "gauge", "Blocks of the shared-memory tier dropped at open (failed a check).",
+          static_cast<double>(s.ram_adopt_dropped));
+    e.One("ram_shared_memory", "gauge", "1 when the RAM tier lives in /dev/shm (kept across restarts).", s.ram_shared_memory ? 1.0 : 0.0);
+  }
   e.Metric("namespace_blocks", "gauge", "Blocks stored per namespace.");
   for (const NamespaceInfo& n : in.namespaces)
     e.Sample(static_cast<double>(n.blocks), "namespace=\"" + Label(n.spec.DisplayName()) + "\",ns_id=\"" + NamespaceIdToHex(n.id) + "\"");
