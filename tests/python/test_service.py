@@ -278,6 +278,7 @@ def test_serve_sets_the_ram_tiers_chunk_size_and_prefault(tmp_path, prefault):
     served = Served(tmp_path, "--ram-tier", "256M", "--ram-chunk", "4K",
                     *([] if prefault else ["--no-ram-prefault"]))
     try:
+        assert "RAM tier 256.00 MiB in " in served.read_log() and ", 4.00 KiB chunks, " in served.read_log()
         if prefault:
             assert wait_for(lambda: resident_memory(served.proc.pid) >= tier)
         else:

@@ -303,7 +303,15 @@ int Run(const ServeCmd& in) {
   }
   // Before "serving": whoever waits for that line has seen the warnings too.
   LogOrphanedRamTiers(log);
-  log.Line("serving " + in.a.dir + " on " + so.socket_path + " (store " + (*store)->Description().store_id +
+  const Stats started = (*store)->GetStats();
+  const std::string ram =
+      started.ram_capacity_bytes == 0
+          ? ", no RAM tier"
+          : ", RAM tier " + FormatBytes(started.ram_capacity_bytes) + " in " +
+                (started.ram_shared_memory ? "/dev/shm" : "process memory") + ", " +
+                FormatBytes(o.ram_tier_chunk_bytes) + " chunks, " + std::to_string(started.ram_adopted_blocks) +
+                " blocks adopted";
+  log.Line("serving " + in.a.dir + " on " + so.socket_path + " (store " + (*store)->Description().store_id + ram +
            (metrics ? ", metrics on http://" + in.metrics_listen + "/metrics" : "") + ")");
 
   // Wait for a signal, for the idle time to pass with no client, or for the
