@@ -163,6 +163,9 @@ struct Stats {
   // used: memory its blocks take in whole chunks (Options::ram_tier_chunk_bytes);
   // payload: their bytes.
   uint64_t ram_capacity_bytes = 0, ram_used_bytes = 0, ram_payload_bytes = 0, ram_blocks = 0;
+  // Of the capacity, faulted in by the tier's prefault after open
+  // (Options::ram_tier_prefault): equal to it once that is done.
+  uint64_t ram_prefaulted_bytes = 0;
   uint64_t ram_evictions = 0, ram_evicted_bytes = 0;
   uint64_t ram_adopted_blocks = 0, ram_adopt_dropped = 0;  // at open, from shared memory
   uint64_t ram_checksum_failures = 0;  // RAM hits whose copy no longer matched (dropped; served from disk)

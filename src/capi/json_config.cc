@@ -340,6 +340,7 @@ std::string StatsToJson(const Stats& s) {
       {"ram_capacity_bytes", s.ram_capacity_bytes},
       {"ram_used_bytes", s.ram_used_bytes},
       {"ram_payload_bytes", s.ram_payload_bytes},
+      {"ram_prefaulted_bytes", s.ram_prefaulted_bytes},
       {"ram_blocks", s.ram_blocks},
       {"ram_evictions", s.ram_evictions},
       {"ram_evicted_bytes", s.ram_evicted_bytes},

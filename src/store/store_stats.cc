@@ -92,6 +92,7 @@ Stats StoreImpl::GetStats() {
     s.ram_capacity_bytes = r.capacity_bytes;
     s.ram_used_bytes = r.used_bytes;
     s.ram_payload_bytes = r.payload_bytes;
+    s.ram_prefaulted_bytes = r.prefaulted_bytes;
     s.ram_blocks = r.blocks;
     s.ram_evictions = r.evictions;
     s.ram_evicted_bytes = r.evicted_bytes;

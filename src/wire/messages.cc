@@ -6,7 +6,7 @@ namespace kvtier::wire {
 namespace {
 
 // A new field in one of these structs must be added to its visitor below.
-static_assert(sizeof(Stats) == 728, "Stats changed: list the new field in VisitStats");
+static_assert(sizeof(Stats) == 736, "Stats changed: list the new field in VisitStats");
 static_assert(sizeof(BlockInfo) == 128, "BlockInfo changed: list the new field in VisitBlockInfo");
 static_assert(sizeof(SegmentInfo) == 32, "SegmentInfo changed: list the new field in VisitSegmentInfo");
 static_assert(sizeof(VerifyReport) == 96, "VerifyReport changed: list the new field in VisitVerifyReport");
@@ -37,6 +37,7 @@ void VisitStats(T& s, V& v) {
   v(s.remote_uploads_deleted); v(s.remote_admitted_to_ram); v(s.remote_orphans_removed);
   v(s.index_sst_bytes); v(s.index_memtable_bytes); v(s.index_written_bytes); v(s.lookup_map_ready);
   v(s.lookup_map_entries); v(s.index_writes_refused); v(s.reclaims_not_oldest); v(s.ram_payload_bytes);
+  v(s.ram_prefaulted_bytes);
 }
 
 template <typename V, typename T>

@@ -48,7 +48,8 @@ inline constexpr uint32_t kWireMagic = 0x5653564B;
 // 12: hello carries a memory probe and its reply whether the service reads
 // the client's own memory, and a put's fragments may lie there; 13: Stats
 // says whether the index refuses writes; 14: Stats counts reclaims that
-// passed over the oldest segment; 15: and the RAM tier's payload bytes.
+// passed over the oldest segment; 15: and the RAM tier's payload
+// and prefaulted bytes.
 inline constexpr uint16_t kWireVersion = 15;
 inline constexpr size_t kHeaderBytes = 24;
 inline constexpr uint32_t kMaxBodyBytes = 4u << 20;

@@ -281,9 +281,11 @@ def test_serve_sets_the_ram_tiers_chunk_size_and_prefault(tmp_path, prefault):
         assert "RAM tier 256.00 MiB in " in served.read_log() and ", 4.00 KiB chunks, " in served.read_log()
         if prefault:
             assert wait_for(lambda: resident_memory(served.proc.pid) >= tier)
+            assert wait_for(lambda: "RAM tier faulted in: 256.00 MiB, " in served.read_log())
         else:
             time.sleep(1.0)  # the prefault, were it on, takes well under that here
             assert resident_memory(served.proc.pid) < tier // 2
+            assert "RAM tier faulted in" not in served.read_log()
         with kvtier.Store(served.address, **CLIENT) as s:
             ns = s.register_namespace(**SPEC)
             for i in range(300):
@@ -299,6 +301,7 @@ def test_serve_sets_the_ram_tiers_chunk_size_and_prefault(tmp_path, prefault):
         assert _metric(body, 'kvtier_bytes{tier="ram"}') == 300 * 4096
         assert _metric(body, "kvtier_ram_used_bytes") == 300 * 4096
         assert _metric(body, "kvtier_ram_capacity_bytes") == tier
+        assert _metric(body, "kvtier_ram_prefaulted_bytes") == (tier if prefault else 0)
         info = subprocess.run([KVTIER_BIN, "info", served.address, "--json"], capture_output=True, text=True,
                               timeout=60)
         assert info.returncode == 0, info.stderr

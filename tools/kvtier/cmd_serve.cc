@@ -277,6 +277,7 @@ int Run(const ServeCmd& in) {
   o.ram_copy_spin_us = in.ram_copy_spin_us;  // checked by the store's open
   o.remote = in.a.remote;
   o.warn = [&log](const std::string& line) { log.Line("warning: " + line); };
+  const Clock::time_point opening = Clock::now();
   auto store = Store::Open(in.a.dir, o);
   if (!store.ok()) return Fail("serve", kExitCannotOpen, "cannot open store " + in.a.dir + ": " + store.status().ToString());
   auto service = Service::Start(store->get(), so);
@@ -319,6 +320,9 @@ int Run(const ServeCmd& in) {
   const bool exit_on_index_failure = in.on_index_failure == "exit";
   int exit_code = kExitOk;
   Clock::time_point idle_since = Clock::now();
+  // A large tier takes seconds to fault in; the writer registers it with its
+  // io_uring only then (docs/ram_tier.md, "Prefault").
+  bool prefault_logged = !o.ram_tier_prefault || started.ram_capacity_bytes == 0;
   for (;;) {
     timespec tick{1, 0};
     const int sig = sigtimedwait(&set, nullptr, &tick);
@@ -331,7 +335,14 @@ int Run(const ServeCmd& in) {
       log.Line(std::string("stopping on ") + (sig == SIGTERM ? "SIGTERM" : "SIGINT"));
       break;
     }
-    if (exit_on_index_failure && (*store)->GetStats().index_writes_refused) {
+    const Stats now = (*store)->GetStats();
+    if (!prefault_logged && now.ram_prefaulted_bytes >= now.ram_capacity_bytes) {
+      prefault_logged = true;
+      char secs[32];
+      std::snprintf(secs, sizeof secs, "%.1f", std::chrono::duration<double>(Clock::now() - opening).count());
+      log.Line("RAM tier faulted in: " + FormatBytes(now.ram_capacity_bytes) + ", within " + secs + " s of the store's open");
+    }
+    if (exit_on_index_failure && now.index_writes_refused) {
       // Only a reopen resumes writing, and a restart is the reopen that
       // every client already survives (they reconnect; nothing acknowledged
       // is lost). Serving on would refuse every put until someone noticed.

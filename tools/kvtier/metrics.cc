@@ -130,6 +130,8 @@ std::string RenderMetrics(const MetricsInput& in, nlohmann::json* json) {
           static_cast<double>(s.ram_capacity_bytes));
     e.One("ram_used_bytes", "gauge", "RAM-tier memory its blocks take, in whole chunks (above the payload bytes by the chunks' rounding).",
           static_cast<double>(s.ram_used_bytes));
+    e.One("ram_prefaulted_bytes", "gauge", "RAM-tier memory faulted in by its prefault after open (the capacity once done).",
+          static_cast<double>(s.ram_prefaulted_bytes));
     e.One("ram_evictions_total", "counter", "Blocks evicted from the RAM tier (still on disk).", static_cast<double>(s.ram_evictions));
     e.One("ram_evicted_bytes_total", "counter", "Payload bytes evicted from the RAM tier.", static_cast<double>(s.ram_evicted_bytes));
     e.One("ram_adopted_blocks", "gauge", "Blocks adopted from the shared-memory tier at open.", static_cast<double>(s.ram_adopted_blocks));
