@@ -119,7 +119,7 @@ void Reclaimer::TrimArena() {
 std::vector<Reclaimer::Reinsert> Reclaimer::GatherReinserts(uint32_t seg, uint32_t old_gen,
                                                             const std::vector<Row>& rows) {
   std::vector<Reinsert> out;
-  const HitCounts::Segment hot = d_.hits->Take(seg);
+  const SegmentReads hot = d_.hits->Take(seg);
   if (hot.empty() && d_.ram == nullptr) return out;
   Counters& c = *d_.counters;
   File* file = d_.table->file(seg);
@@ -136,8 +136,7 @@ std::vector<Reclaimer::Reinsert> Reclaimer::GatherReinserts(uint32_t seg, uint32
     ReinsertCandidate cand;
     cand.ns = r.ns;
     cand.key = r.key;
-    auto h = hot.find(r.offset);
-    cand.hits = h == hot.end() ? 0 : h->second;
+    cand.hits = hot.Of(r.offset);
     if (cand.hits == 0 && d_.ram == nullptr) continue;
     auto e = d_.index->Get(r.ns, r.key);
     if (!e.ok() || !e->has_value()) continue;

@@ -2,85 +2,19 @@
 // segment is reclaimed, which of its blocks are written again at the start
 // of its new life instead of being evicted.
 //
-// HitCounts records reads per block since written; the policy decides from
-// them. Thread safety: HitCounts from any thread; a policy is used by the
-// writer thread only.
+// HitCounts (log/hit_counts.h) records reads per block since written; the
+// policy decides from them. Thread safety: a policy is used by the writer
+// thread only.
 #ifndef KVTIER_SRC_LOG_REINSERTION_H_
 #define KVTIER_SRC_LOG_REINSERTION_H_
 
-#include <atomic>
 #include <cstdint>
 #include <string_view>
-#include <unordered_map>
 
 #include "kvtier/namespace.h"
-#include "util/thread_annotations.h"
+#include "log/hit_counts.h"
 
 namespace kvtier {
-
-// Reads since written, per (segment, record offset), and per segment the
-// bytes of its records read at least `hot_reads` times (what reclaiming it
-// would rewrite, which the writer weighs when it chooses a victim) and the
-// writer's epoch at its last read (SetEpoch), to tell blocks still read from
-// blocks that were.
-class HitCounts {
- public:
-  using Segment = std::unordered_map<uint64_t, uint32_t>;  // offset -> reads
-  // `hot_reads`: Options::reinsert_min_hits (0 counts as 1).
-  explicit HitCounts(uint32_t hot_reads) : hot_reads_(hot_reads == 0 ? 1 : hot_reads) {}
-  // A read of the record of `bytes` (whole pages) at `offset`.
-  void Note(uint32_t seg, uint64_t offset, uint64_t bytes) {
-    MutexLock l(&mu_);
-    SegmentHits& s = hits_[seg];
-    if (++s.reads[offset] == hot_reads_) s.hot_bytes += bytes;
-    s.last_read_epoch = epoch_.load(std::memory_order_relaxed);
-  }
-  // The writer's epoch (a count of segments activated): reads from now on
-  // are noted with it.
-  void SetEpoch(uint64_t epoch) { epoch_.store(epoch, std::memory_order_relaxed); }
-  // For a reader that reports a block's reads once per epoch past the first
-  // few (RamTierOptions::read_epoch): all the counts above need.
-  const std::atomic<uint64_t>* epoch() const { return &epoch_; }
-  uint32_t hot_reads() const { return hot_reads_; }
-  uint32_t Of(uint32_t seg, uint64_t offset) {
-    MutexLock l(&mu_);
-    auto it = hits_.find(seg);
-    if (it == hits_.end()) return 0;
-    auto h = it->second.reads.find(offset);
-    return h == it->second.reads.end() ? 0 : h->second;
-  }
-  // Bytes of the segment's records read at least hot_reads times (records
-  // replaced since included: an estimate), or 0 when none of its records was
-  // read since epoch `since`.
-  uint64_t HotBytes(uint32_t seg, uint64_t since = 0) {
-    MutexLock l(&mu_);
-    auto it = hits_.find(seg);
-    if (it == hits_.end() || it->second.last_read_epoch < since) return 0;
-    return it->second.hot_bytes;
-  }
-  // Hands over a segment's counts and forgets them (it is being reclaimed).
-  Segment Take(uint32_t seg) {
-    MutexLock l(&mu_);
-    Segment out;
-    auto it = hits_.find(seg);
-    if (it != hits_.end()) {
-      out.swap(it->second.reads);
-      hits_.erase(it);
-    }
-    return out;
-  }
-
- private:
-  struct SegmentHits {
-    Segment reads;
-    uint64_t hot_bytes = 0;
-    uint64_t last_read_epoch = 0;
-  };
-  const uint32_t hot_reads_;
-  Mutex mu_;
-  std::atomic<uint64_t> epoch_{0};
-  std::unordered_map<uint32_t, SegmentHits> hits_ GUARDED_BY(mu_);
-};
 
 // A block of a segment being reclaimed.
 struct ReinsertCandidate {
