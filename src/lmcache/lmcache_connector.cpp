@@ -7,7 +7,8 @@
 // object. Keys understood (see docs/engines.md):
 //   path (or base_path)   store folder, required
 //   capacity_gb           capacity in GiB (or capacity_bytes)
-//   any kvtier::Options field (io_backend, segment_size_bytes, ...)
+//   any kvtier::Options field (io_backend, segment_size_bytes, ram_tier_bytes,
+//   ...), as the C ABI's options JSON names it; an unknown key fails the open
 //   namespace             namespace display name (default "lmcache")
 //   any namespace identity field (model_id, dtype, layout, tp_rank, ...)
 //   use_odirect, alignment: accepted and ignored (kvtier picks O_DIRECT).
@@ -44,19 +45,6 @@ void Log(const std::string& msg) { std::fprintf(stderr, "kvtier_lmcache: %s\n", 
 
 void LogLast(const char* what, int rc) {
   Log(std::string(what) + ": " + kvtier_code_name(rc) + ": " + kvtier_last_error());
-}
-
-bool IsOption(const std::string& k) {
-  static const char* kOptions[] = {
-      "create_if_missing", "error_if_exists", "read_only", "group_access", "segment_size_bytes",
-      "capacity_bytes", "reinsert_hot_blocks", "reinsert_max_fraction", "punch_holes",
-      "write_budget_bytes_per_day", "admit_on_second_put", "second_put_window", "io_backend",
-      "use_direct_io", "queue_depth", "read_threads", "max_write_chunk_bytes", "write_queue_bytes",
-      "group_commit_bytes", "max_pending_reads", "max_payload_bytes", "checkpoint_interval_bytes",
-      "zero_copy_min_bytes", "dense_record_max_bytes"};
-  for (const char* o : kOptions)
-    if (k == o) return true;
-  return false;
 }
 
 bool IsSpecField(const std::string& k) {
@@ -99,15 +87,14 @@ Connector* Create(const char* cfg, size_t len) {
       options["capacity_bytes"] = static_cast<uint64_t>(v.get<double>() * double(1ull << 30));
     } else if (k == "namespace" || k == "name") {
       spec["name"] = v;
-    } else if (IsOption(k)) {
-      options[k] = v;
     } else if (IsSpecField(k)) {
       spec[k] = v;
     } else if (k == "use_odirect" || k == "alignment") {
       // Keys of LMCache's file-system connector; kvtier decides these itself.
     } else {
-      Log("unknown config key '" + k + "'");
-      return nullptr;
+      // An Options field, or a mistake: kvtier_open knows every option (a
+      // list here went stale) and refuses an unknown one by name.
+      options[k] = v;
     }
   }
   if (path.empty()) {

@@ -171,7 +171,38 @@ static void phase_read(const char* dir) {
   api.destroy(c);
 }
 
+/* Every kvtier option reaches the store: a RAM tier's keys open it (a chunk
+   size out of range is refused by the store's own check, so the key was
+   read), and an unknown key is refused. */
+static void check_option_keys(const char* dir) {
+  char cfg[1024];
+  int n = snprintf(cfg, sizeof(cfg),
+                   "{\"path\": \"%s-ram\", \"capacity_gb\": 0.03125, \"segment_size_bytes\": 1048576,"
+                   " \"ram_tier_bytes\": 8388608, \"ram_tier_chunk_bytes\": %d,"
+                   " \"ram_tier_shared_memory\": false, \"reinsert_min_hits\": 3}",
+                   dir, 5000);
+  CHECK(api.create(cfg, (size_t)n) == NULL);
+  n = snprintf(cfg, sizeof(cfg),
+               "{\"path\": \"%s-ram\", \"capacity_gb\": 0.03125, \"segment_size_bytes\": 1048576,"
+               " \"ram_tier_bytes\": 8388608, \"ram_tier_chunk_bytes\": %d,"
+               " \"ram_tier_shared_memory\": false, \"reinsert_min_hits\": 3}",
+               dir, 8192);
+  ConnectorHandle c = api.create(cfg, (size_t)n);
+  CHECK(c != NULL);
+  if (c == NULL) return;
+  static uint8_t buf[kChunkBytes], out[kChunkBytes];
+  size_t out_len = 0;
+  fill(buf, sizeof(buf), 7);
+  CHECK(api.put(c, "vllm@ram", buf, sizeof(buf)) == 0);
+  CHECK(api.get(c, "vllm@ram", out, sizeof(out), &out_len) == 0);
+  CHECK(out_len == kChunkBytes && memcmp(out, buf, kChunkBytes) == 0);
+  api.destroy(c);
+  n = snprintf(cfg, sizeof(cfg), "{\"path\": \"%s-ram\", \"ram_tier_byte\": 8388608}", dir);
+  CHECK(api.create(cfg, (size_t)n) == NULL);
+}
+
 static void phase_check(const char* dir) {
+  check_option_keys(dir);
   ConnectorHandle c = open_connector(dir);
   CHECK(c != NULL);
   if (c == NULL) return;
