@@ -156,7 +156,7 @@ struct Options {
   // Reinsert blocks read since they were written when their segment is
   // reclaimed (hot-block reinsertion), at most this fraction of a segment.
   // The defaults keep the hot set at the least rewriting of the settings
-  // measured (docs/benchmarks.md, "Retention against rewriting").
+  // measured (docs/benchmarks.md, "Steady state").
   bool reinsert_hot_blocks = true;
   double reinsert_max_fraction = 0.5;
   // Reads since written that make a block hot, from the disk and the RAM

@@ -1,8 +1,8 @@
 // Reads since written of one segment's records, keyed by record offset.
 //
-// Kept for every block read, so at 100M blocks its size matters: a node-based
-// hash map took 42.6 bytes per record read, this open-addressing table 8 bytes
-// a slot at a load of 3/8 to 3/4 (docs/benchmarks.md, "Scale").
+// Kept for every block read, so at 100M blocks its size matters (docs/
+// benchmarks.md, "Scale"): 8-byte slots in an open-addressing table, kept
+// between 3/8 and 3/4 full, instead of a hash-map node per record.
 //
 // Thread safety: none; HitCounts locks around it.
 #ifndef KVTIER_SRC_LOG_SEGMENT_READS_H_
