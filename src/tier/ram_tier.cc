@@ -204,6 +204,9 @@ RamTier::Entry* RamTier::AllocateLocked(Shard& s, NamespaceId ns, std::string_vi
     e->chunks.push_back(s.free.back());
     s.free.pop_back();
   }
+  // In address order, chunks freed by different blocks that happen to lie
+  // side by side merge into one piece: one copy instead of several.
+  if (!std::is_sorted(e->chunks.begin(), e->chunks.end())) std::sort(e->chunks.begin(), e->chunks.end());
   s.used_chunks += units;
   BuildPieces(e->chunks, len, opt_.chunk_bytes, [this](uint32_t c) { return ChunkData(c); }, &e->pieces);
   return e;

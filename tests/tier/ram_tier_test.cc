@@ -401,6 +401,30 @@ TEST(RamTier, ByteBudgetEvictsAndReplaceFreesOldCopy) {
   }
 }
 
+// Chunks freed by two blocks that lay side by side, freed in the other
+// order, come back as one piece for the next block (one copy, one device
+// copy on the GPU path), and its bytes in order.
+TEST(RamTier, AdjacentFreedChunksMergeIntoOnePieceWhateverTheOrderTheyWereFreed) {
+  auto t = RamTier::Open(Small(4 * 4096));
+  ASSERT_TRUE(t.ok());
+  for (int i = 0; i < 4; ++i) ASSERT_NE(Put(**t, 1, Name("k", i), Bytes(4096, i)), 0u);
+  auto chunk_of = [&](const std::string& k) { return (*t)->Peek(1, k).pieces().at(0).data; };
+  uint8_t* a = chunk_of("k1");
+  uint8_t* b = chunk_of("k2");
+  ASSERT_EQ(std::abs(a - b), 4096) << "the fill takes chunks in order";
+  (*t)->Erase(1, a < b ? "k1" : "k2");  // the lower one first: the stack hands the higher one out first
+  (*t)->Erase(1, a < b ? "k2" : "k1");
+  const auto v = Bytes(8192, 42);
+  ASSERT_NE(Put(**t, 1, "both", v), 0u);
+  RamTier::Pin p = (*t)->Peek(1, "both");
+  ASSERT_TRUE(p);
+  ASSERT_EQ(p.pieces().size(), 1u);
+  EXPECT_EQ(p.pieces()[0].data, std::min(a, b));
+  p.Release();
+  EXPECT_EQ(Get(**t, 1, "both"), v);
+  EXPECT_EQ((*t)->GetStats().evictions, 0u);
+}
+
 // A block whose place on the disk is noted reports its reads there, for the
 // disk's reclaim; one not placed (or placed under another version's
 // checksum) keeps counting them itself.
