@@ -118,9 +118,14 @@ Status TransferImpl::MapServedTier() {
   void* p = mmap(nullptr, m->map.file_bytes, PROT_READ, MAP_SHARED, m->fd.get(), 0);
   if (p == MAP_FAILED) return Status::FromErrno(errno, "mapping the service's RAM tier");
   uint8_t* base = static_cast<uint8_t*>(p);
-  // Its blocks only (whole pages: the data area starts on one).
-  Status st = Register(base + m->map.data_offset, m->map.data_bytes, cudaHostRegisterReadOnly);
+  // Its blocks only (whole pages: the data area starts on one), region by
+  // region as the service cut it (RamTier::Regions says why).
+  Status st;
+  for (uint64_t at = 0; at < m->map.data_bytes && st.ok(); at += m->map.region_bytes)
+    st = Register(base + m->map.data_offset + at, std::min(m->map.region_bytes, m->map.data_bytes - at),
+                  cudaHostRegisterReadOnly);
   if (!st.ok()) {
+    UnregisterWithin(base, m->map.file_bytes);
     munmap(p, m->map.file_bytes);
     return st.WithContext("registering the service's RAM tier");
   }
@@ -136,16 +141,19 @@ void TransferImpl::UnmapServedTier() {
   // No copy out of the old mapping may still run (a failed check's host
   // hashing does not wait for the copies).
   cudaDeviceSynchronize();
-  for (size_t i = 0; i < regions_.size(); ++i)
-    if (regions_[i].host >= tier_map_ && regions_[i].host < tier_map_ + tier_map_len_) {
-      cudaHostUnregister(regions_[i].host);
-      regions_.erase(regions_.begin() + static_cast<long>(i));
-      break;
-    }
+  UnregisterWithin(tier_map_, tier_map_len_);
   munmap(tier_map_, tier_map_len_);
   tier_map_ = nullptr;
   tier_map_len_ = 0;
   AddStats([](TransferStats& s) { s.ram_tier_lent = false; });
+}
+
+void TransferImpl::UnregisterWithin(uint8_t* base, size_t len) {
+  std::erase_if(regions_, [&](const Region& r) {
+    if (r.host < base || r.host >= base + len) return false;
+    cudaHostUnregister(r.host);
+    return true;
+  });
 }
 
 Status TransferImpl::Register(uint8_t* p, size_t n, unsigned extra_flags) {

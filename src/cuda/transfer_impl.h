@@ -198,6 +198,8 @@ class TransferImpl final : public Transfer {
                               std::span<const DeviceBlock> blocks, std::span<const size_t> which);
 
   Status Register(uint8_t* p, size_t n, unsigned extra_flags = 0);
+  // Unregisters every region registered within [base, base + len).
+  void UnregisterWithin(uint8_t* base, size_t len);
   // Queues XXH3 of the first lens[i] bytes of each block's fragments on the
   // GPU (hash_stream_, after the work queued on `stream` so far; lens[i] 0:
   // not hashed) and the copy of the sums to h_sums_; (*slot)[i] is block i's

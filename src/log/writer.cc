@@ -50,11 +50,7 @@ constexpr uint64_t kRingPiece = 8ull << 20;
 void Writer::RegisterBuffers(uint64_t ring_bytes) {
   std::vector<iovec> regions;
   if (ram_ != nullptr && ram_registration_ != RamRegistration::kRefused && ram_->Prefaulted()) {
-    for (const iovec& r : ram_->Regions()) {
-      constexpr size_t kMaxRegion = 1ull << 30;
-      for (size_t off = 0; off < r.iov_len; off += kMaxRegion)
-        regions.push_back(iovec{static_cast<uint8_t*>(r.iov_base) + off, std::min(kMaxRegion, r.iov_len - off)});
-    }
+    regions = ram_->Regions();
   }
   const size_t ram_regions = regions.size();
   for (uint64_t off = 0; off < ring_bytes; off += kRingPiece)

@@ -52,7 +52,9 @@ Status Connection::MapTierFor(wire::WireWriter* w, wire::UniqueFd* fd) {
   wire::TierMap m;
   m.file_bytes = tier->file_bytes();
   m.data_offset = tier->FileOffsetOf(static_cast<const uint8_t*>(regions.front().iov_base));
-  m.data_bytes = regions.front().iov_len;
+  m.data_bytes = static_cast<const uint8_t*>(regions.back().iov_base) + regions.back().iov_len -
+                 static_cast<const uint8_t*>(regions.front().iov_base);
+  m.region_bytes = tier->region_bytes();
   wire::Encode(*w, m);
   tier_mapped_ = true;
   ++core_->tier_maps;

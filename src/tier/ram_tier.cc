@@ -86,6 +86,7 @@ Result<std::unique_ptr<RamTier>> RamTier::Open(const RamTierOptions& options, co
                                    " bytes holds no chunk or too many");
   std::unique_ptr<RamTier> t(new RamTier(options));
   t->chunks_ = static_cast<uint32_t>(chunks);
+  t->region_chunks_ = static_cast<uint32_t>(std::max<uint64_t>(1, kRegionBytes / options.chunk_bytes));
   uint32_t shards = options.shards;
   if (shards == 0) shards = static_cast<uint32_t>(std::clamp<uint64_t>(chunks / 256, 1, 16));
   shards = std::min<uint32_t>(shards, t->chunks_);
@@ -137,18 +138,20 @@ void RamTier::Prefault() {
 }
 
 namespace ram_layout {
-void BuildPieces(const std::vector<uint32_t>& chunks, uint64_t len, uint32_t chunk_bytes,
+void BuildPieces(const std::vector<uint32_t>& chunks, uint64_t len, uint32_t chunk_bytes, uint32_t region_chunks,
                  const std::function<uint8_t*(uint32_t)>& data, std::vector<RamTier::Piece>* out) {
   out->clear();
   uint64_t left = len;
+  uint32_t prev = 0;
   for (uint32_t c : chunks) {
     size_t n = static_cast<size_t>(std::min<uint64_t>(left, chunk_bytes));
     uint8_t* p = data(c);
-    if (!out->empty() && out->back().data + out->back().size == p) {
+    if (!out->empty() && out->back().data + out->back().size == p && c / region_chunks == prev / region_chunks) {
       out->back().size += n;
     } else {
       out->push_back(RamTier::Piece{p, n});
     }
+    prev = c;
     left -= n;
   }
 }
@@ -208,7 +211,8 @@ RamTier::Entry* RamTier::AllocateLocked(Shard& s, NamespaceId ns, std::string_vi
   // side by side merge into one piece: one copy instead of several.
   if (!std::is_sorted(e->chunks.begin(), e->chunks.end())) std::sort(e->chunks.begin(), e->chunks.end());
   s.used_chunks += units;
-  BuildPieces(e->chunks, len, opt_.chunk_bytes, [this](uint32_t c) { return ChunkData(c); }, &e->pieces);
+  BuildPieces(e->chunks, len, opt_.chunk_bytes, region_chunks_, [this](uint32_t c) { return ChunkData(c); },
+              &e->pieces);
   return e;
 }
 
@@ -656,7 +660,11 @@ RamTierStats RamTier::GetStats() const {
 }
 
 std::vector<iovec> RamTier::Regions() const {
-  return {iovec{map_ + meta_bytes_, map_bytes_ - meta_bytes_}};
+  std::vector<iovec> out;
+  const uint64_t step = uint64_t{region_chunks_} * opt_.chunk_bytes, data = map_bytes_ - meta_bytes_;
+  for (uint64_t at = 0; at < data; at += step)
+    out.push_back(iovec{map_ + meta_bytes_ + at, static_cast<size_t>(std::min(step, data - at))});
+  return out;
 }
 
 }  // namespace kvtier

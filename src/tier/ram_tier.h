@@ -258,8 +258,16 @@ class RamTier {
   // True once the background prefault has faulted in the whole data area
   // (never with RamTierOptions::prefault off, or where the kernel refused).
   bool Prefaulted() const { return prefaulted_.load(std::memory_order_relaxed) == map_bytes_ - meta_bytes_; }
-  // The mapped regions (metadata excluded), for io_uring / cudaHostRegister.
+  // The data area (metadata excluded) in regions of kRegionBytes (whole
+  // chunks; the last may be shorter), each registered on its own with
+  // io_uring or cudaHostRegister: pinning a region holds the process's mmap
+  // lock while it faults in and pins it, so one registration of a whole tier
+  // of tens of GiB stalled every mmap of the process (an engine's allocator,
+  // its threads' stacks) for seconds (docs/ram_tier.md). No Pin piece
+  // crosses a region's end, so each copy lies in one registration.
+  static constexpr uint64_t kRegionBytes = 1ull << 30;
   std::vector<iovec> Regions() const;
+  uint64_t region_bytes() const { return uint64_t{region_chunks_} * opt_.chunk_bytes; }
   const std::string& shm_path() const { return opt_.shm_path; }
   // For lending the tier to another process (a service's clients copy hits
   // straight out of it): the tier's file opened read-only through its file
@@ -305,6 +313,7 @@ class RamTier {
   uint8_t* map_ = nullptr;
   size_t map_bytes_ = 0, meta_bytes_ = 0;
   uint32_t chunks_ = 0;
+  uint32_t region_chunks_ = 1;  // chunks per region (Regions)
   std::vector<std::unique_ptr<Shard>> shards_;
   std::atomic<uint64_t> next_token_{1};
   RamTierStats base_;  // shared/adopted flags and adoption counts

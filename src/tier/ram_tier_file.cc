@@ -177,7 +177,8 @@ RamTier::Entry* RamTier::AdoptBlock(Shard& s, uint32_t i, const std::vector<bool
   e->checksum = d.checksum;
   e->token = d.token;
   e->chunks = std::move(chain);
-  BuildPieces(e->chunks, e->len, opt_.chunk_bytes, [this](uint32_t c) { return ChunkData(c); }, &e->pieces);
+  BuildPieces(e->chunks, e->len, opt_.chunk_bytes, region_chunks_, [this](uint32_t c) { return ChunkData(c); },
+              &e->pieces);
   // XXH3 over the pieces in order equals format::Checksum of the whole.
   Xxh3Stream xs;
   for (const Piece& p : e->pieces) xs.Update(p.data, p.size);

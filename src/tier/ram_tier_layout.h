@@ -75,8 +75,9 @@ inline uint32_t* NextArray(uint8_t* map) { return reinterpret_cast<uint32_t*>(ma
 inline Desc* DescArray(uint8_t* map, uint32_t chunks) {
   return reinterpret_cast<Desc*>(map + AlignUp(kHeaderBytes + sizeof(uint32_t) * chunks, 64));
 }
-// The pieces of a block's chunk chain, merged where contiguous.
-void BuildPieces(const std::vector<uint32_t>& chunks, uint64_t len, uint32_t chunk_bytes,
+// The pieces of a block's chunk chain, merged where contiguous within one
+// region of `region_chunks` chunks (RamTier::Regions).
+void BuildPieces(const std::vector<uint32_t>& chunks, uint64_t len, uint32_t chunk_bytes, uint32_t region_chunks,
                  const std::function<uint8_t*(uint32_t)>& data, std::vector<RamTier::Piece>* out);
 
 }  // namespace ram_layout

@@ -227,12 +227,15 @@ void Encode(WireWriter& w, const TierMap& m) {
   w.U64(m.file_bytes);
   w.U64(m.data_offset);
   w.U64(m.data_bytes);
+  w.U64(m.region_bytes);
 }
 void Decode(WireReader& r, TierMap* m) {
   m->file_bytes = r.U64();
   m->data_offset = r.U64();
   m->data_bytes = r.U64();
+  m->region_bytes = r.U64();
   if (m->data_offset > m->file_bytes || m->data_bytes > m->file_bytes - m->data_offset) r.Fail();
+  if (m->region_bytes == 0 || m->region_bytes % 4096 != 0) r.Fail();
 }
 
 void Encode(WireWriter& w, const TierLease& l) {

@@ -42,9 +42,11 @@ void EncodeKeyFlagsReply(WireWriter& w, const std::vector<bool>& present);
 void DecodeKeyFlagsReply(WireReader& r, size_t n, std::vector<bool>* present);
 
 // map_tier's reply (the tier file's descriptor travels with it): the file's
-// size, and where the tier's blocks lie in it.
+// size, where the tier's blocks lie in it, and the size of the regions the
+// data area is registered in (RamTier::Regions: no lent piece crosses one's
+// end; a multiple of 4096).
 struct TierMap {
-  uint64_t file_bytes = 0, data_offset = 0, data_bytes = 0;
+  uint64_t file_bytes = 0, data_offset = 0, data_bytes = 0, region_bytes = 0;
 };
 // pin_tier's reply: a lease on the blocks the service pinned in its RAM tier,
 // and per key (in the request's order) whether it is pinned and, if so, its

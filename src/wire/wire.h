@@ -50,7 +50,7 @@ inline constexpr uint32_t kWireMagic = 0x5653564B;
 // says whether the index refuses writes; 14: Stats counts reclaims that
 // passed over the oldest segment; 15: and the RAM tier's payload
 // and prefaulted bytes.
-inline constexpr uint16_t kWireVersion = 15;
+inline constexpr uint16_t kWireVersion = 16;
 inline constexpr size_t kHeaderBytes = 24;
 inline constexpr uint32_t kMaxBodyBytes = 4u << 20;
 inline constexpr uint32_t kMaxFragments = 64;     // per put or get

@@ -222,6 +222,36 @@ def test_round_trip_through_the_device(store_dir, ram, layers):
     s.close()
 
 
+def test_a_tier_of_two_regions_loads_a_block_on_either_side_of_their_boundary(store_dir):
+    # The tier is registered with CUDA one 1 GiB region at a time; a block
+    # whose chunks are the last of the first region and the first of the
+    # second is copied in two pieces, each within its own registration.
+    import torch
+    chunk = 4 << 20  # 256 chunks a region
+    s = kvtier.Store(store_dir, **dict(SMALL, segment_size_bytes=16 << 20, capacity_bytes=256 << 20,
+                                       ram_tier_bytes=258 * chunk, ram_tier_chunk_bytes=chunk,
+                                       ram_tier_shared_memory=False, ram_tier_prefault=False))
+    why = _gpu_ready(s)
+    if why is not None:
+        s.close()
+        pytest.skip("GPU round trips skipped: " + why)
+    n = s.register_namespace(name="gpu", model_id="m", dtype="bf16")
+    for i in range(255):  # one chunk each: chunks 0..254
+        assert n.put(f"small{i}", bytes([i]))
+    g = torch.Generator().manual_seed(11)
+    across = torch.randint(0, 256, (chunk + 4096,), dtype=torch.uint8, generator=g)
+    within = torch.randint(0, 256, (chunk + 4096,), dtype=torch.uint8, generator=g)
+    assert n.put("across", across.numpy()) and n.put("within", within.numpy())
+    dev = torch.device("cuda", 0)
+    dst = [torch.zeros(chunk + 4096, dtype=torch.uint8, device=dev) for _ in range(2)]
+    assert n.get_to_device(["across", "within"], dst) == [chunk + 4096] * 2
+    torch.cuda.current_stream().synchronize()
+    assert torch.equal(dst[0].cpu(), across) and torch.equal(dst[1].cpu(), within)
+    st = s.gpu_stats()
+    assert st["ram_tier_pinned"] and st["ram_hits"] == st["ram_hits_verified_on_device"] == 2
+    s.close()
+
+
 def _served_round_trip(address, size, seed):
     """Six random blocks of `size` bytes put from the device through the
     service at `address` and loaded back (with one absent key), byte-exact.

@@ -112,6 +112,9 @@ TEST_F(ServiceTierTest, PinnedBlocksAreReadStraightFromTheLentTierAndStayUntilUn
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   EXPECT_GT(m->map.data_bytes, 0u);
   EXPECT_EQ(m->map.data_offset % 4096, 0u);
+  // The regions the client registers one by one are the tier's own.
+  EXPECT_EQ(m->map.region_bytes, BlockSinkOf(served.store())->ram_tier()->region_bytes());
+  EXPECT_EQ(m->map.data_offset + m->map.data_bytes, m->map.file_bytes);
   TierView view(*m);
   ASSERT_NE(view.base, nullptr);
   // Read-only: the descriptor cannot be mapped for writing.
@@ -541,6 +544,17 @@ TEST(TierLeaseWire, RoundTripsAndRefusesPiecesThatDoNotMakeTheBlock) {
   wire::TierMap mb;
   wire::Decode(mr, &mb);
   EXPECT_FALSE(mr.Finish("map").ok());
+  const auto decodes = [](const wire::TierMap& t) {
+    wire::WireWriter w;
+    wire::Encode(w, t);
+    wire::WireReader r(w.body());
+    wire::TierMap back;
+    wire::Decode(r, &back);
+    return r.Finish("map").ok() && back.region_bytes == t.region_bytes;
+  };
+  EXPECT_TRUE(decodes(wire::TierMap{1 << 20, 4096, 8192, 1ull << 30}));
+  EXPECT_FALSE(decodes(wire::TierMap{1 << 20, 4096, 8192, 0})) << "no regions";
+  EXPECT_FALSE(decodes(wire::TierMap{1 << 20, 4096, 8192, 1000})) << "not whole pages";
 }
 
 }  // namespace

@@ -425,6 +425,44 @@ TEST(RamTier, AdjacentFreedChunksMergeIntoOnePieceWhateverTheOrderTheyWereFreed)
   EXPECT_EQ((*t)->GetStats().evictions, 0u);
 }
 
+// The data area comes in regions of 1 GiB (each registered on its own with
+// CUDA and io_uring), and no block's piece crosses a region's end, even
+// where its chunks are adjacent; within a region they merge.
+TEST(RamTier, RegionsOfOneGibAndNoPieceCrossesOne) {
+  RamTierOptions o;
+  o.chunk_bytes = 64u << 20;        // 16 chunks a region
+  o.capacity_bytes = 33ull << 26;   // 33 chunks: regions of 16, 16 and 1
+  o.shards = 1;
+  o.prefault = false;
+  auto t = RamTier::Open(o);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  const std::vector<iovec> regions = (*t)->Regions();
+  ASSERT_EQ(regions.size(), 3u);
+  EXPECT_EQ(regions[0].iov_len, 1ull << 30);
+  EXPECT_EQ(regions[1].iov_len, 1ull << 30);
+  EXPECT_EQ(regions[2].iov_len, 64ull << 20);
+  EXPECT_EQ(static_cast<uint8_t*>(regions[0].iov_base) + regions[0].iov_len, regions[1].iov_base);
+  EXPECT_EQ((*t)->region_bytes(), 1ull << 30);
+  // Fifteen one-chunk blocks (a byte each), then a block of two chunks: the
+  // 16th and the 17th, on either side of the first region's end.
+  for (int i = 0; i < 15; ++i) ASSERT_NE(Put(**t, 1, Name("small", i), Bytes(1, i)), 0u);
+  const auto v = Bytes((64u << 20) + 4096, 9);
+  ASSERT_NE(Put(**t, 1, "across", v), 0u);
+  {
+    RamTier::Pin p = (*t)->Peek(1, "across");
+    ASSERT_EQ(p.pieces().size(), 2u);
+    EXPECT_EQ(p.pieces()[0].size, 64u << 20);
+    EXPECT_EQ(p.pieces()[0].data + p.pieces()[0].size, regions[1].iov_base) << "adjacent, yet apart";
+    EXPECT_EQ(p.pieces()[1].size, 4096u);
+  }
+  EXPECT_EQ(Get(**t, 1, "across", v.size()), v);
+  // Two chunks inside the second region are one piece.
+  const auto w = Bytes((64u << 20) + 4096, 10);
+  ASSERT_NE(Put(**t, 1, "within", w), 0u);
+  EXPECT_EQ((*t)->Peek(1, "within").pieces().size(), 1u);
+  EXPECT_EQ(Get(**t, 1, "within", w.size()), w);
+}
+
 // A block whose place on the disk is noted reports its reads there, for the
 // disk's reclaim; one not placed (or placed under another version's
 // checksum) keeps counting them itself.
