@@ -32,7 +32,8 @@ uint32_t SegmentReads::Add(uint64_t offset) {
     ++used_;
   }
   uint32_t reads = static_cast<uint32_t>(s >> kCountShift);
-  if (reads < kMaxReads) ++reads;
+  if (reads == kMaxReads) return kMaxReads + 1;
+  ++reads;
   s = key | (static_cast<uint64_t>(reads) << kCountShift);
   return reads;
 }

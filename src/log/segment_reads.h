@@ -20,7 +20,9 @@ class SegmentReads {
   static constexpr uint32_t kMaxReads = 0xffff;
 
   // One more read of the record at `offset` (a multiple of 8, below 2^51,
-  // as every record offset is); returns its reads since written.
+  // as every record offset is); returns its reads since written, or
+  // kMaxReads + 1 once they are past what the count holds (so a threshold
+  // is reached by one read only).
   uint32_t Add(uint64_t offset);
   // Reads of the record at `offset` (0 when never read).
   uint32_t Of(uint64_t offset) const;

@@ -81,7 +81,9 @@ TEST(SegmentReads, TakesAtMostTwentyOneBytesARecordRead) {
 
 TEST(SegmentReads, CountsStopAtTheirMaximum) {
   SegmentReads r;
-  for (uint32_t i = 0; i < SegmentReads::kMaxReads + 10; ++i) r.Add(4096);
+  for (uint32_t i = 0; i < SegmentReads::kMaxReads; ++i) r.Add(4096);
+  EXPECT_EQ(r.Of(4096), SegmentReads::kMaxReads);
+  EXPECT_EQ(r.Add(4096), SegmentReads::kMaxReads + 1) << "past the end";
   EXPECT_EQ(r.Of(4096), SegmentReads::kMaxReads);
   r.Add(0);
   EXPECT_EQ(r.Of(0), 1u) << "a neighbour is not disturbed";
@@ -93,6 +95,9 @@ TEST(HitCounts, AThresholdAboveTheMaximumCountIsReachable) {
   EXPECT_EQ(h.hot_reads(), SegmentReads::kMaxReads);
   for (uint32_t i = 0; i < SegmentReads::kMaxReads; ++i) h.Note(1, 0, 4096);
   EXPECT_EQ(h.HotBytes(1), 4096u);
+  for (int i = 0; i < 10; ++i) h.Note(1, 0, 4096);
+  EXPECT_EQ(h.HotBytes(1), 4096u) << "counted once, past the count's end too";
+  EXPECT_EQ(h.Of(1, 0), SegmentReads::kMaxReads);
 }
 
 TEST(HitCounts, ManySegmentsFromManyThreadsAllCount) {
