@@ -8,14 +8,21 @@
 // Args: chunk KiB, and whether the churn mixes sizes (64 KiB, 512 KiB and
 // 2 MiB blocks) or puts 2 MiB blocks only. The tier is 1 GiB; 16,384 blocks
 // pass through it, then 256 blocks of 2 MiB are inserted and read back.
+// x_copy_limit is the reads' rate over the best copy of 256 other 2 MiB
+// blocks that this CPU does (every kernel of bench/harness/copy_limit.h,
+// three passes each, before and after the reads), in the same run on the
+// same thread; a read is such a copy, verified in the same pass.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "harness/copy_limit.h"
 #include "tier/ram_tier.h"
 #include "util/checksum.h"
 
@@ -31,6 +38,25 @@ uint64_t Mix(uint64_t x) {
   x *= 0xff51afd7ed558ccdull;
   x ^= x >> 33;
   return x;
+}
+
+// Bytes per second of the best copy kernel's best of three passes over 256
+// blocks of 2 MiB laid end to end, into the reads' 2 MiB buffer: the copy a
+// read cannot beat.
+double CopyLimit(uint8_t* dst) {
+  constexpr int kBlocks = 256;
+  std::vector<uint8_t> from(kBlocks * kBlock, 0x3c);
+  double best = 0;
+  for (const kvbench::CopyKernel& k : kvbench::CopyKernels()) {
+    for (int pass = 0; pass < 3; ++pass) {
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < kBlocks; ++i) k.copy(dst, from.data() + i * kBlock, kBlock);
+      benchmark::DoNotOptimize(dst);
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      best = std::max(best, static_cast<double>(kBlocks * kBlock) / s);
+    }
+  }
+  return best;
 }
 
 void BM_Churn(benchmark::State& state) {
@@ -69,10 +95,16 @@ void BM_Churn(benchmark::State& state) {
   }
   const MutableFragment out{dst.data(), kBlock};
   size_t at = 0;
+  const double limit_before = CopyLimit(dst.data());
+  const auto t0 = std::chrono::steady_clock::now();
   for (auto _ : state) {
     auto r = (*tier)->Read(kNs, keys[at++ % keys.size()], {&out, 1});
     if (!r.ok() && !r.status().IsNotFound()) state.SkipWithError(r.status().ToString().c_str());
   }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // Swept on either side of the reads: this VM's memory bandwidth drifts.
+  const double limit = std::max(limit_before, CopyLimit(dst.data()));
+  state.counters["x_copy_limit"] = secs > 0 && limit > 0 ? static_cast<double>(state.iterations() * kBlock) / secs / limit : 0;
   state.counters["pieces_per_2MiB_block"] = blocks ? static_cast<double>(pieces) / static_cast<double>(blocks) : 0;
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * kBlock));
 }
