@@ -244,7 +244,8 @@ def test_a_tier_of_two_regions_loads_a_block_on_either_side_of_their_boundary(st
     assert n.put("across", across.numpy()) and n.put("within", within.numpy())
     dev = torch.device("cuda", 0)
     dst = [torch.zeros(chunk + 4096, dtype=torch.uint8, device=dev) for _ in range(2)]
-    assert n.get_to_device(["across", "within"], dst) == [chunk + 4096] * 2
+    got, codes = n.get_to_device(["across", "within"], dst, return_codes=True)
+    assert got == [chunk + 4096] * 2, (codes, s.gpu_stats(), {k: v for k, v in s.stats().items() if "ram" in k})
     torch.cuda.current_stream().synchronize()
     assert torch.equal(dst[0].cpu(), across) and torch.equal(dst[1].cpu(), within)
     st = s.gpu_stats()
