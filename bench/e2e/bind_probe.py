@@ -6,7 +6,8 @@ faults in every page not yet there, and the tier's own prefault thread is
 doing the same after open. For each tier size and each moment of binding
 (at once after open, or once the prefault is over) this reports: the open,
 the first put, the prefault's time (from the process's resident anonymous
-memory), the bind, the first load after it, and the longest any 4 MiB
+memory), the bind, the first load after it, how long from the bind until
+the pinning thread has pinned every region, and the longest any 4 MiB
 mmap + munmap of another thread of the process waited meanwhile (an
 engine's allocator and thread stacks wait on the same lock).
 
@@ -92,6 +93,15 @@ def one(kvtier, torch, base, gib, when, watch):
         assert got == [2 << 20] and torch.equal(out.cpu(), block)
         st = s.gpu_stats()
         row["ram_tier_pinned"] = st.get("ram_tier_pinned")
+        # The regions are pinned by a thread behind the prefault: how long
+        # until the last one, counted from the bind, and the worst mmap wait
+        # meanwhile.
+        while (st.get("ram_tier_regions_pinned", 0) < st.get("ram_tier_regions", 0)
+               and time.perf_counter() - t2 < 300):
+            time.sleep(0.01)
+            st = s.gpu_stats()
+        row["all_pinned_s"] = time.perf_counter() - t2
+        row["mmap_worst_pinning_ms"] = watch.take() * 1e3
         # How long until the whole tier is resident, counted from open.
         while resident_anon() - anon0 < tier_bytes * 0.98 and time.perf_counter() - t0 < 300:
             time.sleep(0.05)
@@ -163,7 +173,7 @@ def main():
                     print(json.dumps(r), flush=True)
     watch.close()
     cols = ["tier_gib", "bind", "open_s", "first_put_s", "since_open_before_bind_s", "bind_s", "first_load_ms",
-            "prefault_done_s", "mmap_worst_open_ms", "mmap_worst_bind_ms"]
+            "all_pinned_s", "prefault_done_s", "mmap_worst_open_ms", "mmap_worst_bind_ms", "mmap_worst_pinning_ms"]
     print("| " + " | ".join(cols) + " |")
     print("|" + " --- |" * len(cols))
     for r in rows:

@@ -93,7 +93,13 @@ struct TransferStats {
   // Driver queries that checked the calls' fragments: one per device
   // allocation a call's fragments lie in, not one per block.
   uint64_t pointer_queries = 0;
-  bool ram_tier_pinned = false;  // the RAM tier is registered with CUDA
+  // The RAM tier is registered with CUDA, one region (1 GiB) at a time: a
+  // thread pins them behind the tier's prefault from the bind on, and a
+  // call pins a region it needs first. ram_tier_pinned: no region failed
+  // (false without a RAM tier, or when registration failed: copies then go
+  // through the driver's bounce buffers). The counts say how far it is.
+  bool ram_tier_pinned = false;
+  uint64_t ram_tier_regions = 0, ram_tier_regions_pinned = 0;
   // The store is a service's client: every block moves through staging
   // that the service reads and writes directly (one host copy, made and
   // verified by the service), and disk_reads counts those gets.

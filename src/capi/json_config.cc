@@ -239,6 +239,8 @@ std::string GpuStatsToJson(const gpu::TransferStats& s, int device) {
             {"ram_hits_reloaded", s.ram_hits_reloaded},
             {"pointer_queries", s.pointer_queries},
             {"ram_tier_pinned", s.ram_tier_pinned},
+            {"ram_tier_regions", s.ram_tier_regions},
+            {"ram_tier_regions_pinned", s.ram_tier_regions_pinned},
             {"through_service", s.through_service},
             {"staging_shared_with_service", s.staging_shared_with_service},
             {"ram_tier_lent", s.ram_tier_lent},

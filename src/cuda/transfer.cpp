@@ -74,13 +74,11 @@ Status TransferImpl::Init() {
               cudaStreamCreateWithFlags(&hash_stream_, cudaStreamNonBlocking) == cudaSuccess &&
               cudaStreamCreateWithFlags(&hash_stream2_, cudaStreamNonBlocking) == cudaSuccess;
   if (!gpu_hash_) cudaGetLastError();
-  if (ram_ != nullptr && opt_.pin_ram_tier) {
-    bool all = true;
-    for (const iovec& r : ram_->Regions())
-      if (!Register(static_cast<uint8_t*>(r.iov_base), r.iov_len).ok()) all = false;
-    // Unpinned, copies still work (through the driver's bounce buffers, slowly).
-    stats_.ram_tier_pinned = all;
-  }
+  // Pinned region by region behind the prefault, by a thread of its own:
+  // the bind returns at once, and a call pins a region it needs that the
+  // thread has not reached. Unpinned, copies still work (through the
+  // driver's bounce buffers, slowly).
+  if (ram_ != nullptr && opt_.pin_ram_tier) pins_ = std::make_unique<TierPins>(ram_, opt_.device);
   return Status::OK();
 }
 
@@ -103,6 +101,7 @@ TransferImpl::~TransferImpl() {
   if (hash_stream_ != nullptr) cudaStreamDestroy(hash_stream_);
   if (hash_stream2_ != nullptr) cudaStreamDestroy(hash_stream2_);
   for (const Region& r : regions_) cudaHostUnregister(r.host);
+  pins_.reset();
   if (tier_map_ != nullptr) munmap(tier_map_, tier_map_len_);
 }
 
@@ -252,6 +251,13 @@ Status TransferImpl::Enqueue(std::vector<CopyPiece>& copies, bool to_device, cud
   size_t total = 0;
   for (const CopyPiece& c : copies) total += c.size;
   const CopyMethod chosen = method_.load();
+  // The tier's regions these copies touch are pinned before they are
+  // queued: the pinning thread may not have reached them yet.
+  if (pins_ != nullptr)
+    for (const CopyPiece& c : copies) {
+      const void* host = to_device ? c.src : c.dst;
+      if (pins_->Covers(host)) (void)pins_->Ensure(host, c.size);
+    }
   CopyMethod m = chosen;
   if (m == CopyMethod::kAuto) m = total / copies.size() >= kLargePiece ? CopyMethod::kBatch : CopyMethod::kKernel;
   if (m == CopyMethod::kKernel) {
@@ -260,10 +266,11 @@ Status TransferImpl::Enqueue(std::vector<CopyPiece>& copies, bool to_device, cud
     bool ok = true;
     for (CopyPiece& c : mapped) {
       uint8_t* host = static_cast<uint8_t*>(to_device ? const_cast<void*>(c.src) : c.dst);
-      const Region* r = nullptr;
+      std::optional<TierPins::Pinned> r;
+      if (pins_ != nullptr) r = pins_->Ensure(host, c.size);
       for (const Region& x : regions_)
-        if (host >= x.host && host + c.size <= x.host + x.len) r = &x;
-      if (r == nullptr || r->dev == nullptr) {
+        if (!r && host >= x.host && host + c.size <= x.host + x.len) r = TierPins::Pinned{x.host, x.len, x.dev};
+      if (!r || r->dev == nullptr) {
         ok = false;
         break;
       }

@@ -26,6 +26,7 @@
 #include "cuda/copy_kernel.h"
 #include "cuda/device_ranges.h"
 #include "cuda/hash_kernel.h"
+#include "cuda/tier_pins.h"
 #include "kvtier/cuda.h"
 #include "store/block_sink.h"
 #include "wire/region.h"
@@ -134,6 +135,11 @@ class TransferImpl final : public Transfer {
     std::lock_guard<std::mutex> l(stats_mu_);
     TransferStats s = stats_;
     s.method = method_.load();
+    if (pins_ != nullptr) {
+      s.ram_tier_pinned = pins_->ok();
+      s.ram_tier_regions = pins_->regions();
+      s.ram_tier_regions_pinned = pins_->pinned();
+    }
     return s;
   }
 
@@ -248,7 +254,8 @@ class TransferImpl final : public Transfer {
   TransferOptions opt_;
   std::atomic<CopyMethod> method_;  // opt_.method until SetCopyMethod
   std::mutex call_mu_;  // one call at a time: the staging area is shared
-  std::vector<Region> regions_;  // registered with CUDA
+  std::vector<Region> regions_;  // registered with CUDA: staging, and a lent tier's regions
+  std::unique_ptr<TierPins> pins_;  // the RAM tier's regions; null without one or pin_ram_tier
   uint8_t* staging_ = nullptr;
   size_t staging_len_ = 0, slot_bytes_ = 0;
   // served(): the sealed memfd staging_ maps, and whether the service maps

@@ -109,7 +109,11 @@ Result<std::unique_ptr<RamTier>> RamTier::Open(const RamTierOptions& options, co
   }
   if (options.prefault) {
     RamTier* raw = t.get();
-    t->prefault_ = std::thread([raw] { raw->Prefault(); });
+    t->prefault_over_ = false;
+    t->prefault_ = std::thread([raw] {
+      raw->Prefault();
+      raw->prefault_over_.store(true, std::memory_order_release);
+    });
   }
   return t;
 }
@@ -133,7 +137,7 @@ void RamTier::Prefault() {
   for (size_t off = 0; off < total && !stop_prefault_.load(std::memory_order_relaxed); off += kStep) {
     const size_t n = std::min(kStep, total - off);
     if (madvise(begin + off, n, MADV_POPULATE_WRITE) != 0) return;  // unsupported or out of memory: fault lazily
-    prefaulted_.fetch_add(n, std::memory_order_relaxed);
+    prefaulted_.fetch_add(n, std::memory_order_release);
   }
 }
 

@@ -258,6 +258,12 @@ class RamTier {
   // True once the background prefault has faulted in the whole data area
   // (never with RamTierOptions::prefault off, or where the kernel refused).
   bool Prefaulted() const { return prefaulted_.load(std::memory_order_relaxed) == map_bytes_ - meta_bytes_; }
+  // Data bytes from the start of the data area that the prefault has
+  // faulted in so far (it goes in address order), and whether it has
+  // stopped: done, refused by the kernel, or never started (prefault off).
+  // Whoever pins the tier pins behind it, where pinning is cheap.
+  uint64_t PrefaultedBytes() const { return prefaulted_.load(std::memory_order_acquire); }
+  bool PrefaultOver() const { return prefault_over_.load(std::memory_order_acquire); }
   // The data area (metadata excluded) in regions of kRegionBytes (whole
   // chunks; the last may be shorter), each registered on its own with
   // io_uring or cudaHostRegister: pinning a region holds the process's mmap
@@ -321,6 +327,7 @@ class RamTier {
   std::thread prefault_;
   std::atomic<bool> stop_prefault_{false};
   std::atomic<uint64_t> prefaulted_{0};
+  std::atomic<bool> prefault_over_{true};  // false while the prefault thread runs
   std::atomic<uint64_t> checksum_failures_{0};
   // Read() as part of a copy of `copy_bytes` in all (a batch), which decides
   // the kind of stores (RamTierOptions::streaming_copy_min_bytes).

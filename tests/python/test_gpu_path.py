@@ -8,6 +8,7 @@ bench/e2e/run_h200.sh runs this file), blocks go device -> store -> device and
 are compared byte for byte, with and without a RAM tier, in one fragment and
 in per-layer fragments, blocking and async, and interoperate with the host API.
 """
+import time
 import types
 
 import pytest
@@ -250,6 +251,14 @@ def test_a_tier_of_two_regions_loads_a_block_on_either_side_of_their_boundary(st
     assert torch.equal(dst[0].cpu(), across) and torch.equal(dst[1].cpu(), within)
     st = s.gpu_stats()
     assert st["ram_tier_pinned"] and st["ram_hits"] == st["ram_hits_verified_on_device"] == 2
+    # Both regions pinned (the load pinned those it needed; a thread pins
+    # the rest behind the prefault, which is off here).
+    for _ in range(1000):
+        if st["ram_tier_regions_pinned"] == st["ram_tier_regions"]:
+            break
+        time.sleep(0.01)
+        st = s.gpu_stats()
+    assert st["ram_tier_regions"] == 2 and st["ram_tier_regions_pinned"] == 2, st
     s.close()
 
 

@@ -428,6 +428,30 @@ TEST(RamTier, AdjacentFreedChunksMergeIntoOnePieceWhateverTheOrderTheyWereFreed)
 // The data area comes in regions of 1 GiB (each registered on its own with
 // CUDA and io_uring), and no block's piece crosses a region's end, even
 // where its chunks are adjacent; within a region they merge.
+// The prefault's progress, which the GPU path's pinning thread follows:
+// over at once without a prefault; with one, over once it has faulted in
+// the whole data area, in address order.
+TEST(RamTier, PrefaultProgressIsReportedAndEnds) {
+  RamTierOptions o;
+  o.chunk_bytes = 1u << 20;
+  o.capacity_bytes = 64ull << 20;
+  o.shards = 1;
+  o.prefault = false;
+  auto off = RamTier::Open(o);
+  ASSERT_TRUE(off.ok()) << off.status().ToString();
+  EXPECT_TRUE((*off)->PrefaultOver());
+  EXPECT_EQ((*off)->PrefaultedBytes(), 0u);
+  o.prefault = true;
+  auto on = RamTier::Open(o);
+  ASSERT_TRUE(on.ok()) << on.status().ToString();
+  uint64_t data = 0;
+  for (const iovec& r : (*on)->Regions()) data += r.iov_len;
+  for (int i = 0; i < 2000 && !(*on)->PrefaultOver(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_TRUE((*on)->PrefaultOver());
+  EXPECT_EQ((*on)->PrefaultedBytes(), data);
+  EXPECT_TRUE((*on)->Prefaulted());
+}
+
 TEST(RamTier, RegionsOfOneGibAndNoPieceCrossesOne) {
   RamTierOptions o;
   o.chunk_bytes = 64u << 20;        // 16 chunks a region
