@@ -11,7 +11,7 @@ copies per block (gpu_stats), and the rate over the link's limit: the best
 plain copy of 64 MiB of pinned host memory to the device (torch), swept
 over 8 tries in the same run.
 
-    python3 bench/e2e/pieces_probe.py [--dir DIR] [--json OUT]
+    python3 bench/e2e/pieces_probe.py [--dir DIR] [--rounds 2] [--json OUT]
 """
 import argparse
 import json
@@ -91,12 +91,13 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dir", default=None, help="folder for the stores (default: a temporary one)")
     ap.add_argument("--json")
+    ap.add_argument("--rounds", type=int, default=2, help="rounds of the two churns, alternated (default 2)")
     a = ap.parse_args()
     import torch
     import kvtier
     limit = link_limit(torch)
     rows = []
-    for mixed in (False, True, False, True):  # alternated, twice
+    for mixed in [False, True] * a.rounds:  # alternated
         r = one(kvtier, torch, a.dir, mixed, limit)
         print(json.dumps(r), flush=True)
         rows.append(r)
