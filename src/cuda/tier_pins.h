@@ -23,7 +23,7 @@
 #include <thread>
 #include <vector>
 
-#include "tier/ram_tier.h"
+#include "store/block_sink.h"  // RamTier, as the store lends it to the GPU path
 #include "util/thread_annotations.h"
 
 namespace kvtier::gpu {
