@@ -28,7 +28,6 @@ TierPins::~TierPins() {
   }
   stop_cv_.notify_all();
   if (thread_.joinable()) thread_.join();
-  MutexLock l(&mu_);
   for (size_t i = 0; i < regions_.size(); ++i)
     if (slots_[i].state.load(std::memory_order_relaxed) == State::kPinned) cudaHostUnregister(regions_[i].iov_base);
 }
@@ -38,18 +37,21 @@ void TierPins::Run(int device) {
   for (size_t i = 0; i < regions_.size(); ++i) {
     const uint64_t end = static_cast<uint64_t>(static_cast<uint8_t*>(regions_[i].iov_base) - base_) +
                          regions_[i].iov_len;
-    MutexLock l(&mu_);
-    // Behind the prefault: its pages are there, so the registration is
-    // short and so is its hold on the process's mmap lock.
-    while (!stop_ && !ram_->PrefaultOver() && ram_->PrefaultedBytes() < end)
-      l.WaitUntil(stop_cv_, std::chrono::steady_clock::now() + std::chrono::milliseconds(5));
-    if (stop_) return;
-    PinLocked(i);
+    {
+      MutexLock l(&mu_);
+      // Behind the prefault: its pages are there, so the registration is
+      // short and so is its hold on the process's mmap lock.
+      while (!stop_ && !ram_->PrefaultOver() && ram_->PrefaultedBytes() < end)
+        l.WaitUntil(stop_cv_, std::chrono::steady_clock::now() + std::chrono::milliseconds(5));
+      if (stop_) return;
+    }
+    Pin(i);
   }
 }
 
-void TierPins::PinLocked(size_t i) {
+void TierPins::Pin(size_t i) {
   Slot& s = slots_[i];
+  MutexLock l(&s.mu);
   if (s.state.load(std::memory_order_relaxed) != State::kWaiting) return;
   void* host = regions_[i].iov_base;
   cudaError_t e = cudaHostRegister(host, regions_[i].iov_len, cudaHostRegisterPortable | cudaHostRegisterMapped);
@@ -78,8 +80,7 @@ std::optional<TierPins::Pinned> TierPins::Ensure(const void* p, size_t n) {
   Slot& s = slots_[i];
   State st = s.state.load(std::memory_order_acquire);
   if (st == State::kWaiting) {
-    MutexLock l(&mu_);
-    PinLocked(i);
+    Pin(i);
     st = s.state.load(std::memory_order_acquire);
   }
   if (st != State::kPinned) return std::nullopt;

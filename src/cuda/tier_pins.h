@@ -8,8 +8,9 @@
 // prefault each region's pages are already there and pinning it is about a
 // tenth of that; a call waits at most for the regions its copies touch.
 //
-// Thread safety: every method may be called from any thread. Ensure may
-// wait for one region's registration (the thread's or its own).
+// Thread safety: every method may be called from any thread. Ensure waits
+// at most for the registration of the region it needs (the thread's, or
+// its own).
 #ifndef KVTIER_SRC_CUDA_TIER_PINS_H_
 #define KVTIER_SRC_CUDA_TIER_PINS_H_
 
@@ -60,25 +61,28 @@ class TierPins {
 
  private:
   enum class State : uint8_t { kWaiting, kPinned, kFailed };
-  // A region's registration. `dev` is written once, under mu_, before
-  // `state` becomes kPinned (release); a reader that sees kPinned
-  // (acquire) sees it, so the calls' fast path takes no lock.
+  // A region's registration, made under its own lock: a call that needs
+  // one region waits for that one only, not for the thread's pass over
+  // the others. `dev` is written once before `state` becomes kPinned
+  // (release); a reader that sees kPinned (acquire) sees it, so the calls'
+  // fast path takes no lock.
   struct Slot {
+    Mutex mu;
     std::atomic<State> state{State::kWaiting};
     uint8_t* dev = nullptr;
   };
   void Run(int device) EXCLUDES(mu_);
   // Pins region i unless it is pinned or failed already.
-  void PinLocked(size_t i) REQUIRES(mu_);
+  void Pin(size_t i);
 
   RamTier* const ram_;
   const std::vector<iovec> regions_;
   uint8_t* const base_;
   const uint64_t bytes_, region_bytes_;
-  Mutex mu_;
+  Mutex mu_;  // the thread's wait for the prefault, and its end
   std::condition_variable stop_cv_;
   bool stop_ GUARDED_BY(mu_) = false;
-  std::vector<Slot> slots_;  // one per region; registrations are made under mu_
+  std::vector<Slot> slots_;  // one per region
   std::atomic<size_t> pinned_{0};
   std::atomic<bool> failed_{false};
   std::thread thread_;

@@ -563,6 +563,65 @@ TEST(Gpu, CopyMethodNamesRoundTrip) {
   EXPECT_NE(bad.status().message().find("auto, batch, loop, kernel"), std::string::npos);
 }
 
+// A tier of two regions (1 GiB of 4 MiB chunks, then two more chunks): a
+// block whose chunks are the first region's last and the second's first
+// is copied in two pieces, each inside its own registration, and loads
+// byte-exact on the Transfer's stream and on the legacy default stream.
+TEST_F(GpuStore, ABlockOnEitherSideOfARegionsEndLoadsWhole) {
+  constexpr uint32_t kChunk = 4u << 20;
+  Options o;
+  o.segment_size_bytes = 64 << 20;
+  o.capacity_bytes = 1ull << 30;
+  o.ram_tier_bytes = 258ull * kChunk;
+  o.ram_tier_chunk_bytes = kChunk;
+  o.ram_tier_shared_memory = false;
+  o.ram_tier_prefault = false;
+  auto s = Store::Open(dir_, o);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  store_ = std::move(s).value();
+  NamespaceSpec spec;
+  spec.model_id = "gpu-test";
+  spec.dtype = "bf16";
+  auto ns = store_->RegisterNamespace(spec);
+  ASSERT_TRUE(ns.ok());
+  ns_ = *ns;
+  for (int i = 0; i < 255; ++i) {
+    const uint8_t b = static_cast<uint8_t>(i);
+    ASSERT_TRUE(store_->Put(ns_, "small" + std::to_string(i), &b, 1).ok());
+  }
+  constexpr size_t kBlock = kChunk + 4096;
+  std::vector<std::vector<uint8_t>> want(2, std::vector<uint8_t>(kBlock));
+  std::mt19937_64 r(3);
+  for (auto& w : want)
+    for (auto& b : w) b = static_cast<uint8_t>(r());
+  ASSERT_TRUE(store_->Put(ns_, "across", want[0].data(), kBlock).ok());
+  ASSERT_TRUE(store_->Put(ns_, "within", want[1].data(), kBlock).ok());
+  auto t = Transfer::Create(store_.get(), TransferOptions{});
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  transfer_ = std::move(t).value();
+  for (cudaStream_t stream : {stream_, static_cast<cudaStream_t>(nullptr)}) {
+    uint8_t* dev = static_cast<uint8_t*>(DevAlloc(2 * kBlock));
+    ASSERT_EQ(cudaMemset(dev, 0, 2 * kBlock), cudaSuccess);
+    const DeviceFragment f[2] = {{dev, kBlock}, {dev + kBlock, kBlock}};
+    const DeviceBlock blocks[2] = {{"across", {&f[0], 1}}, {"within", {&f[1], 1}}};
+    auto got = transfer_->GetToDevice(ns_, blocks, stream);
+    ASSERT_EQ(got.size(), 2u);
+    for (size_t i = 0; i < 2; ++i) {
+      ASSERT_TRUE(got[i].ok()) << i << ": " << got[i].status().ToString();
+      EXPECT_EQ(*got[i], kBlock);
+    }
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    std::vector<uint8_t> back(kBlock);
+    for (size_t i = 0; i < 2; ++i) {
+      ASSERT_EQ(cudaMemcpy(back.data(), dev + i * kBlock, kBlock, cudaMemcpyDeviceToHost), cudaSuccess);
+      EXPECT_TRUE(back == want[i]) << "block " << i;
+    }
+  }
+  const TransferStats st = transfer_->GetStats();
+  EXPECT_EQ(st.ram_hits, 4u);
+  EXPECT_EQ(st.ram_tier_regions, 2u);
+}
+
 // A RAM tier much smaller than the data: most gets must come from disk.
 TEST_F(GpuStore, EvictionFromRamForcesDiskReads) {
   Open(16 << 20, CopyMethod::kAuto);
