@@ -16,6 +16,7 @@
 
 #include <sys/uio.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
@@ -48,6 +49,12 @@ class TierPins {
 
   // Whether p lies in the tier's data area.
   bool Covers(const void* p) const { return p >= base_ && p < base_ + bytes_; }
+  // Bytes from p to the end of its region; 0 outside the tier.
+  size_t RoomInRegion(const void* p) const {
+    if (!Covers(p)) return 0;
+    const uint64_t off = static_cast<uint64_t>(static_cast<const uint8_t*>(p) - base_);
+    return static_cast<size_t>(std::min(bytes_, (off / region_bytes_ + 1) * region_bytes_) - off);
+  }
   // The pinned region holding [p, p + n), pinned now if it was not yet;
   // nullopt when [p, p + n) is not inside one region or the region could
   // not be pinned (copies from it then go through the driver's bounce

@@ -246,8 +246,17 @@ Status TransferImpl::WaitSlot(Slot& s) {
   return e == cudaSuccess ? Status::OK() : CudaError(e, "waiting for a staging copy");
 }
 
+size_t TransferImpl::RegisteredRoom(const void* p) const {
+  if (pins_ != nullptr && pins_->Covers(p)) return pins_->RoomInRegion(p);
+  const uint8_t* at = static_cast<const uint8_t*>(p);
+  for (const Region& r : regions_)
+    if (at >= r.host && at < r.host + r.len) return static_cast<size_t>(r.host + r.len - at);
+  return 0;
+}
+
 Status TransferImpl::Enqueue(std::vector<CopyPiece>& copies, bool to_device, cudaStream_t stream) {
   if (copies.empty()) return Status::OK();
+  SplitAtRegistrations(&copies, to_device, [this](const void* p) { return RegisteredRoom(p); });
   size_t total = 0;
   for (const CopyPiece& c : copies) total += c.size;
   const CopyMethod chosen = method_.load();

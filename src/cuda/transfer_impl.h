@@ -68,6 +68,33 @@ void Zip(const Src& src, const Dst& dst, size_t total, std::vector<CopyPiece>* o
   }
 }
 
+// Splits each copy whose host side runs past the end of its registration
+// (`room(p)`: the bytes from p to that end, 0 where p is in none) into
+// copies that each lie in one. Zip joins pieces that continue each other on
+// both sides, and a block's last chunk of one RAM-tier region continues
+// into the next region's first (as one block's end into the next block's
+// start), but the driver copies from one registration at a time.
+template <typename Room>
+void SplitAtRegistrations(std::vector<CopyPiece>* copies, bool to_device, const Room& room) {
+  std::vector<CopyPiece> out;
+  for (size_t i = 0; i < copies->size(); ++i) {
+    const CopyPiece c = (*copies)[i];
+    const uint8_t* host = static_cast<const uint8_t*>(to_device ? c.src : c.dst);
+    const size_t first = room(host);
+    if (out.empty() && (first == 0 || first >= c.size)) continue;  // nothing split yet: leave it in place
+    if (out.empty()) out.assign(copies->begin(), copies->begin() + static_cast<std::ptrdiff_t>(i));
+    size_t at = 0;
+    while (at < c.size) {
+      size_t n = c.size - at;
+      const size_t r = room(host + at);
+      if (r != 0) n = std::min(n, r);
+      out.push_back(CopyPiece{static_cast<uint8_t*>(c.dst) + at, static_cast<const uint8_t*>(c.src) + at, n});
+      at += n;
+    }
+  }
+  if (!out.empty()) *copies = std::move(out);
+}
+
 using Span = std::pair<void*, size_t>;
 
 inline std::vector<Span> DeviceSpans(const DeviceBlock& b) {
@@ -204,6 +231,9 @@ class TransferImpl final : public Transfer {
                               std::span<const DeviceBlock> blocks, std::span<const size_t> which);
 
   Status Register(uint8_t* p, size_t n, unsigned extra_flags = 0);
+  // Bytes from p to the end of the registration (RAM-tier region, lent
+  // tier region or staging) that holds it; 0 where none does.
+  size_t RegisteredRoom(const void* p) const;
   // Unregisters every region registered within [base, base + len).
   void UnregisterWithin(uint8_t* base, size_t len);
   // Queues XXH3 of the first lens[i] bytes of each block's fragments on the

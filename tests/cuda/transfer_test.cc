@@ -551,6 +551,50 @@ TEST(Gpu, AHashPlanCoversExactlyThePayload) {
   }
 }
 
+// A RAM-tier block's chunks at a region's end and at the next region's
+// start are two pieces, but they continue each other in memory, as the
+// device fragment continues, so Zip joins them into one copy; the driver
+// copies from one registration at a time (the load failed with an I/O
+// error on the H100), so Enqueue splits such copies at the boundary again.
+// As for one block's end and the next block's start. Runs without a device:
+// no memory is touched.
+TEST(Gpu, ACopyJoinedAcrossTwoRegistrationsIsSplitAtTheirBoundary) {
+  constexpr size_t kRegion = 1u << 20;
+  auto* base = reinterpret_cast<uint8_t*>(uintptr_t{1} << 30);  // three regions from here
+  auto* dev = reinterpret_cast<uint8_t*>(uintptr_t{1} << 40);
+  auto room = [&](const void* p) -> size_t {
+    const auto* at = static_cast<const uint8_t*>(p);
+    if (at < base || at >= base + 3 * kRegion) return 0;
+    return kRegion - static_cast<size_t>(at - base) % kRegion;
+  };
+  const std::vector<Span> pieces = {{base + kRegion - 65536, 65536}, {base + kRegion, 4096}};
+  const std::vector<Span> frag = {{dev, 65536 + 4096}};
+  std::vector<CopyPiece> copies;
+  Zip(pieces, frag, 65536 + 4096, &copies);
+  ASSERT_EQ(copies.size(), 1u) << "joined";
+  SplitAtRegistrations(&copies, /*to_device=*/true, room);
+  ASSERT_EQ(copies.size(), 2u);
+  EXPECT_EQ(copies[0].src, base + kRegion - 65536);
+  EXPECT_EQ(copies[0].dst, dev);
+  EXPECT_EQ(copies[0].size, 65536u);
+  EXPECT_EQ(copies[1].src, base + kRegion);
+  EXPECT_EQ(copies[1].dst, dev + 65536);
+  EXPECT_EQ(copies[1].size, 4096u);
+  // Left whole: inside one region, and outside every registration; across
+  // all three (a put from the device, host on the destination side): three.
+  copies = {{dev, base + 8192, 4096}, {dev + 4096, reinterpret_cast<uint8_t*>(8192), kRegion * 4}};
+  SplitAtRegistrations(&copies, true, room);
+  ASSERT_EQ(copies.size(), 2u);
+  EXPECT_EQ(copies[1].size, kRegion * 4);
+  copies = {{base + 4096, dev, 3 * kRegion - 4096}};
+  SplitAtRegistrations(&copies, /*to_device=*/false, room);
+  ASSERT_EQ(copies.size(), 3u);
+  EXPECT_EQ(copies[0].size, kRegion - 4096);
+  EXPECT_EQ(copies[1].dst, base + kRegion);
+  EXPECT_EQ(copies[1].src, dev + kRegion - 4096);
+  EXPECT_EQ(copies[2].size, kRegion);
+}
+
 TEST(Gpu, CopyMethodNamesRoundTrip) {
   for (CopyMethod m : {CopyMethod::kAuto, CopyMethod::kBatch, CopyMethod::kLoop, CopyMethod::kKernel}) {
     auto parsed = ParseCopyMethod(CopyMethodName(m));
