@@ -8,16 +8,12 @@
 #include <chrono>
 #include <thread>
 
+#include "cuda/skip_without_gpu.h"
 #include "kvtier/cuda.h"
 
 namespace kvtier::gpu {
 namespace {
 
-#define SKIP_WITHOUT_GPU()                                                   \
-  do {                                                                       \
-    Status _dev = DeviceStatus();                                            \
-    if (!_dev.ok()) GTEST_SKIP() << "GPU test skipped: " << _dev.ToString(); \
-  } while (0)
 
 std::unique_ptr<RamTier> Tier(bool prefault) {
   RamTierOptions o;

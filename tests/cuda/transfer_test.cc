@@ -15,6 +15,7 @@
 #include "kvtier/cuda.h"
 #include "kvtier/service.h"
 #include "cuda/hash_kernel.h"
+#include "cuda/skip_without_gpu.h"
 #include "cuda/transfer_impl.h"
 #include "kvtier/store.h"
 #include "tier/ram_tier.h"
@@ -22,11 +23,6 @@
 namespace kvtier::gpu {
 namespace {
 
-#define SKIP_WITHOUT_GPU()                                                   \
-  do {                                                                       \
-    Status _dev = DeviceStatus();                                            \
-    if (!_dev.ok()) GTEST_SKIP() << "GPU test skipped: " << _dev.ToString(); \
-  } while (0)
 
 // The GPU's XXH3 equals the host's for lengths around every branch of the
 // long-input algorithm and for fragment layouts a block can have.
@@ -132,12 +128,8 @@ class GpuStore : public ::testing::Test {
     std::error_code ec;
     if (!dir_.empty()) std::filesystem::remove_all(dir_, ec);
   }
-  void Open(uint64_t ram_bytes, CopyMethod method, bool shared_tier = false) {
-    Options o;
-    o.segment_size_bytes = 64 << 20;
-    o.capacity_bytes = 4ull << 30;
-    o.ram_tier_bytes = ram_bytes;
-    o.ram_tier_shared_memory = shared_tier;
+  // The store in dir_ with the test namespace; no Transfer yet.
+  void OpenStore(const Options& o) {
     auto s = Store::Open(dir_, o);
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     store_ = std::move(s).value();
@@ -148,6 +140,14 @@ class GpuStore : public ::testing::Test {
     auto ns = store_->RegisterNamespace(spec);
     ASSERT_TRUE(ns.ok());
     ns_ = *ns;
+  }
+  void Open(uint64_t ram_bytes, CopyMethod method, bool shared_tier = false) {
+    Options o;
+    o.segment_size_bytes = 64 << 20;
+    o.capacity_bytes = 4ull << 30;
+    o.ram_tier_bytes = ram_bytes;
+    o.ram_tier_shared_memory = shared_tier;
+    ASSERT_NO_FATAL_FAILURE(OpenStore(o));
     TransferOptions to;
     to.method = method;
     auto t = Transfer::Create(store_.get(), to);
@@ -620,15 +620,7 @@ TEST_F(GpuStore, ABlockOnEitherSideOfARegionsEndLoadsWhole) {
   o.ram_tier_chunk_bytes = kChunk;
   o.ram_tier_shared_memory = false;
   o.ram_tier_prefault = false;
-  auto s = Store::Open(dir_, o);
-  ASSERT_TRUE(s.ok()) << s.status().ToString();
-  store_ = std::move(s).value();
-  NamespaceSpec spec;
-  spec.model_id = "gpu-test";
-  spec.dtype = "bf16";
-  auto ns = store_->RegisterNamespace(spec);
-  ASSERT_TRUE(ns.ok());
-  ns_ = *ns;
+  ASSERT_NO_FATAL_FAILURE(OpenStore(o));
   for (int i = 0; i < 255; ++i) {
     const uint8_t b = static_cast<uint8_t>(i);
     ASSERT_TRUE(store_->Put(ns_, "small" + std::to_string(i), &b, 1).ok());
